@@ -1,0 +1,3 @@
+from queenpy.cli import main
+
+main()

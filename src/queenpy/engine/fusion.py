@@ -1,0 +1,204 @@
+"""Request fusion: many HTTP requests become one stored-procedure call (DESIGN.md section 3).
+
+Per worker process and per operation type there is one :class:`Fusion`: a FIFO of pending requests, a
+batch limit, a concurrency limit and the calls in flight. The policy is group commit: **fire as soon as a
+slot is free; batch only what accumulates while the slots are busy**. At low load a request goes straight
+to PostgreSQL with no hold timer; at high load batches grow by themselves. Every item of a fused batch gets
+an ``index``; the procedure answers one result per item carrying it, and the results are split back to
+their requests by index. A request whose client went away simply has its result dropped.
+
+The concurrency limit is static or adaptive (:class:`VegasLimit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+import orjson
+
+__all__ = ["Fusion", "StaticLimit", "VegasLimit", "FusionStats"]
+
+log = logging.getLogger("queenpy.engine")
+
+Call = Callable[[str], Awaitable[str]]
+
+
+class StaticLimit:
+    """A fixed number of calls in flight."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+
+    def on_sample(self, rtt_s: float, inflight: int) -> None:
+        """Static: samples change nothing."""
+
+
+class VegasLimit:
+    """Adaptive concurrency in the style of TCP Vegas.
+
+    Source: L. Brakmo, L. Peterson, "TCP Vegas: End to End Congestion Avoidance on a Global Internet"
+    (IEEE JSAC, 1995), as adapted to request concurrency by Netflix's ``concurrency-limits`` (VegasLimit).
+    The queue a limit builds up in PostgreSQL is estimated as ``limit * (1 - rtt_min / rtt)``: below
+    ``alpha`` the limit grows by one, above ``beta`` it shrinks by one. ``rtt_min`` is the smallest round
+    trip seen in the last ``window_s`` seconds.
+    """
+
+    def __init__(self, initial: int, min_limit: int, max_limit: int, alpha: int = 3, beta: int = 12,
+                 window_s: float = 30.0) -> None:
+        self.limit = max(min_limit, min(initial, max_limit))
+        self.min_limit = min_limit
+        self.max_limit = max_limit
+        self.alpha = alpha
+        self.beta = beta
+        self.window_s = window_s
+        self._rtt_min = float("inf")
+        self._rtt_min_at = 0.0
+
+    def on_sample(self, rtt_s: float, inflight: int) -> None:
+        now = time.monotonic()
+        if rtt_s < self._rtt_min or now - self._rtt_min_at > self.window_s:
+            self._rtt_min, self._rtt_min_at = rtt_s, now
+        if inflight < self.limit // 2:
+            return  # the limit was not the constraint; the sample says nothing about it
+        queued = self.limit * (1.0 - self._rtt_min / max(rtt_s, 1e-9))
+        if queued < self.alpha:
+            self.limit = min(self.max_limit, self.limit + 1)
+        elif queued > self.beta:
+            self.limit = max(self.min_limit, self.limit - 1)
+
+
+@dataclass
+class FusionStats:
+    """Counters of one fusion queue (exported by /metrics)."""
+
+    requests: int = 0
+    items: int = 0
+    calls: int = 0
+    errors: int = 0
+    busy_s: float = 0.0
+    max_batch_seen: int = 0
+
+
+@dataclass
+class _Pending:
+    items: list[Any]
+    future: asyncio.Future[list[Any]]
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+
+class Fusion:
+    """The fusion queue of one operation type.
+
+    Args:
+        name: the operation type (``push``, ``pop``, ...), for logs and metrics.
+        call: runs one procedure call: JSON array text in, JSON array text out.
+        max_batch_size: most items per call (a single request larger than this still goes alone).
+        limit: a :class:`StaticLimit` or :class:`VegasLimit` for the calls in flight.
+        max_hold_ms: optional extra wait before firing a partial batch; 0 (default) fires at once.
+    """
+
+    def __init__(self, name: str, call: Call, max_batch_size: int, limit: StaticLimit | VegasLimit,
+                 max_hold_ms: int = 0) -> None:
+        self.name = name
+        self._call = call
+        self.max_batch_size = max(1, max_batch_size)
+        self.limit = limit
+        self.max_hold_s = max_hold_ms / 1000.0
+        self.stats = FusionStats()
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_items = 0
+        self._inflight = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._hold_handle: asyncio.TimerHandle | None = None
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    async def submit(self, items: list[Any]) -> list[Any]:
+        """Queue one request's items; return their results (dicts), in the items' order.
+
+        Raises whatever the procedure call raised (every request fused into that call gets the error).
+        """
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Pending(items, future))
+        self._queued_items += len(items)
+        self.stats.requests += 1
+        self._fire()
+        return await future
+
+    def _fire(self) -> None:
+        while self._queue and self._inflight < self.limit.limit:
+            if (self.max_hold_s > 0 and self._inflight > 0 and self._queued_items < self.max_batch_size
+                    and time.monotonic() - self._queue[0].enqueued_at < self.max_hold_s):
+                if self._hold_handle is None:
+                    self._hold_handle = asyncio.get_running_loop().call_later(self.max_hold_s, self._on_hold)
+                return
+            batch: list[_Pending] = []
+            count = 0
+            while self._queue and (not batch or count + len(self._queue[0].items) <= self.max_batch_size):
+                pending = self._queue.popleft()
+                batch.append(pending)
+                count += len(pending.items)
+            self._queued_items -= count
+            self._inflight += 1
+            task = asyncio.get_running_loop().create_task(self._run(batch, count))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _on_hold(self) -> None:
+        self._hold_handle = None
+        self._fire()
+
+    async def _run(self, batch: list[_Pending], count: int) -> None:
+        indexed: list[Any] = []
+        for pending in batch:
+            for item in pending.items:
+                item["index"] = len(indexed)
+                indexed.append(item)
+        started = time.monotonic()
+        try:
+            text = await self._call(orjson.dumps(indexed).decode())
+            results = orjson.loads(text) if text else []
+        except BaseException as exc:  # noqa: BLE001 - delivered to every waiting request
+            self.stats.errors += 1
+            for pending in batch:
+                if not pending.future.done():
+                    pending.future.set_exception(exc)
+            if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+                raise
+            return
+        finally:
+            rtt = time.monotonic() - started
+            self.limit.on_sample(rtt, self._inflight)
+            self._inflight -= 1
+            self.stats.calls += 1
+            self.stats.items += count
+            self.stats.busy_s += rtt
+            self.stats.max_batch_seen = max(self.stats.max_batch_seen, count)
+            self._fire()
+        by_index: list[Any] = [None] * len(indexed)
+        for result in results:
+            position = result.get("index") if isinstance(result, dict) else None
+            if isinstance(position, int) and 0 <= position < len(by_index):
+                by_index[position] = result
+        start = 0
+        for pending in batch:
+            end = start + len(pending.items)
+            if not pending.future.done():
+                pending.future.set_result(by_index[start:end])
+            start = end
+
+    async def drain(self) -> None:
+        """Wait for the calls in flight (shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

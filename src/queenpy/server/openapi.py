@@ -1,0 +1,121 @@
+"""The OpenAPI 3 document of the broker, served at ``/openapi.json`` (a test keeps it equal to the routes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["openapi_document", "OPERATIONS"]
+
+_ERROR = {"description": "Invalid request", "content": {"application/json": {"schema": {
+    "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}
+_JSON = {"description": "JSON result (errors from the database appear in the body, status 200)",
+         "content": {"application/json": {"schema": {}}}}
+
+
+def _param(name: str, where: str = "query", schema: dict[str, Any] | None = None,
+           required: bool = False) -> dict[str, Any]:
+    return {"name": name, "in": where, "required": required or where == "path",
+            "schema": schema or {"type": "string"}}
+
+
+_INT = {"type": "integer", "minimum": 0}
+_BOOL = {"type": "string", "enum": ["true", "false", "1", "0"]}
+_POP_QUERY = [_param("batch", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
+              _param("wait", schema=_BOOL), _param("timeout", schema=_INT),
+              _param("consumerGroup", schema={"type": "string", "maxLength": 255}),
+              _param("autoAck", schema=_BOOL), _param("partitions", schema={"type": "integer", "minimum": 1}),
+              _param("subscriptionMode"), _param("subscriptionFrom")]
+_NAME = {"type": "string", "minLength": 1, "maxLength": 255}
+_PUSH_ITEM = {"type": "object", "required": ["queue"], "properties": {
+    "queue": _NAME, "partition": {"type": "string", "maxLength": 255}, "payload": {},
+    "transactionId": {"type": "string", "maxLength": 255}, "traceId": {"type": "string", "format": "uuid"}}}
+_ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": {
+    "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
+    "status": {"type": "string", "enum": ["completed", "success", "failed", "dlq", "retry"]},
+    "consumerGroup": {"type": "string", "maxLength": 255}, "leaseId": {"type": "string", "maxLength": 255},
+    "error": {"type": "string"}}}
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+# (method, path) -> (summary, parameters, request body schema or None)
+OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = {
+    ("get", "/health"): ("Health: database reachable", [], None),
+    ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
+    ("get", "/openapi.json"): ("This document", [], None),
+    ("post", "/api/v1/configure"): ("Create or overwrite a queue's options", [], {
+        "type": "object", "required": ["queue"], "properties": {
+            "queue": _NAME, "namespace": {"type": "string"}, "task": {"type": "string"},
+            "options": {"type": "object"}}}),
+    ("post", "/api/v1/push"): ("Push messages", [], {
+        "type": "object", "required": ["items"], "properties": {"items": {"type": "array", "items": _PUSH_ITEM}}}),
+    ("get", "/api/v1/pop/queue/{queue}/partition/{partition}"): (
+        "Pop from one partition", [_param("queue", "path"), _param("partition", "path"), *_POP_QUERY], None),
+    ("get", "/api/v1/pop/queue/{queue}"): (
+        "Pop from any partition of a queue", [_param("queue", "path"), *_POP_QUERY], None),
+    ("get", "/api/v1/pop"): ("Pop from any queue of a namespace/task",
+                             [_param("namespace"), _param("task"), *_POP_QUERY], None),
+    ("post", "/api/v1/ack"): ("Acknowledge one message", [], _ACK_ITEM),
+    ("post", "/api/v1/ack/batch"): ("Acknowledge many messages", [], {
+        "type": "object", "required": ["acknowledgments"], "properties": {
+            "acknowledgments": {"type": "array", "items": _ACK_ITEM},
+            "consumerGroup": {"type": "string", "maxLength": 255}}}),
+    ("post", "/api/v1/transaction"): ("Acks and pushes in one PostgreSQL transaction", [], {
+        "type": "object", "required": ["operations"], "properties": {
+            "operations": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["type"]}},
+            "requiredLeases": {"type": "array"}}}),
+    ("post", "/api/v1/lease/{lease_id}/extend"): ("Extend a lease", [_param("lease_id", "path")], {
+        "type": "object", "properties": {"seconds": {"type": "integer", "minimum": 1, "maximum": 86400}}}),
+    ("get", "/api/v1/resources/queues"): ("List queues", [], None),
+    ("get", "/api/v1/resources/queues/{queue}"): ("Describe a queue", [_param("queue", "path")], None),
+    ("delete", "/api/v1/resources/queues/{queue}"): ("Delete a queue and everything in it",
+                                                     [_param("queue", "path")], None),
+    ("get", "/api/v1/dlq"): ("List dead-letter messages", [
+        _param("queue"), _param("consumerGroup"), _param("partition"), _param("from"), _param("to"),
+        _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
+    ("get", "/api/v1/consumer-groups"): ("List consumer groups", [], None),
+    ("get", "/api/v1/consumer-groups/lagging"): ("Lagging partitions",
+                                                 [_param("minLagSeconds", schema=_INT)], None),
+    ("get", "/api/v1/consumer-groups/{group}"): ("Consumer group detail", [_param("group", "path")], None),
+    ("delete", "/api/v1/consumer-groups/{group}"): ("Delete a consumer group", [
+        _param("group", "path"), _param("deleteMetadata", schema=_BOOL)], None),
+    ("delete", "/api/v1/consumer-groups/{group}/queues/{queue}"): ("Delete a consumer group on one queue", [
+        _param("group", "path"), _param("queue", "path"), _param("deleteMetadata", schema=_BOOL)], None),
+    ("post", "/api/v1/consumer-groups/{group}/subscription"): (
+        "Change a group's subscription timestamp", [_param("group", "path")],
+        {"type": "object", "required": ["subscriptionTimestamp"],
+         "properties": {"subscriptionTimestamp": {"type": "string", "format": "date-time"}}}),
+    ("post", "/api/v1/consumer-groups/{group}/queues/{queue}/seek"): (
+        "Move a group's cursors on a queue", [_param("group", "path"), _param("queue", "path")],
+        {"type": "object", "properties": {"toEnd": {"type": "boolean"},
+                                          "timestamp": {"type": "string", "format": "date-time"}}}),
+    ("post", "/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek"): (
+        "Move a group's cursor on one partition to its end",
+        [_param("group", "path"), _param("queue", "path"), _param("partition", "path")], None),
+    ("post", "/api/v1/traces"): ("Record a trace event for a message", [], {
+        "type": "object", "required": ["transactionId", "partitionId", "data"], "properties": {
+            "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
+            "consumerGroup": {"type": "string"}, "eventType": {"type": "string"}, "data": {},
+            "traceNames": {}}}),
+    ("get", "/api/v1/traces/names"): ("Trace names", [_param("limit", schema=_INT),
+                                                      _param("offset", schema=_INT)], None),
+    ("get", "/api/v1/traces/by-name/{name}"): ("Traces by name", [
+        _param("name", "path"), _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
+    ("get", "/api/v1/traces/{partition_id}/{transaction_id}"): (
+        "Traces of one message", [_param("partition_id", "path"), _param("transaction_id", "path")], None),
+}
+
+
+def openapi_document(version: str) -> dict[str, Any]:
+    """The OpenAPI 3.0 document (a plain dict)."""
+    paths: dict[str, dict[str, Any]] = {}
+    for (method, path), (summary, parameters, body) in OPERATIONS.items():
+        operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
+                                     "responses": {"200": _JSON, "400": _ERROR}}
+        if body is not None:
+            operation["requestBody"] = _body(body)
+        paths.setdefault(path, {})[method] = operation
+    return {"openapi": "3.0.3", "info": {"title": "queenpy: Queen HTTP API v1", "version": version},
+            "paths": paths}

@@ -1,0 +1,146 @@
+"""Worker processes sharing one port (DESIGN.md section 2), on the embedded or an external PostgreSQL.
+
+``serve()`` resolves the database (starting the embedded PostgreSQL when none is configured), applies
+migrations once, binds the listening socket, then forks ``NUM_WORKERS`` processes that each run the ASGI
+app under uvicorn (uvloop + httptools) on the inherited socket. A worker that dies is restarted; SIGINT or
+SIGTERM stops the workers, then the embedded PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from queenpy.settings import Settings
+from queenpy.store.migrate import apply_migrations
+
+__all__ = ["serve", "resolve_database", "migrate"]
+
+log = logging.getLogger("queenpy.serve")
+
+
+@dataclass
+class ResolvedDatabase:
+    url: str
+    embedded: Any = None  # EmbeddedPostgres when we own the server
+
+
+def resolve_database(settings: Settings) -> ResolvedDatabase:
+    """The configured database, or a started embedded PostgreSQL."""
+    if settings.database_url:
+        return ResolvedDatabase(settings.database_url)
+    from queenpy.store.embedded import EmbeddedPostgres
+
+    embedded = EmbeddedPostgres(settings.data_dir)
+    log.info("embedded PostgreSQL: data in %s", embedded.data_dir)
+    return ResolvedDatabase(embedded.url, embedded)
+
+
+async def _migrate(url: str, attempts: int = 30) -> list[str]:
+    for attempt in range(attempts):
+        try:
+            connection = await asyncpg.connect(url)
+            break
+        except (OSError, asyncpg.CannotConnectNowError) as exc:
+            if attempt == attempts - 1:
+                raise
+            log.info("waiting for PostgreSQL: %s", exc)
+            await asyncio.sleep(1)
+    try:
+        return await apply_migrations(connection)
+    finally:
+        await connection.close()
+
+
+def migrate(url: str) -> list[str]:
+    """Apply migrations and procedures to ``url``; return what was applied."""
+    return asyncio.run(_migrate(url))
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
+    import uvicorn
+
+    from queenpy.server.app import create_app
+
+    app = create_app(settings, url, worker_id)
+    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
+                            log_level="warning" if settings.log_level == "info" else settings.log_level,
+                            timeout_keep_alive=75, backlog=2048)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def serve(settings: Settings) -> None:
+    """Run the broker until SIGINT/SIGTERM. Blocks."""
+    logging.basicConfig(level=getattr(logging, settings.log_level.upper(), logging.INFO),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    database = resolve_database(settings)
+    try:
+        applied = migrate(database.url)
+        if applied:
+            log.info("applied %d migration step(s): %s", len(applied), ", ".join(applied))
+        sock = _bind(settings.host, settings.port)
+        log.info("queenpy listening on http://%s:%d with %d worker process(es)%s", settings.host, settings.port,
+                 settings.num_workers, " on embedded PostgreSQL" if database.embedded else "")
+        _supervise(settings, database.url, sock)
+    finally:
+        if database.embedded is not None:
+            database.embedded.stop()
+
+
+def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
+    context = multiprocessing.get_context("fork")
+    workers: dict[int, multiprocessing.process.BaseProcess] = {}
+    stopping = False
+
+    def start(worker_id: int) -> None:
+        process = context.Process(target=_run_worker, args=(worker_id, settings, url, sock),
+                                  name=f"queenpy-worker-{worker_id}", daemon=False)
+        process.start()
+        workers[worker_id] = process
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    for worker_id in range(settings.num_workers):
+        start(worker_id)
+    print(f"queenpy ready on http://{settings.host}:{settings.port} (pid {os.getpid()})", file=sys.stderr,
+          flush=True)
+    while not stopping:
+        time.sleep(0.2)
+        for worker_id, process in list(workers.items()):
+            if not process.is_alive() and not stopping:
+                log.warning("worker %d exited with %s; restarting", worker_id, process.exitcode)
+                start(worker_id)
+    for process in workers.values():
+        if process.is_alive() and process.pid is not None:
+            os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    for process in workers.values():
+        process.join(timeout=max(0.1, deadline - time.monotonic()))
+        if process.is_alive():
+            process.kill()
+    sock.close()

@@ -1,0 +1,326 @@
+"""Validation at the edge, before fusion: one bad item can never fail another client's request.
+
+Every function takes decoded JSON (or query strings) and returns the clean items the engine submits, or
+raises :class:`~queenpy.errors.InvalidRequest` whose message names the field (the server answers
+``400 {"error": message}``). Messages of the original broker are kept where clients may match them
+(API.md sections 1.3, 3.1, 4.1, 6, 9); the rest say what is wrong and where.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Mapping
+
+import orjson
+
+from queenpy.errors import InvalidRequest
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "ACK_STATUSES",
+    "parse_body",
+    "validate_push",
+    "validate_ack",
+    "validate_ack_batch",
+    "validate_transaction",
+    "validate_configure",
+    "validate_pop_params",
+    "validate_lease_extend",
+    "query_int",
+    "query_bool",
+    "check_name",
+    "check_uuid",
+]
+
+MAX_NAME_LENGTH = 255
+ACK_STATUSES = frozenset({"completed", "success", "failed", "dlq", "retry"})
+QUEUE_MODE = "__QUEUE_MODE__"
+
+_INT_OPTIONS = (
+    "leaseTime", "retryLimit", "retryDelay", "maxSize", "ttl", "priority", "delayedProcessing",
+    "windowBuffer", "retentionSeconds", "completedRetentionSeconds", "maxWaitTimeSeconds",
+)
+_BOOL_OPTIONS = ("deadLetterQueue", "dlqAfterMaxRetries", "retentionEnabled", "encryptionEnabled")
+_INT4_MAX = 2_147_483_647
+
+
+def parse_body(raw: bytes, *, allow_empty: bool = False) -> Any:
+    """Decode a request body. Empty: 400 ``Empty request body`` (or ``{}`` with ``allow_empty``)."""
+    if not raw or not raw.strip():
+        if allow_empty:
+            return {}
+        raise InvalidRequest("Empty request body")
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"Invalid JSON: {exc}") from exc
+
+
+def _object(body: Any, what: str = "request body") -> dict[str, Any]:
+    if not isinstance(body, dict):
+        raise InvalidRequest(f"{what} must be a JSON object")
+    return body
+
+
+def check_name(value: Any, field: str, *, required: bool = True, message: str | None = None) -> str | None:
+    """A queue, partition, group or transaction name: a string of 1..255 characters without NUL."""
+    if value is None and not required:
+        return None
+    if not isinstance(value, str):
+        raise InvalidRequest(message or f"{field} must be a string")
+    if value == "" and required:
+        raise InvalidRequest(message or f"{field} must not be empty")
+    if len(value) > MAX_NAME_LENGTH:
+        raise InvalidRequest(f"{field} is longer than {MAX_NAME_LENGTH} characters ({len(value)})")
+    if "\x00" in value:
+        raise InvalidRequest(f"{field} must not contain NUL characters")
+    return value
+
+
+def check_uuid(value: Any, field: str) -> str:
+    """A UUID in any of the forms PostgreSQL accepts; returned in canonical form."""
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field} must be a string")
+    try:
+        return str(uuid.UUID(value))
+    except ValueError as exc:
+        raise InvalidRequest(f"{field} must be a UUID, got {value[:64]!r}") from exc
+
+
+def _check_payload(payload: Any, field: str) -> None:
+    """PostgreSQL's jsonb cannot store the NUL character; reject it instead of failing the batch."""
+    if b"\\u0000" in orjson.dumps(payload):
+        stack = [payload]
+        while stack:
+            value = stack.pop()
+            if isinstance(value, str) and "\x00" in value:
+                raise InvalidRequest(f"{field} contains a NUL character (\\u0000), which jsonb cannot store")
+            if isinstance(value, dict):
+                for key, child in value.items():
+                    if "\x00" in key:
+                        raise InvalidRequest(f"{field} contains a NUL character (\\u0000) in a key")
+                    stack.append(child)
+            elif isinstance(value, list):
+                stack.extend(value)
+
+
+def _push_item(item: Any, where: str, producer_sub: str | None) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where} must be an object")
+    if not isinstance(item.get("queue"), str):
+        raise InvalidRequest("Queue must be a string")
+    queue = check_name(item["queue"], f"{where}.queue")
+    partition = item.get("partition", "Default")
+    if partition is None:
+        partition = "Default"
+    if not isinstance(partition, str):
+        raise InvalidRequest("Partition must be a string")
+    check_name(partition, f"{where}.partition", required=False)
+    transaction_id = item.get("transactionId")
+    if transaction_id is not None and not isinstance(transaction_id, str):
+        raise InvalidRequest("TransactionId must be a string")
+    if transaction_id:
+        check_name(transaction_id, f"{where}.transactionId")
+    trace_id = item.get("traceId")
+    if trace_id is not None and not isinstance(trace_id, str):
+        raise InvalidRequest("TraceId must be a string")
+    if trace_id:
+        trace_id = check_uuid(trace_id, f"{where}.traceId")
+    payload = item.get("payload")
+    _check_payload(payload, f"{where}.payload")
+    clean: dict[str, Any] = {"queue": queue, "partition": partition, "payload": payload}
+    if transaction_id:
+        clean["transactionId"] = transaction_id
+    if trace_id:
+        clean["traceId"] = trace_id
+    if producer_sub:
+        clean["producerSub"] = producer_sub
+    return clean
+
+
+def validate_push(body: Any, producer_sub: str | None = None) -> list[dict[str, Any]]:
+    """``POST /api/v1/push`` body -> clean items ``{queue, partition, payload, transactionId?, traceId?}``.
+
+    ``producerSub`` is never read from the body; pass the verified JWT ``sub``.
+    """
+    items = body.get("items") if isinstance(body, dict) else None
+    if not isinstance(items, list):
+        raise InvalidRequest("items array is required")
+    return [_push_item(item, f"items[{i}]", producer_sub) for i, item in enumerate(items)]
+
+
+def _ack_item(item: Any, where: str, *, batch: bool, group: str | None) -> dict[str, Any]:
+    if not isinstance(item, dict):
+        raise InvalidRequest(f"{where} must be an object")
+    transaction_id = item.get("transactionId")
+    if not isinstance(transaction_id, str):
+        raise InvalidRequest("Each acknowledgment must have a valid transactionId string" if batch
+                             else "transactionId is required")
+    check_name(transaction_id, f"{where}.transactionId")
+    partition_id = item.get("partitionId")
+    if not isinstance(partition_id, str):
+        raise InvalidRequest(
+            "Each acknowledgment must have a valid partitionId string to ensure message uniqueness" if batch
+            else "partitionId is required to ensure message uniqueness")
+    partition_id = check_uuid(partition_id, f"{where}.partitionId")
+    status = item.get("status", "completed")
+    if status is None:
+        status = "completed"
+    if not isinstance(status, str) or status not in ACK_STATUSES:
+        raise InvalidRequest(f"{where}.status must be one of {', '.join(sorted(ACK_STATUSES))}; got {status!r}")
+    lease_id = item.get("leaseId")
+    if lease_id is not None:
+        check_name(lease_id, f"{where}.leaseId", required=False)
+    item_group = group if group is not None else item.get("consumerGroup")
+    if item_group is not None:
+        check_name(item_group, f"{where}.consumerGroup", required=False)
+    error = item.get("error")
+    clean: dict[str, Any] = {
+        "transactionId": transaction_id,
+        "partitionId": partition_id,
+        "status": status,
+        "consumerGroup": item_group if item_group is not None else QUEUE_MODE,
+        "leaseId": lease_id or "",
+    }
+    if batch:
+        clean["error"] = error if isinstance(error, str) else None
+    else:
+        clean["error"] = error if isinstance(error, str) else ""
+    return clean
+
+
+def validate_ack(body: Any) -> dict[str, Any]:
+    """``POST /api/v1/ack`` body -> one clean ack item."""
+    return _ack_item(_object(body), "body", batch=False, group=None)
+
+
+def validate_ack_batch(body: Any) -> list[dict[str, Any]]:
+    """``POST /api/v1/ack/batch`` body -> clean ack items; a top-level ``consumerGroup`` wins."""
+    body = _object(body)
+    acknowledgments = body.get("acknowledgments")
+    if not isinstance(acknowledgments, list):
+        raise InvalidRequest("acknowledgments array is required")
+    group = body.get("consumerGroup")
+    if group is not None:
+        check_name(group, "consumerGroup", required=False)
+    return [_ack_item(a, f"acknowledgments[{i}]", batch=True, group=group) for i, a in enumerate(acknowledgments)]
+
+
+def validate_transaction(body: Any) -> dict[str, Any]:
+    """``POST /api/v1/transaction`` body -> ``{"operations": [clean ops]}``."""
+    body = _object(body)
+    operations = body.get("operations")
+    if not isinstance(operations, list):
+        raise InvalidRequest("operations array required")
+    if not operations:
+        raise InvalidRequest("operations array cannot be empty")
+    clean: list[dict[str, Any]] = []
+    for i, op in enumerate(operations):
+        where = f"operations[{i}]"
+        if not isinstance(op, dict):
+            raise InvalidRequest(f"{where} must be an object")
+        kind = op.get("type")
+        if kind == "ack":
+            item = _ack_item(op, where, batch=False, group=None)
+            item["error"] = op.get("error") if isinstance(op.get("error"), str) else None
+            clean.append({"type": "ack", **item})
+        elif kind == "push":
+            items = op.get("items")
+            if not isinstance(items, list) or not items:
+                raise InvalidRequest(f"{where}.items must be a non-empty array")
+            clean.append({"type": "push",
+                          "items": [_push_item(it, f"{where}.items[{j}]", None) for j, it in enumerate(items)]})
+        else:
+            raise InvalidRequest(f"Unknown operation type: {kind}")
+    return {"operations": clean}
+
+
+def validate_configure(body: Any) -> dict[str, Any]:
+    """``POST /api/v1/configure`` body -> ``{queue, namespace, task, options}`` with typed options."""
+    body = _object(body)
+    queue = body.get("queue")
+    if not isinstance(queue, str) or not queue:
+        raise InvalidRequest("queue is required")
+    check_name(queue, "queue")
+    namespace = body.get("namespace") if isinstance(body.get("namespace"), str) else ""
+    task = body.get("task") if isinstance(body.get("task"), str) else ""
+    check_name(namespace, "namespace", required=False)
+    check_name(task, "task", required=False)
+    options = body.get("options") or {}
+    if not isinstance(options, dict):
+        raise InvalidRequest("options must be an object")
+    clean: dict[str, Any] = {}
+    for key in _INT_OPTIONS:
+        value = options.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
+            raise InvalidRequest(f"options.{key} must be an integer, got {value!r}")
+        if not 0 <= value <= _INT4_MAX and key != "priority":
+            raise InvalidRequest(f"options.{key} must be between 0 and {_INT4_MAX}")
+        if key == "priority" and not -_INT4_MAX <= value <= _INT4_MAX:
+            raise InvalidRequest(f"options.{key} is out of range")
+        clean[key] = int(value)
+    for key in _BOOL_OPTIONS:
+        value = options.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise InvalidRequest(f"options.{key} must be a boolean, got {value!r}")
+        clean[key] = value
+    return {"queue": queue, "namespace": namespace, "task": task, "options": clean}
+
+
+def query_int(params: Mapping[str, str], name: str, default: int, *, minimum: int = 0,
+              maximum: int = _INT4_MAX) -> int:
+    """An integer query parameter; absent or empty -> default; garbage or out of range -> 400."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise InvalidRequest(f"query parameter {name} must be an integer, got {raw[:32]!r}") from exc
+    if not minimum <= value <= maximum:
+        raise InvalidRequest(f"query parameter {name} must be between {minimum} and {maximum}, got {value}")
+    return value
+
+
+def query_bool(params: Mapping[str, str], name: str, default: bool = False) -> bool:
+    """Queen's booleans: ``true`` or ``1`` is true, anything else false; absent -> default."""
+    raw = params.get(name)
+    if raw is None:
+        return default
+    return raw in ("true", "1")
+
+
+def validate_pop_params(params: Mapping[str, str], *, default_batch: int, default_timeout_ms: int,
+                        default_subscription_mode: str) -> dict[str, Any]:
+    """Pop query parameters -> ``{batch, wait, timeout, consumerGroup, autoAck, partitions,
+    subscriptionMode, subscriptionFrom}``."""
+    group = params.get("consumerGroup")
+    if group is not None:
+        check_name(group, "consumerGroup", required=False)
+    mode = params.get("subscriptionMode", default_subscription_mode)
+    subscription_from = params.get("subscriptionFrom", "")
+    check_name(subscription_from, "subscriptionFrom", required=False)
+    check_name(mode, "subscriptionMode", required=False)
+    return {
+        "batch": query_int(params, "batch", default_batch, minimum=1, maximum=10_000),
+        "wait": query_bool(params, "wait"),
+        "timeout": query_int(params, "timeout", default_timeout_ms, minimum=0, maximum=3_600_000),
+        "consumerGroup": group if group is not None else QUEUE_MODE,
+        "autoAck": query_bool(params, "autoAck"),
+        "partitions": query_int(params, "partitions", 1, minimum=1, maximum=1000),
+        "subscriptionMode": "new" if mode in ("new", "new-only") else "all",
+        "subscriptionFrom": subscription_from,
+    }
+
+
+def validate_lease_extend(body: Any) -> int:
+    """Lease extend body (``{}`` when empty) -> seconds (default 60)."""
+    body = _object(body)
+    seconds = body.get("seconds", 60)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86_400:
+        raise InvalidRequest(f"seconds must be a number between 1 and 86400, got {seconds!r}")
+    return int(seconds)

@@ -1,0 +1,154 @@
+"""Settings of one broker process, read from the environment once, with Queen's variable names.
+
+Explicit arguments win over the environment (``Settings.from_env(port=7000)``). Booleans follow Queen:
+only the exact string ``true`` is true. Durations carry their unit in the field name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import quote
+
+__all__ = ["Settings", "FusionSettings"]
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(env[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def _float(env: Mapping[str, str], name: str, default: float) -> float:
+    try:
+        return float(env[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = env.get(name)
+    return default if value is None else value == "true"
+
+
+@dataclass(frozen=True)
+class FusionSettings:
+    """Request fusion of one operation type (Queen's ``QUEEN_<TYPE>_*`` variables).
+
+    ``max_batch_size``: most requests (items) fused into one procedure call; ``max_concurrent``: most calls
+    of this type in flight per worker process (the adaptive limit's ceiling in ``vegas`` mode);
+    ``max_hold_ms``: extra wait before firing a partial batch (0: fire as soon as a slot is free).
+    """
+
+    max_batch_size: int
+    max_concurrent: int
+    max_hold_ms: int = 0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], op: str, batch: int, concurrent: int) -> FusionSettings:
+        prefix = f"QUEEN_{op.upper()}_"
+        return cls(
+            max_batch_size=max(1, _int(env, prefix + "MAX_BATCH_SIZE", batch)),
+            max_concurrent=max(1, _int(env, prefix + "MAX_CONCURRENT", concurrent)),
+            max_hold_ms=max(0, _int(env, prefix + "MAX_HOLD_MS", 0)),
+        )
+
+
+_FUSION_DEFAULTS = {
+    "push": (500, 8),
+    "pop": (100, 4),
+    "ack": (500, 4),
+    "transaction": (1, 4),
+    "renew_lease": (100, 2),
+}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a broker process needs to know; see API.md section 21 for the variables."""
+
+    host: str = "0.0.0.0"
+    port: int = 6632
+    num_workers: int = 2
+    database_url: str | None = None
+    pool_size: int = 10
+    statement_timeout_ms: int = 30000
+    default_timeout_ms: int = 30000
+    default_batch_size: int = 1
+    default_subscription_mode: str = ""
+    pop_wait_initial_interval_ms: int = 100
+    pop_wait_backoff_threshold: int = 3
+    pop_wait_backoff_multiplier: float = 2.0
+    pop_wait_max_interval_ms: int = 1000
+    concurrency_mode: str = "vegas"
+    vegas_min_limit: int = 1
+    vegas_alpha: int = 3
+    vegas_beta: int = 12
+    encryption_key: str | None = None
+    jwt_enabled: bool = False
+    log_level: str = "info"
+    data_dir: str | None = None
+    fusion: dict[str, FusionSettings] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read the settings from ``env`` (default ``os.environ``); keyword arguments override."""
+        env = os.environ if env is None else env
+        database_url = env.get("DATABASE_URL") or _database_url_from_parts(env)
+        cores = os.cpu_count() or 1
+        values: dict[str, Any] = dict(
+            host=env.get("HOST", "0.0.0.0"),
+            port=_int(env, "PORT", 6632),
+            num_workers=max(1, _int(env, "NUM_WORKERS", cores)),
+            database_url=database_url,
+            pool_size=max(2, _int(env, "DB_POOL_SIZE", 10)),
+            statement_timeout_ms=_int(env, "DB_STATEMENT_TIMEOUT", 30000),
+            default_timeout_ms=_int(env, "DEFAULT_TIMEOUT", 30000),
+            default_batch_size=max(1, _int(env, "DEFAULT_BATCH_SIZE", 1)),
+            default_subscription_mode=env.get("DEFAULT_SUBSCRIPTION_MODE", ""),
+            pop_wait_initial_interval_ms=_int(env, "POP_WAIT_INITIAL_INTERVAL_MS", 100),
+            pop_wait_backoff_threshold=_int(env, "POP_WAIT_BACKOFF_THRESHOLD", 3),
+            pop_wait_backoff_multiplier=_float(env, "POP_WAIT_BACKOFF_MULTIPLIER", 2.0),
+            pop_wait_max_interval_ms=_int(env, "POP_WAIT_MAX_INTERVAL_MS", 1000),
+            concurrency_mode=env.get("QUEEN_CONCURRENCY_MODE", "vegas"),
+            vegas_min_limit=max(1, _int(env, "QUEEN_VEGAS_MIN_LIMIT", 1)),
+            vegas_alpha=_int(env, "QUEEN_VEGAS_ALPHA", 3),
+            vegas_beta=_int(env, "QUEEN_VEGAS_BETA", 12),
+            encryption_key=env.get("QUEEN_ENCRYPTION_KEY") or None,
+            jwt_enabled=_bool(env, "JWT_ENABLED", False),
+            log_level=env.get("LOG_LEVEL", "info"),
+            data_dir=env.get("QUEENPY_DATA_DIR") or None,
+            fusion={
+                op: FusionSettings.from_env(env, op, batch, concurrent)
+                for op, (batch, concurrent) in _FUSION_DEFAULTS.items()
+            },
+        )
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def fusion_for(self, op: str) -> FusionSettings:
+        """The fusion settings of one operation type."""
+        if op in self.fusion:
+            return self.fusion[op]
+        batch, concurrent = _FUSION_DEFAULTS[op]
+        return FusionSettings(batch, concurrent)
+
+
+def _database_url_from_parts(env: Mapping[str, str]) -> str | None:
+    """``PG_HOST``/``PG_PORT``/``PG_DB``/``PG_USER``/``PG_PASSWORD`` as a URL, if any of them is set."""
+    if not any(name in env for name in ("PG_HOST", "PG_PORT", "PG_DB", "PG_USER", "PG_PASSWORD")):
+        return None
+    user = quote(env.get("PG_USER", "postgres"), safe="")
+    password = quote(env.get("PG_PASSWORD", "postgres"), safe="")
+    host = env.get("PG_HOST", "localhost")
+    port = env.get("PG_PORT", "5432")
+    database = env.get("PG_DB", "postgres")
+    sslmode = "require" if env.get("PG_USE_SSL") == "true" else "disable"
+    return f"postgresql://{user}:{password}@{host}:{port}/{database}?sslmode={sslmode}"

@@ -1,0 +1,75 @@
+-- Shared helpers of the queen procedures.
+
+-- UUIDv7 (RFC 9562 section 5.7): 48-bit Unix milliseconds, version 7, variant 10, random rest.
+-- Order inside one millisecond is random; queen orders by the per-partition offset `seq`, not by id.
+CREATE OR REPLACE FUNCTION queen.uuid_v7(ts timestamptz DEFAULT clock_timestamp()) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT encode(
+        set_bit(set_bit(
+            overlay(uuid_send(gen_random_uuid())
+                    PLACING substring(int8send((extract(epoch FROM ts) * 1000)::bigint) FROM 3)
+                    FROM 1 FOR 6),
+            52, 1), 53, 1), 'hex')::uuid
+$$;
+
+-- Timestamps on the wire, always UTC: milliseconds everywhere, microseconds for pop `createdAt`.
+CREATE OR REPLACE FUNCTION queen.iso_ms(ts timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+$$;
+
+CREATE OR REPLACE FUNCTION queen.iso_us(ts timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
+$$;
+
+-- namespace / task of an auto-created queue: `billing.invoices` -> (`billing`, `invoices`)
+CREATE OR REPLACE FUNCTION queen.default_namespace(queue_name text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$ SELECT split_part(queue_name, '.', 1) $$;
+
+CREATE OR REPLACE FUNCTION queen.default_task(queue_name text) RETURNS text
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT CASE WHEN position('.' IN queue_name) > 0
+                THEN substring(queue_name FROM position('.' IN queue_name) + 1) ELSE '' END
+$$;
+
+-- Messages of one partition strictly after offset `after_seq`, in offset order: the dequeue.
+-- A plain SQL function so the planner inlines it; tests EXPLAIN it (index scan on (partition_id, seq)).
+CREATE OR REPLACE FUNCTION queen.partition_messages_v1(p_partition_id uuid, p_after_seq bigint, p_limit integer)
+RETURNS SETOF queen.messages
+LANGUAGE sql STABLE AS $$
+    SELECT * FROM queen.messages
+    WHERE partition_id = p_partition_id AND seq > p_after_seq
+    ORDER BY seq
+    LIMIT p_limit
+$$;
+
+-- Partitions of a queue that may have work for a consumer group: newest message after the group's
+-- cursor, no live lease, no pending retry delay. Only partitions whose newest message is at or after
+-- `p_floor` (the group's scan floor, see pop.sql) are looked at, through the (queue_id, last_message_at)
+-- index, so idle partitions cost nothing. Inlined by the planner; tests EXPLAIN it.
+CREATE OR REPLACE FUNCTION queen.pop_candidates_v1(p_queue_id uuid, p_group text, p_floor timestamptz, p_limit integer)
+RETURNS TABLE (partition_id uuid, partition_name varchar, last_seq bigint)
+LANGUAGE sql STABLE AS $$
+    SELECT p.id, p.name, p.last_seq
+    FROM queen.partitions p
+    LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
+    WHERE p.queue_id = p_queue_id
+      AND p.last_message_at >= p_floor
+      AND p.last_seq > coalesce(pc.last_consumed_seq, 0)
+      AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
+      AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
+    ORDER BY p.last_message_at
+    LIMIT p_limit
+$$;
+
+-- Wire shape of one delivered message (API.md section 5.3), plus our `offset`.
+CREATE OR REPLACE FUNCTION queen.message_json(m queen.messages, p_partition_name text, p_lease_id text, p_group text)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object(
+        'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id,
+        'data', m.payload, 'producerSub', m.producer_sub, 'createdAt', queen.iso_us(m.created_at),
+        'partitionId', m.partition_id, 'partition', p_partition_name, 'offset', m.seq,
+        'leaseId', p_lease_id, 'consumerGroup', p_group)
+$$;

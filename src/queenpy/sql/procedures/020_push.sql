@@ -1,0 +1,140 @@
+-- Push: the hot path of producers.
+--
+-- Input: a JSONB array of items
+--   {"index": int, "queue": str, "partition": str, "payload": any, "transactionId": str|null,
+--    "traceId": uuid-str|null, "producerSub": str|null, "isEncrypted": bool}
+-- Output: a JSONB array, one result per item, ordered by index (API.md section 4.1):
+--   {"index", "transaction_id", "status": "queued"|"duplicate", "message_id", "partition_id", "trace_id", "queueName"}
+--
+-- Ordering (DESIGN.md section 4): the rows of every touched partition are locked in id order, then each new
+-- message gets the next offsets of its partition (`partitions.last_seq`), and the lock is held until COMMIT.
+-- Concurrent pushes to one partition therefore commit in offset order: a reader that sees offset N sees
+-- every offset below N. Dedupe is on (partition, transactionId); the check runs after the lock, so two
+-- concurrent pushes of the same id cannot both insert.
+--
+-- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
+CREATE OR REPLACE FUNCTION queen.push_items_v1(p_items jsonb, p_strict boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_now timestamptz;
+    v_result jsonb;
+    v_duplicate text;
+BEGIN
+    -- 1. queues and partitions are created on first push
+    INSERT INTO queen.queues (name, namespace, task)
+    SELECT DISTINCT e->>'queue', queen.default_namespace(e->>'queue'), queen.default_task(e->>'queue')
+    FROM jsonb_array_elements(p_items) e
+    ORDER BY 1
+    ON CONFLICT (name) DO NOTHING;
+
+    INSERT INTO queen.partitions (queue_id, name)
+    SELECT DISTINCT q.id, coalesce(e->>'partition', 'Default')
+    FROM jsonb_array_elements(p_items) e JOIN queen.queues q ON q.name = e->>'queue'
+    ORDER BY 1, 2
+    ON CONFLICT (queue_id, name) DO NOTHING;
+
+    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches)
+    PERFORM 1 FROM queen.partitions p
+    WHERE p.id IN (SELECT p2.id FROM jsonb_array_elements(p_items) e
+                   JOIN queen.queues q ON q.name = e->>'queue'
+                   JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = coalesce(e->>'partition', 'Default'))
+    ORDER BY p.id
+    FOR UPDATE;
+
+    v_now := clock_timestamp();
+
+    -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock
+    WITH input AS (
+        SELECT (e->>'index')::int AS idx,
+               e->>'queue' AS queue_name,
+               coalesce(e->>'partition', 'Default') AS partition_name,
+               coalesce(e->'payload', 'null'::jsonb) AS payload,
+               nullif(e->>'transactionId', '') AS client_transaction_id,
+               (e->>'traceId')::uuid AS trace_id,
+               e->>'producerSub' AS producer_sub,
+               coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
+        FROM jsonb_array_elements(p_items) e
+    ), resolved AS (
+        SELECT i.*, p.id AS partition_id,
+               coalesce(i.client_transaction_id, gen_random_uuid()::text) AS transaction_id,
+               queen.uuid_v7(v_now) AS new_id
+        FROM input i
+        JOIN queen.queues q ON q.name = i.queue_name
+        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = i.partition_name
+    ), ranked AS (
+        SELECT r.*,
+               row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
+               first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
+               m.id AS existing_id
+        FROM resolved r
+        LEFT JOIN queen.messages m ON m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id
+    ), fresh AS (
+        SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx) AS n,
+               count(*) OVER (PARTITION BY k.partition_id) AS total
+        FROM ranked k
+        WHERE k.occurrence = 1 AND k.existing_id IS NULL
+    ), advanced AS (
+        UPDATE queen.partitions p
+        SET last_seq = p.last_seq + f.total,
+            last_message_id = f.new_id,
+            last_message_at = v_now,
+            last_activity = v_now
+        FROM fresh f
+        WHERE p.id = f.partition_id AND f.n = f.total
+        RETURNING p.id, p.last_seq - f.total AS base_seq
+    ), inserted AS (
+        INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
+                                    is_encrypted, producer_sub)
+        SELECT f.new_id, f.transaction_id, f.trace_id, f.partition_id, a.base_seq + f.n, f.payload, v_now,
+               f.is_encrypted, f.producer_sub
+        FROM fresh f JOIN advanced a ON a.id = f.partition_id
+        ORDER BY f.partition_id, f.n
+        RETURNING id
+    )
+    SELECT jsonb_agg(
+               CASE WHEN k.occurrence = 1 AND k.existing_id IS NULL THEN
+                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'queued',
+                                      'message_id', k.new_id, 'partition_id', k.partition_id,
+                                      'trace_id', k.trace_id, 'queueName', k.queue_name)
+               ELSE
+                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'duplicate',
+                                      'message_id', coalesce(k.existing_id, k.first_id),
+                                      'partition_id', k.partition_id, 'trace_id', k.trace_id,
+                                      'queueName', k.queue_name)
+               END ORDER BY k.idx),
+           min(k.transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
+    INTO v_result, v_duplicate
+    FROM ranked k;
+
+    IF p_strict AND v_duplicate IS NOT NULL THEN
+        RAISE EXCEPTION 'duplicate transactionId % in push', v_duplicate USING ERRCODE = 'QN409';
+    END IF;
+
+    -- 4. wake long-polling consumers in every broker process (delivered at COMMIT, deduplicated by PostgreSQL)
+    PERFORM pg_notify('queen_message_available', q.name || '/' || p.name)
+    FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
+          FROM jsonb_array_elements(p_items) e) t
+    JOIN queen.queues q ON q.name = t.queue_name
+    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = t.partition_name;
+
+    RETURN coalesce(v_result, '[]'::jsonb);
+END;
+$$;
+
+-- SQL API (DESIGN.md section 10, API.md sharp edge 25): push from SQL, e.g. inside an application's own
+-- transaction (transactional outbox). Same item shape and per-item result as POST /api/v1/push; items
+-- without `index` are numbered in array order.
+CREATE OR REPLACE FUNCTION queen.push_messages_v3(p_items jsonb)
+RETURNS jsonb
+LANGUAGE sql AS $$
+    SELECT queen.push_items_v1(
+        (SELECT coalesce(jsonb_agg(CASE WHEN e ? 'index' THEN e ELSE e || jsonb_build_object('index', o - 1) END
+                                   ORDER BY o), '[]'::jsonb)
+         FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o)),
+        false)
+$$;
+
+CREATE OR REPLACE FUNCTION queen.push_messages_v2(p_items jsonb)
+RETURNS jsonb
+LANGUAGE sql AS $$ SELECT queen.push_messages_v3(p_items) $$;

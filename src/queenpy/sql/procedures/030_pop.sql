@@ -1,0 +1,317 @@
+-- Pop: leases on (partition, consumer group), cursors by offset, subscription modes (API.md sections 5 and 8.2).
+--
+-- queen.pop_v1(requests jsonb) -> jsonb: one result per request, in request order. A request is
+--   {"index", "queue", "partition": str|null (null = wildcard), "consumerGroup", "batch", "autoAck",
+--    "partitions" (max partitions claimed by a wildcard pop), "subscriptionMode", "subscriptionFrom"}
+-- Each request runs in its own subtransaction, so one failing request never fails the others of the batch.
+
+-- Position a group's cursor the first time it meets a partition (never for queue mode). Returns the offset.
+CREATE OR REPLACE FUNCTION queen.seed_cursor_v1(
+    p_queue queen.queues, p_partition_id uuid, p_partition_name text, p_group text,
+    p_mode text, p_from text, p_specific boolean)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_ts timestamptz;
+    v_meta record;
+    v_seq bigint := 0;
+    v_id uuid;
+    v_created timestamptz;
+BEGIN
+    SELECT * INTO v_meta FROM queen.consumer_groups_metadata md
+    WHERE md.consumer_group = p_group AND md.queue_name = p_queue.name
+      AND md.partition_name IN (p_partition_name, '') AND md.namespace = '' AND md.task = ''
+    ORDER BY (md.partition_name = p_partition_name) DESC
+    LIMIT 1;
+
+    IF FOUND THEN                                   -- first join wins forever
+        IF v_meta.subscription_timestamp IS NULL THEN
+            RETURN 0;
+        END IF;
+        v_ts := v_meta.subscription_timestamp;
+    ELSIF p_from <> '' AND p_from <> 'now' THEN
+        BEGIN
+            v_ts := p_from::timestamptz;
+        EXCEPTION WHEN others THEN
+            RETURN 0;                               -- unparseable: from the beginning (as the original)
+        END;
+        INSERT INTO queen.consumer_groups_metadata
+            (consumer_group, queue_name, partition_name, subscription_mode, subscription_timestamp)
+        VALUES (p_group, p_queue.name, CASE WHEN p_specific THEN p_partition_name ELSE '' END, 'timestamp', v_ts)
+        ON CONFLICT DO NOTHING;
+    ELSIF p_from = 'now' OR p_mode IN ('new', 'new-only') THEN
+        v_ts := now();
+        INSERT INTO queen.consumer_groups_metadata
+            (consumer_group, queue_name, partition_name, subscription_mode, subscription_timestamp)
+        VALUES (p_group, p_queue.name, CASE WHEN p_specific THEN p_partition_name ELSE '' END, 'new', v_ts)
+        ON CONFLICT DO NOTHING;
+        IF NOT p_specific THEN
+            -- every other partition starts at its head too, so the wildcard scan skips them at once
+            INSERT INTO queen.partition_consumers
+                (partition_id, consumer_group, last_consumed_seq, last_consumed_id, last_consumed_created_at)
+            SELECT p.id, p_group, p.last_seq, p.last_message_id, p.last_message_at
+            FROM queen.partitions p
+            WHERE p.queue_id = p_queue.id AND p.last_seq > 0 AND p.id <> p_partition_id
+            ON CONFLICT DO NOTHING;
+        END IF;
+        SELECT p.last_seq, p.last_message_id, p.last_message_at INTO v_seq, v_id, v_created
+        FROM queen.partitions p WHERE p.id = p_partition_id;
+        v_ts := NULL;
+    ELSE
+        RETURN 0;
+    END IF;
+
+    IF v_ts IS NOT NULL THEN
+        SELECT m.seq, m.id, m.created_at INTO v_seq, v_id, v_created
+        FROM queen.messages m
+        WHERE m.partition_id = p_partition_id AND m.created_at < v_ts
+        ORDER BY m.seq DESC
+        LIMIT 1;
+        v_seq := coalesce(v_seq, 0);
+    END IF;
+
+    IF v_seq > 0 THEN
+        UPDATE queen.partition_consumers
+        SET last_consumed_seq = v_seq, last_consumed_id = v_id, last_consumed_created_at = v_created
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
+    END IF;
+    RETURN v_seq;
+END;
+$$;
+
+-- Try to lease one partition for a group and read up to p_limit messages after its cursor.
+-- Returns {"status": "claimed"|"empty"|"lease_held"|"busy", "count": n, "messages": [...]}.
+CREATE OR REPLACE FUNCTION queen.claim_partition_v1(
+    p_queue queen.queues, p_partition_id uuid, p_partition_name text, p_group text, p_limit integer,
+    p_auto_ack boolean, p_lease_id text, p_mode text, p_from text, p_specific boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_pc queen.partition_consumers%ROWTYPE;
+    v_cursor bigint;
+    v_messages jsonb;
+    v_count integer;
+    v_last_seq bigint;
+    v_last queen.messages%ROWTYPE;
+BEGIN
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    VALUES (p_partition_id, p_group)
+    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+
+    IF p_specific THEN
+        SELECT * INTO v_pc FROM queen.partition_consumers
+        WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
+    ELSE
+        SELECT * INTO v_pc FROM queen.partition_consumers
+        WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE SKIP LOCKED;
+        IF NOT FOUND THEN
+            RETURN jsonb_build_object('status', 'busy', 'count', 0);
+        END IF;
+    END IF;
+
+    IF v_pc.lease_expires_at IS NOT NULL AND v_pc.lease_expires_at > now() THEN
+        RETURN jsonb_build_object('status', 'lease_held', 'count', 0);
+    END IF;
+    IF v_pc.retry_available_at IS NOT NULL AND v_pc.retry_available_at > now() THEN
+        RETURN jsonb_build_object('status', 'empty', 'count', 0, 'messages', '[]'::jsonb);
+    END IF;
+
+    v_cursor := v_pc.last_consumed_seq;
+    IF p_group <> '__QUEUE_MODE__' AND v_pc.last_consumed_created_at IS NULL AND v_pc.last_consumed_seq = 0
+       AND v_pc.total_messages_consumed = 0 THEN
+        v_cursor := queen.seed_cursor_v1(p_queue, p_partition_id, p_partition_name, p_group, p_mode, p_from,
+                                         p_specific);
+    END IF;
+
+    SELECT coalesce(jsonb_agg(queen.message_json(m, p_partition_name, p_lease_id, p_group) ORDER BY m.seq),
+                    '[]'::jsonb),
+           count(*), max(m.seq)
+    INTO v_messages, v_count, v_last_seq
+    FROM queen.partition_messages_v1(p_partition_id, v_cursor, p_limit) m
+    WHERE p_queue.delayed_processing = 0
+       OR m.created_at <= now() - make_interval(secs => p_queue.delayed_processing);
+
+    IF v_count = 0 THEN
+        RETURN jsonb_build_object('status', 'empty', 'count', 0, 'messages', '[]'::jsonb);
+    END IF;
+
+    IF p_auto_ack THEN
+        SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = v_last_seq;
+        UPDATE queen.partition_consumers
+        SET last_consumed_seq = v_last_seq, last_consumed_id = v_last.id,
+            last_consumed_created_at = v_last.created_at, last_consumed_at = now(),
+            total_messages_consumed = total_messages_consumed + v_count,
+            total_batches_consumed = total_batches_consumed + 1,
+            worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
+            batch_size = 0, acked_count = 0
+        WHERE id = v_pc.id;
+    ELSE
+        UPDATE queen.partition_consumers
+        SET worker_id = p_lease_id, lease_acquired_at = now(),
+            lease_expires_at = now() + make_interval(secs => CASE WHEN p_queue.lease_time <= 0 THEN 60
+                                                                  ELSE p_queue.lease_time END),
+            batch_size = v_count, acked_count = 0, retry_available_at = NULL
+        WHERE id = v_pc.id;
+    END IF;
+    RETURN jsonb_build_object('status', 'claimed', 'count', v_count, 'messages', v_messages);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.pop_one_v1(r jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_index integer := (r->>'index')::integer;
+    v_partition text := r->>'partition';
+    v_group text := coalesce(r->>'consumerGroup', '__QUEUE_MODE__');
+    v_batch integer := greatest(coalesce((r->>'batch')::integer, 1), 1);
+    v_auto boolean := coalesce((r->>'autoAck')::boolean, false);
+    v_max_partitions integer := greatest(coalesce((r->>'partitions')::integer, 1), 1);
+    v_mode text := coalesce(r->>'subscriptionMode', '');
+    v_from text := coalesce(r->>'subscriptionFrom', '');
+    v_lease_id text;
+    v_queue queen.queues%ROWTYPE;
+    v_part queen.partitions%ROWTYPE;
+    v_claim jsonb;
+    v_floor timestamptz;
+    v_new_floor timestamptz;
+    v_remaining integer;
+    v_claimed integer := 0;
+    v_seen integer := 0;
+    v_messages jsonb := '[]'::jsonb;
+    v_first_name text;
+    v_first_id uuid;
+    c record;
+    v_name text;
+    v_result jsonb;
+BEGIN
+    IF r->>'queue' IS NULL THEN
+        -- namespace/task pop: any queue whose namespace and task match, highest priority first
+        FOR v_name IN
+            SELECT q.name FROM queen.queues q
+            WHERE (coalesce(r->>'namespace', '') = '' OR q.namespace = r->>'namespace')
+              AND (coalesce(r->>'task', '') = '' OR q.task = r->>'task')
+            ORDER BY q.priority DESC, q.name
+        LOOP
+            v_result := queen.pop_one_v1((r - 'partition') || jsonb_build_object('queue', v_name));
+            IF jsonb_array_length(coalesce(v_result->'messages', '[]'::jsonb)) > 0 THEN
+                RETURN v_result;
+            END IF;
+        END LOOP;
+        RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'no_available_partition',
+                                  'messages', '[]'::jsonb);
+    END IF;
+
+    SELECT * INTO v_queue FROM queen.queues WHERE name = r->>'queue';
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('index', v_index, 'success', false, 'messages', '[]'::jsonb,
+            'error', CASE WHEN v_partition IS NULL THEN 'no_available_partition' ELSE 'partition_not_found' END);
+    END IF;
+    v_lease_id := CASE WHEN v_auto THEN '' ELSE queen.uuid_v7()::text END;
+
+    IF v_partition IS NOT NULL THEN
+        SELECT * INTO v_part FROM queen.partitions WHERE queue_id = v_queue.id AND name = v_partition;
+        IF NOT FOUND THEN
+            RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'partition_not_found',
+                                      'messages', '[]'::jsonb);
+        END IF;
+        IF v_queue.window_buffer > 0
+           AND v_part.last_message_at > now() - make_interval(secs => v_queue.window_buffer) THEN
+            RETURN jsonb_build_object('index', v_index, 'success', true, 'queue', v_queue.name,
+                'partition', v_part.name, 'partitionId', v_part.id, 'leaseId', '', 'consumerGroup', v_group,
+                'messages', '[]'::jsonb, 'windowBufferActive', true);
+        END IF;
+        v_claim := queen.claim_partition_v1(v_queue, v_part.id, v_part.name, v_group, v_batch, v_auto,
+                                            v_lease_id, v_mode, v_from, true);
+        IF v_claim->>'status' = 'lease_held' THEN
+            RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'lease_held',
+                                      'messages', '[]'::jsonb);
+        END IF;
+        RETURN jsonb_build_object('index', v_index, 'success', true, 'queue', v_queue.name,
+            'partition', v_part.name, 'partitionId', v_part.id,
+            'leaseId', CASE WHEN (v_claim->>'count')::int > 0 THEN v_lease_id ELSE '' END,
+            'consumerGroup', v_group, 'partitionsClaimed', CASE WHEN (v_claim->>'count')::int > 0 THEN 1 ELSE 0 END,
+            'messages', v_claim->'messages');
+    END IF;
+
+    -- wildcard: scan candidates above the group's scan floor
+    SELECT last_empty_scan_at INTO v_floor FROM queen.consumer_watermarks
+    WHERE queue_name = v_queue.name AND consumer_group = v_group;
+    v_floor := coalesce(v_floor, '-infinity'::timestamptz);
+    v_remaining := v_batch;
+
+    FOR c IN SELECT * FROM queen.pop_candidates_v1(v_queue.id, v_group, v_floor, v_max_partitions * 4 + 8) LOOP
+        v_seen := v_seen + 1;
+        EXIT WHEN v_claimed >= v_max_partitions OR v_remaining <= 0;
+        IF v_queue.window_buffer > 0 AND EXISTS (
+            SELECT 1 FROM queen.partitions p WHERE p.id = c.partition_id
+              AND p.last_message_at > now() - make_interval(secs => v_queue.window_buffer)) THEN
+            CONTINUE;
+        END IF;
+        v_claim := queen.claim_partition_v1(v_queue, c.partition_id, c.partition_name, v_group, v_remaining,
+                                            v_auto, v_lease_id, v_mode, v_from, false);
+        IF (v_claim->>'count')::int > 0 THEN
+            v_claimed := v_claimed + 1;
+            v_remaining := v_remaining - (v_claim->>'count')::int;
+            v_messages := v_messages || (v_claim->'messages');
+            IF v_first_id IS NULL THEN
+                v_first_id := c.partition_id;
+                v_first_name := c.partition_name;
+            END IF;
+        END IF;
+    END LOOP;
+
+    IF v_claimed = 0 THEN
+        -- Raise the scan floor when nothing was found and the floor is stale: the new floor is the oldest
+        -- newest-message time among partitions the group has not fully consumed (leased ones included),
+        -- minus a 2-minute margin for push transactions still in flight.
+        IF v_seen = 0 AND v_floor < now() - interval '130 seconds' THEN
+            SELECT min(p.last_message_at) INTO v_new_floor
+            FROM queen.partitions p
+            LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = v_group
+            WHERE p.queue_id = v_queue.id AND p.last_message_at >= v_floor
+              AND p.last_seq > coalesce(pc.last_consumed_seq, 0);
+            v_new_floor := least(coalesce(v_new_floor, 'infinity'::timestamptz), now()) - interval '2 minutes';
+            IF v_new_floor > v_floor THEN
+                INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at)
+                VALUES (v_queue.name, v_group, v_new_floor)
+                ON CONFLICT (queue_name, consumer_group)
+                DO UPDATE SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = now();
+            END IF;
+        END IF;
+        RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'no_available_partition',
+                                  'messages', '[]'::jsonb);
+    END IF;
+
+    RETURN jsonb_build_object('index', v_index, 'success', true, 'queue', v_queue.name,
+        'partition', v_first_name, 'partitionId', v_first_id, 'leaseId', v_lease_id,
+        'consumerGroup', v_group, 'partitionsClaimed', v_claimed, 'messages', v_messages);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.pop_v1(p_requests jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    r jsonb;
+    v_results jsonb := '[]'::jsonb;
+BEGIN
+    FOR r IN SELECT e FROM jsonb_array_elements(p_requests) e LOOP
+        BEGIN
+            v_results := v_results || jsonb_build_array(queen.pop_one_v1(r));
+        EXCEPTION WHEN others THEN
+            v_results := v_results || jsonb_build_array(jsonb_build_object(
+                'index', (r->>'index')::integer, 'success', false, 'error', SQLERRM));
+        END;
+    END LOOP;
+    RETURN v_results;
+END;
+$$;
+
+-- Drop a group's scan floor: call whenever a cursor moves backwards (seek, replay, re-ack of an old message).
+CREATE OR REPLACE FUNCTION queen.reset_scan_floor_v1(p_queue_name text, p_group text)
+RETURNS void
+LANGUAGE sql AS $$
+    DELETE FROM queen.consumer_watermarks
+    WHERE queue_name = p_queue_name AND (p_group IS NULL OR consumer_group = p_group)
+$$;

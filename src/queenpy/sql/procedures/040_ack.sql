@@ -1,0 +1,216 @@
+-- Ack, lease renewal and transactions (API.md sections 6, 7 and 9).
+
+-- Apply one acknowledgment. p_mode 'ack' follows API.md 6.3 (failed acks retry up to retryLimit);
+-- p_mode 'transaction' follows API.md 9 (failed goes straight to the DLQ, unknown status is an error).
+-- Item: {"index", "transactionId", "partitionId", "status", "error", "leaseId", "consumerGroup"}.
+-- Returns {"index", "transactionId", "success", "error", "queueName", "partitionName", "leaseReleased", "dlq"}.
+CREATE OR REPLACE FUNCTION queen.ack_one_v1(a jsonb, p_mode text DEFAULT 'ack')
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_index integer := (a->>'index')::integer;
+    v_txid text := a->>'transactionId';
+    v_partition_id uuid := (a->>'partitionId')::uuid;
+    v_status text := coalesce(nullif(a->>'status', ''), 'completed');
+    v_group text := coalesce(a->>'consumerGroup', '__QUEUE_MODE__');
+    v_lease text := coalesce(a->>'leaseId', '');
+    v_error text := a->>'error';
+    v_msg queen.messages%ROWTYPE;
+    v_queue queen.queues%ROWTYPE;
+    v_partition_name text;
+    v_pc queen.partition_consumers%ROWTYPE;
+    v_released boolean;
+    v_result jsonb;
+BEGIN
+    SELECT * INTO v_msg FROM queen.messages WHERE partition_id = v_partition_id AND transaction_id = v_txid;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('index', v_index, 'transactionId', v_txid, 'success', false,
+                                  'error', 'Message not found');
+    END IF;
+    SELECT p.name INTO v_partition_name FROM queen.partitions p WHERE p.id = v_partition_id;
+    SELECT q.* INTO v_queue FROM queen.queues q
+    WHERE q.id = (SELECT p.queue_id FROM queen.partitions p WHERE p.id = v_partition_id);
+    v_result := jsonb_build_object('index', v_index, 'transactionId', v_txid, 'queueName', v_queue.name,
+                                   'partitionName', v_partition_name);
+
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    VALUES (v_partition_id, v_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    SELECT * INTO v_pc FROM queen.partition_consumers
+    WHERE partition_id = v_partition_id AND consumer_group = v_group FOR UPDATE;
+
+    IF v_lease <> '' AND NOT (v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now()) THEN
+        RETURN v_result || jsonb_build_object('success', false, 'error', 'Invalid or expired lease');
+    END IF;
+
+    IF v_status IN ('failed') AND p_mode = 'ack' AND v_pc.batch_retry_count < v_queue.retry_limit THEN
+        -- retry: release the lease, keep the cursor; the whole batch comes back after retryDelay
+        IF v_pc.worker_id IS NOT NULL THEN
+            UPDATE queen.partition_consumers
+            SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0,
+                acked_count = 0, batch_retry_count = batch_retry_count + 1,
+                retry_available_at = CASE WHEN v_queue.retry_delay > 0
+                                          THEN now() + make_interval(secs => v_queue.retry_delay / 1000.0) END
+            WHERE id = v_pc.id;
+        END IF;
+        RETURN v_result || jsonb_build_object('success', true, 'error', NULL, 'leaseReleased', true, 'dlq', false);
+    END IF;
+
+    IF v_status = 'retry' AND p_mode = 'ack' THEN
+        UPDATE queen.partition_consumers
+        SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0, acked_count = 0
+        WHERE id = v_pc.id;
+        RETURN v_result || jsonb_build_object('success', true, 'error', NULL, 'leaseReleased', true, 'dlq', false);
+    END IF;
+
+    IF v_status NOT IN ('completed', 'success', 'failed', 'dlq') THEN
+        RETURN v_result || jsonb_build_object('success', false, 'error', NULL);
+    END IF;
+
+    IF v_status IN ('failed', 'dlq') THEN
+        INSERT INTO queen.dead_letter_queue (message_id, partition_id, consumer_group, error_message, retry_count,
+                                             original_created_at)
+        VALUES (v_msg.id, v_partition_id, v_group,
+                CASE WHEN p_mode = 'transaction' THEN coalesce(v_error, 'Unknown error')
+                     ELSE coalesce(v_error, 'Retries exhausted') END,
+                CASE WHEN p_mode = 'transaction' THEN 0 ELSE v_pc.batch_retry_count END,
+                v_msg.created_at);
+    END IF;
+
+    IF v_msg.seq < v_pc.last_consumed_seq THEN
+        PERFORM queen.reset_scan_floor_v1(v_queue.name, v_group);   -- the cursor moves backwards
+    END IF;
+
+    -- the cursor moves to this message; the lease ends when the whole leased batch is acknowledged
+    -- (in a transaction, or after a DLQ, at once)
+    v_released := v_pc.worker_id IS NULL
+                  OR v_pc.acked_count + 1 >= v_pc.batch_size
+                  OR (p_mode = 'transaction' AND v_status IN ('failed', 'dlq'));
+    UPDATE queen.partition_consumers
+    SET last_consumed_seq = v_msg.seq, last_consumed_id = v_msg.id, last_consumed_created_at = v_msg.created_at,
+        last_consumed_at = now(), total_messages_consumed = total_messages_consumed + 1,
+        total_batches_consumed = total_batches_consumed + CASE WHEN v_released THEN 1 ELSE 0 END,
+        worker_id = CASE WHEN v_released THEN NULL ELSE worker_id END,
+        lease_expires_at = CASE WHEN v_released THEN NULL ELSE lease_expires_at END,
+        lease_acquired_at = CASE WHEN v_released THEN NULL ELSE lease_acquired_at END,
+        batch_size = CASE WHEN v_released THEN 0 ELSE batch_size END,
+        acked_count = CASE WHEN v_released THEN 0 ELSE acked_count + 1 END,
+        -- a finished batch, or a message moved to the DLQ, starts the next delivery with a fresh retry budget
+        batch_retry_count = CASE WHEN v_released OR v_status IN ('failed', 'dlq') THEN 0
+                                 ELSE batch_retry_count END,
+        retry_available_at = NULL
+    WHERE id = v_pc.id;
+
+    RETURN v_result || jsonb_build_object('success', true, 'error', NULL, 'leaseReleased', v_released,
+                                          'dlq', v_status IN ('failed', 'dlq'));
+END;
+$$;
+
+-- Fused acknowledgments: items processed in (partition, group, offset) order, each in its own subtransaction.
+-- Output: one result per item, ordered by index.
+CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    a jsonb;
+    v_results jsonb := '[]'::jsonb;
+BEGIN
+    FOR a IN
+        SELECT e FROM jsonb_array_elements(p_items) e
+        LEFT JOIN queen.messages m
+               ON m.partition_id = (e->>'partitionId')::uuid AND m.transaction_id = e->>'transactionId'
+        ORDER BY e->>'partitionId', coalesce(e->>'consumerGroup', '__QUEUE_MODE__'), m.seq, (e->>'index')::int
+    LOOP
+        BEGIN
+            v_results := v_results || jsonb_build_array(queen.ack_one_v1(a, 'ack'));
+        EXCEPTION WHEN others THEN
+            v_results := v_results || jsonb_build_array(jsonb_build_object(
+                'index', (a->>'index')::integer, 'transactionId', a->>'transactionId',
+                'success', false, 'error', SQLERRM));
+        END;
+    END LOOP;
+    RETURN (SELECT coalesce(jsonb_agg(x ORDER BY (x->>'index')::int), '[]'::jsonb)
+            FROM jsonb_array_elements(v_results) x);
+END;
+$$;
+
+-- Lease renewal: items {"index", "leaseId", "seconds"}. Extends every live lease row with that id to
+-- max(current expiry, now + seconds); never shortens, never revives an expired lease.
+CREATE OR REPLACE FUNCTION queen.renew_lease_v1(p_items jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    e jsonb;
+    v_expires timestamptz;
+    v_results jsonb := '[]'::jsonb;
+    v_exists boolean;
+BEGIN
+    FOR e IN SELECT x FROM jsonb_array_elements(p_items) x LOOP
+        UPDATE queen.partition_consumers
+        SET lease_expires_at = greatest(lease_expires_at,
+                                        now() + make_interval(secs => coalesce((e->>'seconds')::numeric, 60)))
+        WHERE worker_id = e->>'leaseId' AND lease_expires_at > now();
+        SELECT min(lease_expires_at) INTO v_expires FROM queen.partition_consumers
+        WHERE worker_id = e->>'leaseId' AND lease_expires_at > now();
+        IF v_expires IS NOT NULL THEN
+            v_results := v_results || jsonb_build_array(jsonb_build_object('index', (e->>'index')::int,
+                'leaseId', e->>'leaseId', 'success', true, 'error', NULL, 'expiresAt', queen.iso_ms(v_expires)));
+        ELSE
+            SELECT EXISTS (SELECT 1 FROM queen.partition_consumers WHERE worker_id = e->>'leaseId') INTO v_exists;
+            v_results := v_results || jsonb_build_array(jsonb_build_object('index', (e->>'index')::int,
+                'leaseId', e->>'leaseId', 'success', false, 'expiresAt', NULL,
+                'error', CASE WHEN v_exists THEN 'Lease already expired' ELSE 'Lease not found' END));
+        END IF;
+    END LOOP;
+    RETURN v_results;
+END;
+$$;
+
+-- A client transaction: ack and push operations, all in one PostgreSQL transaction (API.md section 9).
+-- Input: {"operations": [{"type": "ack", ...ack item...} | {"type": "push", "items": [push items]}]}
+-- Output: {"transactionId", "success", "results": [...], "error"?}. Any failure rolls back every operation.
+CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_txid uuid := gen_random_uuid();
+    v_results jsonb := '[]'::jsonb;
+    v_op jsonb;
+    v_index integer := 0;
+    v_item jsonb;
+    v_res jsonb;
+    v_error text;
+BEGIN
+    BEGIN
+        FOR v_op IN SELECT e FROM jsonb_array_elements(p_request->'operations') e LOOP
+            IF v_op->>'type' = 'ack' THEN
+                v_res := queen.ack_one_v1(v_op || jsonb_build_object('index', v_index), 'transaction');
+                IF NOT (v_res->>'success')::boolean THEN
+                    v_error := 'ACK operation failed: ' || coalesce(v_res->>'error', 'Unknown error');
+                    RAISE EXCEPTION USING ERRCODE = 'QN422', MESSAGE = v_error;
+                END IF;
+                v_results := v_results || jsonb_build_array(jsonb_build_object('index', v_index, 'type', 'ack',
+                    'success', true, 'transactionId', v_op->>'transactionId', 'error', NULL,
+                    'dlq', (v_res->>'dlq')::boolean));
+                v_index := v_index + 1;
+            ELSIF v_op->>'type' = 'push' THEN
+                FOR v_item IN SELECT x FROM jsonb_array_elements(v_op->'items') x LOOP
+                    v_res := queen.push_items_v1(jsonb_build_array(v_item || jsonb_build_object('index', v_index)),
+                                                 true) -> 0;
+                    v_results := v_results || jsonb_build_array(jsonb_build_object('index', v_index,
+                        'type', 'push', 'success', true, 'transactionId', v_res->>'transaction_id',
+                        'messageId', v_res->>'message_id', 'partitionId', v_res->>'partition_id',
+                        'queueName', v_res->>'queueName'));
+                    v_index := v_index + 1;
+                END LOOP;
+            ELSE
+                v_error := 'Unknown operation type: ' || coalesce(v_op->>'type', 'null');
+                RAISE EXCEPTION USING ERRCODE = 'QN400', MESSAGE = v_error;
+            END IF;
+        END LOOP;
+    EXCEPTION WHEN others THEN
+        RETURN jsonb_build_object('transactionId', v_txid, 'success', false, 'error', SQLERRM,
+                                  'results', v_results);
+    END;
+    RETURN jsonb_build_object('transactionId', v_txid, 'success', true, 'results', v_results);
+END;
+$$;

@@ -1,0 +1,379 @@
+-- Queue configuration and deletion, DLQ listing, consumer groups, traces (API.md sections 3, 8, 10).
+
+CREATE OR REPLACE FUNCTION queen.queue_options_json(q queen.queues)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT jsonb_build_object(
+        'priority', q.priority, 'leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
+        'retryDelay', q.retry_delay, 'maxSize', q.max_queue_size, 'ttl', q.ttl,
+        'deadLetterQueue', q.dead_letter_queue, 'dlqAfterMaxRetries', q.dlq_after_max_retries,
+        'delayedProcessing', q.delayed_processing, 'windowBuffer', q.window_buffer,
+        'retentionSeconds', q.retention_seconds, 'completedRetentionSeconds', q.completed_retention_seconds,
+        'retentionEnabled', q.retention_enabled, 'encryptionEnabled', q.encryption_enabled,
+        'maxWaitTimeSeconds', q.max_wait_time_seconds)
+$$;
+
+-- Full upsert of a queue's options: omitted options are reset to their defaults (API.md 3.1).
+-- Input {"queue", "namespace", "task", "options": {camelCase options, already type-checked}}.
+CREATE OR REPLACE FUNCTION queen.configure_queue_v1(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    o jsonb := coalesce(p->'options', '{}'::jsonb);
+    q queen.queues%ROWTYPE;
+    v_partition_id uuid;
+BEGIN
+    INSERT INTO queen.queues AS t (name, namespace, task, priority, lease_time, retry_limit, retry_delay,
+        max_queue_size, ttl, dead_letter_queue, dlq_after_max_retries, delayed_processing, window_buffer,
+        retention_seconds, completed_retention_seconds, retention_enabled, encryption_enabled,
+        max_wait_time_seconds)
+    VALUES (p->>'queue', coalesce(p->>'namespace', ''), coalesce(p->>'task', ''),
+        coalesce((o->>'priority')::int, 0), coalesce((o->>'leaseTime')::int, 300),
+        coalesce((o->>'retryLimit')::int, 3), coalesce((o->>'retryDelay')::int, 1000),
+        coalesce((o->>'maxSize')::int, 0), coalesce((o->>'ttl')::int, 3600),
+        coalesce((o->>'deadLetterQueue')::boolean, false), coalesce((o->>'dlqAfterMaxRetries')::boolean, false),
+        coalesce((o->>'delayedProcessing')::int, 0), coalesce((o->>'windowBuffer')::int, 0),
+        coalesce((o->>'retentionSeconds')::int, 0), coalesce((o->>'completedRetentionSeconds')::int, 0),
+        coalesce((o->>'retentionEnabled')::boolean, false), coalesce((o->>'encryptionEnabled')::boolean, false),
+        coalesce((o->>'maxWaitTimeSeconds')::int, 0))
+    ON CONFLICT (name) DO UPDATE SET
+        namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,
+        lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit, retry_delay = EXCLUDED.retry_delay,
+        max_queue_size = EXCLUDED.max_queue_size, ttl = EXCLUDED.ttl,
+        dead_letter_queue = EXCLUDED.dead_letter_queue, dlq_after_max_retries = EXCLUDED.dlq_after_max_retries,
+        delayed_processing = EXCLUDED.delayed_processing, window_buffer = EXCLUDED.window_buffer,
+        retention_seconds = EXCLUDED.retention_seconds,
+        completed_retention_seconds = EXCLUDED.completed_retention_seconds,
+        retention_enabled = EXCLUDED.retention_enabled, encryption_enabled = EXCLUDED.encryption_enabled,
+        max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
+    RETURNING * INTO q;
+
+    INSERT INTO queen.partitions (queue_id, name) VALUES (q.id, 'Default')
+    ON CONFLICT (queue_id, name) DO NOTHING;
+    SELECT id INTO v_partition_id FROM queen.partitions WHERE queue_id = q.id AND name = 'Default';
+
+    RETURN jsonb_build_object('configured', true, 'queueId', q.id, 'partitionId', v_partition_id,
+        'queue', q.name, 'namespace', q.namespace, 'task', q.task, 'options', queen.queue_options_json(q));
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.delete_queue_v1(p_queue text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_existed boolean;
+BEGIN
+    DELETE FROM queen.queues WHERE name = p_queue;
+    v_existed := FOUND;
+    DELETE FROM queen.consumer_watermarks WHERE queue_name = p_queue;
+    RETURN jsonb_build_object('deleted', true, 'queue', p_queue, 'existed', v_existed);
+END;
+$$;
+
+-- DLQ listing with working paging and filters (API.md 10.1 and "does better" 6).
+-- Input {"queue", "consumerGroup", "partition", "from", "to", "limit", "offset"} (all optional).
+-- Payloads are returned as stored; the server decrypts them.
+CREATE OR REPLACE FUNCTION queen.dlq_list_v1(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_limit integer := coalesce((p->>'limit')::int, 100);
+    v_offset integer := coalesce((p->>'offset')::int, 0);
+    v_total bigint;
+    v_messages jsonb;
+BEGIN
+    WITH rows AS (
+        SELECT d.*, m.transaction_id, m.payload, m.producer_sub, m.created_at AS message_created_at,
+               q.name AS queue_name, pt.name AS partition_name
+        FROM queen.dead_letter_queue d
+        JOIN queen.messages m ON m.id = d.message_id
+        JOIN queen.partitions pt ON pt.id = d.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE (p->>'queue' IS NULL OR q.name = p->>'queue')
+          AND (p->>'consumerGroup' IS NULL OR d.consumer_group = p->>'consumerGroup')
+          AND (p->>'partition' IS NULL OR pt.name = p->>'partition')
+          AND (p->>'from' IS NULL OR d.failed_at >= (p->>'from')::timestamptz)
+          AND (p->>'to' IS NULL OR d.failed_at <= (p->>'to')::timestamptz)
+    ), page AS (
+        SELECT * FROM rows ORDER BY failed_at DESC, id LIMIT v_limit OFFSET v_offset
+    )
+    SELECT (SELECT count(*) FROM rows),
+           coalesce((SELECT jsonb_agg(jsonb_build_object(
+               'id', message_id, 'transactionId', transaction_id, 'partitionId', partition_id,
+               'queue', queue_name, 'partition', partition_name, 'consumerGroup', consumer_group,
+               'errorMessage', error_message, 'retryCount', retry_count, 'data', payload,
+               'producerSub', producer_sub, 'createdAt', queen.iso_ms(message_created_at),
+               'failedAt', queen.iso_ms(failed_at)) ORDER BY failed_at DESC, id) FROM page), '[]'::jsonb)
+    INTO v_total, v_messages;
+    RETURN jsonb_build_object('messages', v_messages, 'total', v_total,
+                              'pagination', jsonb_build_object('limit', v_limit, 'offset', v_offset));
+END;
+$$;
+
+-- Consumer groups (API.md 8.1) ---------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION queen.consumer_groups_list_v1()
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH per_partition AS (
+        SELECT pc.consumer_group, q.name AS queue_name, pc.partition_id, pc.last_consumed_at,
+               pt.last_seq - pc.last_consumed_seq AS offset_lag,
+               (SELECT m.created_at FROM queen.messages m
+                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
+                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
+        FROM queen.partition_consumers pc
+        JOIN queen.partitions pt ON pt.id = pc.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+    ), per_group AS (
+        SELECT consumer_group, queue_name, count(*) AS members,
+               count(*) FILTER (WHERE offset_lag > 0) AS partitions_with_lag,
+               sum(greatest(offset_lag, 0)) AS total_lag,
+               coalesce(max(extract(epoch FROM now() - oldest_unconsumed_at)), 0)::bigint AS max_time_lag,
+               bool_or(last_consumed_at IS NOT NULL) AS consumed
+        FROM per_partition GROUP BY consumer_group, queue_name
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'name', g.consumer_group, 'topics', jsonb_build_array(g.queue_name), 'queueName', g.queue_name,
+        'members', g.members, 'partitionsWithLag', g.partitions_with_lag, 'totalLag', g.total_lag,
+        'maxTimeLag', g.max_time_lag,
+        'state', CASE WHEN g.max_time_lag > 300 THEN 'Lagging' WHEN g.consumed THEN 'Stable' ELSE 'Dead' END,
+        'subscriptionMode', md.subscription_mode,
+        'subscriptionTimestamp', queen.iso_ms(md.subscription_timestamp),
+        'subscriptionCreatedAt', queen.iso_ms(md.created_at))
+        ORDER BY g.consumer_group, g.queue_name), '[]'::jsonb)
+    FROM per_group g
+    LEFT JOIN LATERAL (SELECT * FROM queen.consumer_groups_metadata md
+                       WHERE md.consumer_group = g.consumer_group AND md.queue_name = g.queue_name
+                       ORDER BY md.partition_name LIMIT 1) md ON true
+$$;
+
+CREATE OR REPLACE FUNCTION queen.consumer_group_detail_v1(p_group text)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH rows AS (
+        SELECT q.name AS queue_name, pt.name AS partition_name, pc.*,
+               pt.last_seq - pc.last_consumed_seq AS offset_lag,
+               (SELECT m.created_at FROM queen.messages m
+                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
+                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
+        FROM queen.partition_consumers pc
+        JOIN queen.partitions pt ON pt.id = pc.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+        WHERE pc.consumer_group = p_group
+    )
+    SELECT coalesce(jsonb_object_agg(queue_name, jsonb_build_object('partitions', parts)), '{}'::jsonb)
+    FROM (SELECT queue_name, jsonb_agg(jsonb_build_object(
+              'partition', partition_name, 'partitionId', partition_id, 'workerId', worker_id,
+              'lastConsumedAt', queen.iso_ms(last_consumed_at), 'totalConsumed', total_messages_consumed,
+              'offset', last_consumed_seq, 'offsetLag', greatest(offset_lag, 0),
+              'timeLagSeconds', coalesce(extract(epoch FROM now() - oldest_unconsumed_at), 0)::bigint,
+              'leaseActive', lease_expires_at IS NOT NULL AND lease_expires_at > now())
+              ORDER BY partition_name) AS parts
+          FROM rows GROUP BY queue_name) t
+$$;
+
+CREATE OR REPLACE FUNCTION queen.consumer_groups_lagging_v1(p_min_lag_seconds integer)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH rows AS (
+        SELECT pc.consumer_group, q.name AS queue_name, pt.name AS partition_name, pc.partition_id,
+               pc.worker_id, pc.last_consumed_at, pt.last_seq - pc.last_consumed_seq AS offset_lag,
+               (SELECT m.created_at FROM queen.messages m
+                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
+                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
+        FROM queen.partition_consumers pc
+        JOIN queen.partitions pt ON pt.id = pc.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'consumer_group', consumer_group, 'queue_name', queue_name, 'partition_name', partition_name,
+        'partition_id', partition_id, 'worker_id', worker_id, 'offset_lag', offset_lag,
+        'time_lag_seconds', extract(epoch FROM now() - oldest_unconsumed_at)::bigint,
+        'lag_hours', round((extract(epoch FROM now() - oldest_unconsumed_at) / 3600.0)::numeric, 2),
+        'oldest_unconsumed_at', queen.iso_ms(oldest_unconsumed_at),
+        'last_consumed_at', queen.iso_ms(last_consumed_at))
+        ORDER BY now() - oldest_unconsumed_at DESC), '[]'::jsonb)
+    FROM rows
+    WHERE oldest_unconsumed_at IS NOT NULL
+      AND oldest_unconsumed_at <= now() - make_interval(secs => p_min_lag_seconds)
+$$;
+
+CREATE OR REPLACE FUNCTION queen.consumer_group_delete_v1(p_group text, p_queue text, p_delete_metadata boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_deleted integer;
+    v_meta boolean := false;
+BEGIN
+    DELETE FROM queen.partition_consumers pc
+    USING queen.partitions pt, queen.queues q
+    WHERE pc.partition_id = pt.id AND pt.queue_id = q.id AND pc.consumer_group = p_group
+      AND (p_queue IS NULL OR q.name = p_queue);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    DELETE FROM queen.consumer_watermarks WHERE consumer_group = p_group AND (p_queue IS NULL OR queue_name = p_queue);
+    IF p_delete_metadata THEN
+        DELETE FROM queen.consumer_groups_metadata
+        WHERE consumer_group = p_group AND (p_queue IS NULL OR queue_name = p_queue);
+        v_meta := FOUND;
+    END IF;
+    RETURN jsonb_build_object('success', true, 'consumerGroup', p_group, 'deletedPartitions', v_deleted,
+                              'metadataDeleted', v_meta)
+           || CASE WHEN p_queue IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('queueName', p_queue) END;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.consumer_group_subscription_v1(p_group text, p_timestamp timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows integer;
+BEGIN
+    UPDATE queen.consumer_groups_metadata SET subscription_timestamp = p_timestamp WHERE consumer_group = p_group;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    DELETE FROM queen.consumer_watermarks WHERE consumer_group = p_group;
+    RETURN jsonb_build_object('success', true, 'consumerGroup', p_group,
+                              'newTimestamp', queen.iso_ms(p_timestamp), 'rowsUpdated', v_rows);
+END;
+$$;
+
+-- Seek a group's cursors on one queue: to the end, or to just after the last message created at or before
+-- a timestamp (none: to the beginning). Only existing cursor rows move; leases are released.
+CREATE OR REPLACE FUNCTION queen.consumer_group_seek_v1(p_group text, p_queue text, p_to_end boolean,
+                                                         p_timestamp timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows integer;
+BEGIN
+    UPDATE queen.partition_consumers pc
+    SET last_consumed_seq = coalesce(t.seq, 0),
+        last_consumed_id = coalesce(t.id, '00000000-0000-0000-0000-000000000000'::uuid),
+        last_consumed_created_at = t.created_at,
+        worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0, acked_count = 0,
+        batch_retry_count = 0, retry_available_at = NULL
+    FROM queen.partitions pt
+    JOIN queen.queues q ON q.id = pt.queue_id
+    LEFT JOIN LATERAL (
+        SELECT m.seq, m.id, m.created_at FROM queen.messages m
+        WHERE m.partition_id = pt.id AND (p_to_end OR m.created_at <= p_timestamp)
+        ORDER BY m.seq DESC LIMIT 1) t ON true
+    WHERE pc.partition_id = pt.id AND q.name = p_queue AND pc.consumer_group = p_group;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    DELETE FROM queen.consumer_watermarks WHERE queue_name = p_queue AND consumer_group = p_group;
+    RETURN jsonb_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+        'seekToEnd', p_to_end, 'targetTimestamp', queen.iso_ms(p_timestamp), 'partitionsUpdated', v_rows);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.consumer_group_seek_partition_v1(p_group text, p_queue text, p_partition text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_part queen.partitions%ROWTYPE;
+    v_rows integer;
+BEGIN
+    SELECT pt.* INTO v_part FROM queen.partitions pt JOIN queen.queues q ON q.id = pt.queue_id
+    WHERE q.name = p_queue AND pt.name = p_partition;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Partition not found');
+    END IF;
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group) VALUES (v_part.id, p_group)
+    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    UPDATE queen.partition_consumers
+    SET last_consumed_seq = v_part.last_seq,
+        last_consumed_id = coalesce(v_part.last_message_id, '00000000-0000-0000-0000-000000000000'::uuid),
+        last_consumed_created_at = v_part.last_message_at,
+        worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0, acked_count = 0,
+        batch_retry_count = 0, retry_available_at = NULL
+    WHERE partition_id = v_part.id AND consumer_group = p_group;
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    RETURN jsonb_build_object('success', true, 'consumerGroup', p_group, 'queueName', p_queue,
+        'partitionName', p_partition, 'updated', v_rows > 0, 'cursorMovedTo', v_part.last_message_id);
+END;
+$$;
+
+-- Traces (API.md 10.3) -----------------------------------------------------------------------
+
+CREATE OR REPLACE FUNCTION queen.trace_record_v1(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_message_id uuid;
+    v_trace_id uuid;
+BEGIN
+    SELECT id INTO v_message_id FROM queen.messages
+    WHERE partition_id = (p->>'partitionId')::uuid AND transaction_id = p->>'transactionId';
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Message not found');
+    END IF;
+    INSERT INTO queen.message_traces (message_id, partition_id, transaction_id, consumer_group, event_type, data,
+                                      worker_id)
+    VALUES (v_message_id, (p->>'partitionId')::uuid, p->>'transactionId',
+            coalesce(p->>'consumerGroup', '__QUEUE_MODE__'), coalesce(p->>'eventType', 'info'), p->'data',
+            p->>'workerId')
+    RETURNING id INTO v_trace_id;
+    INSERT INTO queen.message_trace_names (trace_id, trace_name)
+    SELECT v_trace_id, n FROM jsonb_array_elements_text(coalesce(p->'traceNames', '[]'::jsonb)) n;
+    RETURN jsonb_build_object('success', true, 'traceId', v_trace_id);
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.trace_json(t queen.message_traces)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('id', t.id, 'event_type', t.event_type, 'data', t.data,
+        'consumer_group', t.consumer_group, 'worker_id', t.worker_id, 'created_at', queen.iso_ms(t.created_at),
+        'trace_names', coalesce((SELECT jsonb_agg(n.trace_name ORDER BY n.id) FROM queen.message_trace_names n
+                                  WHERE n.trace_id = t.id), '[]'::jsonb))
+$$;
+
+CREATE OR REPLACE FUNCTION queen.traces_for_message_v1(p_partition_id uuid, p_transaction_id text)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('traces', coalesce(jsonb_agg(queen.trace_json(t) ORDER BY t.created_at, t.id),
+                                                 '[]'::jsonb))
+    FROM queen.message_traces t
+    WHERE t.partition_id = p_partition_id AND t.transaction_id = p_transaction_id
+$$;
+
+CREATE OR REPLACE FUNCTION queen.traces_by_name_v1(p_name text, p_limit integer, p_offset integer)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH matching AS (
+        SELECT DISTINCT t.* FROM queen.message_traces t
+        JOIN queen.message_trace_names n ON n.trace_id = t.id WHERE n.trace_name = p_name
+    ), page AS (
+        SELECT * FROM matching ORDER BY created_at, id LIMIT p_limit OFFSET p_offset
+    )
+    SELECT jsonb_build_object(
+        'traces', coalesce((SELECT jsonb_agg(queen.trace_json(ROW(pg.id, pg.message_id, pg.partition_id,
+                    pg.transaction_id, pg.consumer_group, pg.event_type, pg.data, pg.worker_id,
+                    pg.created_at)::queen.message_traces)
+                  || jsonb_build_object('transaction_id', pg.transaction_id, 'partition_id', pg.partition_id,
+                       'queue_name', q.name, 'partition_name', pt.name, 'message_payload', m.payload)
+                  ORDER BY pg.created_at, pg.id)
+                FROM page pg
+                LEFT JOIN queen.messages m ON m.id = pg.message_id
+                LEFT JOIN queen.partitions pt ON pt.id = pg.partition_id
+                LEFT JOIN queen.queues q ON q.id = pt.queue_id), '[]'::jsonb),
+        'total', (SELECT count(*) FROM matching),
+        'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset))
+$$;
+
+CREATE OR REPLACE FUNCTION queen.trace_names_v1(p_limit integer, p_offset integer)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH names AS (
+        SELECT n.trace_name, count(*) AS trace_count, count(DISTINCT t.message_id) AS message_count,
+               max(n.created_at) AS last_seen
+        FROM queen.message_trace_names n JOIN queen.message_traces t ON t.id = n.trace_id
+        GROUP BY n.trace_name
+    )
+    SELECT jsonb_build_object(
+        'trace_names', coalesce((SELECT jsonb_agg(jsonb_build_object('trace_name', trace_name,
+            'trace_count', trace_count, 'message_count', message_count, 'last_seen', queen.iso_ms(last_seen))
+            ORDER BY last_seen DESC) FROM (SELECT * FROM names ORDER BY last_seen DESC
+                                          LIMIT p_limit OFFSET p_offset) x), '[]'::jsonb),
+        'total', (SELECT count(*) FROM names),
+        'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset))
+$$;

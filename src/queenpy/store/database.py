@@ -1,0 +1,128 @@
+"""PostgreSQL access of a broker process: one asyncpg pool, procedure calls over JSONB, LISTEN.
+
+JSONB goes in and out as text: a fused batch is serialised once (orjson) and passed as one ``$1::jsonb``
+parameter; the procedure's JSONB result comes back as one string. No per-message Python object is built
+by this layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Callable
+
+import asyncpg
+
+from queenpy.errors import DatabaseUnavailable
+
+__all__ = ["Database", "PROCEDURES"]
+
+log = logging.getLogger("queenpy.store")
+
+# The hot-path procedures the engine may call, each taking one JSONB argument and returning JSONB.
+PROCEDURES = frozenset(
+    {
+        "push_items_v1",
+        "pop_v1",
+        "ack_v1",
+        "renew_lease_v1",
+        "transaction_v1",
+        "configure_queue_v1",
+        "dlq_list_v1",
+        "trace_record_v1",
+    }
+)
+
+ConnectionErrors = (
+    OSError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.InterfaceError,
+    asyncio.TimeoutError,
+)
+
+
+class Database:
+    """An asyncpg pool plus a dedicated LISTEN connection.
+
+    Args:
+        url: a libpq URL (``postgresql://user:pw@host:port/db`` or ``...?host=/socket/dir``).
+        pool_size: most connections this process opens for requests.
+        statement_timeout_ms: server-side ``statement_timeout`` of every pooled connection.
+    """
+
+    def __init__(self, url: str, pool_size: int = 10, statement_timeout_ms: int = 30000) -> None:
+        self.url = url
+        self.pool_size = pool_size
+        self.statement_timeout_ms = statement_timeout_ms
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+
+    async def open(self) -> None:
+        """Open the pool. Raises :class:`DatabaseUnavailable` when PostgreSQL cannot be reached."""
+        try:
+            self._pool = await asyncpg.create_pool(
+                self.url,
+                min_size=1,
+                max_size=self.pool_size,
+                server_settings={
+                    "statement_timeout": str(self.statement_timeout_ms),
+                    "application_name": "queenpy",
+                    "jit": "off",
+                },
+            )
+        except ConnectionErrors as exc:
+            raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the LISTEN connection and the pool."""
+        if self._listener is not None:
+            await self._listener.close()
+            self._listener = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise DatabaseUnavailable("database pool is not open")
+        return self._pool
+
+    async def call(self, procedure: str, payload: str) -> str:
+        """``SELECT queen.<procedure>($1::jsonb)``: the JSONB result as text.
+
+        ``procedure`` must be one of :data:`PROCEDURES` (names are never taken from users).
+        """
+        if procedure not in PROCEDURES:
+            raise ValueError(f"unknown procedure {procedure}")
+        async with self.pool.acquire() as connection:
+            result: str = await connection.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text", payload)
+        return result
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        """One value of a fixed query (queries live in the procedures; ``query`` is a call of one)."""
+        async with self.pool.acquire() as connection:
+            return await connection.fetchval(query, *args)
+
+    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+        """Rows of a fixed query."""
+        async with self.pool.acquire() as connection:
+            return list(await connection.fetch(query, *args))
+
+    async def healthy(self) -> bool:
+        """``SELECT 1`` works within 2 s."""
+        try:
+            async with self.pool.acquire(timeout=2) as connection:
+                return bool(await connection.fetchval("SELECT 1", timeout=2) == 1)
+        except Exception:  # noqa: BLE001 - any failure means unhealthy
+            return False
+
+    async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
+        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification."""
+
+        def _on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+            callback(payload)
+
+        self._listener = await asyncpg.connect(self.url)
+        await self._listener.add_listener(channel, _on_notify)

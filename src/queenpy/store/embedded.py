@@ -1,0 +1,44 @@
+"""The embedded PostgreSQL default (DESIGN.md section 9), from the ``pgserver`` package.
+
+With no database configured, ``queenpy serve`` starts a private PostgreSQL (real binaries shipped in a
+wheel) with its data in the user data directory, listening on a Unix socket only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+__all__ = ["EmbeddedPostgres", "default_data_dir"]
+
+
+def default_data_dir() -> Path:
+    """``<user data dir>/queenpy/pgdata`` (for example ``~/.local/share/queenpy/pgdata``)."""
+    return Path(platformdirs.user_data_dir("queenpy")) / "pgdata"
+
+
+class EmbeddedPostgres:
+    """A PostgreSQL server owned by this process; :attr:`url` is its connection URL.
+
+    ``cleanup_mode``: ``"stop"`` stops the server when the owner exits (the default), ``"delete"`` also
+    removes the data directory, ``None`` leaves it running.
+    """
+
+    def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop") -> None:
+        self.data_dir = Path(data_dir) if data_dir else default_data_dir()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
+        import pgserver
+        self._server: Any = pgserver.get_server(self.data_dir, cleanup_mode=cleanup_mode)
+
+    @property
+    def url(self) -> str:
+        """``postgresql://postgres:@/postgres?host=<socket dir>``."""
+        return str(self._server.get_uri())
+
+    def stop(self) -> None:
+        """Stop the server (idempotent)."""
+        self._server.cleanup()
