@@ -467,18 +467,22 @@ class AsyncQueen:
             self._signal_guard = None
 
     async def _fetch_lease_time(self, queue: str) -> int | None:
-        """The queue's ``leaseTime`` from ``GET /api/v1/status/queues/<q>``, or None if unavailable."""
-        try:
-            result = await self._call("GET", f"/api/v1/status/queues/{_q(queue)}")
-        except QueenError:
-            return None
-        try:
-            lease_time = result["queue"]["config"]["leaseTime"]
-        except (KeyError, TypeError):
-            return None
-        if isinstance(lease_time, int):
-            self._lease_times[queue] = lease_time or 60
-            return lease_time or 60
+        """The queue's ``leaseTime`` in seconds as the broker reports it (``options.leaseTime`` of
+        ``GET /api/v1/resources/queues/<q>``, else ``queue.config.leaseTime`` of ``/api/v1/status/queues/<q>``),
+        or None if neither says."""
+        for path, keys in (
+            (f"/api/v1/resources/queues/{_q(queue)}", ("options", "leaseTime")),
+            (f"/api/v1/status/queues/{_q(queue)}", ("queue", "config", "leaseTime")),
+        ):
+            try:
+                value: Any = await self._call("GET", path)
+                for key in keys:
+                    value = value[key]
+            except (QueenError, KeyError, TypeError, IndexError):
+                continue
+            if isinstance(value, int) and not isinstance(value, bool):
+                self._lease_times[queue] = value or 60
+                return self._lease_times[queue]
         return None
 
 
