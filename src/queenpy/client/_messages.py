@@ -251,7 +251,7 @@ class DeadLetter:
         """The row as a camelCase JSON-able dict, as the broker sent it."""
 
         def iso(value: datetime | None) -> str | None:
-            return value.isoformat().replace("+00:00", "Z") if value else None
+            return value.isoformat(timespec="milliseconds").replace("+00:00", "Z") if value else None
 
         return {
             "id": self.id,

@@ -30,7 +30,10 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop") -> None:
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(self.data_dir.parent))
+        if not os.environ.get("XDG_RUNTIME_DIR"):
+            runtime = self.data_dir.parent / "runtime"
+            runtime.mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         import pgserver
         self._server: Any = pgserver.get_server(self.data_dir, cleanup_mode=cleanup_mode)
 

@@ -157,6 +157,34 @@ BEGIN
 END;
 $$;
 
+-- The wildcard scan floor of (queue, group): every partition whose newest message is older than the floor
+-- was fully consumed by the group when the floor was computed. It is the oldest newest-message time among
+-- partitions the group has not fully consumed (leased or retry-delayed ones included), minus a 2-minute
+-- margin for push transactions still in flight, and is recomputed when older than 130 s (one backend at a
+-- time). Anything that moves a cursor backwards drops it (queen.reset_scan_floor_v1).
+CREATE OR REPLACE FUNCTION queen.raise_scan_floor_v1(p_queue queen.queues, p_group text, p_floor timestamptz)
+RETURNS timestamptz
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_floor timestamptz;
+BEGIN
+    SELECT min(p.last_message_at) INTO v_floor
+    FROM queen.partitions p
+    LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
+    WHERE p.queue_id = p_queue.id AND p.last_message_at >= p_floor
+      AND p.last_seq > coalesce(pc.last_consumed_seq, 0);
+    v_floor := least(coalesce(v_floor, 'infinity'::timestamptz), now()) - interval '2 minutes';
+    IF v_floor <= p_floor THEN
+        RETURN p_floor;
+    END IF;
+    INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at)
+    VALUES (p_queue.name, p_group, v_floor)
+    ON CONFLICT (queue_name, consumer_group)
+    DO UPDATE SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = now();
+    RETURN v_floor;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION queen.pop_one_v1(r jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -174,10 +202,8 @@ DECLARE
     v_part queen.partitions%ROWTYPE;
     v_claim jsonb;
     v_floor timestamptz;
-    v_new_floor timestamptz;
     v_remaining integer;
     v_claimed integer := 0;
-    v_seen integer := 0;
     v_messages jsonb := '[]'::jsonb;
     v_first_name text;
     v_first_id uuid;
@@ -238,10 +264,13 @@ BEGIN
     SELECT last_empty_scan_at INTO v_floor FROM queen.consumer_watermarks
     WHERE queue_name = v_queue.name AND consumer_group = v_group;
     v_floor := coalesce(v_floor, '-infinity'::timestamptz);
+    IF v_floor < now() - interval '130 seconds'
+       AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
+        v_floor := queen.raise_scan_floor_v1(v_queue, v_group, v_floor);
+    END IF;
     v_remaining := v_batch;
 
     FOR c IN SELECT * FROM queen.pop_candidates_v1(v_queue.id, v_group, v_floor, v_max_partitions * 4 + 8) LOOP
-        v_seen := v_seen + 1;
         EXIT WHEN v_claimed >= v_max_partitions OR v_remaining <= 0;
         IF v_queue.window_buffer > 0 AND EXISTS (
             SELECT 1 FROM queen.partitions p WHERE p.id = c.partition_id
@@ -262,23 +291,6 @@ BEGIN
     END LOOP;
 
     IF v_claimed = 0 THEN
-        -- Raise the scan floor when nothing was found and the floor is stale: the new floor is the oldest
-        -- newest-message time among partitions the group has not fully consumed (leased ones included),
-        -- minus a 2-minute margin for push transactions still in flight.
-        IF v_seen = 0 AND v_floor < now() - interval '130 seconds' THEN
-            SELECT min(p.last_message_at) INTO v_new_floor
-            FROM queen.partitions p
-            LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = v_group
-            WHERE p.queue_id = v_queue.id AND p.last_message_at >= v_floor
-              AND p.last_seq > coalesce(pc.last_consumed_seq, 0);
-            v_new_floor := least(coalesce(v_new_floor, 'infinity'::timestamptz), now()) - interval '2 minutes';
-            IF v_new_floor > v_floor THEN
-                INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at)
-                VALUES (v_queue.name, v_group, v_new_floor)
-                ON CONFLICT (queue_name, consumer_group)
-                DO UPDATE SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = now();
-            END IF;
-        END IF;
         RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'no_available_partition',
                                   'messages', '[]'::jsonb);
     END IF;

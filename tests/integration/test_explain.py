@@ -1,0 +1,117 @@
+"""EXPLAIN guards (STYLE.md rule 4): every dequeue is an index lookup.
+
+- a pop from a partition 200,000 messages deep reads through the (partition_id, seq) index;
+- a wildcard pop on a queue with 100,000 idle, fully consumed partitions and one busy partition finds
+  the busy one through the (queue_id, last_message_at) index, not by scanning the idle ones.
+Both custom plans (literal arguments) and generic plans (what PL/pgSQL caches) are checked.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import call_procedure
+
+GROUP = "analytics"
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes.extend(plan_nodes(child))
+    return nodes
+
+
+def explain(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...], generic: bool) -> list[dict[str, Any]]:
+    conn.execute(f"SET plan_cache_mode = {'force_generic_plan' if generic else 'force_custom_plan'}")
+    conn.execute("DEALLOCATE ALL")
+    types = ", ".join(t for t, _ in params)
+    conn.execute(f"PREPARE guarded({types}) AS {sql}")
+    args = ", ".join("%s" for _ in params)
+    cursor = psycopg.ClientCursor(conn)  # client-side binding: EXECUTE takes literal arguments
+    row = cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE guarded({args})", tuple(v for _, v in params)).fetchone()
+    assert row is not None
+    document = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    return plan_nodes(document[0]["Plan"])
+
+
+def scans_of(nodes: list[dict[str, Any]], relation: str) -> list[str]:
+    return [n["Node Type"] + ":" + n.get("Index Name", "") for n in nodes if n.get("Relation Name") == relation]
+
+
+@pytest.fixture
+def conn(db_url: str) -> Any:
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+def test_pop_from_deep_partition_is_an_index_lookup(conn: psycopg.Connection[Any], generic: bool) -> None:
+    call_procedure(conn, "push_items_v1", [{"queue": "deep", "payload": {"n": 0}}])
+    partition_id = conn.execute("SELECT id FROM queen.partitions").fetchone()[0]  # type: ignore[index]
+    conn.execute("""
+        INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload)
+        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, jsonb_build_object('n', s)
+        FROM generate_series(2, 200000) s""", (partition_id,))
+    conn.execute("UPDATE queen.partitions SET last_seq = 200000 WHERE id = %s", (partition_id,))
+    conn.execute("ANALYZE queen.messages")
+    conn.execute("ANALYZE queen.partitions")
+
+    nodes = explain(conn, "SELECT * FROM queen.partition_messages_v1($1, $2, $3)",
+                    (("uuid", partition_id), ("bigint", 150000), ("integer", 10)), generic)
+    scans = scans_of(nodes, "messages")
+    assert scans and all(s.startswith("Index Scan:messages_partition_seq_idx") for s in scans), scans
+
+    # and the procedure really serves offset 150001 next once the cursor is there
+    conn.execute("INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq) "
+                 "VALUES (%s, '__QUEUE_MODE__', 150000)", (partition_id,))
+    result = call_procedure(conn, "pop_v1", [{"queue": "deep", "partition": "Default", "batch": 2}])[0]
+    assert [m["offset"] for m in result["messages"]] == [150001, 150002]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(conn: psycopg.Connection[Any],
+                                                               generic: bool) -> None:
+    call_procedure(conn, "configure_queue_v1", {"queue": "wide"})
+    queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'wide'").fetchone()[0]  # type: ignore[index]
+    # 100,000 idle partitions, each with one old message the group already consumed
+    conn.execute("""
+        INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at, last_activity)
+        SELECT %s, 'idle-' || s, 1, now() - interval '1 day', now() - interval '1 day'
+        FROM generate_series(1, 100000) s""", (queue_id,))
+    conn.execute("""
+        INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq,
+                                               last_consumed_created_at)
+        SELECT id, %s, 1, now() - interval '1 day' FROM queen.partitions WHERE queue_id = %s AND name LIKE 'idle-%%'
+    """, (GROUP, queue_id))
+    call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "busy", "payload": {"hot": True}}])
+    conn.execute("ANALYZE queen.partitions")
+    conn.execute("ANALYZE queen.partition_consumers")
+
+    # the first wildcard pop computes the group's scan floor and finds the busy partition
+    result = call_procedure(conn, "pop_v1", [{"queue": "wide", "consumerGroup": GROUP, "batch": 10,
+                                              "autoAck": True}])[0]
+    assert [m["data"] for m in result["messages"]] == [{"hot": True}]
+    assert result["partition"] == "busy"
+    floor = conn.execute("SELECT last_empty_scan_at FROM queen.consumer_watermarks WHERE queue_name = 'wide' "
+                         "AND consumer_group = %s", (GROUP,)).fetchone()
+    assert floor is not None
+    assert conn.execute("SELECT %s > now() - interval '1 hour'", (floor[0],)).fetchone() == (True,)
+
+    nodes = explain(conn, "SELECT * FROM queen.pop_candidates_v1($1, $2, $3, $4)",
+                    (("uuid", queue_id), ("text", GROUP), ("timestamptz", floor[0]), ("integer", 12)), generic)
+    scans = scans_of(nodes, "partitions")
+    assert scans == ["Index Scan:partitions_queue_last_message_idx"], scans
+    assert "Seq Scan" not in {n["Node Type"] for n in nodes}
+
+    # the next pop finds nothing, without touching the idle partitions' rows
+    empty = call_procedure(conn, "pop_v1", [{"queue": "wide", "consumerGroup": GROUP, "batch": 10}])[0]
+    assert empty["error"] == "no_available_partition"
+    # a new message on an idle partition is found again at once
+    call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "idle-777", "payload": {"n": 777}}])
+    woke = call_procedure(conn, "pop_v1", [{"queue": "wide", "consumerGroup": GROUP, "batch": 10}])[0]
+    assert [m["data"] for m in woke["messages"]] == [{"n": 777}]

@@ -1,0 +1,310 @@
+"""The guarantees of DESIGN.md sections 4 and 5, proved against PostgreSQL itself (no broker process).
+
+Each test gets a fresh database copied from the migrated template and calls the stored procedures the
+broker calls, from several connections and threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import call_procedure
+
+QUEUE_MODE = "__QUEUE_MODE__"
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def push(conn: psycopg.Connection[Any], queue: str, payloads: list[Any], partition: str = "Default",
+         **extra: Any) -> list[dict[str, Any]]:
+    items = [{"queue": queue, "partition": partition, "payload": p, **extra} for p in payloads]
+    return call_procedure(conn, "push_items_v1", items)
+
+
+def pop(conn: psycopg.Connection[Any], queue: str, partition: str | None = None, group: str = QUEUE_MODE,
+        batch: int = 1, auto_ack: bool = False, **extra: Any) -> dict[str, Any]:
+    request = {"queue": queue, "partition": partition, "consumerGroup": group, "batch": batch,
+               "autoAck": auto_ack, **extra}
+    return call_procedure(conn, "pop_v1", [request])[0]
+
+
+def ack(conn: psycopg.Connection[Any], message: dict[str, Any], status: str = "completed",
+        group: str = QUEUE_MODE, error: str | None = None) -> dict[str, Any]:
+    item = {"transactionId": message["transactionId"], "partitionId": message["partitionId"], "status": status,
+            "consumerGroup": group, "leaseId": message["leaseId"], "error": error}
+    return call_procedure(conn, "ack_v1", [item])[0]
+
+
+def ack_all(conn: psycopg.Connection[Any], messages: list[dict[str, Any]], group: str = QUEUE_MODE
+            ) -> list[dict[str, Any]]:
+    items = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
+              "consumerGroup": group, "leaseId": m["leaseId"]} for m in messages]
+    return call_procedure(conn, "ack_v1", items)
+
+
+def test_push_dedupes_by_partition_and_transaction_id(db_url: str) -> None:
+    with connect(db_url) as conn:
+        first = push(conn, "orders", [{"n": 1}], transactionId="t-1")
+        again = call_procedure(conn, "push_items_v1", [
+            {"queue": "orders", "payload": {"n": 2}, "transactionId": "t-1"},
+            {"queue": "orders", "payload": {"n": 3}, "transactionId": "t-2"},
+            {"queue": "orders", "payload": {"n": 4}, "transactionId": "t-2"},
+            {"queue": "orders", "partition": "other", "payload": {"n": 5}, "transactionId": "t-1"},
+        ])
+        assert first[0]["status"] == "queued"
+        assert [r["status"] for r in again] == ["duplicate", "queued", "duplicate", "queued"]
+        assert again[0]["message_id"] == first[0]["message_id"]
+        assert again[2]["message_id"] == again[1]["message_id"]
+        rows = conn.execute("SELECT count(*) FROM queen.messages").fetchone()
+        assert rows == (3,)
+
+
+def test_concurrent_pushers_one_partition_delivered_once_in_order(db_url: str) -> None:
+    """Many pushers on one partition while a consumer reads all the while: every message is delivered
+    exactly once per group, in offset order, none skipped, and each producer's messages in its order."""
+    producers, batches, per_batch = 8, 25, 4
+    total = producers * batches * per_batch
+    errors: list[BaseException] = []
+    received: list[dict[str, Any]] = []
+    done_pushing = threading.Event()
+
+    def producer(index: int) -> None:
+        try:
+            with connect(db_url) as conn:
+                for b in range(batches):
+                    push(conn, "fifo", [{"producer": index, "n": b * per_batch + k} for k in range(per_batch)],
+                         partition="p0")
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def consumer() -> None:
+        try:
+            with connect(db_url) as conn:
+                while len(received) < total:
+                    result = pop(conn, "fifo", "p0", group="g1", batch=7)
+                    messages = result.get("messages") or []
+                    if not messages:
+                        if done_pushing.is_set() and len(received) < total:
+                            # drain: the partition must still hand out the remainder
+                            continue
+                        continue
+                    received.extend(messages)
+                    results = ack_all(conn, messages, group="g1")
+                    assert all(r["success"] for r in results)
+                    assert results[-1]["leaseReleased"] is True
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
+    reader = threading.Thread(target=consumer)
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done_pushing.set()
+    reader.join(timeout=120)
+    assert not reader.is_alive(), f"consumer got {len(received)} of {total}"
+    assert not errors, errors
+
+    offsets = [m["offset"] for m in received]
+    assert offsets == list(range(1, total + 1)), "offsets delivered out of order, twice or with gaps"
+    per_producer: dict[int, list[int]] = defaultdict(list)
+    for message in received:
+        per_producer[message["data"]["producer"]].append(message["data"]["n"])
+    for index in range(producers):
+        assert per_producer[index] == list(range(batches * per_batch)), f"producer {index} out of order"
+
+    # a second group reading afterwards sees the identical sequence
+    with connect(db_url) as conn:
+        replay: list[int] = []
+        while True:
+            messages = pop(conn, "fifo", "p0", group="g2", batch=100, auto_ack=True).get("messages") or []
+            if not messages:
+                break
+            replay.extend(m["offset"] for m in messages)
+        assert replay == offsets
+
+
+def test_one_lease_holder_per_partition_and_group(db_url: str) -> None:
+    """Consumers racing on the same partitions never hold the same (partition, group) at once: with
+    immediate acks, every message is delivered exactly once."""
+    with connect(db_url) as conn:
+        for p in range(4):
+            push(conn, "leases", [{"p": p, "n": n} for n in range(50)], partition=f"p{p}")
+    delivered: list[tuple[str, int]] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+    held = 0
+
+    def worker(specific: bool) -> None:
+        nonlocal held
+        try:
+            with connect(db_url) as conn:
+                idle = 0
+                while idle < 20:
+                    if specific:
+                        result = pop(conn, "leases", "p0", batch=3)
+                    else:
+                        result = pop(conn, "leases", None, batch=3, partitions=2)
+                    messages = result.get("messages") or []
+                    if result.get("error") == "lease_held":
+                        with lock:
+                            held += 1
+                    if not messages:
+                        idle += 1
+                        continue
+                    idle = 0
+                    with lock:
+                        delivered.extend((m["partitionId"], m["offset"]) for m in messages)
+                    for message in messages:
+                        assert ack(conn, message)["success"] is True
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i % 3 == 0,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert len(delivered) == 200
+    assert len(set(delivered)) == 200, "a message was delivered to two lease holders"
+
+
+def test_lease_blocks_same_group_not_other_groups(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "lg", [{"n": 1}, {"n": 2}])
+        first = pop(conn, "lg", "Default", group="a")
+        assert len(first["messages"]) == 1 and first["leaseId"]
+        assert pop(conn, "lg", "Default", group="a")["error"] == "lease_held"
+        assert pop(conn, "lg", None, group="a")["error"] == "no_available_partition"
+        other = pop(conn, "lg", "Default", group="b")
+        assert [m["data"]["n"] for m in other["messages"]] == [1]
+
+
+def test_failed_acks_retry_then_dead_letter_queue(db_url: str) -> None:
+    """retryLimit=2: a poison message is delivered 3 times, then goes to the DLQ and the cursor moves on."""
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "retry", "options": {"retryLimit": 2,
+                                                                                  "retryDelay": 0}})
+        push(conn, "retry", [{"n": "poison"}, {"n": "good"}])
+        deliveries = 0
+        while True:
+            result = pop(conn, "retry", "Default")
+            message = result["messages"][0]
+            if message["data"]["n"] != "poison":
+                break
+            deliveries += 1
+            outcome = ack(conn, message, status="failed", error="boom")
+            assert outcome["success"] is True
+            if outcome["dlq"]:
+                break
+        assert deliveries == 3
+        dlq = call_procedure(conn, "dlq_list_v1", {"queue": "retry"})
+        assert dlq["total"] == 1
+        assert dlq["messages"][0]["data"] == {"n": "poison"}
+        assert dlq["messages"][0]["errorMessage"] == "boom"
+        assert dlq["messages"][0]["retryCount"] == 2
+        nxt = pop(conn, "retry", "Default")
+        assert [m["data"]["n"] for m in nxt["messages"]] == ["good"]
+
+
+def test_retry_delay_holds_back_redelivery(db_url: str) -> None:
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "delay", "options": {"retryDelay": 60000}})
+        push(conn, "delay", [{"n": 1}])
+        message = pop(conn, "delay", "Default")["messages"][0]
+        ack(conn, message, status="failed")
+        assert pop(conn, "delay", "Default")["messages"] == []
+        conn.execute("UPDATE queen.partition_consumers SET retry_available_at = now() - interval '1 second'")
+        assert [m["data"]["n"] for m in pop(conn, "delay", "Default")["messages"]] == [1]
+
+
+def test_transaction_whose_ack_fails_leaves_no_pushed_message(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "src", [{"n": 1}])
+        message = pop(conn, "src", "Default")["messages"][0]
+        result = call_procedure(conn, "transaction_v1", {"operations": [
+            {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
+            {"type": "ack", "transactionId": "does-not-exist", "partitionId": message["partitionId"],
+             "status": "completed"},
+        ]})
+        assert result["success"] is False
+        assert "Message not found" in result["error"]
+        assert conn.execute("SELECT count(*) FROM queen.queues WHERE name = 'dst'").fetchone() == (0,)
+        assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = "
+                            "m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst'"
+                            ).fetchone() == (0,)
+        # the source message is still leased to us, unacknowledged
+        ok = call_procedure(conn, "transaction_v1", {"operations": [
+            {"type": "ack", "transactionId": message["transactionId"], "partitionId": message["partitionId"],
+             "status": "completed", "leaseId": message["leaseId"]},
+            {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
+        ]})
+        assert ok["success"] is True
+        assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (2,)
+
+
+def test_transaction_duplicate_push_aborts(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "dup", [{"n": 1}], transactionId="same")
+        result = call_procedure(conn, "transaction_v1", {"operations": [
+            {"type": "push", "items": [{"queue": "other", "payload": 1}]},
+            {"type": "push", "items": [{"queue": "dup", "payload": 2, "transactionId": "same"}]},
+        ]})
+        assert result["success"] is False
+        assert conn.execute("SELECT count(*) FROM queen.queues WHERE name = 'other'").fetchone() == (0,)
+
+
+def test_subscription_mode_new_skips_history(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "subs", [{"n": 1}], partition="a")
+        push(conn, "subs", [{"n": 2}], partition="b")
+        assert pop(conn, "subs", None, group="late", subscriptionMode="new")["messages"] == []
+        push(conn, "subs", [{"n": 3}], partition="b")
+        push(conn, "subs", [{"n": 4}], partition="c")
+        seen = []
+        for _ in range(3):
+            seen += [m["data"]["n"] for m in pop(conn, "subs", None, group="late", batch=10,
+                                                 auto_ack=True)["messages"]]
+        assert sorted(seen) == [3, 4]
+        everything = []
+        for _ in range(4):
+            everything += [m["data"]["n"] for m in pop(conn, "subs", None, group="all", batch=10,
+                                                       auto_ack=True)["messages"]]
+        assert sorted(everything) == [1, 2, 3, 4]
+
+
+def test_ack_to_older_message_moves_cursor_back(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "back", [{"n": 1}, {"n": 2}, {"n": 3}])
+        messages = pop(conn, "back", "Default", batch=3, auto_ack=True)["messages"]
+        assert pop(conn, "back", None)["error"] == "no_available_partition"
+        ack(conn, {**messages[0], "leaseId": ""})
+        assert [m["data"]["n"] for m in pop(conn, "back", None, batch=5)["messages"]] == [2, 3]
+
+
+@pytest.mark.parametrize("seconds", [30])
+def test_lease_renewal_extends_live_leases_only(db_url: str, seconds: int) -> None:
+    with connect(db_url) as conn:
+        push(conn, "renew", [{"n": 1}])
+        message = pop(conn, "renew", "Default")["messages"][0]
+        renewed = call_procedure(conn, "renew_lease_v1", [{"leaseId": message["leaseId"], "seconds": 3600}])[0]
+        assert renewed["success"] is True and renewed["expiresAt"]
+        unknown = call_procedure(conn, "renew_lease_v1", [{"leaseId": "nope", "seconds": seconds}])[0]
+        assert unknown == {"index": 0, "leaseId": "nope", "success": False, "expiresAt": None,
+                           "error": "Lease not found"}
+        conn.execute("UPDATE queen.partition_consumers SET lease_expires_at = now() - interval '1 second'")
+        expired = call_procedure(conn, "renew_lease_v1", [{"leaseId": message["leaseId"], "seconds": 60}])[0]
+        assert expired["error"] == "Lease already expired"
+        # an expired lease lets the next consumer in, and delivers the same message again
+        again = pop(conn, "renew", "Default")["messages"]
+        assert [m["transactionId"] for m in again] == [message["transactionId"]]
