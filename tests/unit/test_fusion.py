@@ -1,0 +1,139 @@
+"""The fusion policy: fire when a slot is free, batch what accumulates, split results by index."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+
+from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
+from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
+
+
+class RecordingProcedure:
+    """Stands in for the database round trip: answers one result per item, echoing its index."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[dict[str, Any]]] = []
+        self.release = asyncio.Event()
+        self.release.set()
+        self.fail_with: Exception | None = None
+
+    async def __call__(self, payload: str) -> str:
+        items = orjson.loads(payload)
+        self.batches.append(items)
+        await self.release.wait()
+        if self.fail_with:
+            raise self.fail_with
+        return orjson.dumps([{"index": item["index"], "echo": item["value"]} for item in items]).decode()
+
+
+async def test_single_request_fires_at_once_without_hold() -> None:
+    procedure = RecordingProcedure()
+    fusion = Fusion("push", procedure, max_batch_size=100, limit=StaticLimit(1))
+    results = await fusion.submit([{"value": "a"}, {"value": "b"}])
+    assert [r["echo"] for r in results] == ["a", "b"]
+    assert len(procedure.batches) == 1
+
+
+async def test_requests_accumulate_while_slots_are_busy_and_results_split_back() -> None:
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = Fusion("push", procedure, max_batch_size=100, limit=StaticLimit(1))
+    first = asyncio.create_task(fusion.submit([{"value": 0}]))
+    await asyncio.sleep(0)
+    waiting = [asyncio.create_task(fusion.submit([{"value": i}, {"value": -i}])) for i in range(1, 6)]
+    await asyncio.sleep(0)
+    assert len(procedure.batches) == 1  # the slot is busy: the others queue up
+    procedure.release.set()
+    assert [r["echo"] for r in await first] == [0]
+    results = await asyncio.gather(*waiting)
+    assert [[r["echo"] for r in rs] for rs in results] == [[i, -i] for i in range(1, 6)]
+    assert [len(b) for b in procedure.batches] == [1, 10]  # five requests fused into one call
+
+
+async def test_max_batch_size_splits_calls_but_never_a_request() -> None:
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = Fusion("ack", procedure, max_batch_size=3, limit=StaticLimit(1))
+    blocker = asyncio.create_task(fusion.submit([{"value": "x"}]))
+    await asyncio.sleep(0)
+    tasks = [asyncio.create_task(fusion.submit([{"value": i}] * 2)) for i in range(3)]
+    await asyncio.sleep(0)
+    procedure.release.set()
+    await blocker
+    await asyncio.gather(*tasks)
+    assert [len(b) for b in procedure.batches] == [1, 2, 2, 2]
+
+
+async def test_an_error_reaches_every_request_of_the_batch_and_the_next_batch_still_runs() -> None:
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = Fusion("pop", procedure, max_batch_size=10, limit=StaticLimit(1))
+    blocker = asyncio.create_task(fusion.submit([{"value": 1}]))
+    await asyncio.sleep(0)
+    procedure.fail_with = RuntimeError("database went away")
+    a = asyncio.create_task(fusion.submit([{"value": 2}]))
+    b = asyncio.create_task(fusion.submit([{"value": 3}]))
+    await asyncio.sleep(0)
+    procedure.release.set()
+    for task in (blocker, a, b):
+        with pytest.raises(RuntimeError, match="database went away"):
+            await task
+    procedure.fail_with = None
+    assert [r["echo"] for r in await fusion.submit([{"value": 4}])] == [4]
+
+
+async def test_concurrency_limit_bounds_calls_in_flight() -> None:
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = Fusion("push", procedure, max_batch_size=1, limit=StaticLimit(3))
+    tasks = [asyncio.create_task(fusion.submit([{"value": i}])) for i in range(10)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert fusion.inflight == 3 and len(procedure.batches) == 3
+    procedure.release.set()
+    await asyncio.gather(*tasks)
+    assert len(procedure.batches) == 10
+
+
+def test_vegas_grows_at_min_rtt_and_shrinks_when_postgres_queues() -> None:
+    limit = VegasLimit(initial=4, min_limit=1, max_limit=32, alpha=3, beta=6)
+    for _ in range(10):
+        limit.on_sample(0.002, inflight=limit.limit)
+    grown = limit.limit
+    assert grown > 4
+    for _ in range(10):
+        limit.on_sample(0.050, inflight=limit.limit)  # 25x the minimum: a queue formed
+    assert limit.limit < grown
+    assert limit.limit >= 1
+
+
+def test_vegas_ignores_samples_when_the_limit_was_not_the_constraint() -> None:
+    limit = VegasLimit(initial=8, min_limit=1, max_limit=32)
+    limit.on_sample(0.001, inflight=8)
+    before = limit.limit
+    limit.on_sample(0.5, inflight=1)
+    assert limit.limit == before
+
+
+def test_long_poll_backoff_follows_queen_schedule() -> None:
+    schedule = [backoff_ms(n, 100, 3, 2.0, 1000) for n in range(1, 7)]
+    assert schedule == [100, 100, 100, 800, 1000, 1000]
+
+
+async def test_waiters_wake_by_queue_and_partition() -> None:
+    registry = WaiterRegistry()
+    any_partition = registry.register("orders", None)
+    only_a = registry.register("orders", "a")
+    other_queue = registry.register("billing", None)
+    assert registry.wake("orders", "b") == 1
+    assert any_partition.event.is_set() and not only_a.event.is_set() and not other_queue.event.is_set()
+    registry.wake_notification("orders/a")
+    assert only_a.event.is_set()
+    registry.unregister(any_partition)
+    registry.unregister(only_a)
+    registry.unregister(other_queue)
+    assert len(registry) == 0
