@@ -47,9 +47,15 @@ class Counts:
     seen: Counter[int] = field(default_factory=Counter)
 
     REPORTED = (
-        "produced", "poisoned", "translate_attempts", "translate_failures", "routed", "notified",
-        "dead_letters", "duplicates",
-    )  # fmt: skip
+        "produced",
+        "poisoned",
+        "translate_attempts",
+        "translate_failures",
+        "routed",
+        "notified",
+        "dead_letters",
+        "duplicates",
+    )
 
     @staticmethod
     def expected(messages: int) -> dict[str, int]:
@@ -71,8 +77,9 @@ class Counts:
         return {name: getattr(self, name) for name in self.REPORTED}
 
 
-async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: int = 10,
-                       deadline_s: float = 120.0) -> Counts:  # fmt: skip
+async def run_pipeline(
+    url: str, suffix: str = "", messages: int = 100, chats: int = 10, deadline_s: float = 120.0
+) -> Counts:
     """Set up the queues, produce ``messages`` messages over ``chats`` partitions, run the three stages until
     every message is notified or dead-lettered (or ``deadline_s`` passes), and return the counts."""
     translate_q, route_q, notify_q = (f"chat.{stage}{suffix}" for stage in ("translate", "route", "notify"))
@@ -83,10 +90,19 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
     async with AsyncQueen(url) as q:
         for name in (translate_q, route_q, notify_q):
             await q.queue(name).delete()
-            await q.queue(name).config({
-                "leaseTime": LEASE_TIME_S, "retryLimit": RETRY_LIMIT, "retryDelay": 0,
-                "deadLetterQueue": True, "dlqAfterMaxRetries": True,
-            }).create()  # fmt: skip
+            await (
+                q.queue(name)
+                .config(
+                    {
+                        "leaseTime": LEASE_TIME_S,
+                        "retryLimit": RETRY_LIMIT,
+                        "retryDelay": 0,
+                        "deadLetterQueue": True,
+                        "dlqAfterMaxRetries": True,
+                    }
+                )
+                .create()
+            )
 
         # -- produce: message n goes to the partition of its chat ----------------------------------------------
         by_chat: dict[str, list[dict[str, object]]] = {}
@@ -95,7 +111,10 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
             counts.poisoned += poison
             chat = f"chat-{n % chats}"
             by_chat.setdefault(chat, []).append(
-                {"data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison}, "transactionId": f"msg-{n}"}
+                {
+                    "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison},
+                    "transactionId": f"msg-{n}",
+                }
             )
         for chat, items in by_chat.items():
             results = await q.queue(translate_q).partition(chat).push(items)
@@ -108,8 +127,14 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
             if data["poison"]:
                 raise ValueError(f"cannot translate message {data['n']}")
             data["text"] = data["text"].replace("hello", "hola")
-            await (q.transaction().ack(message).queue(route_q).partition(message.partition)
-                   .push([{"data": data, "transactionId": f"{message.transaction_id}.translated"}]).commit())  # fmt: skip
+            await (
+                q.transaction()
+                .ack(message)
+                .queue(route_q)
+                .partition(message.partition)
+                .push([{"data": data, "transactionId": f"{message.transaction_id}.translated"}])
+                .commit()
+            )
             counts.translated += 1
             progress.set()
 
@@ -122,8 +147,14 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
         # -- stage 2: route ----------------------------------------------------------------------------------------
         async def route(message: Message) -> None:
             data = dict(message.data, route=f"push:{message.data['chat']}")
-            await (q.transaction().ack(message).queue(notify_q).partition(message.partition)
-                   .push([{"data": data, "transactionId": f"{message.transaction_id}.routed"}]).commit())  # fmt: skip
+            await (
+                q.transaction()
+                .ack(message)
+                .queue(notify_q)
+                .partition(message.partition)
+                .push([{"data": data, "transactionId": f"{message.transaction_id}.routed"}])
+                .commit()
+            )
             counts.routed += 1
             progress.set()
 
@@ -138,25 +169,34 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
             progress.set()
 
         stages = [
-            q.queue(translate_q).concurrency(4).auto_ack(False).timeout_millis(2000)
+            q.queue(translate_q)
+            .concurrency(4)
+            .auto_ack(False)
+            .timeout_millis(2000)
             .consume(translate, on_error=translate_failed, stop=stop),
-            q.queue(route_q).concurrency(2).auto_ack(False).timeout_millis(2000)
+            q.queue(route_q)
+            .concurrency(2)
+            .auto_ack(False)
+            .timeout_millis(2000)
             .consume(route, on_error=retry_later, stop=stop),
             q.queue(notify_q).concurrency(2).timeout_millis(2000).consume(notify, stop=stop),
-        ]  # fmt: skip
+        ]
         consumers = [asyncio.create_task(stage) for stage in stages]
 
         def finished() -> bool:
             accounted = counts.translated + counts.dead_letters
-            return accounted >= counts.produced and counts.routed >= counts.translated and \
-                counts.notified >= counts.routed
+            return (
+                accounted >= counts.produced
+                and counts.routed >= counts.translated
+                and counts.notified >= counts.routed
+            )
 
         deadline = time.monotonic() + deadline_s
         while not finished() and time.monotonic() < deadline and not any(task.done() for task in consumers):
             progress.clear()
             try:
                 await asyncio.wait_for(progress.wait(), timeout=max(0.01, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 break
         stop.set()
         await asyncio.gather(*consumers)
@@ -170,10 +210,16 @@ async def run_pipeline(url: str, suffix: str = "", messages: int = 100, chats: i
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the pipeline, print the counts, exit 0 only if they are the expected ones."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL, default http://localhost:6632)")  # fmt: skip
-    parser.add_argument("--suffix", default=os.environ.get("QUEEN_PIPELINE_SUFFIX", ""),
-                        help="appended to the queue names, e.g. '-test1' (env QUEEN_PIPELINE_SUFFIX)")  # fmt: skip
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL, default http://localhost:6632)",
+    )
+    parser.add_argument(
+        "--suffix",
+        default=os.environ.get("QUEEN_PIPELINE_SUFFIX", ""),
+        help="appended to the queue names, e.g. '-test1' (env QUEEN_PIPELINE_SUFFIX)",
+    )
     parser.add_argument("--messages", type=int, default=100, help="messages to produce (default 100)")
     parser.add_argument("--deadline-s", type=float, default=120.0, help="give up after this many seconds")
     args = parser.parse_args(argv)

@@ -19,16 +19,28 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-def queenpy(broker: Any | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-            check: bool = True) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def queenpy(
+    broker: Any | None,
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m queenpy ARGS`` with ``QUEEN_URL`` pointing at the broker."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
     environment["COLUMNS"] = "200"
     if broker is not None:
         environment["QUEEN_URL"] = broker.url
     environment.update(env or {})
-    done = subprocess.run([sys.executable, "-m", "queenpy", *args], input=stdin, capture_output=True, text=True,
-                          env=environment, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "queenpy", *args],
+        check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
     if check:
         assert done.returncode == 0, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
     return done
@@ -40,8 +52,17 @@ def json_lines(text: str) -> list[Any]:
 
 def test_push_arguments_then_pop_prints_json_lines_in_order_and_acks(broker: Any) -> None:
     queue = unique("cli-push")
-    pushed = queenpy(broker, "push", "--queue", queue, "--partition", "p", '{"n": 1}', "plain text",
-                     '{"data": {"n": 3}, "transactionId": "tx-3"}')  # fmt: skip
+    pushed = queenpy(
+        broker,
+        "push",
+        "--queue",
+        queue,
+        "--partition",
+        "p",
+        '{"n": 1}',
+        "plain text",
+        '{"data": {"n": 3}, "transactionId": "tx-3"}',
+    )
     assert "pushed 3 message(s)" in pushed.stdout and "3 queued" in pushed.stdout
     popped = json_lines(queenpy(broker, "pop", "--queue", queue, "--batch", "10").stdout)
     assert [m["data"] for m in popped] == [{"n": 1}, "plain text", {"n": 3}]
@@ -55,7 +76,9 @@ def test_push_json_lines_from_stdin_in_batches(broker: Any) -> None:
     pushed = queenpy(broker, "push", "-q", queue, "--batch-size", "100", "--json", stdin=lines)
     results = json_lines(pushed.stdout)
     assert len(results) == 250 and {r["status"] for r in results} == {"queued"}
-    consumed = queenpy(broker, "consume", "-q", queue, "--batch", "50", "--limit", "250", "--idle-millis", "5000")
+    consumed = queenpy(
+        broker, "consume", "-q", queue, "--batch", "50", "--limit", "250", "--idle-millis", "5000"
+    )
     assert [m["data"]["n"] for m in json_lines(consumed.stdout)] == list(range(250))
     assert "consumed 250 message(s)" in consumed.stderr
 
@@ -63,7 +86,9 @@ def test_push_json_lines_from_stdin_in_batches(broker: Any) -> None:
 def test_push_from_a_file_and_consume_with_a_group_and_limit(broker: Any, tmp_path: Any) -> None:
     queue = unique("cli-file")
     path = tmp_path / "messages.jsonl"
-    path.write_text("".join(json.dumps({"data": {"n": n}, "transactionId": f"f{n}"}) + "\n" for n in range(5)))
+    path.write_text(
+        "".join(json.dumps({"data": {"n": n}, "transactionId": f"f{n}"}) + "\n" for n in range(5))
+    )
     queenpy(broker, "push", "-q", queue, "--file", str(path))
     consumed = json_lines(queenpy(broker, "consume", "-q", queue, "--group", "g1", "--limit", "3").stdout)
     assert [(m["data"]["n"], m["consumerGroup"]) for m in consumed] == [(0, "g1"), (1, "g1"), (2, "g1")]
@@ -83,8 +108,19 @@ def test_options_come_from_environment_variables(broker: Any) -> None:
 
 def test_configure_then_queues_list_and_describe(broker: Any) -> None:
     queue = unique("cli-queues")
-    configured = json.loads(queenpy(broker, "configure", queue, "--lease-time-s", "12", "--retry-limit", "4",
-                                    "--dead-letter-queue", "--json").stdout)  # fmt: skip
+    configured = json.loads(
+        queenpy(
+            broker,
+            "configure",
+            queue,
+            "--lease-time-s",
+            "12",
+            "--retry-limit",
+            "4",
+            "--dead-letter-queue",
+            "--json",
+        ).stdout
+    )
     assert configured["configured"] is True
     assert (configured["options"]["leaseTime"], configured["options"]["retryLimit"]) == (12, 4)
     queenpy(broker, "push", "-q", queue, "-p", "p1", "1", "2")
@@ -126,7 +162,9 @@ def test_dlq_list_shows_dead_letters(broker: Any) -> None:
         [message] = q.queue(queue).pop()
         assert q.ack(message, False, error="cannot parse").dlq
     listed = json.loads(queenpy(broker, "dlq", "--queue", queue, "--json").stdout)
-    assert [(m["transactionId"], m["errorMessage"]) for m in listed["messages"]] == [("dead-1", "cannot parse")]
+    assert [(m["transactionId"], m["errorMessage"]) for m in listed["messages"]] == [
+        ("dead-1", "cannot parse")
+    ]
     table = queenpy(broker, "dlq", "list", "-q", queue).stdout
     assert "dead-1" in table and "cannot parse" in table
 

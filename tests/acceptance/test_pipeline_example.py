@@ -25,8 +25,14 @@ EXPECTED_LINES = [
 
 
 def run_example(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, env=env,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_pipeline_counts_are_exact_and_a_rerun_gives_the_same(broker: Any) -> None:

@@ -11,7 +11,7 @@ import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import pytest
@@ -27,7 +27,9 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:10]}"
 
 
-async def eventually(probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], deadline_s: float = DEADLINE_S) -> T:
+async def eventually(
+    probe: Callable[[], Awaitable[T]], accept: Callable[[T], bool], deadline_s: float = DEADLINE_S
+) -> T:
     """Call ``probe`` until ``accept(result)``; fail with the last result after ``deadline_s``."""
     end = time.monotonic() + deadline_s
     while True:
@@ -63,7 +65,9 @@ async def drain(q: AsyncQueen, queue: str, group: str | None = None, batch: int 
 
 async def test_pushed_messages_are_popped_once_in_order(q: AsyncQueen) -> None:
     queue = unique("order")
-    await q.queue(queue).partition("p").push([{"data": {"n": n}, "transactionId": f"t{n}"} for n in range(25)])
+    await (
+        q.queue(queue).partition("p").push([{"data": {"n": n}, "transactionId": f"t{n}"} for n in range(25)])
+    )
     delivered = await drain(q, queue, batch=7)
     assert [m.data["n"] for m in delivered] == list(range(25))
     assert {m.partition for m in delivered} == {"p"} and {m.queue for m in delivered} == {queue}
@@ -119,8 +123,14 @@ async def test_buffered_pushes_arrive_in_order_after_flush(q: AsyncQueen) -> Non
 
 async def test_failed_acks_redeliver_then_dead_letter_after_retry_limit(q: AsyncQueen) -> None:
     queue = unique("retry")
-    await q.queue(queue).config({"leaseTime": 30, "retryLimit": 2, "retryDelay": 0, "deadLetterQueue": True}).create()
-    await q.queue(queue).push([{"data": "poison", "transactionId": "bad"}, {"data": "fine", "transactionId": "ok"}])
+    await (
+        q.queue(queue)
+        .config({"leaseTime": 30, "retryLimit": 2, "retryDelay": 0, "deadLetterQueue": True})
+        .create()
+    )
+    await q.queue(queue).push(
+        [{"data": "poison", "transactionId": "bad"}, {"data": "fine", "transactionId": "ok"}]
+    )
     attempts = 0
     results = []
     while attempts < 10:
@@ -201,8 +211,14 @@ async def test_transaction_acks_and_pushes_atomically(q: AsyncQueen) -> None:
     source, target = unique("tx-src"), unique("tx-dst")
     await q.queue(source).push([{"step": 1}])
     [message] = await q.queue(source).pop()
-    answer = await (q.transaction().ack(message).queue(target).partition("p9")
-                    .push([{"data": {"step": 2}, "transactionId": "next"}]).commit())
+    answer = await (
+        q.transaction()
+        .ack(message)
+        .queue(target)
+        .partition("p9")
+        .push([{"data": {"step": 2}, "transactionId": "next"}])
+        .commit()
+    )
     assert answer["success"] is True
     assert await q.queue(source).pop() == []
     [moved] = await q.queue(target).pop()
@@ -239,7 +255,7 @@ async def test_seek_to_a_timestamp_replays_from_there(q: AsyncQueen) -> None:
     queue = unique("seek-ts")
     await q.queue(queue).push([{"n": 0}])
     assert len(await drain(q, queue, "g")) == 1
-    answer = await q.seek("g", queue, timestamp=datetime(2000, 1, 1, tzinfo=timezone.utc))
+    answer = await q.seek("g", queue, timestamp=datetime(2000, 1, 1, tzinfo=UTC))
     assert answer["success"] is True
     assert [m.data for m in await drain(q, queue, "g")] == [{"n": 0}]
 
@@ -249,8 +265,10 @@ async def test_subscription_mode_new_skips_history(q: AsyncQueen) -> None:
     await q.queue(queue).push([{"history": True}])
     assert await q.queue(queue).group("late").subscription_mode("new").pop() == []
     await q.queue(queue).push([{"history": False}])
-    delivered = await eventually(lambda: q.queue(queue).group("late").subscription_mode("new").wait(True)
-                                 .timeout_millis(2000).pop(), lambda messages: bool(messages))
+    delivered = await eventually(
+        lambda: q.queue(queue).group("late").subscription_mode("new").wait(True).timeout_millis(2000).pop(),
+        lambda messages: bool(messages),
+    )
     assert [m.data for m in delivered] == [{"history": False}]
 
 
@@ -264,7 +282,7 @@ async def test_consumer_group_listing_detail_and_delete(q: AsyncQueen) -> None:
     detail = await q.consumer_group(group)
     [partition] = detail[queue]["partitions"]
     assert partition["partition"] == "p" and partition["offsetLag"] == 1
-    assert (await q.update_consumer_group_timestamp(group, datetime.now(timezone.utc)))["success"] is True
+    assert (await q.update_consumer_group_timestamp(group, datetime.now(UTC)))["success"] is True
     assert (await q.delete_consumer_group(group))["success"] is True
     assert await q.consumer_group(group) == {}
 

@@ -69,19 +69,42 @@ def client(stub: WireStub, urls: str | list[str] = "http://broker:6632", **kwarg
 
 def pop_answer(*items: dict[str, Any], queue: str = "q", group: str = "__QUEUE_MODE__") -> dict[str, Any]:
     messages = [
-        {"id": f"m-{item['transactionId']}", "traceId": None, "producerSub": None,
-         "createdAt": "2026-04-26T10:59:28.267966Z", "partitionId": PARTITION_ID, "partition": "Default",
-         "leaseId": LEASE_ID, "consumerGroup": group, **item}
+        {
+            "id": f"m-{item['transactionId']}",
+            "traceId": None,
+            "producerSub": None,
+            "createdAt": "2026-04-26T10:59:28.267966Z",
+            "partitionId": PARTITION_ID,
+            "partition": "Default",
+            "leaseId": LEASE_ID,
+            "consumerGroup": group,
+            **item,
+        }
         for item in items
     ]
-    return {"success": True, "queue": queue, "partition": "Default", "partitionId": PARTITION_ID,
-            "leaseId": LEASE_ID, "consumerGroup": group, "partitionsClaimed": 1, "messages": messages}
+    return {
+        "success": True,
+        "queue": queue,
+        "partition": "Default",
+        "partitionId": PARTITION_ID,
+        "leaseId": LEASE_ID,
+        "consumerGroup": group,
+        "partitionsClaimed": 1,
+        "messages": messages,
+    }
 
 
 def push_answer(request: httpx.Request) -> list[dict[str, Any]]:
     return [
-        {"index": index, "transaction_id": item["transactionId"], "status": "queued", "message_id": f"m{index}",
-         "partition_id": PARTITION_ID, "trace_id": None, "queueName": item["queue"]}
+        {
+            "index": index,
+            "transaction_id": item["transactionId"],
+            "status": "queued",
+            "message_id": f"m{index}",
+            "partition_id": PARTITION_ID,
+            "trace_id": None,
+            "queueName": item["queue"],
+        }
         for index, item in enumerate(body(request)["items"])
     ]
 
@@ -90,15 +113,25 @@ def push_answer(request: httpx.Request) -> list[dict[str, Any]]:
 
 
 async def test_create_sends_camel_case_options_and_namespace() -> None:
-    stub = WireStub().on("POST", "/api/v1/configure", lambda r: {"configured": True, "queue": "orders",
-                                                                 "options": body(r)["options"]})
+    stub = WireStub().on(
+        "POST",
+        "/api/v1/configure",
+        lambda r: {"configured": True, "queue": "orders", "options": body(r)["options"]},
+    )
     async with client(stub) as q:
-        answer = await q.queue("orders").namespace("billing").config(
-            {"leaseTime": 8, "retry_limit": 2, "deadLetterQueue": True}).create()
+        answer = (
+            await q.queue("orders")
+            .namespace("billing")
+            .config({"leaseTime": 8, "retry_limit": 2, "deadLetterQueue": True})
+            .create()
+        )
     assert answer["configured"] is True
     sent = body(stub.sent("POST", "/api/v1/configure")[0])
-    assert sent == {"queue": "orders", "namespace": "billing",
-                    "options": {"leaseTime": 8, "retryLimit": 2, "deadLetterQueue": True}}
+    assert sent == {
+        "queue": "orders",
+        "namespace": "billing",
+        "options": {"leaseTime": 8, "retryLimit": 2, "deadLetterQueue": True},
+    }
 
 
 async def test_create_raises_the_error_of_the_answer() -> None:
@@ -109,7 +142,9 @@ async def test_create_raises_the_error_of_the_answer() -> None:
 
 
 async def test_delete_uses_the_resources_route() -> None:
-    stub = WireStub().on("DELETE", "/api/v1/resources/queues/a.b", {"deleted": True, "queue": "a.b", "existed": True})
+    stub = WireStub().on(
+        "DELETE", "/api/v1/resources/queues/a.b", {"deleted": True, "queue": "a.b", "existed": True}
+    )
     async with client(stub) as q:
         assert (await q.queue("a.b").delete())["existed"] is True
 
@@ -120,8 +155,11 @@ async def test_delete_uses_the_resources_route() -> None:
 async def test_push_sends_items_to_the_partition_and_returns_results_in_order() -> None:
     stub = WireStub().on("POST", "/api/v1/push", push_answer)
     async with client(stub) as q:
-        results = await q.queue("chat").partition("chat-7").push(
-            [{"data": {"text": "a"}, "transactionId": "t-1"}, {"text": "b"}])
+        results = (
+            await q.queue("chat")
+            .partition("chat-7")
+            .push([{"data": {"text": "a"}, "transactionId": "t-1"}, {"text": "b"}])
+        )
     items = body(stub.requests[0])["items"]
     assert [item["payload"] for item in items] == [{"text": "a"}, {"text": "b"}]
     assert {item["partition"] for item in items} == {"chat-7"} and items[0]["transactionId"] == "t-1"
@@ -166,14 +204,21 @@ async def test_buffered_push_waits_for_max_size_or_flush() -> None:
 
 
 async def test_pop_sends_the_query_of_api_md_and_builds_messages() -> None:
-    stub = WireStub().on("GET", "/api/v1/pop/queue/chat/partition/p1",
-                         pop_answer({"transactionId": "t-1", "data": {"x": 1}}, queue="chat", group="g"))
+    stub = WireStub().on(
+        "GET",
+        "/api/v1/pop/queue/chat/partition/p1",
+        pop_answer({"transactionId": "t-1", "data": {"x": 1}}, queue="chat", group="g"),
+    )
     async with client(stub) as q:
-        messages = await q.queue("chat").partition("p1").group("g").batch(5).wait(True).timeout_millis(2000).pop()
+        messages = (
+            await q.queue("chat").partition("p1").group("g").batch(5).wait(True).timeout_millis(2000).pop()
+        )
     request = stub.requests[0]
     assert dict(request.url.params) == {"batch": "5", "wait": "true", "timeout": "2000", "consumerGroup": "g"}
     assert request.extensions["timeout"]["read"] == pytest.approx(max(30.0, 2.0 + 5.0))
-    assert [(m.transaction_id, m.queue, m.consumer_group, m.data) for m in messages] == [("t-1", "chat", "g", {"x": 1})]
+    assert [(m.transaction_id, m.queue, m.consumer_group, m.data) for m in messages] == [
+        ("t-1", "chat", "g", {"x": 1})
+    ]
 
 
 async def test_long_poll_http_timeout_is_the_poll_timeout_plus_five_seconds() -> None:
@@ -187,15 +232,31 @@ async def test_pop_without_partition_is_a_wildcard_pop_with_options() -> None:
     stub = WireStub().on("GET", "/api/v1/pop/queue/chat", None)
     async with client(stub) as q:
         await q.queue("chat").auto_ack(True).partitions(4).subscription_mode("new").pop()
-    assert dict(stub.requests[0].url.params) == {"batch": "1", "wait": "false", "timeout": "30000",
-                                                 "autoAck": "true", "subscriptionMode": "new", "partitions": "4"}
+    assert dict(stub.requests[0].url.params) == {
+        "batch": "1",
+        "wait": "false",
+        "timeout": "30000",
+        "autoAck": "true",
+        "subscriptionMode": "new",
+        "partitions": "4",
+    }
 
 
 @pytest.mark.parametrize(
     "answer",
-    [None, {"success": False, "error": "no_available_partition", "messages": []},
-     {"success": False, "error": "lease_held", "messages": []},
-     {"success": True, "queue": "chat", "partition": "", "partitionId": None, "leaseId": None, "messages": []}],
+    [
+        None,
+        {"success": False, "error": "no_available_partition", "messages": []},
+        {"success": False, "error": "lease_held", "messages": []},
+        {
+            "success": True,
+            "queue": "chat",
+            "partition": "",
+            "partitionId": None,
+            "leaseId": None,
+            "messages": [],
+        },
+    ],
 )
 async def test_pop_answers_that_mean_nothing_give_an_empty_list(answer: Any) -> None:
     stub = WireStub().on("GET", "/api/v1/pop/queue/chat", answer)
@@ -204,7 +265,9 @@ async def test_pop_answers_that_mean_nothing_give_an_empty_list(answer: Any) -> 
 
 
 async def test_pop_database_error_raises() -> None:
-    stub = WireStub().on("GET", "/api/v1/pop/queue/chat", {"success": False, "error": "relation does not exist"})
+    stub = WireStub().on(
+        "GET", "/api/v1/pop/queue/chat", {"success": False, "error": "relation does not exist"}
+    )
     async with client(stub) as q:
         with pytest.raises(BrokerError, match="relation"):
             await q.queue("chat").pop()
@@ -214,19 +277,40 @@ async def test_pop_database_error_raises() -> None:
 
 
 async def test_single_ack_sends_lease_and_group_of_the_message() -> None:
-    stub = WireStub().on("POST", "/api/v1/ack", [{"index": 0, "transactionId": "t-1", "success": True,
-                                                  "error": None, "leaseReleased": True, "dlq": False}])
+    stub = WireStub().on(
+        "POST",
+        "/api/v1/ack",
+        [
+            {
+                "index": 0,
+                "transactionId": "t-1",
+                "success": True,
+                "error": None,
+                "leaseReleased": True,
+                "dlq": False,
+            }
+        ],
+    )
     message = Message.from_wire(pop_answer({"transactionId": "t-1"}, group="g")["messages"][0], queue="q")
     async with client(stub) as q:
         result = await q.ack(message, False, error="boom")
     assert result.success and result.lease_released and not result.dlq
-    assert body(stub.requests[0]) == {"transactionId": "t-1", "partitionId": PARTITION_ID, "status": "failed",
-                                      "error": "boom", "consumerGroup": "g", "leaseId": LEASE_ID}
+    assert body(stub.requests[0]) == {
+        "transactionId": "t-1",
+        "partitionId": PARTITION_ID,
+        "status": "failed",
+        "error": "boom",
+        "consumerGroup": "g",
+        "leaseId": LEASE_ID,
+    }
 
 
 async def test_refused_ack_is_reported_not_raised() -> None:
-    stub = WireStub().on("POST", "/api/v1/ack", [{"index": 0, "transactionId": "t", "success": False,
-                                                  "error": "Invalid or expired lease"}])
+    stub = WireStub().on(
+        "POST",
+        "/api/v1/ack",
+        [{"index": 0, "transactionId": "t", "success": False, "error": "Invalid or expired lease"}],
+    )
     async with client(stub) as q:
         result = await q.ack({"transactionId": "t", "partitionId": PARTITION_ID, "leaseId": LEASE_ID})
     assert not result.success and result.error == "Invalid or expired lease"
@@ -234,12 +318,21 @@ async def test_refused_ack_is_reported_not_raised() -> None:
 
 async def test_list_ack_uses_the_batch_route_and_keeps_order() -> None:
     def answer(request: httpx.Request) -> list[dict[str, Any]]:
-        return [{"index": 10 + i, "transactionId": a["transactionId"], "success": True, "dlq": a["status"] == "dlq"}
-                for i, a in enumerate(body(request)["acknowledgments"])]
+        return [
+            {
+                "index": 10 + i,
+                "transactionId": a["transactionId"],
+                "success": True,
+                "dlq": a["status"] == "dlq",
+            }
+            for i, a in enumerate(body(request)["acknowledgments"])
+        ]
 
     stub = WireStub().on("POST", "/api/v1/ack/batch", answer)
-    messages = [Message.from_wire(item, queue="q")
-                for item in pop_answer({"transactionId": "a"}, {"transactionId": "b"})["messages"]]
+    messages = [
+        Message.from_wire(item, queue="q")
+        for item in pop_answer({"transactionId": "a"}, {"transactionId": "b"})["messages"]
+    ]
     async with client(stub) as q:
         results = await q.ack(messages, "dlq", group="g")
     sent = body(stub.requests[0])
@@ -249,9 +342,19 @@ async def test_list_ack_uses_the_batch_route_and_keeps_order() -> None:
 
 
 async def test_renew_sends_seconds_and_reads_the_array_answer() -> None:
-    stub = WireStub().on("POST", f"/api/v1/lease/{LEASE_ID}/extend",
-                         [{"index": 0, "leaseId": LEASE_ID, "success": True, "error": None,
-                           "expiresAt": "2026-05-01T00:00:30.000Z"}])
+    stub = WireStub().on(
+        "POST",
+        f"/api/v1/lease/{LEASE_ID}/extend",
+        [
+            {
+                "index": 0,
+                "leaseId": LEASE_ID,
+                "success": True,
+                "error": None,
+                "expiresAt": "2026-05-01T00:00:30.000Z",
+            }
+        ],
+    )
     async with client(stub) as q:
         renewal = await q.renew(LEASE_ID, 30)
     assert body(stub.requests[0]) == {"seconds": 30}
@@ -262,25 +365,54 @@ async def test_renew_sends_seconds_and_reads_the_array_answer() -> None:
 
 
 async def test_transaction_sends_ack_and_push_operations() -> None:
-    stub = WireStub().on("POST", "/api/v1/transaction", {"transactionId": "x", "success": True, "results": []})
+    stub = WireStub().on(
+        "POST", "/api/v1/transaction", {"transactionId": "x", "success": True, "results": []}
+    )
     message = Message.from_wire(pop_answer({"transactionId": "t-1"})["messages"][0], queue="chat.translate")
     async with client(stub) as q:
-        await q.transaction().ack(message).queue("chat.route").partition("chat-3").push(
-            [{"data": {"text": "hola"}, "transactionId": "t-1.route"}]).commit()
+        await (
+            q.transaction()
+            .ack(message)
+            .queue("chat.route")
+            .partition("chat-3")
+            .push([{"data": {"text": "hola"}, "transactionId": "t-1.route"}])
+            .commit()
+        )
     sent = body(stub.requests[0])
     assert sent["operations"] == [
-        {"type": "ack", "transactionId": "t-1", "partitionId": PARTITION_ID, "status": "completed",
-         "leaseId": LEASE_ID},
-        {"type": "push", "items": [{"queue": "chat.route", "partition": "chat-3", "payload": {"text": "hola"},
-                                    "transactionId": "t-1.route"}]},
+        {
+            "type": "ack",
+            "transactionId": "t-1",
+            "partitionId": PARTITION_ID,
+            "status": "completed",
+            "leaseId": LEASE_ID,
+        },
+        {
+            "type": "push",
+            "items": [
+                {
+                    "queue": "chat.route",
+                    "partition": "chat-3",
+                    "payload": {"text": "hola"},
+                    "transactionId": "t-1.route",
+                }
+            ],
+        },
     ]
     assert sent["requiredLeases"] == [LEASE_ID]
 
 
 async def test_rolled_back_transaction_raises_with_results() -> None:
-    stub = WireStub().on("POST", "/api/v1/transaction", {"transactionId": "x", "success": False,
-                                                         "error": "ACK operation failed: Message not found",
-                                                         "results": [{"index": 0, "success": False}]})
+    stub = WireStub().on(
+        "POST",
+        "/api/v1/transaction",
+        {
+            "transactionId": "x",
+            "success": False,
+            "error": "ACK operation failed: Message not found",
+            "results": [{"index": 0, "success": False}],
+        },
+    )
     async with client(stub) as q:
         with pytest.raises(TransactionFailed, match="Message not found") as raised:
             await q.transaction().ack({"transactionId": "t", "partitionId": PARTITION_ID}).commit()
@@ -290,30 +422,52 @@ async def test_rolled_back_transaction_raises_with_results() -> None:
 
 
 async def test_dlq_query_and_replay() -> None:
-    row = {"id": "m", "transactionId": "t", "partitionId": PARTITION_ID, "queue": "q", "partition": "Default",
-           "consumerGroup": "__QUEUE_MODE__", "errorMessage": "boom", "retryCount": 2, "data": 1,
-           "createdAt": "2026-05-01T00:00:00.000Z", "failedAt": "2026-05-01T00:00:01.000Z"}
-    stub = (WireStub().on("GET", "/api/v1/dlq", {"messages": [row], "total": 7, "pagination": {}})
-            .on("POST", f"/api/v1/messages/{PARTITION_ID}/t/retry", {"success": True}))
+    row = {
+        "id": "m",
+        "transactionId": "t",
+        "partitionId": PARTITION_ID,
+        "queue": "q",
+        "partition": "Default",
+        "consumerGroup": "__QUEUE_MODE__",
+        "errorMessage": "boom",
+        "retryCount": 2,
+        "data": 1,
+        "createdAt": "2026-05-01T00:00:00.000Z",
+        "failedAt": "2026-05-01T00:00:01.000Z",
+    }
+    stub = (
+        WireStub()
+        .on("GET", "/api/v1/dlq", {"messages": [row], "total": 7, "pagination": {}})
+        .on("POST", f"/api/v1/messages/{PARTITION_ID}/t/retry", {"success": True})
+    )
     async with client(stub) as q:
         page = await q.queue("q").dlq("g").limit(1).offset(2).get()
         assert await q.replay_dlq(page.messages[0]) == {"success": True}
-    assert dict(stub.requests[0].url.params) == {"queue": "q", "limit": "1", "offset": "2", "consumerGroup": "g"}
+    assert dict(stub.requests[0].url.params) == {
+        "queue": "q",
+        "limit": "1",
+        "offset": "2",
+        "consumerGroup": "g",
+    }
     assert page.total == 7 and page.messages[0].error_message == "boom"
 
 
 async def test_consumer_group_routes() -> None:
-    stub = (WireStub()
-            .on("GET", "/api/v1/consumer-groups", None)
-            .on("GET", "/api/v1/consumer-groups/g 1", None)
-            .on("POST", "/api/v1/consumer-groups/g/queues/q/seek", lambda r: {"success": True, **body(r)})
-            .on("POST", "/api/v1/consumer-groups/g/subscription", lambda r: {"success": True, **body(r)})
-            .on("DELETE", "/api/v1/consumer-groups/g", {"success": True}))
+    stub = (
+        WireStub()
+        .on("GET", "/api/v1/consumer-groups", None)
+        .on("GET", "/api/v1/consumer-groups/g 1", None)
+        .on("POST", "/api/v1/consumer-groups/g/queues/q/seek", lambda r: {"success": True, **body(r)})
+        .on("POST", "/api/v1/consumer-groups/g/subscription", lambda r: {"success": True, **body(r)})
+        .on("DELETE", "/api/v1/consumer-groups/g", {"success": True})
+    )
     async with client(stub) as q:
         assert await q.consumer_groups() == []
         assert await q.consumer_group("g 1") == {}
         assert (await q.seek("g", "q", to_end=True))["toEnd"] is True
-        assert (await q.seek("g", "q", timestamp="2026-01-01T00:00:00Z"))["timestamp"] == "2026-01-01T00:00:00Z"
+        assert (await q.seek("g", "q", timestamp="2026-01-01T00:00:00Z"))[
+            "timestamp"
+        ] == "2026-01-01T00:00:00Z"
         assert (await q.update_consumer_group_timestamp("g", "2026-01-01T00:00:00Z"))["success"]
         await q.delete_consumer_group("g", delete_metadata=False)
         with pytest.raises(ValueError):
@@ -414,8 +568,10 @@ class QueueStub(WireStub):
     def ack_batch(self, request: httpx.Request) -> Any:
         sent = body(request)
         self.acks.extend((a["transactionId"], a["status"], a.get("error")) for a in sent["acknowledgments"])
-        return [{"index": i, "transactionId": a["transactionId"], "success": True}
-                for i, a in enumerate(sent["acknowledgments"])]
+        return [
+            {"index": i, "transactionId": a["transactionId"], "success": True}
+            for i, a in enumerate(sent["acknowledgments"])
+        ]
 
     def extend(self, request: httpx.Request) -> Any:
         self.renewed.set()
@@ -439,7 +595,12 @@ async def test_consume_batches_go_to_the_handler_as_lists_and_are_acked_together
     stub = QueueStub(4)
     batches: list[list[str]] = []
     async with client(stub) as q:
-        await q.queue("q").batch(2).limit(4).consume(lambda messages: batches.append([m.data for m in messages]))
+        await (
+            q.queue("q")
+            .batch(2)
+            .limit(4)
+            .consume(lambda messages: batches.append([m.data for m in messages]))
+        )
     assert batches == [["t-0", "t-1"], ["t-2", "t-3"]]
     assert [a[1] for a in stub.acks] == ["completed"] * 4
 

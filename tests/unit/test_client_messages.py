@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -35,7 +35,7 @@ def test_message_from_pop_item_keeps_every_field() -> None:
     assert message.consumer_group == "__QUEUE_MODE__"
     assert message.lease_id == POPPED["leaseId"]
     assert message.data == {"text": "hello", "n": 1}
-    assert message.created_at == datetime(2026, 4, 26, 10, 59, 28, 267966, tzinfo=timezone.utc)
+    assert message.created_at == datetime(2026, 4, 26, 10, 59, 28, 267966, tzinfo=UTC)
     assert message.trace_id is None and message.producer_sub is None
 
 
@@ -61,11 +61,23 @@ def test_message_round_trips_to_the_wire_shape() -> None:
 def test_push_result_reads_snake_case_keys_and_falls_back_to_what_was_sent() -> None:
     sent = {"queue": "q", "partition": "p", "transactionId": "t-9", "payload": 1}
     queued = PushResult.from_wire(
-        {"index": 4, "transaction_id": "t-9", "status": "queued", "message_id": "m", "partition_id": "pid",
-         "trace_id": None, "queueName": "q"},
+        {
+            "index": 4,
+            "transaction_id": "t-9",
+            "status": "queued",
+            "message_id": "m",
+            "partition_id": "pid",
+            "trace_id": None,
+            "queueName": "q",
+        },
         sent,
     )
-    assert (queued.status, queued.transaction_id, queued.message_id, queued.partition_id) == ("queued", "t-9", "m", "pid")
+    assert (queued.status, queued.transaction_id, queued.message_id, queued.partition_id) == (
+        "queued",
+        "t-9",
+        "m",
+        "pid",
+    )
     assert queued.partition == "p" and queued.ok
     failed = PushResult.from_wire({"status": "failed", "error": "queue full"}, sent)
     assert not failed.ok and failed.error == "queue full" and failed.transaction_id == "t-9"
@@ -73,9 +85,19 @@ def test_push_result_reads_snake_case_keys_and_falls_back_to_what_was_sent() -> 
 
 def test_dead_letter_row_parses_times_and_counts() -> None:
     row = DeadLetter.from_wire(
-        {"id": "m", "transactionId": "t", "partitionId": "p", "queue": "q", "partition": "Default",
-         "consumerGroup": "__QUEUE_MODE__", "errorMessage": "boom", "retryCount": 2, "data": {"x": 1},
-         "createdAt": "2026-05-01T00:00:00.000Z", "failedAt": "2026-05-01T00:00:01.500Z"}
+        {
+            "id": "m",
+            "transactionId": "t",
+            "partitionId": "p",
+            "queue": "q",
+            "partition": "Default",
+            "consumerGroup": "__QUEUE_MODE__",
+            "errorMessage": "boom",
+            "retryCount": 2,
+            "data": {"x": 1},
+            "createdAt": "2026-05-01T00:00:00.000Z",
+            "failedAt": "2026-05-01T00:00:01.500Z",
+        }
     )
     assert row.retry_count == 2 and row.error_message == "boom" and row.data == {"x": 1}
     assert row.failed_at is not None and row.created_at is not None
@@ -85,7 +107,7 @@ def test_dead_letter_row_parses_times_and_counts() -> None:
 
 def test_timestamps() -> None:
     assert parse_timestamp(None) is None and parse_timestamp("garbage") is None
-    assert parse_timestamp("2026-01-02T03:04:05.678Z") == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    assert parse_timestamp("2026-01-02T03:04:05.678Z") == datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     assert format_timestamp(datetime(2026, 1, 2, 3, 4, 5, 678000)) == "2026-01-02T03:04:05.678Z"
     assert format_timestamp("now") == "now"
 

@@ -11,14 +11,18 @@ import sys
 import textwrap
 import threading
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 import queenpy.client as client_package
 from queenpy.client import AsyncQueen, Message, PushResult, Queen
-from queenpy.client._builders import DeadLetterBuilder, QueueBuilder, TransactionBuilder, TransactionQueueBuilder
+from queenpy.client._builders import (
+    DeadLetterBuilder,
+    QueueBuilder,
+    TransactionBuilder,
+    TransactionQueueBuilder,
+)
 
 SRC = Path(client_package.__file__).resolve().parents[2]
 
@@ -46,11 +50,27 @@ def recording_transport(log: list[httpx.Request]) -> httpx.MockTransport:
         log.append(request)
         if request.url.path == "/api/v1/push":
             items = json.loads(request.content)["items"]
-            return httpx.Response(200, json=[{"status": "queued", "transaction_id": i["transactionId"]} for i in items])
+            return httpx.Response(
+                200, json=[{"status": "queued", "transaction_id": i["transactionId"]} for i in items]
+            )
         if request.url.path.startswith("/api/v1/pop/"):
-            return httpx.Response(200, json={"queue": "q", "messages": [
-                {"id": "m", "transactionId": "t", "partitionId": "p", "partition": "Default", "leaseId": "l",
-                 "data": {"n": 1}, "createdAt": "2026-01-01T00:00:00.000000Z"}]})
+            return httpx.Response(
+                200,
+                json={
+                    "queue": "q",
+                    "messages": [
+                        {
+                            "id": "m",
+                            "transactionId": "t",
+                            "partitionId": "p",
+                            "partition": "Default",
+                            "leaseId": "l",
+                            "data": {"n": 1},
+                            "createdAt": "2026-01-01T00:00:00.000000Z",
+                        }
+                    ],
+                },
+            )
         if request.url.path == "/api/v1/ack":
             return httpx.Response(200, json=[{"transactionId": "t", "success": True}])
         return httpx.Response(404)
@@ -108,7 +128,9 @@ def test_client_imports_neither_the_broker_nor_the_database_layers() -> None:
         " ['queenpy','store']) or m.split('.')[0] in ('asyncpg', 'psycopg', 'starlette', 'uvicorn')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
-    done = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -156,8 +178,12 @@ def _env() -> dict[str, str]:
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_stops_consume_after_the_handler_in_flight(flavour: str, signum: int) -> None:
     process = subprocess.Popen(
-        [sys.executable, "-c", SIGNAL_SCRIPT, flavour], env=_env(), text=True,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [sys.executable, "-c", SIGNAL_SCRIPT, flavour],
+        env=_env(),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert process.stdout is not None and process.stdin is not None
     try:

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import Any, Self, overload
 from urllib.parse import quote
 
 import httpx
@@ -31,11 +31,19 @@ from ._builders import (
 )
 from ._consumer import Consumer
 from ._failover import FailoverTransport
-from ._messages import QUEUE_MODE_GROUP, AckResult, DeadLetter, LeaseRenewal, Message, PushResult, parse_timestamp
+from ._messages import (
+    QUEUE_MODE_GROUP,
+    AckResult,
+    DeadLetter,
+    LeaseRenewal,
+    Message,
+    PushResult,
+    parse_timestamp,
+)
 from ._settings import RetryPolicy, Timeout
 from ._signals import SignalGuard
 
-__all__ = ["AsyncQueen", "DEFAULT_URL"]
+__all__ = ["DEFAULT_URL", "AsyncQueen"]
 
 logger = logging.getLogger("queenpy.client")
 
@@ -104,6 +112,26 @@ class AsyncQueen:
         return TransactionBuilder(self)
 
     # -- ack and lease ---------------------------------------------------------------------------------
+
+    @overload
+    async def ack(
+        self,
+        message: AckableMessage,
+        status: bool | str = ...,
+        *,
+        group: str | None = ...,
+        error: str | None = ...,
+    ) -> AckResult: ...
+
+    @overload
+    async def ack(
+        self,
+        message: Sequence[AckableMessage],
+        status: bool | str = ...,
+        *,
+        group: str | None = ...,
+        error: str | None = ...,
+    ) -> list[AckResult]: ...
 
     async def ack(
         self,
@@ -182,6 +210,15 @@ class AsyncQueen:
                     results[position] = AckResult(item["transactionId"], False, "no result from broker")
         return [result for result in results if result is not None]
 
+    # a str is also a Sequence[str]; here it is one lease id
+    @overload
+    async def renew(self, lease: str | AckableMessage, seconds: int = ...) -> LeaseRenewal: ...  # type: ignore[overload-overlap]
+
+    @overload
+    async def renew(
+        self, lease: Sequence[str | AckableMessage], seconds: int = ...
+    ) -> list[LeaseRenewal]: ...
+
     async def renew(
         self, lease: str | AckableMessage | Sequence[str | AckableMessage], seconds: int = 60
     ) -> LeaseRenewal | list[LeaseRenewal]:
@@ -195,7 +232,9 @@ class AsyncQueen:
             ValueError: no lease id found. DatabaseUnavailable: no broker reachable.
         """
         many = isinstance(lease, Sequence) and not isinstance(lease, (str, Mapping))
-        items = list(lease) if many else [lease]  # type: ignore[arg-type]
+        items: list[str | AckableMessage] = (
+            list(lease) if isinstance(lease, Sequence) and not isinstance(lease, (str, Mapping)) else [lease]
+        )
         lease_ids: list[str] = []
         for item in items:
             lease_id = item if isinstance(item, str) else message_reference(item)[2]
@@ -205,12 +244,16 @@ class AsyncQueen:
             raise ValueError("no lease id to renew (messages popped with auto-ack hold no lease)")
         renewals = []
         for lease_id in lease_ids:
-            answer = await self._call("POST", f"/api/v1/lease/{_q(lease_id)}/extend", body={"seconds": int(seconds)})
+            answer = await self._call(
+                "POST", f"/api/v1/lease/{_q(lease_id)}/extend", body={"seconds": int(seconds)}
+            )
             row = answer[0] if isinstance(answer, list) and answer else answer
             if isinstance(row, Mapping):
                 expires = row.get("expiresAt") or row.get("newExpiresAt") or row.get("lease_expires_at")
                 success = bool(row.get("success", not row.get("error")))
-                renewals.append(LeaseRenewal(lease_id, success, parse_timestamp(expires), row.get("error") or None))
+                renewals.append(
+                    LeaseRenewal(lease_id, success, parse_timestamp(expires), row.get("error") or None)
+                )
             else:
                 renewals.append(LeaseRenewal(lease_id, False, None, "empty answer"))
         return renewals if many else renewals[0]
@@ -294,7 +337,9 @@ class AsyncQueen:
 
     # -- dead-letter queue, queues, health ----------------------------------------------------------------
 
-    async def replay_dlq(self, message: DeadLetter | Message | str, transaction_id: str | None = None) -> dict[str, Any]:
+    async def replay_dlq(
+        self, message: DeadLetter | Message | str, transaction_id: str | None = None
+    ) -> dict[str, Any]:
         """Put a dead-lettered message back at the head of its partition for its group
         (``POST /api/v1/messages/<partitionId>/<transactionId>/retry``).
 
@@ -360,7 +405,7 @@ class AsyncQueen:
             self._transport_closed = True
             await self._transport.aclose()
 
-    async def __aenter__(self) -> AsyncQueen:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(

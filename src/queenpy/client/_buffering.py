@@ -16,7 +16,7 @@ from typing import Any
 
 from ._messages import PushResult
 
-__all__ = ["PushBuffers", "BufferOptions"]
+__all__ = ["BufferOptions", "PushBuffers"]
 
 logger = logging.getLogger("queenpy.client")
 
@@ -105,7 +105,7 @@ class PushBuffers:
         for key in list(self._buffers):
             try:
                 await self.flush(key)
-            except Exception as exc:  # keep flushing the other buffers
+            except Exception as exc:  # noqa: BLE001 - keep flushing the other buffers, raise below
                 self._errors.append(exc)
         if self._errors:
             error, self._errors = self._errors[0], []
@@ -122,7 +122,7 @@ class PushBuffers:
     async def _background_flush(self, key: tuple[str, str]) -> None:
         try:
             await self.flush(key)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - kept and raised by the next flush_all()
             logger.warning("buffered push to %s/%s failed: %s", key[0], key[1], exc)
             self._errors.append(exc)
 

@@ -7,10 +7,12 @@ unit in the name (``idle_millis``, ``timeout_millis``, ``lease_time_s``).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Union
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from queenpy.errors import BrokerError, TransactionFailed
@@ -19,21 +21,18 @@ from ._buffering import BufferOptions
 from ._messages import QUEUE_MODE_GROUP, DeadLetter, DeadLetterPage, Message, PushResult, uuid7
 
 if TYPE_CHECKING:
-    import asyncio
-    import threading
-
     from ._async import AsyncQueen
 
 __all__ = [
+    "ConsumeOptions",
+    "DeadLetterBuilder",
     "Fluent",
     "QueueBuilder",
     "TransactionBuilder",
     "TransactionQueueBuilder",
-    "DeadLetterBuilder",
-    "ConsumeOptions",
+    "ack_status",
     "format_timestamp",
     "message_reference",
-    "ack_status",
 ]
 
 #: A handler gets one :class:`Message` (batch 1 or ``each()``) or a list of them; sync or async.
@@ -42,8 +41,8 @@ Handler = Callable[[Any], Any]
 ErrorHandler = Callable[[Any, BaseException], Any]
 #: ``on_success(message_or_list, handler_result)``; sync or async.
 SuccessHandler = Callable[[Any, Any], Any]
-StopSignal = Union["asyncio.Event", "threading.Event"]
-AckableMessage = Union[Message, DeadLetter, Mapping[str, Any]]
+StopSignal = asyncio.Event | threading.Event
+AckableMessage = Message | DeadLetter | Mapping[str, Any]
 
 
 class Fluent:
@@ -60,8 +59,8 @@ def format_timestamp(value: datetime | str) -> str:
     if isinstance(value, str):
         return value
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def message_reference(message: AckableMessage) -> tuple[str, str, str | None, str | None]:
@@ -138,10 +137,26 @@ class ConsumeOptions:
     """Everything a consumer needs; filled by :class:`QueueBuilder` (see its methods for meanings)."""
 
     __slots__ = (
-        "queue", "partition", "namespace", "task", "group", "batch", "wait", "timeout_millis", "concurrency",
-        "limit", "idle_millis", "auto_ack", "each", "partitions", "subscription_mode", "subscription_from",
-        "renew_lease", "lease_time_s", "renew_interval_millis",
-    )  # fmt: skip
+        "auto_ack",
+        "batch",
+        "concurrency",
+        "each",
+        "group",
+        "idle_millis",
+        "lease_time_s",
+        "limit",
+        "namespace",
+        "partition",
+        "partitions",
+        "queue",
+        "renew_interval_millis",
+        "renew_lease",
+        "subscription_from",
+        "subscription_mode",
+        "task",
+        "timeout_millis",
+        "wait",
+    )
 
     def __init__(self) -> None:
         self.queue: str | None = None
@@ -179,7 +194,9 @@ class ConsumeOptions:
             return "/api/v1/pop"
         raise ValueError("pop needs a queue name, or a namespace/task")
 
-    def pop_params(self, *, batch: int, wait: bool, timeout_millis: int, server_auto_ack: bool) -> dict[str, str]:
+    def pop_params(
+        self, *, batch: int, wait: bool, timeout_millis: int, server_auto_ack: bool
+    ) -> dict[str, str]:
         """The pop query string (API.md §5.2)."""
         params = {"batch": str(batch), "wait": "true" if wait else "false", "timeout": str(timeout_millis)}
         if self.group:
@@ -205,7 +222,7 @@ class QueueBuilder(Fluent):
     Made by :meth:`AsyncQueen.queue`. Every option method returns the builder itself.
     """
 
-    __slots__ = ("_client", "_name", "_partition", "_config", "_buffer", "_options")
+    __slots__ = ("_buffer", "_client", "_config", "_name", "_options", "_partition")
 
     def __init__(self, client: AsyncQueen, name: str | None) -> None:
         self._client = client
@@ -271,7 +288,9 @@ class QueueBuilder(Fluent):
         name = self._require_name("delete()")
         result = await self._client._call("DELETE", f"/api/v1/resources/queues/{quote(name, safe='')}")
         self._client._lease_times.pop(name, None)
-        return _expect_object(result, "delete queue") if result is not None else {"deleted": True, "queue": name}
+        return (
+            _expect_object(result, "delete queue") if result is not None else {"deleted": True, "queue": name}
+        )
 
     # -- push ----------------------------------------------------------------------------------------
 
@@ -316,7 +335,9 @@ class QueueBuilder(Fluent):
     async def flush_buffer(self) -> None:
         """Send what this queue/partition has in the client push buffer now."""
         name = self._require_name("flush_buffer()")
-        await self._client._buffers.flush((name, self._partition if self._partition is not None else "Default"))
+        await self._client._buffers.flush(
+            (name, self._partition if self._partition is not None else "Default")
+        )
 
     # -- pop / consume options ------------------------------------------------------------------------
 
@@ -507,7 +528,7 @@ class TransactionBuilder(Fluent):
     ``q.transaction().ack(msg).queue("next").partition(p).push([...]).commit()``
     """
 
-    __slots__ = ("_client", "_operations", "_leases")
+    __slots__ = ("_client", "_leases", "_operations")
 
     def __init__(self, client: AsyncQueen) -> None:
         self._client = client
@@ -529,7 +550,11 @@ class TransactionBuilder(Fluent):
         lease id is sent, so the commit fails (nothing happens) if the lease expired and the message may
         already be with another consumer. In a transaction a ``failed`` ack goes straight to the DLQ.
         """
-        items = list(messages) if isinstance(messages, Sequence) and not isinstance(messages, Mapping) else [messages]
+        items = (
+            list(messages)
+            if isinstance(messages, Sequence) and not isinstance(messages, Mapping)
+            else [messages]
+        )
         for message in items:
             transaction_id, partition_id, lease_id, message_group = message_reference(message)
             operation: dict[str, Any] = {
@@ -590,7 +615,7 @@ class TransactionBuilder(Fluent):
 class TransactionQueueBuilder(Fluent):
     """The push part of a transaction: ``.partition(p).push([...])`` returns the transaction."""
 
-    __slots__ = ("_transaction", "_queue", "_partition")
+    __slots__ = ("_partition", "_queue", "_transaction")
 
     def __init__(self, transaction: TransactionBuilder, queue: str) -> None:
         self._transaction = transaction
@@ -618,4 +643,3 @@ def _expect_object(result: Any, what: str) -> dict[str, Any]:
             raise BrokerError(str(error), answer=dict(result))
         return dict(result)
     raise BrokerError(f"unexpected answer to {what}: {result!r}"[:300])
-

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from queenpy.errors import AuthenticationError, InvalidRequest, PermissionDenied, QueenError
@@ -33,10 +34,19 @@ _EMPTY_PAUSE_S = 0.1
 DEFAULT_LEASE_TIME_S = 30
 
 
+def _is_async(function: Callable[..., Any]) -> bool:
+    """True for coroutine functions, also behind ``functools.partial`` or as an object's ``async __call__``."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if inspect.iscoroutinefunction(function):
+        return True
+    return not inspect.isroutine(function) and inspect.iscoroutinefunction(type(function).__call__)
+
+
 async def call_maybe_async(function: Callable[..., Any], *args: Any) -> Any:
     """Call a sync or async callable; a sync one runs in a worker thread so the event loop (and lease
     renewal) keeps running while it works."""
-    if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(getattr(function, "__call__", None)):
+    if _is_async(function):
         return await function(*args)
     result = await asyncio.to_thread(function, *args)
     if inspect.isawaitable(result):
@@ -85,7 +95,9 @@ class Consumer:
         """Run the workers until a stop condition (see ``QueueBuilder.consume``); returns messages handled."""
         options = self._options
         options.pop_path()  # fail fast on a missing queue name
-        watcher = asyncio.create_task(self._watch_external_stop()) if self._external_stop is not None else None
+        watcher = (
+            asyncio.create_task(self._watch_external_stop()) if self._external_stop is not None else None
+        )
         workers = [asyncio.create_task(self._worker(index)) for index in range(options.concurrency)]
         try:
             await asyncio.gather(*workers)
@@ -122,7 +134,7 @@ class Consumer:
         """Sleep up to ``seconds``, returning early when a stop is requested."""
         try:
             await asyncio.wait_for(self._stop.wait(), timeout=seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # -- budget (limit) ---------------------------------------------------------------------------------
@@ -171,7 +183,11 @@ class Consumer:
             size = await self._reserve()
             if size == 0:
                 break
-            timeout_ms = options.timeout_millis if idle_left is None else max(1, min(options.timeout_millis, idle_left))
+            timeout_ms = (
+                options.timeout_millis
+                if idle_left is None
+                else max(1, min(options.timeout_millis, idle_left))
+            )
             handled = 0
             try:
                 messages = await self._pop_unless_stopped(size, wait, timeout_ms)
@@ -197,7 +213,9 @@ class Consumer:
     async def _pop_unless_stopped(self, size: int, wait: bool, timeout_ms: int) -> list[Message] | None:
         """Pop, or return None if a stop came first (the pop is abandoned)."""
         pop = asyncio.create_task(
-            self._client._pop(self._options, batch=size, wait=wait, timeout_millis=timeout_ms, server_auto_ack=False)
+            self._client._pop(
+                self._options, batch=size, wait=wait, timeout_millis=timeout_ms, server_auto_ack=False
+            )
         )
         stopped = asyncio.create_task(self._stop.wait())
         try:
@@ -239,10 +257,9 @@ class Consumer:
     async def _handle(self, argument: Any, messages: list[Message]) -> bool:
         """Run the handler on one message or a batch and ack; True if the handler succeeded."""
         auto_ack = True if self._options.auto_ack is None else self._options.auto_ack
-        ack_target: Any = argument if isinstance(argument, list) else argument
         try:
             result = await call_maybe_async(self._handler, argument)
-        except Exception as exc:  # the handler's failure is data here, not a crash
+        except Exception as exc:  # noqa: BLE001 - a handler's failure is data here, not a crash
             self.failed += len(messages)
             if self._on_error is not None:
                 try:
@@ -250,12 +267,12 @@ class Consumer:
                 except Exception:
                     logger.exception("on_error callback failed")
             elif auto_ack:
-                await self._ack(ack_target, False, error=str(exc) or type(exc).__name__)
+                await self._ack(argument, False, error=str(exc) or type(exc).__name__)
             else:
                 logger.warning("handler failed on %s: %r (not acked)", messages[0].transaction_id, exc)
             return False
         if auto_ack:
-            await self._ack(ack_target, True)
+            await self._ack(argument, True)
         if self._on_success is not None:
             try:
                 await call_maybe_async(self._on_success, argument, result)
@@ -294,7 +311,7 @@ class Consumer:
                 logger.warning("lease %s could not be renewed: %s", lease_id, getattr(renewal, "error", None))
                 return
             if renewal.expires_at is not None and self._options.renew_interval_millis is None:
-                left_s = (renewal.expires_at - datetime.now(timezone.utc)).total_seconds()
+                left_s = (renewal.expires_at - datetime.now(UTC)).total_seconds()
                 interval_s = max(0.5, min(left_s / 2.0, lease_time_s / 2.0))
 
     async def _resolve_lease_time(self) -> int:

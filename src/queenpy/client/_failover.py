@@ -30,13 +30,20 @@ from queenpy.errors import (
 
 from ._settings import RetryPolicy, Timeout
 
-__all__ = ["FailoverTransport", "normalize_urls", "error_for_status"]
+__all__ = ["FailoverTransport", "error_for_status", "normalize_urls"]
 
 logger = logging.getLogger("queenpy.client")
 
 _STATUS_ERRORS: dict[int, type[QueenError]] = {
     cls.http_status: cls
-    for cls in (InvalidRequest, AuthenticationError, PermissionDenied, NotFound, LeaseError, DatabaseUnavailable)
+    for cls in (
+        InvalidRequest,
+        AuthenticationError,
+        PermissionDenied,
+        NotFound,
+        LeaseError,
+        DatabaseUnavailable,
+    )
 }
 
 
@@ -185,7 +192,9 @@ class FailoverTransport:
                     timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
                 )
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-                last = DatabaseUnavailable(f"cannot reach broker {self.urls[index]}: {exc or type(exc).__name__}")
+                last = DatabaseUnavailable(
+                    f"cannot reach broker {self.urls[index]}: {exc or type(exc).__name__}"
+                )
                 last.__cause__ = exc
                 logger.info("broker %s unreachable: %s", self.urls[index], exc)
                 continue

@@ -5,18 +5,19 @@ from __future__ import annotations
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Mapping
+from datetime import UTC, datetime
+from typing import Any
 
 __all__ = [
     "QUEUE_MODE_GROUP",
-    "Message",
-    "PushResult",
     "AckResult",
-    "LeaseRenewal",
     "DeadLetter",
     "DeadLetterPage",
+    "LeaseRenewal",
+    "Message",
+    "PushResult",
     "parse_timestamp",
     "uuid7",
 ]
@@ -33,12 +34,12 @@ def parse_timestamp(value: Any) -> datetime | None:
     if not isinstance(value, str) or not value:
         return None
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         return None
     if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.astimezone(timezone.utc)
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
 
 
 def uuid7() -> str:
@@ -107,7 +108,7 @@ class Message:
         transaction_id = item.get("transactionId")
         partition_id = item.get("partitionId")
         if not isinstance(transaction_id, str) or not isinstance(partition_id, str):
-            raise ValueError("a message needs string transactionId and partitionId")
+            raise ValueError("a message needs string transactionId and partitionId")  # noqa: TRY004
         group = item.get("consumerGroup") or consumer_group or QUEUE_MODE_GROUP
         return cls(
             id=str(item.get("id") or ""),
@@ -162,7 +163,9 @@ class PushResult:
         """Combine one result dict (snake_case keys) with the item that was sent at the same position."""
         return cls(
             status=str(item.get("status") or "failed"),
-            transaction_id=str(item.get("transaction_id") or item.get("transactionId") or sent["transactionId"]),
+            transaction_id=str(
+                item.get("transaction_id") or item.get("transactionId") or sent["transactionId"]
+            ),
             queue=str(item.get("queueName") or item.get("queue") or sent["queue"]),
             partition=str(sent.get("partition") or item.get("partition") or "Default"),
             message_id=_none_if_empty(item.get("message_id") or item.get("messageId")),

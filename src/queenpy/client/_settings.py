@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Timeout", "RetryPolicy", "LONG_POLL_MARGIN_S"]
+__all__ = ["LONG_POLL_MARGIN_S", "RetryPolicy", "Timeout"]
 
 #: Seconds added to a long poll's server-side ``timeout`` to get the HTTP read timeout (API.md §5.2, §15):
 #: the broker answers at ``timeout``, so the client waits a little longer before giving up.

@@ -6,7 +6,7 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Self
 
 __all__ = ["SignalGuard"]
 
@@ -27,7 +27,7 @@ class SignalGuard:
         self._previous: dict[int, Any] = {}
         self._stopping = False
 
-    def __enter__(self) -> SignalGuard:
+    def __enter__(self) -> Self:
         if threading.current_thread() is threading.main_thread():
             for sig in _SIGNALS:
                 try:

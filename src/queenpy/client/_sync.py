@@ -17,7 +17,7 @@ import inspect
 import threading
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from ._async import AsyncQueen
 from ._builders import Fluent
@@ -59,7 +59,9 @@ class _LoopThread:
         """
         if threading.current_thread() is self.thread:
             coroutine.close()
-            raise RuntimeError("the sync Queen cannot be used inside its own event loop; use AsyncQueen there")
+            raise RuntimeError(
+                "the sync Queen cannot be used inside its own event loop; use AsyncQueen there"
+            )
         if self.loop.is_closed() or not self.thread.is_alive():
             coroutine.close()
             raise RuntimeError("this Queen client is closed")
@@ -91,7 +93,7 @@ async def _invoke(function: Callable[..., Any], args: tuple[Any, ...], kwargs: d
 class _Blocking:
     """Blocking proxy of an object that lives on a :class:`_LoopThread`."""
 
-    __slots__ = ("_target", "_runner", "_on_signal")
+    __slots__ = ("_on_signal", "_runner", "_target")
 
     def __init__(self, target: Any, runner: _LoopThread, on_signal: Callable[[], bool]) -> None:
         object.__setattr__(self, "_target", target)
@@ -168,7 +170,7 @@ class Queen(_Blocking):
         finally:
             self._runner.stop()
 
-    def __enter__(self) -> Queen:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

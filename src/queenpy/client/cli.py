@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,35 +26,42 @@ from ._async import DEFAULT_URL
 from ._messages import DeadLetter, Message, PushResult
 from ._sync import Queen
 
-__all__ = ["register", "main"]
+__all__ = ["main", "register"]
 
 UrlOption = Annotated[
-    str, typer.Option("--url", envvar="QUEEN_URL", help="Broker base URL; several, comma-separated, fail over.")
+    str,
+    typer.Option("--url", envvar="QUEEN_URL", help="Broker base URL; several, comma-separated, fail over."),
 ]
-TokenOption = Annotated[Optional[str], typer.Option("--token", envvar="QUEEN_TOKEN", help="Bearer token (JWT).")]
-JsonOption = Annotated[bool, typer.Option("--json", envvar="QUEEN_JSON", help="Print JSON instead of tables.")]
+TokenOption = Annotated[str | None, typer.Option("--token", envvar="QUEEN_TOKEN", help="Bearer token (JWT).")]
+JsonOption = Annotated[
+    bool, typer.Option("--json", envvar="QUEEN_JSON", help="Print JSON instead of tables.")
+]
 VerboseOption = Annotated[
     bool, typer.Option("--verbose", "-v", envvar="QUEEN_VERBOSE", help="Show tracebacks on errors.")
 ]
 QueueOption = Annotated[str, typer.Option("--queue", "-q", envvar="QUEEN_QUEUE", help="Queue name.")]
 PartitionOption = Annotated[
-    Optional[str], typer.Option("--partition", "-p", envvar="QUEEN_PARTITION", help="Partition name.")
+    str | None, typer.Option("--partition", "-p", envvar="QUEEN_PARTITION", help="Partition name.")
 ]
 GroupOption = Annotated[
-    Optional[str], typer.Option("--group", "-g", envvar="QUEEN_GROUP", help="Consumer group (default: queue mode).")
+    str | None,
+    typer.Option("--group", "-g", envvar="QUEEN_GROUP", help="Consumer group (default: queue mode)."),
 ]
-BatchOption = Annotated[int, typer.Option("--batch", "-b", envvar="QUEEN_BATCH", min=1, help="Messages per pop.")]
+BatchOption = Annotated[
+    int, typer.Option("--batch", "-b", envvar="QUEEN_BATCH", min=1, help="Messages per pop.")
+]
 AckOption = Annotated[
     bool,
     typer.Option("--ack/--no-ack", envvar="QUEEN_ACK", help="Ack messages as completed once printed."),
 ]
 OptionalQueueOption = Annotated[
-    Optional[str], typer.Option("--queue", "-q", envvar="QUEEN_QUEUE", help="Queue name.")
+    str | None, typer.Option("--queue", "-q", envvar="QUEEN_QUEUE", help="Queue name.")
 ]
 RowsOption = Annotated[int, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, help="Rows to show.")]
 OffsetOption = Annotated[int, typer.Option("--offset", envvar="QUEEN_OFFSET", min=0, help="Rows to skip.")]
 TimeoutOption = Annotated[
-    int, typer.Option("--timeout-millis", envvar="QUEEN_TIMEOUT_MILLIS", min=1, help="Long-poll timeout in ms.")
+    int,
+    typer.Option("--timeout-millis", envvar="QUEEN_TIMEOUT_MILLIS", min=1, help="Long-poll timeout in ms."),
 ]
 
 
@@ -131,12 +138,13 @@ def _read_json_lines(lines: Sequence[str], source: str) -> list[Any]:
 
 def push(
     payloads: Annotated[
-        Optional[list[str]], typer.Argument(help="Payloads (JSON, else taken as text). Default: --file or stdin.")
+        list[str] | None,
+        typer.Argument(help="Payloads (JSON, else taken as text). Default: --file or stdin."),
     ] = None,
     queue: QueueOption = ...,  # type: ignore[assignment]
     partition: PartitionOption = None,
     file: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--file", "-f", envvar="QUEEN_PUSH_FILE", help="JSON-lines file ('-' for stdin)."),
     ] = None,
     batch_size: Annotated[
@@ -164,9 +172,14 @@ def push(
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         progress = Progress(
-            TextColumn("pushing"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-            console=_stderr(), disable=json_output or len(items) <= batch_size, transient=True,
-        )  # fmt: skip
+            TextColumn("pushing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=_stderr(),
+            disable=json_output or len(items) <= batch_size,
+            transient=True,
+        )
         with progress:
             task = progress.add_task("push", total=len(items))
             for start in range(0, len(items), batch_size):
@@ -175,9 +188,16 @@ def push(
                 progress.advance(task, len(chunk))
         if json_output:
             for result in results:
-                _print_json({"status": result.status, "transactionId": result.transaction_id,
-                             "messageId": result.message_id, "partitionId": result.partition_id,
-                             "queue": result.queue, "partition": result.partition})  # fmt: skip
+                _print_json(
+                    {
+                        "status": result.status,
+                        "transactionId": result.transaction_id,
+                        "messageId": result.message_id,
+                        "partitionId": result.partition_id,
+                        "queue": result.queue,
+                        "partition": result.partition,
+                    }
+                )
             return
         counts: dict[str, int] = {}
         for result in results:
@@ -224,17 +244,21 @@ def consume(
         int, typer.Option("--concurrency", envvar="QUEEN_CONCURRENCY", min=1, help="Parallel pop loops.")
     ] = 1,
     limit: Annotated[
-        Optional[int], typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, help="Stop after N messages.")
+        int | None, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, help="Stop after N messages.")
     ] = None,
     idle_millis: Annotated[
-        Optional[int],
-        typer.Option("--idle-millis", envvar="QUEEN_IDLE_MILLIS", min=1, help="Stop after this many idle ms."),
+        int | None,
+        typer.Option(
+            "--idle-millis", envvar="QUEEN_IDLE_MILLIS", min=1, help="Stop after this many idle ms."
+        ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", envvar="QUEEN_WAIT", help="Long poll.")] = True,
     timeout_millis: TimeoutOption = 30_000,
     subscription_mode: Annotated[
-        Optional[str],
-        typer.Option("--subscription-mode", envvar="QUEEN_SUBSCRIPTION_MODE", help="'new' or 'all' (new groups)."),
+        str | None,
+        typer.Option(
+            "--subscription-mode", envvar="QUEEN_SUBSCRIPTION_MODE", help="'new' or 'all' (new groups)."
+        ),
     ] = None,
     ack: AckOption = True,
     url: UrlOption = DEFAULT_URL,
@@ -250,9 +274,16 @@ def consume(
 
     with _client(url, token, verbose) as client:
         builder = (
-            client.queue(queue).batch(batch).each().concurrency(concurrency).wait(wait)
-            .timeout_millis(timeout_millis).auto_ack(ack).limit(limit).idle_millis(idle_millis)
-        )  # fmt: skip
+            client.queue(queue)
+            .batch(batch)
+            .each()
+            .concurrency(concurrency)
+            .wait(wait)
+            .timeout_millis(timeout_millis)
+            .auto_ack(ack)
+            .limit(limit)
+            .idle_millis(idle_millis)
+        )
         if partition is not None:
             builder = builder.partition(partition)
         if group:
@@ -265,45 +296,70 @@ def consume(
 
 def configure(
     queue: Annotated[str, typer.Argument(help="Queue to create or reconfigure (a full overwrite).")],
-    namespace: Annotated[Optional[str], typer.Option(envvar="QUEEN_NAMESPACE", help="Namespace.")] = None,
-    task: Annotated[Optional[str], typer.Option(envvar="QUEEN_TASK", help="Task.")] = None,
+    namespace: Annotated[str | None, typer.Option(envvar="QUEEN_NAMESPACE", help="Namespace.")] = None,
+    task: Annotated[str | None, typer.Option(envvar="QUEEN_TASK", help="Task.")] = None,
     lease_time_s: Annotated[
-        Optional[int], typer.Option("--lease-time-s", envvar="QUEEN_LEASE_TIME_S", help="Lease time (s).")
+        int | None, typer.Option("--lease-time-s", envvar="QUEEN_LEASE_TIME_S", help="Lease time (s).")
     ] = None,
     retry_limit: Annotated[
-        Optional[int], typer.Option(envvar="QUEEN_RETRY_LIMIT", help="Failed acks before the DLQ.")
+        int | None, typer.Option(envvar="QUEEN_RETRY_LIMIT", help="Failed acks before the DLQ.")
     ] = None,
     retry_delay_ms: Annotated[
-        Optional[int], typer.Option("--retry-delay-ms", envvar="QUEEN_RETRY_DELAY_MS", help="Redelivery delay (ms).")
+        int | None,
+        typer.Option("--retry-delay-ms", envvar="QUEEN_RETRY_DELAY_MS", help="Redelivery delay (ms)."),
     ] = None,
     dead_letter_queue: Annotated[
-        Optional[bool], typer.Option("--dead-letter-queue/--no-dead-letter-queue", envvar="QUEEN_DEAD_LETTER_QUEUE",
-                                     help="Dead-letter queue on.")
+        bool | None,
+        typer.Option(
+            "--dead-letter-queue/--no-dead-letter-queue",
+            envvar="QUEEN_DEAD_LETTER_QUEUE",
+            help="Dead-letter queue on.",
+        ),
     ] = None,
-    max_size: Annotated[Optional[int], typer.Option(envvar="QUEEN_MAX_SIZE", help="Max messages (0: none).")] = None,
-    priority: Annotated[Optional[int], typer.Option(envvar="QUEEN_PRIORITY", help="Priority.")] = None,
+    max_size: Annotated[
+        int | None, typer.Option(envvar="QUEEN_MAX_SIZE", help="Max messages (0: none).")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(envvar="QUEEN_PRIORITY", help="Priority.")] = None,
     delayed_processing_s: Annotated[
-        Optional[int], typer.Option("--delayed-processing-s", envvar="QUEEN_DELAYED_PROCESSING_S",
-                                    help="Delay before delivery (s).")
+        int | None,
+        typer.Option(
+            "--delayed-processing-s", envvar="QUEEN_DELAYED_PROCESSING_S", help="Delay before delivery (s)."
+        ),
     ] = None,
     window_buffer_s: Annotated[
-        Optional[int], typer.Option("--window-buffer-s", envvar="QUEEN_WINDOW_BUFFER_S",
-                                    help="Quiet time before a partition is delivered (s).")
+        int | None,
+        typer.Option(
+            "--window-buffer-s",
+            envvar="QUEEN_WINDOW_BUFFER_S",
+            help="Quiet time before a partition is delivered (s).",
+        ),
     ] = None,
     retention_s: Annotated[
-        Optional[int], typer.Option("--retention-s", envvar="QUEEN_RETENTION_S", help="Delete messages after (s).")
+        int | None,
+        typer.Option("--retention-s", envvar="QUEEN_RETENTION_S", help="Delete messages after (s)."),
     ] = None,
     completed_retention_s: Annotated[
-        Optional[int], typer.Option("--completed-retention-s", envvar="QUEEN_COMPLETED_RETENTION_S",
-                                    help="Delete consumed messages after (s).")
+        int | None,
+        typer.Option(
+            "--completed-retention-s",
+            envvar="QUEEN_COMPLETED_RETENTION_S",
+            help="Delete consumed messages after (s).",
+        ),
     ] = None,
     encryption: Annotated[
-        Optional[bool], typer.Option("--encryption/--no-encryption", envvar="QUEEN_ENCRYPTION",
-                                     help="Encrypt payloads at rest.")
+        bool | None,
+        typer.Option(
+            "--encryption/--no-encryption", envvar="QUEEN_ENCRYPTION", help="Encrypt payloads at rest."
+        ),
     ] = None,
     option: Annotated[
-        Optional[list[str]], typer.Option("--option", "-o", envvar="QUEEN_OPTIONS",
-                                          help="Any other option as key=JSON value (camelCase key).")
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            envvar="QUEEN_OPTIONS",
+            help="Any other option as key=JSON value (camelCase key).",
+        ),
     ] = None,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
@@ -315,12 +371,19 @@ def configure(
         options: dict[str, Any] = {
             key: value
             for key, value in {
-                "leaseTime": lease_time_s, "retryLimit": retry_limit, "retryDelay": retry_delay_ms,
-                "deadLetterQueue": dead_letter_queue, "dlqAfterMaxRetries": dead_letter_queue,
-                "maxSize": max_size, "priority": priority, "delayedProcessing": delayed_processing_s,
-                "windowBuffer": window_buffer_s, "retentionSeconds": retention_s,
-                "completedRetentionSeconds": completed_retention_s, "encryptionEnabled": encryption,
-            }.items()  # fmt: skip
+                "leaseTime": lease_time_s,
+                "retryLimit": retry_limit,
+                "retryDelay": retry_delay_ms,
+                "deadLetterQueue": dead_letter_queue,
+                "dlqAfterMaxRetries": dead_letter_queue,
+                "maxSize": max_size,
+                "priority": priority,
+                "delayedProcessing": delayed_processing_s,
+                "windowBuffer": window_buffer_s,
+                "retentionSeconds": retention_s,
+                "completedRetentionSeconds": completed_retention_s,
+                "encryptionEnabled": encryption,
+            }.items()
             if value is not None
         }
         if retention_s or completed_retention_s:
@@ -354,17 +417,29 @@ def _queues_list(client: Queen, json_output: bool) -> None:
     rows = []
     for queue in queues:
         counts = queue.get("messages") or {}
-        rows.append([queue.get("name"), queue.get("namespace"), queue.get("task"), queue.get("partitions"),
-                     counts.get("total"), counts.get("pending"), counts.get("processing")])  # fmt: skip
+        rows.append(
+            [
+                queue.get("name"),
+                queue.get("namespace"),
+                queue.get("task"),
+                queue.get("partitions"),
+                counts.get("total"),
+                counts.get("pending"),
+                counts.get("processing"),
+            ]
+        )
     _table("queues", ["queue", "namespace", "task", "partitions", "total", "pending", "processing"], rows)
 
 
 def _queue_groups(client: Queen, name: str) -> dict[str, list[dict[str, Any]]]:
     """Per consumer group that reads queue ``name``: its partitions with lag (from the group detail)."""
-    groups = sorted({
-        str(row.get("name")) for row in client.consumer_groups()
-        if row.get("queueName") == name or name in (row.get("topics") or [])
-    })  # fmt: skip
+    groups = sorted(
+        {
+            str(row.get("name"))
+            for row in client.consumer_groups()
+            if row.get("queueName") == name or name in (row.get("topics") or [])
+        }
+    )
     result: dict[str, list[dict[str, Any]]] = {}
     for group in groups:
         detail = client.consumer_group(group).get(name) or {}
@@ -417,19 +492,54 @@ def _register_queues(app: typer.Typer) -> None:
             rows = []
             for partition in queue.get("partitions") or []:
                 stats = partition.get("stats") or {}
-                rows.append([partition.get("name"), stats.get("total"), stats.get("pending"), stats.get("processing"),
-                             stats.get("completed"), stats.get("failed"), stats.get("deadLetter"),
-                             partition.get("oldestMessage"), partition.get("newestMessage")])  # fmt: skip
-            title = f"queue {name}" + (f" ({queue['namespace']}/{queue.get('task') or ''})" if queue.get("namespace") else "")
-            _table(title, ["partition", "total", "pending", "processing", "completed", "failed", "dead letter",
-                           "oldest", "newest"], rows)  # fmt: skip
+                rows.append(
+                    [
+                        partition.get("name"),
+                        stats.get("total"),
+                        stats.get("pending"),
+                        stats.get("processing"),
+                        stats.get("completed"),
+                        stats.get("failed"),
+                        stats.get("deadLetter"),
+                        partition.get("oldestMessage"),
+                        partition.get("newestMessage"),
+                    ]
+                )
+            title = f"queue {name}" + (
+                f" ({queue['namespace']}/{queue.get('task') or ''})" if queue.get("namespace") else ""
+            )
+            _table(
+                title,
+                [
+                    "partition",
+                    "total",
+                    "pending",
+                    "processing",
+                    "completed",
+                    "failed",
+                    "dead letter",
+                    "oldest",
+                    "newest",
+                ],
+                rows,
+            )
             lag_rows = [
-                [group, row.get("partition"), row.get("offsetLag"), row.get("timeLagSeconds"), row.get("leaseActive"),
-                 row.get("lastConsumedAt")]
-                for group, partitions in groups.items() for row in partitions
-            ]  # fmt: skip
-            _table("consumer group lag", ["group", "partition", "offset lag", "time lag (s)", "leased",
-                                          "last consumed"], lag_rows)  # fmt: skip
+                [
+                    group,
+                    row.get("partition"),
+                    row.get("offsetLag"),
+                    row.get("timeLagSeconds"),
+                    row.get("leaseActive"),
+                    row.get("lastConsumedAt"),
+                ]
+                for group, partitions in groups.items()
+                for row in partitions
+            ]
+            _table(
+                "consumer group lag",
+                ["group", "partition", "offset lag", "time lag (s)", "leased", "last consumed"],
+                lag_rows,
+            )
 
     @queues_app.command("delete")
     def queues_delete(
@@ -448,7 +558,9 @@ def _register_queues(app: typer.Typer) -> None:
             if json_output:
                 _print_json(answer)
             else:
-                _stdout().print(f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}")
+                _stdout().print(
+                    f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}"
+                )
 
     app.add_typer(queues_app, name="queues")
 
@@ -461,14 +573,29 @@ def _groups_list(client: Queen, json_output: bool) -> None:
     if json_output:
         _print_json(groups)
         return
-    rows = [[row.get("name"), row.get("queueName"), row.get("members"), row.get("partitionsWithLag"),
-             row.get("maxTimeLag"), row.get("state"), row.get("subscriptionMode")] for row in groups]  # fmt: skip
-    _table("consumer groups", ["group", "queue", "partitions", "lagging", "max time lag (s)", "state",
-                               "subscription"], rows)  # fmt: skip
+    rows = [
+        [
+            row.get("name"),
+            row.get("queueName"),
+            row.get("members"),
+            row.get("partitionsWithLag"),
+            row.get("maxTimeLag"),
+            row.get("state"),
+            row.get("subscriptionMode"),
+        ]
+        for row in groups
+    ]
+    _table(
+        "consumer groups",
+        ["group", "queue", "partitions", "lagging", "max time lag (s)", "state", "subscription"],
+        rows,
+    )
 
 
 def _register_groups(app: typer.Typer) -> None:
-    groups_app = typer.Typer(help="Consumer groups: list, describe, lag, seek, delete.", invoke_without_command=True)
+    groups_app = typer.Typer(
+        help="Consumer groups: list, describe, lag, seek, delete.", invoke_without_command=True
+    )
 
     @groups_app.callback()
     def groups_default(
@@ -508,17 +635,35 @@ def _register_groups(app: typer.Typer) -> None:
             if json_output:
                 _print_json(detail)
                 return
-            rows = [[queue, row.get("partition"), row.get("offsetLag"), row.get("timeLagSeconds"),
-                     row.get("totalConsumed"), row.get("leaseActive"), row.get("lastConsumedAt")]
-                    for queue, info in sorted(detail.items()) for row in (info or {}).get("partitions") or []]  # fmt: skip
-            _table(f"group {group}", ["queue", "partition", "offset lag", "time lag (s)", "consumed", "leased",
-                                      "last consumed"], rows)  # fmt: skip
+            rows = [
+                [
+                    queue,
+                    row.get("partition"),
+                    row.get("offsetLag"),
+                    row.get("timeLagSeconds"),
+                    row.get("totalConsumed"),
+                    row.get("leaseActive"),
+                    row.get("lastConsumedAt"),
+                ]
+                for queue, info in sorted(detail.items())
+                for row in (info or {}).get("partitions") or []
+            ]
+            _table(
+                f"group {group}",
+                ["queue", "partition", "offset lag", "time lag (s)", "consumed", "leased", "last consumed"],
+                rows,
+            )
 
     @groups_app.command("lag")
     def groups_lag(
         min_lag_seconds: Annotated[
-            int, typer.Option("--min-lag-seconds", envvar="QUEEN_MIN_LAG_SECONDS", min=0,
-                              help="Only partitions whose oldest unconsumed message is older than this.")
+            int,
+            typer.Option(
+                "--min-lag-seconds",
+                envvar="QUEEN_MIN_LAG_SECONDS",
+                min=0,
+                help="Only partitions whose oldest unconsumed message is older than this.",
+            ),
         ] = 0,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
@@ -531,18 +676,36 @@ def _register_groups(app: typer.Typer) -> None:
             if json_output:
                 _print_json(rows)
                 return
-            _table("lag", ["group", "queue", "partition", "offset lag", "time lag (s)", "oldest unconsumed"],
-                   [[r.get("consumer_group"), r.get("queue_name"), r.get("partition_name"), r.get("offset_lag"),
-                     r.get("time_lag_seconds"), r.get("oldest_unconsumed_at")] for r in rows])  # fmt: skip
+            _table(
+                "lag",
+                ["group", "queue", "partition", "offset lag", "time lag (s)", "oldest unconsumed"],
+                [
+                    [
+                        r.get("consumer_group"),
+                        r.get("queue_name"),
+                        r.get("partition_name"),
+                        r.get("offset_lag"),
+                        r.get("time_lag_seconds"),
+                        r.get("oldest_unconsumed_at"),
+                    ]
+                    for r in rows
+                ],
+            )
 
     @groups_app.command("seek")
     def groups_seek(
         group: Annotated[str, typer.Argument(help="Consumer group.")],
         queue: QueueOption = ...,  # type: ignore[assignment]
-        to_end: Annotated[bool, typer.Option("--to-end", envvar="QUEEN_SEEK_TO_END", help="Skip to the newest message.")] = False,
+        to_end: Annotated[
+            bool, typer.Option("--to-end", envvar="QUEEN_SEEK_TO_END", help="Skip to the newest message.")
+        ] = False,
         timestamp: Annotated[
-            Optional[str], typer.Option("--timestamp", envvar="QUEEN_SEEK_TIMESTAMP",
-                                        help="Re-read messages created after this ISO time.")
+            str | None,
+            typer.Option(
+                "--timestamp",
+                envvar="QUEEN_SEEK_TIMESTAMP",
+                help="Re-read messages created after this ISO time.",
+            ),
         ] = None,
         partition: PartitionOption = None,
         url: UrlOption = DEFAULT_URL,
@@ -561,7 +724,9 @@ def _register_groups(app: typer.Typer) -> None:
                 return
             moved = answer.get("partitionsUpdated", answer.get("updated"))
             target = "the end" if to_end or partition is not None else timestamp
-            _stdout().print(f"group {group} on {queue}: {moved} partition cursor(s) moved to {target}", highlight=False)
+            _stdout().print(
+                f"group {group} on {queue}: {moved} partition cursor(s) moved to {target}", highlight=False
+            )
 
     @groups_app.command("delete")
     def groups_delete(
@@ -581,7 +746,9 @@ def _register_groups(app: typer.Typer) -> None:
             if json_output:
                 _print_json(answer)
             else:
-                _stdout().print(f"deleted group {group}: {answer.get('deletedPartitions', 0)} cursor(s)", highlight=False)
+                _stdout().print(
+                    f"deleted group {group}: {answer.get('deletedPartitions', 0)} cursor(s)", highlight=False
+                )
 
     app.add_typer(groups_app, name="groups")
 
@@ -589,12 +756,16 @@ def _register_groups(app: typer.Typer) -> None:
 # -- dead-letter queue ---------------------------------------------------------------------------------------------
 
 
-def _dlq_rows(client: Queen, queue: str, group: str | None, limit: int, offset: int) -> tuple[list[DeadLetter], int]:
+def _dlq_rows(
+    client: Queen, queue: str, group: str | None, limit: int, offset: int
+) -> tuple[list[DeadLetter], int]:
     page = client.queue(queue).dlq(group).limit(limit).offset(offset).get()
     return page.messages, page.total
 
 
-def _dlq_list(client: Queen, queue: str, group: str | None, limit: int, offset: int, json_output: bool) -> None:
+def _dlq_list(
+    client: Queen, queue: str, group: str | None, limit: int, offset: int, json_output: bool
+) -> None:
     rows, total = _dlq_rows(client, queue, group, limit, offset)
     if json_output:
         _print_json({"messages": [row.to_wire() for row in rows], "total": total})
@@ -602,9 +773,19 @@ def _dlq_list(client: Queen, queue: str, group: str | None, limit: int, offset: 
     _table(
         f"dead letters of {queue} ({len(rows)} of {total})",
         ["transaction", "partition", "group", "error", "retries", "failed at", "data"],
-        [[r.transaction_id, r.partition, r.consumer_group, r.error_message, r.retry_count,
-          r.failed_at.isoformat() if r.failed_at else None, json.dumps(r.data, default=str)[:60]] for r in rows],
-    )  # fmt: skip
+        [
+            [
+                r.transaction_id,
+                r.partition,
+                r.consumer_group,
+                r.error_message,
+                r.retry_count,
+                r.failed_at.isoformat() if r.failed_at else None,
+                json.dumps(r.data, default=str)[:60],
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _register_dlq(app: typer.Typer) -> None:
@@ -647,11 +828,13 @@ def _register_dlq(app: typer.Typer) -> None:
     @dlq_app.command("replay")
     def dlq_replay(
         transaction_ids: Annotated[
-            Optional[list[str]], typer.Argument(help="Transaction ids to replay (default: --all).")
+            list[str] | None, typer.Argument(help="Transaction ids to replay (default: --all).")
         ] = None,
         queue: QueueOption = ...,  # type: ignore[assignment]
         group: GroupOption = None,
-        replay_all: Annotated[bool, typer.Option("--all", envvar="QUEEN_REPLAY_ALL", help="Replay every dead letter.")] = False,
+        replay_all: Annotated[
+            bool, typer.Option("--all", envvar="QUEEN_REPLAY_ALL", help="Replay every dead letter.")
+        ] = False,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
         json_output: JsonOption = False,
@@ -676,7 +859,9 @@ def _register_dlq(app: typer.Typer) -> None:
             for row in rows:
                 answer = client.replay_dlq(row)
                 if json_output:
-                    _print_json({"transactionId": row.transaction_id, "partitionId": row.partition_id, **answer})
+                    _print_json(
+                        {"transactionId": row.transaction_id, "partitionId": row.partition_id, **answer}
+                    )
             if not json_output:
                 _stdout().print(f"replayed {len(rows)} dead letter(s) of {queue}", highlight=False)
 
