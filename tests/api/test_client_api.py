@@ -118,6 +118,26 @@ async def test_buffered_pushes_arrive_in_order_after_flush(q: AsyncQueen) -> Non
     assert [m.data["n"] for m in await drain(q, queue)] == list(range(25))
 
 
+async def test_one_pop_can_claim_several_partitions(q: AsyncQueen) -> None:
+    queue = unique("multi")
+    for partition in ("a", "b", "c"):
+        await q.queue(queue).partition(partition).push([{"p": partition}])
+    messages = await q.queue(queue).partitions(3).batch(10).pop()
+    assert sorted(m.data["p"] for m in messages) == ["a", "b", "c"]
+    assert len({m.lease_id for m in messages}) == 1  # one lease covers every claimed partition
+    assert all(result.success for result in await q.ack(messages))
+
+
+async def test_namespace_pop_finds_the_queue_by_namespace(q: AsyncQueen) -> None:
+    namespace = unique("ns")
+    queue = f"{namespace}.jobs"
+    await q.queue(queue).namespace(namespace).task("jobs").create()
+    await q.queue(queue).push([{"job": 1}])
+    messages = await q.queue().namespace(namespace).pop()
+    assert [(m.queue, m.data) for m in messages] == [(queue, {"job": 1})]
+    assert (await q.ack(messages[0])).success
+
+
 # -- failures, retries, dead letters ----------------------------------------------------------------------
 
 
@@ -179,6 +199,7 @@ async def test_consume_spreads_partitions_over_workers_and_delivers_each_message
         assert [n for p, n in seen if p == partition] == list(range(10))  # order per partition
 
 
+@pytest.mark.slow
 async def test_lease_is_renewed_while_a_slow_handler_runs(q: AsyncQueen, broker: Any) -> None:
     queue = unique("renew")
     lease_time_s = 2

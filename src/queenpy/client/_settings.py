@@ -35,8 +35,9 @@ class Timeout:
             raise ValueError("timeouts must be positive numbers of seconds")
 
     def for_long_poll(self, timeout_ms: int) -> float:
-        """The HTTP read timeout in seconds for a long poll whose server-side timeout is ``timeout_ms``."""
-        return max(self.request_s, timeout_ms / 1000.0 + LONG_POLL_MARGIN_S)
+        """The HTTP read timeout in seconds for a long poll whose server-side timeout is ``timeout_ms``:
+        ``timeout_ms / 1000 + 5`` (API.md §5.2), independent of ``request_s``."""
+        return timeout_ms / 1000.0 + LONG_POLL_MARGIN_S
 
 
 @dataclass(frozen=True, slots=True)
