@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -94,6 +95,29 @@ def test_push_from_a_file_and_consume_with_a_group_and_limit(broker: Any, tmp_pa
     assert [(m["data"]["n"], m["consumerGroup"]) for m in consumed] == [(0, "g1"), (1, "g1"), (2, "g1")]
     rest = json_lines(queenpy(broker, "consume", "-q", queue, "-g", "g1", "--idle-millis", "1500").stdout)
     assert [m["transactionId"] for m in rest] == ["f3", "f4"]
+
+
+def test_ctrl_c_stops_consume_gracefully(broker: Any) -> None:
+    queue = unique("cli-sigint")
+    queenpy(broker, "push", "-q", queue, '{"n": 1}')
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "queenpy", "consume", "-q", queue, "--url", broker.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=environment,
+    )
+    try:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["data"] == {"n": 1}
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert out == "" and "consumed 1 message(s)" in err and "Traceback" not in err
+    assert queenpy(broker, "pop", "-q", queue).stdout == ""  # it was acked before exiting
 
 
 def test_options_come_from_environment_variables(broker: Any) -> None:
