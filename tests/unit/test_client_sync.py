@@ -141,11 +141,13 @@ SIGNAL_SCRIPT = textwrap.dedent(
     import asyncio, json, sys, httpx
     from queenpy.client import AsyncQueen, Queen
 
-    acks = []
+    acks, pops = [], []
     def answer(request):
-        if request.url.path.startswith("/api/v1/pop/"):
+        if request.url.path.startswith("/api/v1/pop/"):  # one message, then an empty queue
+            pops.append(1)
             return httpx.Response(200, json={"queue": "q", "messages": [
-                {"id": "m", "transactionId": f"t{len(acks)}", "partitionId": "p", "leaseId": "l", "data": 1}]})
+                {"id": "m", "transactionId": "t", "partitionId": "p", "leaseId": "l", "data": 1}
+            ] if len(pops) == 1 else []})
         acks.append(json.loads(request.content)["status"])
         return httpx.Response(200, json=[{"success": True}])
 
@@ -157,11 +159,11 @@ SIGNAL_SCRIPT = textwrap.dedent(
     transport = httpx.MockTransport(answer)
     if sys.argv[1] == "sync":
         with Queen("http://broker:6632", transport=transport) as q:
-            handled = q.queue("q").consume(handler)
+            handled = q.queue("q").wait(False).consume(handler)
     else:
         async def main():
             async with AsyncQueen("http://broker:6632", transport=transport) as q:
-                return await q.queue("q").consume(handler)
+                return await q.queue("q").wait(False).consume(handler)
         handled = asyncio.run(main())
     print(f"returned handled={handled} acks={acks}", flush=True)
     """
