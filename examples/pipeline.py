@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--suffix",
         default=os.environ.get("QUEEN_PIPELINE_SUFFIX", ""),
-        help="appended to the queue names, e.g. '-test1' (env QUEEN_PIPELINE_SUFFIX)",
+        help="appended to the queue names, e.g. --suffix=.run2 (env QUEEN_PIPELINE_SUFFIX)",
     )
     parser.add_argument("--messages", type=int, default=100, help="messages to produce (default 100)")
     parser.add_argument("--deadline-s", type=float, default=120.0, help="give up after this many seconds")
