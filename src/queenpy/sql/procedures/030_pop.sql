@@ -3,7 +3,7 @@
 -- queen.pop_v1(requests jsonb) -> jsonb: one result per request, in request order. A request is
 --   {"index", "queue", "partition": str|null (null = wildcard), "consumerGroup", "batch", "autoAck",
 --    "partitions" (max partitions claimed by a wildcard pop), "subscriptionMode", "subscriptionFrom"}
--- Each request runs in its own subtransaction, so one failing request never fails the others of the batch.
+-- Requests are validated by the broker before fusion, so one request cannot make the call fail.
 
 -- Position a group's cursor the first time it meets a partition (never for queue mode). Returns the offset.
 CREATE OR REPLACE FUNCTION queen.seed_cursor_v1(
@@ -306,17 +306,12 @@ RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     r jsonb;
-    v_results jsonb := '[]'::jsonb;
+    v_results jsonb[] := '{}';
 BEGIN
     FOR r IN SELECT e FROM jsonb_array_elements(p_requests) e LOOP
-        BEGIN
-            v_results := v_results || jsonb_build_array(queen.pop_one_v1(r));
-        EXCEPTION WHEN others THEN
-            v_results := v_results || jsonb_build_array(jsonb_build_object(
-                'index', (r->>'index')::integer, 'success', false, 'error', SQLERRM));
-        END;
+        v_results := array_append(v_results, queen.pop_one_v1(r));
     END LOOP;
-    RETURN v_results;
+    RETURN to_jsonb(v_results);
 END;
 $$;
 

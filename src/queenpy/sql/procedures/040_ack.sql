@@ -105,14 +105,16 @@ BEGIN
 END;
 $$;
 
--- Fused acknowledgments: items processed in (partition, group, offset) order, each in its own subtransaction.
--- Output: one result per item, ordered by index.
+-- Fused acknowledgments: items processed in (partition, group, offset) order. Output: one result per item,
+-- ordered by index. Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot
+-- make the call fail; no per-item subtransaction (re-locking one consumer row from many subtransactions
+-- makes PostgreSQL build ever-growing MultiXacts: quadratic in the batch size).
 CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     a jsonb;
-    v_results jsonb := '[]'::jsonb;
+    v_results jsonb[] := '{}';
 BEGIN
     FOR a IN
         SELECT e FROM jsonb_array_elements(p_items) e
@@ -120,16 +122,9 @@ BEGIN
                ON m.partition_id = (e->>'partitionId')::uuid AND m.transaction_id = e->>'transactionId'
         ORDER BY e->>'partitionId', coalesce(e->>'consumerGroup', '__QUEUE_MODE__'), m.seq, (e->>'index')::int
     LOOP
-        BEGIN
-            v_results := v_results || jsonb_build_array(queen.ack_one_v1(a, 'ack'));
-        EXCEPTION WHEN others THEN
-            v_results := v_results || jsonb_build_array(jsonb_build_object(
-                'index', (a->>'index')::integer, 'transactionId', a->>'transactionId',
-                'success', false, 'error', SQLERRM));
-        END;
+        v_results := array_append(v_results, queen.ack_one_v1(a, 'ack'));
     END LOOP;
-    RETURN (SELECT coalesce(jsonb_agg(x ORDER BY (x->>'index')::int), '[]'::jsonb)
-            FROM jsonb_array_elements(v_results) x);
+    RETURN (SELECT coalesce(jsonb_agg(x ORDER BY (x->>'index')::int), '[]'::jsonb) FROM unnest(v_results) x);
 END;
 $$;
 
@@ -141,7 +136,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     e jsonb;
     v_expires timestamptz;
-    v_results jsonb := '[]'::jsonb;
+    v_results jsonb[] := '{}';
     v_exists boolean;
 BEGIN
     FOR e IN SELECT x FROM jsonb_array_elements(p_items) x LOOP
@@ -152,16 +147,16 @@ BEGIN
         SELECT min(lease_expires_at) INTO v_expires FROM queen.partition_consumers
         WHERE worker_id = e->>'leaseId' AND lease_expires_at > now();
         IF v_expires IS NOT NULL THEN
-            v_results := v_results || jsonb_build_array(jsonb_build_object('index', (e->>'index')::int,
+            v_results := array_append(v_results, jsonb_build_object('index', (e->>'index')::int,
                 'leaseId', e->>'leaseId', 'success', true, 'error', NULL, 'expiresAt', queen.iso_ms(v_expires)));
         ELSE
             SELECT EXISTS (SELECT 1 FROM queen.partition_consumers WHERE worker_id = e->>'leaseId') INTO v_exists;
-            v_results := v_results || jsonb_build_array(jsonb_build_object('index', (e->>'index')::int,
+            v_results := array_append(v_results, jsonb_build_object('index', (e->>'index')::int,
                 'leaseId', e->>'leaseId', 'success', false, 'expiresAt', NULL,
                 'error', CASE WHEN v_exists THEN 'Lease already expired' ELSE 'Lease not found' END));
         END IF;
     END LOOP;
-    RETURN v_results;
+    RETURN to_jsonb(v_results);
 END;
 $$;
 
@@ -173,7 +168,7 @@ RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
     v_txid uuid := gen_random_uuid();
-    v_results jsonb := '[]'::jsonb;
+    v_results jsonb[] := '{}';
     v_op jsonb;
     v_index integer := 0;
     v_item jsonb;
@@ -188,7 +183,7 @@ BEGIN
                     v_error := 'ACK operation failed: ' || coalesce(v_res->>'error', 'Unknown error');
                     RAISE EXCEPTION USING ERRCODE = 'QN422', MESSAGE = v_error;
                 END IF;
-                v_results := v_results || jsonb_build_array(jsonb_build_object('index', v_index, 'type', 'ack',
+                v_results := array_append(v_results, jsonb_build_object('index', v_index, 'type', 'ack',
                     'success', true, 'transactionId', v_op->>'transactionId', 'error', NULL,
                     'dlq', (v_res->>'dlq')::boolean));
                 v_index := v_index + 1;
@@ -196,7 +191,7 @@ BEGIN
                 FOR v_item IN SELECT x FROM jsonb_array_elements(v_op->'items') x LOOP
                     v_res := queen.push_items_v1(jsonb_build_array(v_item || jsonb_build_object('index', v_index)),
                                                  true) -> 0;
-                    v_results := v_results || jsonb_build_array(jsonb_build_object('index', v_index,
+                    v_results := array_append(v_results, jsonb_build_object('index', v_index,
                         'type', 'push', 'success', true, 'transactionId', v_res->>'transaction_id',
                         'messageId', v_res->>'message_id', 'partitionId', v_res->>'partition_id',
                         'queueName', v_res->>'queueName'));
@@ -209,8 +204,8 @@ BEGIN
         END LOOP;
     EXCEPTION WHEN others THEN
         RETURN jsonb_build_object('transactionId', v_txid, 'success', false, 'error', SQLERRM,
-                                  'results', v_results);
+                                  'results', to_jsonb(v_results));
     END;
-    RETURN jsonb_build_object('transactionId', v_txid, 'success', true, 'results', v_results);
+    RETURN jsonb_build_object('transactionId', v_txid, 'success', true, 'results', to_jsonb(v_results));
 END;
 $$;
