@@ -193,7 +193,6 @@ def test_dlq_list_shows_dead_letters(broker: Any) -> None:
     assert "dead-1" in table and "cannot parse" in table
 
 
-@pytest.mark.xfail(reason="broker does not serve POST /api/v1/messages/:p/:t/retry yet (API.md, better #7)")
 def test_dlq_replay_puts_the_message_back(broker: Any) -> None:
     queue = unique("cli-replay")
     with Queen(broker.url) as q:

@@ -323,7 +323,6 @@ async def test_queue_listing_and_description(q: AsyncQueen) -> None:
     assert not any(row["name"] == queue for row in await q.queues())
 
 
-@pytest.mark.xfail(reason="broker does not serve POST /api/v1/messages/:p/:t/retry yet (API.md, better #7)")
 async def test_dlq_replay_delivers_the_message_again(q: AsyncQueen) -> None:
     queue = unique("replay")
     await q.queue(queue).config({"retryLimit": 0, "retryDelay": 0, "deadLetterQueue": True}).create()

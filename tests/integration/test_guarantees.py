@@ -308,3 +308,30 @@ def test_lease_renewal_extends_live_leases_only(db_url: str, seconds: int) -> No
         # an expired lease lets the next consumer in, and delivers the same message again
         again = pop(conn, "renew", "Default")["messages"]
         assert [m["transactionId"] for m in again] == [message["transactionId"]]
+
+
+def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) -> None:
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "replay", "options": {"retryLimit": 0,
+                                                                                   "retryDelay": 0}})
+        push(conn, "replay", [{"n": 1}, {"n": 2}, {"n": 3}])
+        first = pop(conn, "replay", None, group="g")["messages"][0]
+        assert ack(conn, first, status="failed", group="g")["dlq"] is True
+        rest = pop(conn, "replay", None, group="g", batch=10)["messages"]
+        assert [m["data"]["n"] for m in rest] == [2, 3]
+        for message in rest:
+            ack(conn, message, group="g")
+        other = pop(conn, "replay", None, group="h", batch=10, auto_ack=True)["messages"]
+        assert [m["data"]["n"] for m in other] == [1, 2, 3]
+
+        row = conn.execute("SELECT queen.dlq_replay_v1(%s, %s, NULL)::text",
+                           (first["partitionId"], first["transactionId"])).fetchone()
+        assert '"success": true' in row[0]  # type: ignore[index]
+        assert call_procedure(conn, "dlq_list_v1", {"queue": "replay"})["total"] == 0
+        again = pop(conn, "replay", None, group="g", batch=10)["messages"]
+        assert [m["data"]["n"] for m in again] == [1]
+        assert ack(conn, again[0], group="g")["success"] is True
+        assert pop(conn, "replay", None, group="g", batch=10)["error"] == "no_available_partition"
+        assert pop(conn, "replay", None, group="h", batch=10)["error"] == "no_available_partition"
+        push(conn, "replay", [{"n": 4}])
+        assert [m["data"]["n"] for m in pop(conn, "replay", None, group="g", batch=10)["messages"]] == [4]

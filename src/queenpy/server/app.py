@@ -263,6 +263,18 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         broker.decrypt_messages(result["messages"])
         return json_response(result)
 
+    async def dlq_replay(request: Request) -> Response:
+        partition_id = v.check_uuid(request.path_params["partition_id"], "partitionId")
+        transaction_id = v.check_name(request.path_params["transaction_id"], "transactionId")
+        body = await body_of(request, allow_empty=True)
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        group = body.get("consumerGroup")
+        if group is not None:
+            v.check_name(group, "consumerGroup")
+        return json_response((await db.fetchval("SELECT queen.dlq_replay_v1($1::uuid, $2, $3)::text",
+                                                partition_id, transaction_id, group)).encode())
+
     # --- consumer groups -------------------------------------------------------------------------
     async def groups_list(_request: Request) -> Response:
         return json_response((await db.fetchval("SELECT queen.consumer_groups_list_v1()::text")).encode())
@@ -423,6 +435,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         Route("/api/v1/resources/queues/{queue}", guarded(resources_queue), methods=["GET"]),
         Route("/api/v1/resources/queues/{queue}", guarded(delete_queue), methods=["DELETE"]),
         Route("/api/v1/dlq", guarded(dlq), methods=["GET"]),
+        Route("/api/v1/messages/{partition_id}/{transaction_id}/retry", guarded(dlq_replay), methods=["POST"]),
         Route("/api/v1/consumer-groups", guarded(groups_list), methods=["GET"]),
         Route("/api/v1/consumer-groups/lagging", guarded(groups_lagging), methods=["GET"]),
         Route("/api/v1/consumer-groups/{group}", guarded(group_detail), methods=["GET"]),

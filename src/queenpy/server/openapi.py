@@ -75,6 +75,10 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/dlq"): ("List dead-letter messages", [
         _param("queue"), _param("consumerGroup"), _param("partition"), _param("from"), _param("to"),
         _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
+    ("post", "/api/v1/messages/{partition_id}/{transaction_id}/retry"): (
+        "Replay a dead-lettered message at the head of its partition for its group",
+        [_param("partition_id", "path"), _param("transaction_id", "path")],
+        {"type": "object", "properties": {"consumerGroup": {"type": "string", "maxLength": 255}}}),
     ("get", "/api/v1/consumer-groups"): ("List consumer groups", [], None),
     ("get", "/api/v1/consumer-groups/lagging"): ("Lagging partitions",
                                                  [_param("minLagSeconds", schema=_INT)], None),

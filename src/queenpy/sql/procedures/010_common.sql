@@ -53,10 +53,16 @@ RETURNS TABLE (partition_id uuid, partition_name varchar, last_seq bigint)
 LANGUAGE sql STABLE AS $$
     SELECT p.id, p.name, p.last_seq
     FROM queen.partitions p
-    LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
+    -- LATERAL ... LIMIT 1 cannot be flattened into a hash join: one index probe per partition looked at
+    LEFT JOIN LATERAL (
+        SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
+        FROM queen.partition_consumers c
+        WHERE c.partition_id = p.id AND c.consumer_group = p_group
+        LIMIT 1) pc ON true
     WHERE p.queue_id = p_queue_id
       AND p.last_message_at >= p_floor
-      AND p.last_seq > coalesce(pc.last_consumed_seq, 0)
+      AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+           OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
       AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
       AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
     ORDER BY p.last_message_at

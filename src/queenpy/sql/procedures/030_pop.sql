@@ -93,6 +93,8 @@ DECLARE
     v_count integer;
     v_last_seq bigint;
     v_last queen.messages%ROWTYPE;
+    v_replayed jsonb;
+    v_replay_count integer;
 BEGIN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (p_partition_id, p_group)
@@ -123,23 +125,45 @@ BEGIN
                                          p_specific);
     END IF;
 
+    -- replayed dead letters come first, then the messages after the cursor
+    SELECT coalesce(jsonb_agg(queen.message_json(m, p_partition_name, p_lease_id, p_group) ORDER BY m.seq),
+                    '[]'::jsonb),
+           count(*)
+    INTO v_replayed, v_replay_count
+    FROM (SELECT m.* FROM queen.replays r JOIN queen.messages m ON m.id = r.message_id
+          WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+          ORDER BY r.seq LIMIT p_limit) m;
+
     SELECT coalesce(jsonb_agg(queen.message_json(m, p_partition_name, p_lease_id, p_group) ORDER BY m.seq),
                     '[]'::jsonb),
            count(*), max(m.seq)
     INTO v_messages, v_count, v_last_seq
-    FROM queen.partition_messages_v1(p_partition_id, v_cursor, p_limit) m
+    FROM queen.partition_messages_v1(p_partition_id, v_cursor, p_limit - v_replay_count) m
     WHERE p_queue.delayed_processing = 0
        OR m.created_at <= now() - make_interval(secs => p_queue.delayed_processing);
+
+    IF v_replay_count > 0 THEN
+        v_messages := v_replayed || v_messages;
+        v_count := v_count + v_replay_count;
+        IF p_auto_ack THEN
+            DELETE FROM queen.replays r
+            WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group
+              AND r.seq IN (SELECT (x->>'offset')::bigint FROM jsonb_array_elements(v_replayed) x);
+        END IF;
+    END IF;
 
     IF v_count = 0 THEN
         RETURN jsonb_build_object('status', 'empty', 'count', 0, 'messages', '[]'::jsonb);
     END IF;
 
     IF p_auto_ack THEN
-        SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = v_last_seq;
+        SELECT * INTO v_last FROM queen.messages
+        WHERE partition_id = p_partition_id AND seq = greatest(v_last_seq, v_cursor);
         UPDATE queen.partition_consumers
-        SET last_consumed_seq = v_last_seq, last_consumed_id = v_last.id,
-            last_consumed_created_at = v_last.created_at, last_consumed_at = now(),
+        SET last_consumed_seq = greatest(v_last_seq, v_cursor),
+            last_consumed_id = coalesce(v_last.id, last_consumed_id),
+            last_consumed_created_at = coalesce(v_last.created_at, last_consumed_created_at),
+            last_consumed_at = now(),
             total_messages_consumed = total_messages_consumed + v_count,
             total_batches_consumed = total_batches_consumed + 1,
             worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL,
@@ -172,7 +196,8 @@ BEGIN
     FROM queen.partitions p
     LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
     WHERE p.queue_id = p_queue.id AND p.last_message_at >= p_floor
-      AND p.last_seq > coalesce(pc.last_consumed_seq, 0);
+      AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+           OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group));
     v_floor := least(coalesce(v_floor, 'infinity'::timestamptz), now()) - interval '2 minutes';
     IF v_floor <= p_floor THEN
         RETURN p_floor;

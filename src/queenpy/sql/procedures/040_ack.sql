@@ -20,6 +20,7 @@ DECLARE
     v_partition_name text;
     v_pc queen.partition_consumers%ROWTYPE;
     v_released boolean;
+    v_replayed boolean;
     v_result jsonb;
 BEGIN
     SELECT * INTO v_msg FROM queen.messages WHERE partition_id = v_partition_id AND transaction_id = v_txid;
@@ -76,7 +77,11 @@ BEGIN
                 v_msg.created_at);
     END IF;
 
-    IF v_msg.seq < v_pc.last_consumed_seq THEN
+    -- a replayed dead letter (see 002_replays.sql) is settled without moving the cursor
+    DELETE FROM queen.replays
+    WHERE partition_id = v_partition_id AND consumer_group = v_group AND seq = v_msg.seq;
+    v_replayed := FOUND;
+    IF NOT v_replayed AND v_msg.seq < v_pc.last_consumed_seq THEN
         PERFORM queen.reset_scan_floor_v1(v_queue.name, v_group);   -- the cursor moves backwards
     END IF;
 
@@ -86,7 +91,9 @@ BEGIN
                   OR v_pc.acked_count + 1 >= v_pc.batch_size
                   OR (p_mode = 'transaction' AND v_status IN ('failed', 'dlq'));
     UPDATE queen.partition_consumers
-    SET last_consumed_seq = v_msg.seq, last_consumed_id = v_msg.id, last_consumed_created_at = v_msg.created_at,
+    SET last_consumed_seq = CASE WHEN v_replayed THEN last_consumed_seq ELSE v_msg.seq END,
+        last_consumed_id = CASE WHEN v_replayed THEN last_consumed_id ELSE v_msg.id END,
+        last_consumed_created_at = CASE WHEN v_replayed THEN last_consumed_created_at ELSE v_msg.created_at END,
         last_consumed_at = now(), total_messages_consumed = total_messages_consumed + 1,
         total_batches_consumed = total_batches_consumed + CASE WHEN v_released THEN 1 ELSE 0 END,
         worker_id = CASE WHEN v_released THEN NULL ELSE worker_id END,

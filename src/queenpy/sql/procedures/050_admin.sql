@@ -377,3 +377,43 @@ LANGUAGE sql STABLE AS $$
         'total', (SELECT count(*) FROM names),
         'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset))
 $$;
+
+-- DLQ replay: put a dead-lettered message back at the head of its partition for the group(s) that
+-- dead-lettered it (all of them, or only p_group). Returns {success, partitionId, transactionId, replayed,
+-- consumerGroups}; {success: false, error} when the message is not in the DLQ.
+CREATE OR REPLACE FUNCTION queen.dlq_replay_v1(p_partition_id uuid, p_transaction_id text, p_group text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_msg queen.messages%ROWTYPE;
+    v_queue_name text;
+    v_groups text[];
+BEGIN
+    SELECT * INTO v_msg FROM queen.messages
+    WHERE partition_id = p_partition_id AND transaction_id = p_transaction_id;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Message not found');
+    END IF;
+    WITH moved AS (
+        DELETE FROM queen.dead_letter_queue d
+        WHERE d.message_id = v_msg.id AND (p_group IS NULL OR d.consumer_group = p_group)
+        RETURNING d.consumer_group
+    ), inserted AS (
+        INSERT INTO queen.replays (partition_id, consumer_group, seq, message_id)
+        SELECT DISTINCT p_partition_id, consumer_group, v_msg.seq, v_msg.id FROM moved
+        ON CONFLICT DO NOTHING
+        RETURNING consumer_group
+    )
+    SELECT array_agg(DISTINCT consumer_group) INTO v_groups FROM moved;
+    IF v_groups IS NULL THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Message is not in the dead-letter queue');
+    END IF;
+    SELECT q.name INTO v_queue_name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE p.id = p_partition_id;
+    DELETE FROM queen.consumer_watermarks WHERE queue_name = v_queue_name AND consumer_group = ANY (v_groups);
+    PERFORM pg_notify('queen_message_available', v_queue_name || '/' ||
+                      (SELECT name FROM queen.partitions WHERE id = p_partition_id));
+    RETURN jsonb_build_object('success', true, 'partitionId', p_partition_id, 'transactionId', p_transaction_id,
+                              'replayed', cardinality(v_groups), 'consumerGroups', to_jsonb(v_groups));
+END;
+$$;
