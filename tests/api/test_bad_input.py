@@ -1,0 +1,603 @@
+"""Bad input is rejected up front (API.md sections 1.3, 3.1, 4.1, 6, 7, 8, 9 and "Where queenpy deliberately
+does better" point 4): every invalid request answers a real **400** with ``{"error": "<text naming the
+problem>"}``, and **nothing is stored**, which is checked in PostgreSQL itself.
+
+Each request carries a unique tag (in its queue, partition, transaction id, group and payload), so that any
+row it could have written is found by searching the tables for the tag. One bad request never fails good
+requests fused with it into the same database call. A bounded property-based fuzz (``hypothesis``) throws
+random JSON and random bytes at the write routes of a broker on its own database: never a 5xx, always a
+string ``error`` with a 400, and the broker stays healthy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from helpers import unique, wait_until
+
+MAX = 255
+
+
+def too_long(tag: str) -> str:
+    """A name of exactly 256 characters that still contains the tag."""
+    return tag + "x" * (MAX + 1 - len(tag))
+
+
+@pytest.fixture(scope="module")
+def http(broker: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=broker.url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def db(broker: Any) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(broker.database_url, autocommit=True) as conn:
+        yield conn
+
+
+def stored(db: psycopg.Connection[Any], tag: str) -> dict[str, list[Any]]:
+    """Every row, in the tables a request can write, that mentions ``tag``; empty when nothing was stored."""
+    probes = {
+        "queues": "SELECT name FROM queen.queues WHERE strpos(name, %(t)s) > 0",
+        "partitions": "SELECT name FROM queen.partitions WHERE strpos(name, %(t)s) > 0",
+        "messages": """SELECT m.transaction_id FROM queen.messages m
+                       JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+                       WHERE strpos(q.name, %(t)s) > 0 OR strpos(p.name, %(t)s) > 0
+                          OR strpos(m.transaction_id, %(t)s) > 0 OR strpos(m.payload::text, %(t)s) > 0""",
+        "partition_consumers": "SELECT consumer_group FROM queen.partition_consumers "
+                               "WHERE strpos(consumer_group, %(t)s) > 0",
+        "consumer_groups_metadata": "SELECT consumer_group FROM queen.consumer_groups_metadata "
+                                    "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(queue_name, %(t)s) > 0",
+        "dead_letter_queue": "SELECT consumer_group FROM queen.dead_letter_queue "
+                             "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(coalesce(error_message, ''), %(t)s) > 0",
+    }
+    found = {table: db.execute(sql, {"t": tag}).fetchall() for table, sql in probes.items()}  # type: ignore[arg-type]
+    return {table: rows for table, rows in found.items() if rows}
+
+
+def assert_rejected(response: httpx.Response, *words: str) -> str:
+    """A real 400 with a JSON ``{"error": str}`` that mentions every one of ``words`` (case-insensitive)."""
+    assert response.status_code == 400, (response.status_code, response.text)
+    assert response.headers["content-type"].startswith("application/json")
+    body = response.json()
+    assert isinstance(body, dict) and isinstance(body.get("error"), str) and body["error"], body
+    for word in words:
+        assert word.lower() in body["error"].lower(), f"error {body['error']!r} does not mention {word!r}"
+    return str(body["error"])
+
+
+# -- the catalogue of invalid requests ------------------------------------------------------------------------
+
+Build = Callable[[str], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Bad:
+    """One invalid request: ``path`` may use ``{t}`` (the tag); ``build(tag)`` gives httpx keyword arguments."""
+
+    method: str
+    path: str
+    build: Build
+    words: tuple[str, ...]
+    id: str = field(default="")
+
+
+def raw(content: bytes, **headers: str) -> Build:
+    return lambda t: {"content": content, "headers": {"Content-Type": "application/json", **headers}}
+
+
+def body(make: Callable[[str], Any]) -> Build:
+    return lambda t: {"json": make(t)}
+
+
+def item(t: str, **fields: Any) -> dict[str, Any]:
+    """A valid push item tagged everywhere, with ``fields`` overriding."""
+    return {"queue": t, "partition": f"{t}-p", "transactionId": f"{t}-tx", "payload": {"tag": t}, **fields}
+
+
+def ack(t: str, **fields: Any) -> dict[str, Any]:
+    return {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4()), "status": "completed",
+            "consumerGroup": f"{t}-g", **fields}
+
+
+BODY_ROUTES = {
+    "push": "/api/v1/push",
+    "ack": "/api/v1/ack",
+    "ack/batch": "/api/v1/ack/batch",
+    "transaction": "/api/v1/transaction",
+    "configure": "/api/v1/configure",
+    "subscription": "/api/v1/consumer-groups/{t}-g/subscription",
+    "seek": "/api/v1/consumer-groups/{t}-g/queues/{t}/seek",
+}
+NOT_AN_OBJECT_WORDS = {"push": ("items",), "ack/batch": ("object",), "transaction": ("object",),
+                       "ack": ("object",), "configure": ("object",), "subscription": ("subscriptionTimestamp",),
+                       "seek": ("object",)}
+
+CASES: list[Bad] = []
+for name, path in BODY_ROUTES.items():
+    CASES += [
+        Bad("POST", path, lambda t: {}, ("empty request body",), f"{name}: no body"),
+        Bad("POST", path, raw(b"", **{"Content-Length": "0"}), ("empty request body",), f"{name}: Content-Length 0"),
+        Bad("POST", path, raw(b" \r\n\t "), ("empty request body",), f"{name}: whitespace body"),
+        Bad("POST", path, raw(b'{"items": [{"queue": "x"'), ("invalid json",), f"{name}: truncated JSON"),
+        Bad("POST", path, raw(b"{'queue': 'single quotes'}"), ("invalid json",), f"{name}: not JSON"),
+        Bad("POST", path, raw(b'{"a": 1e400}'), ("invalid json",), f"{name}: number out of range"),
+        Bad("POST", path, raw(b"\xff\xfe{}"), ("invalid json",), f"{name}: invalid UTF-8"),
+    ]
+    for shape, content in (("array", b"[]"), ("string", b'"text"'), ("number", b"42"), ("null", b"null")):
+        CASES.append(Bad("POST", path, raw(content), NOT_AN_OBJECT_WORDS[name], f"{name}: JSON {shape}"))
+
+CASES += [
+    # push (API.md 4.1)
+    Bad("POST", "/api/v1/push", body(lambda t: {"queue": t}), ("items",), "push: items missing"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": item(t)}), ("items",), "push: items is an object"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": t}), ("items",), "push: items is a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [t]}), ("items[0]", "object"), "push: item not an object"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [[item(t)]]}), ("items[0]", "object"),
+        "push: item is an array"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [{"payload": {"tag": t}, "transactionId": t}]}),
+        ("queue",), "push: queue missing"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=5)]}), ("queue", "string"),
+        "push: queue not a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=None)]}), ("queue",), "push: queue null"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue="")]}), ("queue", "empty"),
+        "push: queue empty"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=too_long(t))]}), ("queue", "255"),
+        "push: queue over 255"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=t + "\u0000")]}), ("queue", "nul"),
+        "push: queue with NUL"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition=7)]}), ("partition", "string"),
+        "push: partition not a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition={"name": t})]}), ("partition",),
+        "push: partition an object"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition=too_long(t))]}),
+        ("partition", "255"), "push: partition over 255"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, transactionId=12)]}), ("transactionid", "string"),
+        "push: transactionId not a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, transactionId=too_long(t))]}),
+        ("transactionid", "255"), "push: transactionId over 255"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId=1)]}), ("traceid", "string"),
+        "push: traceId not a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId="not-a-uuid")]}), ("traceid", "uuid"),
+        "push: traceId not a UUID"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId=str(uuid.uuid4()) + "0")]}),
+        ("traceid", "uuid"), "push: traceId one digit too long"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload={"tag": t, "text": "a\u0000b"})]}),
+        ("payload", "nul"), "push: payload with NUL in a string"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload={"tag": t, "k\u0000": 1})]}),
+        ("payload", "nul"), "push: payload with NUL in a key"),
+    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload=[t, ["deep", {"x": "\u0000"}]])]}),
+        ("payload", "nul"), "push: payload with NUL deep inside"),
+    Bad("POST", "/api/v1/push",
+        body(lambda t: {"items": [item(t, transactionId=f"{t}-ok1"), item(t, transactionId=f"{t}-ok2"),
+                                  item(t, transactionId=f"{t}-bad", traceId="garbage")]}),
+        ("items[2]", "traceid"), "push: valid items then one invalid"),
+    Bad("POST", "/api/v1/push",
+        body(lambda t: {"items": [item(t, partition=None, transactionId=f"{t}-bad", queue=[t]),
+                                  item(t, transactionId=f"{t}-ok")]}),
+        ("queue",), "push: invalid item then a valid one"),
+    # ack (API.md 6.1)
+    Bad("POST", "/api/v1/ack", body(lambda t: {k: v for k, v in ack(t).items() if k != "transactionId"}),
+        ("transactionid",), "ack: transactionId missing"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, transactionId=None)), ("transactionid",),
+        "ack: transactionId null"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, transactionId=3)), ("transactionid",),
+        "ack: transactionId not a string"),
+    Bad("POST", "/api/v1/ack", body(lambda t: {k: v for k, v in ack(t).items() if k != "partitionId"}),
+        ("partitionid",), "ack: partitionId missing"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, partitionId="partition-1")), ("partitionid", "uuid"),
+        "ack: partitionId not a UUID"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, status="finished")), ("status", "finished"),
+        "ack: unknown status"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, status=True)), ("status",), "ack: status not a string"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, consumerGroup=too_long(t))), ("consumergroup", "255"),
+        "ack: consumerGroup over 255"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, leaseId=["lease"])), ("leaseid",), "ack: leaseId not a string"),
+    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, error=f"{t} went \u0000 wrong")), ("error", "nul"),
+        "ack: error text with NUL"),
+    # ack/batch (API.md 6.2)
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"consumerGroup": f"{t}-g"}), ("acknowledgments",),
+        "ack/batch: acknowledgments missing"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": ack(t)}), ("acknowledgments",),
+        "ack/batch: acknowledgments an object"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": "all"}), ("acknowledgments",),
+        "ack/batch: acknowledgments a string"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [t]}), ("acknowledgments[0]", "object"),
+        "ack/batch: item not an object"),
+    Bad("POST", "/api/v1/ack/batch",
+        body(lambda t: {"acknowledgments": [{"partitionId": str(uuid.uuid4())}]}), ("transactionid",),
+        "ack/batch: item without transactionId"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [{"transactionId": f"{t}-tx"}]}),
+        ("partitionid",), "ack/batch: item without partitionId"),
+    Bad("POST", "/api/v1/ack/batch",
+        body(lambda t: {"acknowledgments": [ack(t), ack(t, partitionId="not-a-uuid")]}),
+        ("acknowledgments[1]", "partitionid"), "ack/batch: one item with a non-UUID partitionId"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [ack(t, status="done")]}),
+        ("status",), "ack/batch: unknown status"),
+    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [ack(t)], "consumerGroup": 5}),
+        ("consumergroup",), "ack/batch: consumerGroup not a string"),
+    Bad("POST", "/api/v1/ack/batch",
+        body(lambda t: {"acknowledgments": [ack(t, error=f"{t} \u0000")], "consumerGroup": f"{t}-g"}),
+        ("error", "nul"), "ack/batch: error text with NUL"),
+    # transaction (API.md 9)
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"requiredLeases": [t]}), ("operations",),
+        "transaction: operations missing"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": []}), ("operations", "empty"),
+        "transaction: operations empty"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": {"type": "push"}}), ("operations",),
+        "transaction: operations an object"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [t]}), ("operations[0]", "object"),
+        "transaction: operation not an object"),
+    Bad("POST", "/api/v1/transaction",
+        body(lambda t: {"operations": [{"type": "delete", "queue": t}]}), ("unknown operation type", "delete"),
+        "transaction: unknown operation type"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"items": [item(t)]}]}),
+        ("operation type",), "transaction: operation without type"),
+    Bad("POST", "/api/v1/transaction",
+        body(lambda t: {"operations": [{"type": "push", "items": [item(t), item(t, traceId="nope")]}]}),
+        ("traceid",), "transaction: push op with a bad item"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"type": "push", "items": []}]}),
+        ("items",), "transaction: push op with no items"),
+    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"type": "push", "items": item(t)}]}),
+        ("items",), "transaction: push op items not an array"),
+    Bad("POST", "/api/v1/transaction",
+        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
+                                       {"type": "ack", **ack(t, partitionId="p-1")}]}),
+        ("partitionid",), "transaction: valid push then an ack with a non-UUID partitionId"),
+    Bad("POST", "/api/v1/transaction",
+        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
+                                       {"type": "ack", **ack(t, status="maybe")}]}),
+        ("status",), "transaction: ack op with unknown status"),
+    Bad("POST", "/api/v1/transaction",
+        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
+                                       {"type": "ack", **ack(t, error=f"{t}\u0000")}]}),
+        ("error", "nul"), "transaction: ack op error text with NUL"),
+    # configure (API.md 3.1)
+    Bad("POST", "/api/v1/configure", body(lambda t: {"namespace": t, "options": {"leaseTime": 30}}),
+        ("queue",), "configure: queue missing"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": 17, "namespace": t}), ("queue",),
+        "configure: queue not a string"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": "", "namespace": t}), ("queue",),
+        "configure: queue empty"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": too_long(t)}), ("queue", "255"),
+        "configure: queue over 255"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": "30"}}),
+        ("leaseTime", "integer"), "configure: leaseTime a string"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": True}}),
+        ("leaseTime", "integer"), "configure: leaseTime a boolean"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retryLimit": 1.5}}),
+        ("retryLimit",), "configure: retryLimit not whole"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": -1}}),
+        ("leaseTime",), "configure: negative leaseTime"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retryDelay": 2**31}}),
+        ("retryDelay",), "configure: retryDelay beyond int4"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"encryptionEnabled": 1}}),
+        ("encryptionEnabled", "boolean"), "configure: encryptionEnabled an integer"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retentionEnabled": "true"}}),
+        ("retentionEnabled", "boolean"), "configure: retentionEnabled a string"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": [["leaseTime", 30]]}),
+        ("options",), "configure: options an array"),
+    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "namespace": too_long(t)}),
+        ("namespace", "255"), "configure: namespace over 255"),
+    # lease extend (API.md 7): the body may be empty, but when present it must make sense
+    Bad("POST", "/api/v1/lease/{t}/extend", body(lambda t: {"seconds": "sixty"}), ("seconds",),
+        "lease: seconds a string"),
+    Bad("POST", "/api/v1/lease/{t}/extend", body(lambda t: {"seconds": -5}), ("seconds",), "lease: negative seconds"),
+    Bad("POST", "/api/v1/lease/{t}/extend", raw(b"[1]"), ("object",), "lease: body an array"),
+    Bad("POST", "/api/v1/lease/{t}/extend", raw(b"{not json"), ("invalid json",), "lease: malformed JSON"),
+    # pop (API.md 5.2): queenpy rejects what the original silently defaults
+    Bad("GET", "/api/v1/pop/queue/{t}?batch=abc&consumerGroup={t}-g", lambda t: {}, ("batch",), "pop: batch=abc"),
+    Bad("GET", "/api/v1/pop/queue/{t}?batch=0&consumerGroup={t}-g", lambda t: {}, ("batch",), "pop: batch=0"),
+    Bad("GET", "/api/v1/pop/queue/{t}?batch=-3", lambda t: {}, ("batch",), "pop: negative batch"),
+    Bad("GET", "/api/v1/pop/queue/{t}/partition/p?batch=1.5", lambda t: {}, ("batch",), "pop: batch=1.5"),
+    Bad("GET", "/api/v1/pop/queue/{t}?timeout=soon&wait=true", lambda t: {}, ("timeout",), "pop: timeout=soon"),
+    Bad("GET", "/api/v1/pop/queue/{t}?partitions=0", lambda t: {}, ("partitions",), "pop: partitions=0"),
+    Bad("GET", "/api/v1/pop/queue/{t}?consumerGroup=" + "g" * 256, lambda t: {}, ("consumergroup", "255"),
+        "pop: consumerGroup over 255"),
+    Bad("GET", "/api/v1/pop/queue/{t}?consumerGroup={t}%00", lambda t: {}, ("consumergroup", "nul"),
+        "pop: consumerGroup with NUL"),
+    # seek and subscription (API.md 8.1)
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {}), ("toEnd", "timestamp"),
+        "seek: neither toEnd nor timestamp"),
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {"toEnd": False}),
+        ("toEnd", "timestamp"), "seek: toEnd false"),
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {"timestamp": "last tuesday"}),
+        ("timestamp",), "seek: timestamp not ISO-8601"),
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {}), ("subscriptionTimestamp",),
+        "subscription: subscriptionTimestamp missing"),
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {"subscriptionTimestamp": "soon"}),
+        ("subscriptionTimestamp",), "subscription: subscriptionTimestamp not ISO-8601"),
+    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {"subscriptionTimestamp": 1700000000}),
+        ("subscriptionTimestamp",), "subscription: subscriptionTimestamp a number"),
+    # DLQ listing and traces (API.md 10)
+    Bad("GET", "/api/v1/dlq?queue={t}&limit=many", lambda t: {}, ("limit",), "dlq: limit=many"),
+    Bad("GET", "/api/v1/dlq?queue={t}&offset=-1", lambda t: {}, ("offset",), "dlq: offset=-1"),
+    Bad("GET", "/api/v1/dlq?queue={t}&from=yesterday", lambda t: {}, ("from",), "dlq: from not ISO-8601"),
+    Bad("POST", "/api/v1/traces", body(lambda t: {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4())}),
+        ("data",), "traces: data missing"),
+    Bad("POST", "/api/v1/traces", body(lambda t: {"data": {"tag": t}}), ("transactionid", "partitionid"),
+        "traces: ids missing"),
+    Bad("POST", "/api/v1/traces",
+        body(lambda t: {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4()), "data": {"t": f"{t}\u0000"}}),
+        ("data", "nul"), "traces: data with NUL"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
+def test_invalid_request_is_rejected_with_400_and_stores_nothing(
+        case: Bad, http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+    tag = unique("bad")
+    response = http.request(case.method, case.path.format(t=tag), **case.build(tag))
+    assert_rejected(response, *case.words)
+    assert stored(db, tag) == {}
+
+
+def test_the_storage_probe_sees_a_stored_request(http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+    """Control for the test above: the same tagged request, made valid, is found by ``stored``."""
+    tag = unique("good")
+    response = http.post("/api/v1/push", json={"items": [item(tag)]})
+    assert response.status_code == 200 and [r["status"] for r in response.json()] == ["queued"]
+    assert set(stored(db, tag)) == {"queues", "partitions", "messages"}
+
+
+def test_names_of_exactly_255_characters_are_accepted(http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+    tag = unique("edge")
+    name = tag + "q" * (MAX - len(tag))
+    pushed = http.post("/api/v1/push", json={"items": [item(tag, queue=name, partition=name, transactionId=name,
+                                                                traceId=str(uuid.uuid4()), payload="")]})
+    assert pushed.status_code == 200 and [r["status"] for r in pushed.json()] == ["queued"], pushed.text
+    configured = http.post("/api/v1/configure", json={"queue": name, "options": {"leaseTime": 30}})
+    assert configured.status_code == 200 and configured.json()["configured"] is True
+    popped = http.get(f"/api/v1/pop/queue/{name}/partition/{name}", params={"consumerGroup": name})
+    assert [m["transactionId"] for m in popped.json()["messages"]] == [name]
+
+
+def test_acknowledgments_empty_answers_an_empty_array(http: httpx.Client) -> None:
+    response = http.post("/api/v1/ack/batch", json={"acknowledgments": []})
+    assert response.status_code == 200 and response.json() == []
+    grouped = http.post("/api/v1/ack/batch", json={"acknowledgments": [], "consumerGroup": "g"})
+    assert grouped.status_code == 200 and grouped.json() == []
+
+
+def test_items_empty_is_not_an_error(http: httpx.Client) -> None:
+    response = http.post("/api/v1/push", json={"items": []})
+    assert response.status_code == 201 and response.json() == []
+
+
+def test_lease_extend_accepts_an_empty_body(http: httpx.Client) -> None:
+    """The official Python client sends no body at all (API.md 7): that means ``{}``, i.e. 60 seconds."""
+    queue = unique("lease")
+    http.post("/api/v1/configure", json={"queue": queue, "options": {"leaseTime": 5}})
+    http.post("/api/v1/push", json={"items": [{"queue": queue, "payload": 1}]})
+    lease_id = http.get(f"/api/v1/pop/queue/{queue}").json()["leaseId"]
+    assert lease_id
+
+    for kwargs in ({}, {"content": b"", "headers": {"Content-Length": "0"}}, {"json": {}}):
+        response = http.post(f"/api/v1/lease/{lease_id}/extend", **kwargs)
+        assert response.status_code == 200, response.text
+        [result] = response.json()
+        assert result["success"] is True and result["leaseId"] == lease_id and result["expiresAt"], result
+
+    unknown = http.post(f"/api/v1/lease/{uuid.uuid4()}/extend")
+    assert unknown.status_code == 200
+    assert [(r["success"], r["error"]) for r in unknown.json()] == [(False, "Lease not found")]
+
+
+def test_a_rejected_pop_leases_nothing(http: httpx.Client) -> None:
+    queue = unique("badpop")
+    http.post("/api/v1/push", json={"items": [{"queue": queue, "payload": "waiting"}]})
+    for query in ("batch=abc", "batch=0", "partitions=0", "timeout=x&wait=true"):
+        assert_rejected(http.get(f"/api/v1/pop/queue/{queue}?{query}"), query.split("=")[0])
+    popped = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 5}).json()
+    assert [m["data"] for m in popped["messages"]] == ["waiting"]
+
+
+# -- bad requests fused with good ones -------------------------------------------------------------------------
+
+BAD_PUSH_ITEMS: list[Callable[[str, int], dict[str, Any]]] = [
+    lambda t, n: item(t, transactionId=f"{t}-{n}", traceId=f"trace-{n}"),
+    lambda t, n: item(t, transactionId=f"{t}-{n}", partition=too_long(t)),
+    lambda t, n: item(t, transactionId=f"{t}-{n}", payload={"text": f"{t}\u0000{n}"}),
+    lambda t, n: item(t, transactionId=too_long(f"{t}-{n}")),
+    lambda t, n: item(t, queue=n),
+]
+
+
+async def test_bad_pushes_fired_with_good_ones_never_fail_the_good_ones(
+        broker: Any, db: psycopg.Connection[Any]) -> None:
+    good, bad = unique("fused-good"), unique("fused-bad")
+
+    async def push_good(client: httpx.AsyncClient, n: int) -> httpx.Response:
+        return await client.post("/api/v1/push", json={"items": [
+            {"queue": good, "partition": f"p{n % 3}", "transactionId": f"good-{n}", "payload": {"n": n}}]})
+
+    async def push_bad(client: httpx.AsyncClient, n: int) -> httpx.Response:
+        valid = {"queue": bad, "transactionId": f"{bad}-valid-{n}", "payload": {"n": n}}
+        return await client.post("/api/v1/push", json={"items": [valid, BAD_PUSH_ITEMS[n % 5](bad, n)]})
+
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+    async with httpx.AsyncClient(base_url=broker.url, timeout=60, limits=limits) as client:
+        calls = [push_good(client, n) for n in range(50)] + [push_bad(client, n) for n in range(50)]
+        order = list(range(100))
+        order[::2], order[1::2] = order[:50], order[50:]  # interleave good and bad
+        responses = await asyncio.gather(*(calls[i] for i in order))
+    by_call = dict(zip(order, responses))
+
+    for n in range(50):
+        response = by_call[n]
+        assert response.status_code == 200, response.text
+        assert [r["status"] for r in response.json()] == ["queued"], response.text
+    for n in range(50, 100):
+        assert_rejected(by_call[n])
+    rows = db.execute("""SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+                         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s""", (good,)).fetchall()
+    assert sorted(r[0] for r in rows) == sorted(f"good-{n}" for n in range(50))
+    assert stored(db, bad) == {}
+
+
+async def test_bad_acks_fired_with_good_ones_never_fail_the_good_ones(broker: Any, http: httpx.Client) -> None:
+    queue = unique("fused-ack")
+    http.post("/api/v1/configure", json={"queue": queue, "options": {"leaseTime": 60}})
+    for partition in range(50):
+        http.post("/api/v1/push", json={"items": [{"queue": queue, "partition": f"p{partition}",
+                                                   "transactionId": f"a{partition}", "payload": partition}]})
+    popped = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 50, "partitions": 50}).json()["messages"]
+    assert len(popped) == 50
+
+    bad_acks = [
+        lambda m: {**m, "partitionId": "not-a-uuid"},
+        lambda m: {**m, "status": "finished"},
+        lambda m: {**m, "error": "broken \u0000 text", "status": "failed"},
+        lambda m: {k: v for k, v in m.items() if k != "transactionId"},
+    ]
+    async with httpx.AsyncClient(base_url=broker.url, timeout=60,
+                                 limits=httpx.Limits(max_connections=100)) as client:
+        goods = [client.post("/api/v1/ack", json={"transactionId": m["transactionId"],
+                                                  "partitionId": m["partitionId"], "leaseId": m["leaseId"]})
+                 for m in popped]
+        bads = [client.post("/api/v1/ack", json=bad_acks[n % 4]({"transactionId": m["transactionId"],
+                                                                 "partitionId": m["partitionId"]}))
+                for n, m in enumerate(popped)]
+        responses = await asyncio.gather(*(call for pair in zip(goods, bads) for call in pair))
+
+    def acked(response: httpx.Response) -> bool:
+        result = response.json() if response.status_code == 200 else None
+        return isinstance(result, list) and result[0]["success"] is True
+
+    good_failed = [response.text for response in responses[0::2] if not acked(response)]
+    bad_accepted = [(r.status_code, r.text) for r in responses[1::2] if r.status_code != 400]
+    assert good_failed == [] and bad_accepted == [], (len(good_failed), good_failed[:2], bad_accepted[:2])
+    again = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 50, "partitions": 50}).json()
+    assert again.get("messages") == [], again
+
+
+# -- property-based fuzz ---------------------------------------------------------------------------------------
+
+OPTION_NAMES = ["leaseTime", "retryLimit", "retryDelay", "maxSize", "priority", "delayedProcessing", "windowBuffer",
+                "ttl", "encryptionEnabled", "retentionEnabled", "deadLetterQueue", "unknownOption"]
+FUZZ_EXAMPLES_PER_ROUTE = 200
+
+
+def fuzz_bodies(st: Any, partition_ids: list[str], transaction_ids: list[str]) -> dict[str, Any]:
+    """Per write route, a strategy of request bodies: raw bytes, random text, random JSON, and (two times in
+    three) JSON shaped like the route's body whose values are mostly plausible (names, UUIDs, statuses, the ids
+    of real messages) and sometimes anything at all, so that the fuzz reaches the database, not only the
+    validation. (Repeating a branch of ``one_of`` adds no weight, hence the ``integers().flatmap`` choices.)"""
+    json_value = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=12),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+        max_leaves=12,
+    )
+    wild = json_value | st.sampled_from(["", "x" * 256, "a\u0000b", "Default", "2026-01-01T00:00:00Z", 0, -1,
+                                         2**31, True])
+
+    def mostly(plausible: Any) -> Any:
+        return st.integers(0, 3).flatmap(lambda k: plausible if k else wild)
+
+    queue = mostly(st.sampled_from(["fuzz-a", "fuzz-b", "fuzz.c"]) | st.text(min_size=1, max_size=12))
+    name = mostly(st.sampled_from(["Default", "p1", ""]) | st.text(max_size=12))
+    an_uuid = st.uuids().map(str)
+    partition_id = mostly(st.sampled_from(partition_ids) | an_uuid)
+    transaction_id = mostly(st.sampled_from(transaction_ids) | st.text(min_size=1, max_size=12))
+    status = st.sampled_from(["completed", "success", "failed", "dlq", "retry"])
+    push_item = st.fixed_dictionaries({"queue": queue}, optional={
+        "partition": name, "payload": json_value, "transactionId": transaction_id, "traceId": mostly(an_uuid)})
+    ack_item = st.fixed_dictionaries({"transactionId": transaction_id, "partitionId": partition_id}, optional={
+        "status": mostly(status), "leaseId": mostly(an_uuid), "consumerGroup": name,
+        "error": mostly(st.text(max_size=8))})
+    operation = st.integers(0, 2).flatmap(lambda k: [
+        ack_item.map(lambda a: {"type": "ack", **a}),
+        st.lists(push_item, min_size=1, max_size=2).map(lambda items: {"type": "push", "items": items}),
+        st.fixed_dictionaries({}, optional={"type": mostly(st.sampled_from(["ack", "push"])), "items": wild}),
+    ][k])
+    options = st.dictionaries(st.sampled_from(OPTION_NAMES), mostly(st.integers(0, 100) | st.booleans()),
+                              max_size=5)
+    shaped = {
+        "/api/v1/push": st.fixed_dictionaries({"items": mostly(st.lists(mostly(push_item), min_size=1, max_size=3))}),
+        "/api/v1/ack": ack_item,
+        "/api/v1/ack/batch": st.fixed_dictionaries(
+            {"acknowledgments": mostly(st.lists(mostly(ack_item), min_size=1, max_size=3))},
+            optional={"consumerGroup": name}),
+        "/api/v1/transaction": st.fixed_dictionaries(
+            {"operations": mostly(st.lists(operation, min_size=1, max_size=3))}, optional={"requiredLeases": wild}),
+        "/api/v1/configure": st.fixed_dictionaries({"queue": queue}, optional={
+            "namespace": name, "task": name, "options": mostly(options)}),
+    }
+    unshaped = [st.binary(max_size=40), st.text(max_size=40).map(str.encode),
+                json_value.map(lambda value: json.dumps(value).encode())]
+
+    def bodies(shape: Any) -> Any:
+        as_json = shape.map(lambda value: json.dumps(value).encode())
+        return st.integers(0, 8).flatmap(lambda k: unshaped[k] if k < len(unshaped) else as_json)
+
+    return {path: bodies(shape) for path, shape in shaped.items()}
+
+
+def check_fuzzed_response(path: str, content: bytes, response: httpx.Response) -> None:
+    """Never a 5xx; a 400 carries a string ``error``; anything else is the route's normal JSON shape."""
+    context = (path, content, response.status_code, response.text)
+    assert response.status_code < 500, context
+    if response.status_code == 400:
+        assert isinstance(response.json().get("error"), str), context
+    elif path in ("/api/v1/push", "/api/v1/ack", "/api/v1/ack/batch"):
+        # per-item results; a dict here is a failed database call (API.md 6.3): bad input got through
+        assert isinstance(response.json(), list), context
+    elif path == "/api/v1/configure":
+        assert response.json()["configured"] is True, context
+    else:
+        assert isinstance(response.json()["success"], bool), context
+
+
+def test_fuzzed_bodies_never_cause_a_server_error(start_broker: Callable[..., Any], db_url: str) -> None:
+    """On its own broker and database, since valid fuzzed requests do create queues with random names."""
+    hypothesis = pytest.importorskip("hypothesis", reason="hypothesis is installed by the test extra")
+    strategies_module = pytest.importorskip("hypothesis.strategies")
+    fuzz_broker = start_broker(db_url, workers=1)
+    sent: list[tuple[str, int]] = []
+    failures: list[str] = []
+
+    def fuzz(client: httpx.Client, path: str, bodies: Any) -> None:
+        @hypothesis.settings(max_examples=FUZZ_EXAMPLES_PER_ROUTE, deadline=None, database=None,
+                             suppress_health_check=[hypothesis.HealthCheck.too_slow,
+                                                    hypothesis.HealthCheck.data_too_large])
+        @hypothesis.given(content=bodies)
+        def post(content: bytes) -> None:
+            response = client.post(path, content=content, headers={"Content-Type": "application/json"})
+            sent.append((path, response.status_code))
+            check_fuzzed_response(path, content, response)
+
+        try:
+            post()
+        except (AssertionError, ValueError, KeyError, TypeError) as failure:  # report every route, not the first
+            failures.append(f"{path}: {failure}")
+
+    with httpx.Client(base_url=fuzz_broker.url, timeout=30) as client:
+        client.post("/api/v1/push", json={"items": [{"queue": "fuzz-a", "partition": p, "transactionId": f"t{n}",
+                                                     "payload": n} for n in range(4) for p in ("Default", "p1")]})
+        leased = client.get("/api/v1/pop/queue/fuzz-a", params={"batch": 2}).json()["messages"]
+        strategies = fuzz_bodies(strategies_module, sorted({m["partitionId"] for m in leased}),
+                                 [f"t{n}" for n in range(4)])
+        for path, bodies in strategies.items():
+            fuzz(client, path, bodies)
+
+        health = client.get("/health")
+        assert health.status_code == 200 and health.json()["status"] == "healthy"
+        queue = unique("after-fuzz")
+        pushed = client.post("/api/v1/push", json={"items": [{"queue": queue, "payload": "still works"}]})
+        assert [r["status"] for r in pushed.json()] == ["queued"]
+        popped = wait_until(lambda: client.get(f"/api/v1/pop/queue/{queue}").json().get("messages"),
+                            timeout_s=10, message="a pop after the fuzz")
+        assert [m["data"] for m in popped] == ["still works"]
+
+    assert failures == [], "\n\n".join(failures)
+    assert len(sent) >= len(strategies) * FUZZ_EXAMPLES_PER_ROUTE
+    assert any(status != 400 for _, status in sent)  # the fuzz got past validation too
