@@ -61,11 +61,15 @@ def db_migrate(
 
 
 def _register_optional_commands() -> None:
-    try:
-        from queenpy.client.cli import register
-    except ImportError:
-        return
-    register(app)
+    """Client commands (push, pop, ...) and ``spark``; each module imports its heavy parts lazily."""
+    import importlib
+
+    for module in ("queenpy.client.cli", "queenpy.spark.cli"):
+        try:
+            register = importlib.import_module(module).register
+        except ImportError:
+            continue
+        register(app)
 
 
 _register_optional_commands()

@@ -47,10 +47,10 @@ _EMPTY = (b"[]", b"{}")
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def json_response(content: Any, status_code: int = 200) -> Response:
+def json_response(content: Any, status_code: int = 200, empty_as_body: bool = False) -> Response:
     """JSON with CORS headers; an empty array/object becomes an empty body (API.md 1.2)."""
     body = content if isinstance(content, bytes) else orjson.dumps(content)
-    if body in _EMPTY and status_code == 200:
+    if body in _EMPTY and status_code == 200 and not empty_as_body:
         body = b""
     return Response(body, status_code=status_code, media_type="application/json", headers=CORS_HEADERS)
 
@@ -383,6 +383,84 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         name = v.check_name(request.path_params["queue"], "queue")
         return json_response((await db.fetchval("SELECT queen.resources_queue_v1($1)::text", name)).encode())
 
+    # --- Spark connector (DESIGN.md section 11) -----------------------------------------------
+    async def spark_offsets(request: Request) -> Response:
+        queue = v.check_name(request.query_params.get("queue"), "queue")
+        group = v.check_name(request.query_params.get("consumerGroup"), "consumerGroup", required=False)
+        return json_response((await db.fetchval("SELECT queen.spark_offsets_v1($1, $2)::text", queue,
+                                                group)).encode(), empty_as_body=True)
+
+    async def spark_messages(request: Request) -> Response:
+        q = request.query_params
+        partition_id = v.check_uuid(q.get("partitionId"), "partitionId")
+        after = v.query_int(q, "after", 0, maximum=2**62)
+        upto = v.query_int(q, "upto", 2**62, maximum=2**62)
+        limit = v.query_int(q, "limit", 10_000, minimum=1, maximum=50_000)
+        text = await db.fetchval("SELECT queen.spark_messages_v1($1::uuid, $2, $3, $4)::text", partition_id,
+                                 after, upto, limit)
+        if text is None:
+            return json_response({"error": "Partition not found"})
+        result = orjson.loads(text)
+        broker.decrypt_messages(result["messages"])
+        return json_response(result)
+
+    async def spark_cursor(request: Request) -> Response:
+        body = await body_of(request)
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        queue = v.check_name(body.get("queue"), "queue")
+        group = v.check_name(body.get("consumerGroup"), "consumerGroup")
+        offsets = body.get("offsets")
+        if not isinstance(offsets, dict):
+            raise InvalidRequest("offsets must be an object {partitionId: offset}")
+        clean = {}
+        for key, value in offsets.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidRequest(f"offsets[{key!r}] must be a non-negative integer")
+            clean[v.check_uuid(key, "offsets key")] = value
+        return json_response((await db.fetchval("SELECT queen.spark_commit_cursor_v1($1, $2, $3::jsonb)::text",
+                                                queue, group, orjson.dumps(clean).decode())).encode())
+
+    def _batch_key(body: Any) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        batch_id = body.get("batchId")
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int) or batch_id < 0:
+            raise InvalidRequest("batchId must be a non-negative integer")
+        return {"queryId": v.check_name(body.get("queryId"), "queryId"), "batchId": batch_id}
+
+    def _tokens(body: dict[str, Any]) -> list[str]:
+        tokens = body.get("tokens")
+        if not isinstance(tokens, list):
+            raise InvalidRequest("tokens must be an array of strings")
+        return [v.check_name(t, "tokens[]") or "" for t in tokens]
+
+    async def spark_stage(request: Request) -> Response:
+        body = await body_of(request)
+        key = _batch_key(body)
+        items = v.validate_push({"items": body.get("items")})
+        if broker.cipher is not None and items:
+            encrypted = await broker.queues_with_encryption({item["queue"] for item in items})
+            for item in items:
+                if item["queue"] in encrypted:
+                    item["payload"] = broker.cipher.encrypt(item["payload"])
+                    item["isEncrypted"] = True
+        payload = {**key, "token": v.check_name(body.get("token"), "token"), "items": items}
+        return json_response((await db.fetchval("SELECT queen.spark_stage_v1($1::jsonb)::text",
+                                                orjson.dumps(payload).decode())).encode())
+
+    async def spark_commit(request: Request) -> Response:
+        body = await body_of(request)
+        payload = {**_batch_key(body), "tokens": _tokens(body)}
+        return json_response((await db.fetchval("SELECT queen.spark_commit_batch_v1($1::jsonb)::text",
+                                                orjson.dumps(payload).decode())).encode())
+
+    async def spark_abort(request: Request) -> Response:
+        body = await body_of(request)
+        payload = {**_batch_key(body), "tokens": _tokens(body)}
+        return json_response((await db.fetchval("SELECT queen.spark_abort_v1($1::jsonb)::text",
+                                                orjson.dumps(payload).decode())).encode())
+
     # --- health, metrics, docs -------------------------------------------------------------------
     async def health(_request: Request) -> Response:
         healthy = await db.healthy()
@@ -449,6 +527,12 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         Route("/api/v1/traces/names", guarded(trace_names), methods=["GET"]),
         Route("/api/v1/traces/by-name/{name}", guarded(traces_by_name), methods=["GET"]),
         Route("/api/v1/traces/{partition_id}/{transaction_id}", guarded(traces_for_message), methods=["GET"]),
+        Route("/api/v1/spark/offsets", guarded(spark_offsets), methods=["GET"]),
+        Route("/api/v1/spark/messages", guarded(spark_messages), methods=["GET"]),
+        Route("/api/v1/spark/cursor", guarded(spark_cursor), methods=["POST"]),
+        Route("/api/v1/spark/stage", guarded(spark_stage), methods=["POST"]),
+        Route("/api/v1/spark/commit", guarded(spark_commit), methods=["POST"]),
+        Route("/api/v1/spark/abort", guarded(spark_abort), methods=["POST"]),
         Route("/{path:path}", options, methods=["OPTIONS"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=list[Middleware]())

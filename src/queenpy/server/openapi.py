@@ -109,6 +109,28 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         _param("name", "path"), _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
     ("get", "/api/v1/traces/{partition_id}/{transaction_id}"): (
         "Traces of one message", [_param("partition_id", "path"), _param("transaction_id", "path")], None),
+    ("get", "/api/v1/spark/offsets"): ("Head offset per partition of a queue, with a group's cursor",
+                                       [_param("queue", required=True), _param("consumerGroup")], None),
+    ("get", "/api/v1/spark/messages"): ("Messages of a partition in an offset range, without a lease", [
+        _param("partitionId", required=True, schema={"type": "string", "format": "uuid"}),
+        _param("after", schema=_INT), _param("upto", schema=_INT),
+        _param("limit", schema={"type": "integer", "minimum": 1, "maximum": 50000})], None),
+    ("post", "/api/v1/spark/cursor"): ("Advance a consumer group's cursors to offsets", [], {
+        "type": "object", "required": ["queue", "consumerGroup", "offsets"], "properties": {
+            "queue": _NAME, "consumerGroup": _NAME,
+            "offsets": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}}}),
+    ("post", "/api/v1/spark/stage"): ("Stage rows of one micro-batch write task", [], {
+        "type": "object", "required": ["queryId", "batchId", "token", "items"], "properties": {
+            "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0}, "token": _NAME,
+            "items": {"type": "array", "items": _PUSH_ITEM}}}),
+    ("post", "/api/v1/spark/commit"): ("Commit a micro-batch once: push its staged rows", [], {
+        "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
+            "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
+            "tokens": {"type": "array", "items": _NAME}}}),
+    ("post", "/api/v1/spark/abort"): ("Drop staged rows of a failed micro-batch", [], {
+        "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
+            "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
+            "tokens": {"type": "array", "items": _NAME}}}),
 }
 
 
