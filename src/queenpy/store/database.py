@@ -57,6 +57,7 @@ class Database:
         self.statement_timeout_ms = statement_timeout_ms
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
+        self._relisten: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
         """Open the pool. Raises :class:`DatabaseUnavailable` when PostgreSQL cannot be reached."""
@@ -76,12 +77,14 @@ class Database:
 
     async def close(self) -> None:
         """Close the LISTEN connection and the pool."""
+        pool, self._pool = self._pool, None
+        if self._relisten is not None:
+            self._relisten.cancel()
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        if pool is not None:
+            await pool.close()
 
     @property
     def pool(self) -> asyncpg.Pool:
@@ -119,10 +122,32 @@ class Database:
             return False
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
-        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification."""
+        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification.
+
+        If that connection dies (PostgreSQL restart, network), it is re-established in the background
+        with a 1 s backoff; long polls fall back to their timer meanwhile.
+        """
 
         def _on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
             callback(payload)
 
-        self._listener = await asyncpg.connect(self.url)
-        await self._listener.add_listener(channel, _on_notify)
+        def _on_lost(_connection: Any) -> None:
+            if self._pool is not None:
+                self._relisten = asyncio.get_running_loop().create_task(_reconnect())
+
+        async def _connect() -> None:
+            self._listener = await asyncpg.connect(self.url)
+            self._listener.add_termination_listener(_on_lost)
+            await self._listener.add_listener(channel, _on_notify)
+
+        async def _reconnect() -> None:
+            while self._pool is not None:
+                try:
+                    await _connect()
+                    log.info("LISTEN %s re-established", channel)
+                    return
+                except ConnectionErrors as exc:
+                    log.warning("LISTEN %s lost, retrying: %s", channel, exc)
+                    await asyncio.sleep(1)
+
+        await _connect()

@@ -1,0 +1,127 @@
+"""`queenpy serve` as a user runs it: worker processes sharing one port, long-poll wake-ups across
+processes and broker instances (PostgreSQL LISTEN/NOTIFY), worker restarts, the embedded PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import psycopg
+
+from conftest import BrokerProcess
+from helpers import free_port, unique, wait_until
+
+
+def test_long_poll_is_woken_by_a_push_on_another_broker_instance(
+        new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess]) -> None:
+    """Two brokers on one database. A consumer parks on A; the push goes to B. The long-poll timer is
+    set to 10 minutes, so only the NOTIFY from B's push can deliver the message before the 30 s timeout."""
+    database = new_database()
+    slow_timer = {"POP_WAIT_INITIAL_INTERVAL_MS": "600000", "POP_WAIT_MAX_INTERVAL_MS": "600000"}
+    a = start_broker(database, workers=1, extra_env=slow_timer)
+    b = start_broker(database, workers=1, extra_env=slow_timer)
+    queue = unique("wake")
+    httpx.post(f"{b.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
+    result: dict[str, Any] = {}
+
+    def consume() -> None:
+        response = httpx.get(f"{a.url}/api/v1/pop/queue/{queue}", params={
+            "wait": "true", "timeout": 30000, "batch": 5}, timeout=40)
+        result["body"] = response.json()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    # wait until A has the pop parked (its metrics count parked long polls)
+    wait_until(lambda: httpx.get(f"{a.url}/metrics").json()["longPoll"]["parked"] == 1, message="parked pop")
+    pushed = httpx.post(f"{b.url}/api/v1/push", json={"items": [{"queue": queue, "payload": {"hello": "A"}}]})
+    assert pushed.json()[0]["status"] == "queued"
+    consumer.join(timeout=40)
+    assert [m["data"] for m in result["body"]["messages"]] == [{"hello": "A"}]
+
+
+def test_worker_processes_share_the_port_and_a_killed_worker_is_replaced(
+        db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
+    broker = start_broker(db_url, workers=2)
+    pids: set[int] = set()
+
+    def both_workers_answered() -> bool:
+        with httpx.Client(headers={"Connection": "close"}) as client:
+            pids.add(client.get(f"{broker.url}/health").json()["pid"])
+        return len(pids) >= 2
+
+    wait_until(both_workers_answered, timeout_s=60, message="answers from two worker processes")
+    victim = sorted(pids)[0]
+    os.kill(victim, signal.SIGKILL)
+    fresh: set[int] = set()
+
+    def replaced() -> bool:
+        try:
+            with httpx.Client(headers={"Connection": "close"}) as client:
+                fresh.add(client.get(f"{broker.url}/health", timeout=2).json()["pid"])
+        except httpx.HTTPError:
+            return False
+        return len(fresh - {victim}) >= 2
+
+    wait_until(replaced, timeout_s=60, message="a replacement worker")
+    assert victim not in fresh or len(fresh) >= 3
+    queue = unique("after-kill")
+    assert httpx.post(f"{broker.url}/api/v1/push", json={"items": [{"queue": queue, "payload": 1}]}
+                      ).json()[0]["status"] == "queued"
+
+
+def test_serve_without_a_database_starts_the_embedded_postgresql(tmp_path: Path) -> None:
+    """README command 1: no DATABASE_URL, no PG_* variables: a private PostgreSQL in the data dir."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("PG_")}
+    env.update(PORT=str(port), HOST="127.0.0.1", NUM_WORKERS="1", QUEENPY_DATA_DIR=str(tmp_path / "pgdata"))
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        def health() -> dict[str, Any] | None:
+            assert process.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()  # type: ignore[no-any-return]
+            except httpx.HTTPError:
+                return None
+
+        body = wait_until(health, timeout_s=90, message="embedded broker health")
+        assert body["status"] == "healthy" and body["database"] == "connected"
+        assert (tmp_path / "pgdata" / "PG_VERSION").exists()
+        queue = unique("embedded")
+        httpx.post(f"http://127.0.0.1:{port}/api/v1/push", json={"items": [{"queue": queue, "payload": 7}]})
+        popped = httpx.get(f"http://127.0.0.1:{port}/api/v1/pop/queue/{queue}").json()
+        assert [m["data"] for m in popped["messages"]] == [7]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    # SIGTERM also stopped the embedded PostgreSQL: nothing listens on its socket any more
+    assert not (tmp_path / "pgdata" / "postmaster.pid").exists()
+
+
+def test_restart_keeps_every_queued_message(db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
+    """No queue state lives in the broker: kill -9 it, start another, every queued message is there."""
+    broker = start_broker(db_url, workers=2)
+    queue = unique("durable")
+    for n in range(20):
+        response = httpx.post(f"{broker.url}/api/v1/push", json={"items": [
+            {"queue": queue, "partition": f"p{n % 3}", "payload": {"n": n}}]})
+        assert response.json()[0]["status"] == "queued"
+    broker.kill()
+    second = start_broker(db_url, workers=1)
+    seen = []
+    while True:
+        body = httpx.get(f"{second.url}/api/v1/pop/queue/{queue}", params={"batch": 50, "autoAck": "true"}).json()
+        if not body.get("messages"):
+            break
+        seen += [m["data"]["n"] for m in body["messages"]]
+    assert sorted(seen) == list(range(20))
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (20,)
