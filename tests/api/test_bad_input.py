@@ -15,7 +15,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -49,17 +49,18 @@ def stored(db: psycopg.Connection[Any], tag: str) -> dict[str, list[Any]]:
         "queues": "SELECT name FROM queen.queues WHERE strpos(name, %(t)s) > 0",
         "partitions": "SELECT name FROM queen.partitions WHERE strpos(name, %(t)s) > 0",
         "messages": """SELECT m.transaction_id FROM queen.messages m
-                       JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id
+                       JOIN queen.partitions p ON p.id = m.partition_id
+                       JOIN queen.queues q ON q.id = p.queue_id
                        WHERE strpos(q.name, %(t)s) > 0 OR strpos(p.name, %(t)s) > 0
                           OR strpos(m.transaction_id, %(t)s) > 0 OR strpos(m.payload::text, %(t)s) > 0""",
         "partition_consumers": "SELECT consumer_group FROM queen.partition_consumers "
-                               "WHERE strpos(consumer_group, %(t)s) > 0",
+        "WHERE strpos(consumer_group, %(t)s) > 0",
         "consumer_groups_metadata": "SELECT consumer_group FROM queen.consumer_groups_metadata "
-                                    "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(queue_name, %(t)s) > 0",
+        "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(queue_name, %(t)s) > 0",
         "dead_letter_queue": "SELECT consumer_group FROM queen.dead_letter_queue "
-                             "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(coalesce(error_message, ''), %(t)s) > 0",
+        "WHERE strpos(consumer_group, %(t)s) > 0 OR strpos(coalesce(error_message, ''), %(t)s) > 0",
     }
-    found = {table: db.execute(sql, {"t": tag}).fetchall() for table, sql in probes.items()}  # type: ignore[arg-type]
+    found = {table: db.execute(sql, {"t": tag}).fetchall() for table, sql in probes.items()}
     return {table: rows for table, rows in found.items() if rows}
 
 
@@ -74,41 +75,24 @@ def assert_rejected(response: httpx.Response, *words: str) -> str:
     return str(body["error"])
 
 
-# -- the catalogue of invalid requests ------------------------------------------------------------------------
+# -- the catalogue of invalid requests -----------------------------------------------------------------------
 
 Build = Callable[[str], dict[str, Any]]
 
 
 @dataclass(frozen=True)
 class Bad:
-    """One invalid request: ``path`` may use ``{t}`` (the tag); ``build(tag)`` gives httpx keyword arguments."""
+    """One invalid request: ``path`` may use ``{t}`` (the tag); ``build(tag)`` gives httpx keyword arguments;
+    the ``error`` must mention every one of ``words``."""
 
     method: str
     path: str
     build: Build
     words: tuple[str, ...]
-    id: str = field(default="")
+    id: str
 
 
-def raw(content: bytes, **headers: str) -> Build:
-    return lambda t: {"content": content, "headers": {"Content-Type": "application/json", **headers}}
-
-
-def body(make: Callable[[str], Any]) -> Build:
-    return lambda t: {"json": make(t)}
-
-
-def item(t: str, **fields: Any) -> dict[str, Any]:
-    """A valid push item tagged everywhere, with ``fields`` overriding."""
-    return {"queue": t, "partition": f"{t}-p", "transactionId": f"{t}-tx", "payload": {"tag": t}, **fields}
-
-
-def ack(t: str, **fields: Any) -> dict[str, Any]:
-    return {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4()), "status": "completed",
-            "consumerGroup": f"{t}-g", **fields}
-
-
-BODY_ROUTES = {
+ROUTES = {
     "push": "/api/v1/push",
     "ack": "/api/v1/ack",
     "ack/batch": "/api/v1/ack/batch",
@@ -116,224 +100,325 @@ BODY_ROUTES = {
     "configure": "/api/v1/configure",
     "subscription": "/api/v1/consumer-groups/{t}-g/subscription",
     "seek": "/api/v1/consumer-groups/{t}-g/queues/{t}/seek",
+    "lease": "/api/v1/lease/{t}/extend",
+    "traces": "/api/v1/traces",
 }
-NOT_AN_OBJECT_WORDS = {"push": ("items",), "ack/batch": ("object",), "transaction": ("object",),
-                       "ack": ("object",), "configure": ("object",), "subscription": ("subscriptionTimestamp",),
-                       "seek": ("object",)}
 
+
+def post(route: str, what: str, make: Callable[[str], Any], *words: str) -> Bad:
+    """POST the JSON ``make(tag)`` to ``ROUTES[route]``."""
+    return Bad("POST", ROUTES[route], lambda t: {"json": make(t)}, words, f"{route}: {what}")
+
+
+def post_raw(route: str, what: str, content: bytes | None, *words: str, **headers: str) -> Bad:
+    """POST these bytes (no body at all when None) to ``ROUTES[route]``."""
+    if content is None:
+        return Bad("POST", ROUTES[route], lambda t: {}, words, f"{route}: {what}")
+    sent = {"content": content, "headers": {"Content-Type": "application/json", **headers}}
+    return Bad("POST", ROUTES[route], lambda t: sent, words, f"{route}: {what}")
+
+
+def get(path: str, what: str, *words: str) -> Bad:
+    return Bad("GET", path, lambda t: {}, words, what)
+
+
+def item(t: str, **fields: Any) -> dict[str, Any]:
+    """A valid push item tagged everywhere, with ``fields`` overriding."""
+    return {"queue": t, "partition": f"{t}-p", "transactionId": f"{t}-tx", "payload": {"tag": t}, **fields}
+
+
+def items(t: str, **fields: Any) -> dict[str, Any]:
+    """A push body of one item."""
+    return {"items": [item(t, **fields)]}
+
+
+def ack(t: str, **fields: Any) -> dict[str, Any]:
+    """A valid ack of a message that does not exist, tagged, with ``fields`` overriding (None removes)."""
+    valid = {
+        "transactionId": f"{t}-tx",
+        "partitionId": str(uuid.uuid4()),
+        "status": "completed",
+        "consumerGroup": f"{t}-g",
+    }
+    return {k: v for k, v in {**valid, **fields}.items() if v is not None}
+
+
+def acks(t: str, *acknowledgments: dict[str, Any]) -> dict[str, Any]:
+    return {"acknowledgments": list(acknowledgments), "consumerGroup": f"{t}-g"}
+
+
+def operations(*ops: dict[str, Any]) -> dict[str, Any]:
+    return {"operations": list(ops)}
+
+
+def push_op(*push_items: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "push", "items": list(push_items)}
+
+
+def options(t: str, **values: Any) -> dict[str, Any]:
+    return {"queue": t, "options": values}
+
+
+UUID = str(uuid.UUID(int=1))
+NOT_AN_OBJECT_WORDS = {"push": ("items",), "subscription": ("subscriptionTimestamp",)}
 CASES: list[Bad] = []
-for name, path in BODY_ROUTES.items():
+for route in ("push", "ack", "ack/batch", "transaction", "configure", "subscription", "seek"):
     CASES += [
-        Bad("POST", path, lambda t: {}, ("empty request body",), f"{name}: no body"),
-        Bad("POST", path, raw(b"", **{"Content-Length": "0"}), ("empty request body",), f"{name}: Content-Length 0"),
-        Bad("POST", path, raw(b" \r\n\t "), ("empty request body",), f"{name}: whitespace body"),
-        Bad("POST", path, raw(b'{"items": [{"queue": "x"'), ("invalid json",), f"{name}: truncated JSON"),
-        Bad("POST", path, raw(b"{'queue': 'single quotes'}"), ("invalid json",), f"{name}: not JSON"),
-        Bad("POST", path, raw(b'{"a": 1e400}'), ("invalid json",), f"{name}: number out of range"),
-        Bad("POST", path, raw(b"\xff\xfe{}"), ("invalid json",), f"{name}: invalid UTF-8"),
+        post_raw(route, "no body", None, "empty request body"),
+        post_raw(route, "Content-Length 0", b"", "empty request body", **{"Content-Length": "0"}),
+        post_raw(route, "whitespace body", b" \r\n\t ", "empty request body"),
+        post_raw(route, "truncated JSON", b'{"items": [{"queue": "x"', "invalid json"),
+        post_raw(route, "not JSON", b"{'queue': 'single quotes'}", "invalid json"),
+        post_raw(route, "number out of range", b'{"a": 1e400}', "invalid json"),
+        post_raw(route, "invalid UTF-8", b"\xff\xfe{}", "invalid json"),
     ]
     for shape, content in (("array", b"[]"), ("string", b'"text"'), ("number", b"42"), ("null", b"null")):
-        CASES.append(Bad("POST", path, raw(content), NOT_AN_OBJECT_WORDS[name], f"{name}: JSON {shape}"))
+        CASES.append(post_raw(route, f"JSON {shape}", content, *NOT_AN_OBJECT_WORDS.get(route, ("object",))))
 
 CASES += [
     # push (API.md 4.1)
-    Bad("POST", "/api/v1/push", body(lambda t: {"queue": t}), ("items",), "push: items missing"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": item(t)}), ("items",), "push: items is an object"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": t}), ("items",), "push: items is a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [t]}), ("items[0]", "object"), "push: item not an object"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [[item(t)]]}), ("items[0]", "object"),
-        "push: item is an array"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [{"payload": {"tag": t}, "transactionId": t}]}),
-        ("queue",), "push: queue missing"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=5)]}), ("queue", "string"),
-        "push: queue not a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=None)]}), ("queue",), "push: queue null"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue="")]}), ("queue", "empty"),
-        "push: queue empty"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=too_long(t))]}), ("queue", "255"),
-        "push: queue over 255"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, queue=t + "\u0000")]}), ("queue", "nul"),
-        "push: queue with NUL"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition=7)]}), ("partition", "string"),
-        "push: partition not a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition={"name": t})]}), ("partition",),
-        "push: partition an object"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, partition=too_long(t))]}),
-        ("partition", "255"), "push: partition over 255"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, transactionId=12)]}), ("transactionid", "string"),
-        "push: transactionId not a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, transactionId=too_long(t))]}),
-        ("transactionid", "255"), "push: transactionId over 255"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId=1)]}), ("traceid", "string"),
-        "push: traceId not a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId="not-a-uuid")]}), ("traceid", "uuid"),
-        "push: traceId not a UUID"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, traceId=str(uuid.uuid4()) + "0")]}),
-        ("traceid", "uuid"), "push: traceId one digit too long"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload={"tag": t, "text": "a\u0000b"})]}),
-        ("payload", "nul"), "push: payload with NUL in a string"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload={"tag": t, "k\u0000": 1})]}),
-        ("payload", "nul"), "push: payload with NUL in a key"),
-    Bad("POST", "/api/v1/push", body(lambda t: {"items": [item(t, payload=[t, ["deep", {"x": "\u0000"}]])]}),
-        ("payload", "nul"), "push: payload with NUL deep inside"),
-    Bad("POST", "/api/v1/push",
-        body(lambda t: {"items": [item(t, transactionId=f"{t}-ok1"), item(t, transactionId=f"{t}-ok2"),
-                                  item(t, transactionId=f"{t}-bad", traceId="garbage")]}),
-        ("items[2]", "traceid"), "push: valid items then one invalid"),
-    Bad("POST", "/api/v1/push",
-        body(lambda t: {"items": [item(t, partition=None, transactionId=f"{t}-bad", queue=[t]),
-                                  item(t, transactionId=f"{t}-ok")]}),
-        ("queue",), "push: invalid item then a valid one"),
+    post("push", "items missing", lambda t: {"queue": t}, "items"),
+    post("push", "items is an object", lambda t: {"items": item(t)}, "items"),
+    post("push", "items is a string", lambda t: {"items": t}, "items"),
+    post("push", "item not an object", lambda t: {"items": [t]}, "items[0]", "object"),
+    post("push", "item is an array", lambda t: {"items": [[item(t)]]}, "items[0]", "object"),
+    post(
+        "push", "queue missing", lambda t: {"items": [{"payload": {"tag": t}, "transactionId": t}]}, "queue"
+    ),
+    post("push", "queue not a string", lambda t: items(t, queue=5), "queue", "string"),
+    post("push", "queue null", lambda t: items(t, queue=None), "queue"),
+    post("push", "queue empty", lambda t: items(t, queue=""), "queue", "empty"),
+    post("push", "queue over 255", lambda t: items(t, queue=too_long(t)), "queue", "255"),
+    post("push", "queue with NUL", lambda t: items(t, queue=t + "\u0000"), "queue", "nul"),
+    post("push", "partition not a string", lambda t: items(t, partition=7), "partition", "string"),
+    post("push", "partition an object", lambda t: items(t, partition={"name": t}), "partition"),
+    post("push", "partition over 255", lambda t: items(t, partition=too_long(t)), "partition", "255"),
+    post(
+        "push", "transactionId not a string", lambda t: items(t, transactionId=12), "transactionid", "string"
+    ),
+    post(
+        "push",
+        "transactionId over 255",
+        lambda t: items(t, transactionId=too_long(t)),
+        "transactionid",
+        "255",
+    ),
+    post("push", "traceId not a string", lambda t: items(t, traceId=1), "traceid", "string"),
+    post("push", "traceId not a UUID", lambda t: items(t, traceId="not-a-uuid"), "traceid", "uuid"),
+    post("push", "traceId one digit too long", lambda t: items(t, traceId=UUID + "0"), "traceid", "uuid"),
+    post(
+        "push",
+        "NUL in a payload string",
+        lambda t: items(t, payload={"t": t, "s": "a\u0000b"}),
+        "payload",
+        "nul",
+    ),
+    post(
+        "push", "NUL in a payload key", lambda t: items(t, payload={"t": t, "k\u0000": 1}), "payload", "nul"
+    ),
+    post(
+        "push",
+        "NUL deep in the payload",
+        lambda t: items(t, payload=[t, [{"x": "\u0000"}]]),
+        "payload",
+        "nul",
+    ),
+    post(
+        "push",
+        "valid items then one invalid",
+        lambda t: {
+            "items": [
+                item(t, transactionId=f"{t}-ok1"),
+                item(t, transactionId=f"{t}-ok2"),
+                item(t, transactionId=f"{t}-bad", traceId="garbage"),
+            ]
+        },
+        "items[2]",
+        "traceid",
+    ),
+    post(
+        "push",
+        "invalid item then a valid one",
+        lambda t: {"items": [item(t, transactionId=f"{t}-bad", queue=[t]), item(t, transactionId=f"{t}-ok")]},
+        "queue",
+    ),
     # ack (API.md 6.1)
-    Bad("POST", "/api/v1/ack", body(lambda t: {k: v for k, v in ack(t).items() if k != "transactionId"}),
-        ("transactionid",), "ack: transactionId missing"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, transactionId=None)), ("transactionid",),
-        "ack: transactionId null"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, transactionId=3)), ("transactionid",),
-        "ack: transactionId not a string"),
-    Bad("POST", "/api/v1/ack", body(lambda t: {k: v for k, v in ack(t).items() if k != "partitionId"}),
-        ("partitionid",), "ack: partitionId missing"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, partitionId="partition-1")), ("partitionid", "uuid"),
-        "ack: partitionId not a UUID"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, status="finished")), ("status", "finished"),
-        "ack: unknown status"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, status=True)), ("status",), "ack: status not a string"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, consumerGroup=too_long(t))), ("consumergroup", "255"),
-        "ack: consumerGroup over 255"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, leaseId=["lease"])), ("leaseid",), "ack: leaseId not a string"),
-    Bad("POST", "/api/v1/ack", body(lambda t: ack(t, error=f"{t} went \u0000 wrong")), ("error", "nul"),
-        "ack: error text with NUL"),
+    post("ack", "transactionId missing", lambda t: ack(t, transactionId=None), "transactionid"),
+    post("ack", "transactionId not a string", lambda t: ack(t, transactionId=3), "transactionid"),
+    post("ack", "transactionId empty", lambda t: ack(t, transactionId=""), "transactionid"),
+    post("ack", "partitionId missing", lambda t: ack(t, partitionId=None), "partitionid"),
+    post("ack", "partitionId not a UUID", lambda t: ack(t, partitionId="partition-1"), "partitionid", "uuid"),
+    post("ack", "unknown status", lambda t: ack(t, status="finished"), "status", "finished"),
+    post("ack", "status not a string", lambda t: ack(t, status=True), "status"),
+    post(
+        "ack", "consumerGroup over 255", lambda t: ack(t, consumerGroup=too_long(t)), "consumergroup", "255"
+    ),
+    post("ack", "leaseId not a string", lambda t: ack(t, leaseId=["lease"]), "leaseid"),
+    post("ack", "error text with NUL", lambda t: ack(t, error=f"{t} went \u0000 wrong"), "error", "nul"),
     # ack/batch (API.md 6.2)
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"consumerGroup": f"{t}-g"}), ("acknowledgments",),
-        "ack/batch: acknowledgments missing"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": ack(t)}), ("acknowledgments",),
-        "ack/batch: acknowledgments an object"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": "all"}), ("acknowledgments",),
-        "ack/batch: acknowledgments a string"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [t]}), ("acknowledgments[0]", "object"),
-        "ack/batch: item not an object"),
-    Bad("POST", "/api/v1/ack/batch",
-        body(lambda t: {"acknowledgments": [{"partitionId": str(uuid.uuid4())}]}), ("transactionid",),
-        "ack/batch: item without transactionId"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [{"transactionId": f"{t}-tx"}]}),
-        ("partitionid",), "ack/batch: item without partitionId"),
-    Bad("POST", "/api/v1/ack/batch",
-        body(lambda t: {"acknowledgments": [ack(t), ack(t, partitionId="not-a-uuid")]}),
-        ("acknowledgments[1]", "partitionid"), "ack/batch: one item with a non-UUID partitionId"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [ack(t, status="done")]}),
-        ("status",), "ack/batch: unknown status"),
-    Bad("POST", "/api/v1/ack/batch", body(lambda t: {"acknowledgments": [ack(t)], "consumerGroup": 5}),
-        ("consumergroup",), "ack/batch: consumerGroup not a string"),
-    Bad("POST", "/api/v1/ack/batch",
-        body(lambda t: {"acknowledgments": [ack(t, error=f"{t} \u0000")], "consumerGroup": f"{t}-g"}),
-        ("error", "nul"), "ack/batch: error text with NUL"),
+    post("ack/batch", "acknowledgments missing", lambda t: {"consumerGroup": f"{t}-g"}, "acknowledgments"),
+    post("ack/batch", "acknowledgments an object", lambda t: {"acknowledgments": ack(t)}, "acknowledgments"),
+    post("ack/batch", "acknowledgments a string", lambda t: {"acknowledgments": "all"}, "acknowledgments"),
+    post(
+        "ack/batch", "item not an object", lambda t: {"acknowledgments": [t]}, "acknowledgments[0]", "object"
+    ),
+    post(
+        "ack/batch",
+        "item without transactionId",
+        lambda t: acks(t, ack(t, transactionId=None)),
+        "transactionid",
+    ),
+    post("ack/batch", "item without partitionId", lambda t: acks(t, ack(t, partitionId=None)), "partitionid"),
+    post(
+        "ack/batch",
+        "one item with a non-UUID partitionId",
+        lambda t: acks(t, ack(t), ack(t, partitionId="not-a-uuid")),
+        "acknowledgments[1]",
+        "partitionid",
+    ),
+    post("ack/batch", "unknown status", lambda t: acks(t, ack(t, status="done")), "status"),
+    post(
+        "ack/batch",
+        "consumerGroup not a string",
+        lambda t: {**acks(t, ack(t)), "consumerGroup": 5},
+        "consumergroup",
+    ),
+    post("ack/batch", "error text with NUL", lambda t: acks(t, ack(t, error=f"{t} \u0000")), "error", "nul"),
     # transaction (API.md 9)
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"requiredLeases": [t]}), ("operations",),
-        "transaction: operations missing"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": []}), ("operations", "empty"),
-        "transaction: operations empty"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": {"type": "push"}}), ("operations",),
-        "transaction: operations an object"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [t]}), ("operations[0]", "object"),
-        "transaction: operation not an object"),
-    Bad("POST", "/api/v1/transaction",
-        body(lambda t: {"operations": [{"type": "delete", "queue": t}]}), ("unknown operation type", "delete"),
-        "transaction: unknown operation type"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"items": [item(t)]}]}),
-        ("operation type",), "transaction: operation without type"),
-    Bad("POST", "/api/v1/transaction",
-        body(lambda t: {"operations": [{"type": "push", "items": [item(t), item(t, traceId="nope")]}]}),
-        ("traceid",), "transaction: push op with a bad item"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"type": "push", "items": []}]}),
-        ("items",), "transaction: push op with no items"),
-    Bad("POST", "/api/v1/transaction", body(lambda t: {"operations": [{"type": "push", "items": item(t)}]}),
-        ("items",), "transaction: push op items not an array"),
-    Bad("POST", "/api/v1/transaction",
-        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
-                                       {"type": "ack", **ack(t, partitionId="p-1")}]}),
-        ("partitionid",), "transaction: valid push then an ack with a non-UUID partitionId"),
-    Bad("POST", "/api/v1/transaction",
-        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
-                                       {"type": "ack", **ack(t, status="maybe")}]}),
-        ("status",), "transaction: ack op with unknown status"),
-    Bad("POST", "/api/v1/transaction",
-        body(lambda t: {"operations": [{"type": "push", "items": [item(t)]},
-                                       {"type": "ack", **ack(t, error=f"{t}\u0000")}]}),
-        ("error", "nul"), "transaction: ack op error text with NUL"),
+    post("transaction", "operations missing", lambda t: {"requiredLeases": [t]}, "operations"),
+    post("transaction", "operations empty", lambda t: operations(), "operations", "empty"),
+    post("transaction", "operations an object", lambda t: {"operations": push_op(item(t))}, "operations"),
+    post("transaction", "operation not an object", lambda t: {"operations": [t]}, "operations[0]", "object"),
+    post(
+        "transaction",
+        "unknown operation type",
+        lambda t: operations({"type": "delete", "queue": t}),
+        "unknown operation type",
+        "delete",
+    ),
+    post(
+        "transaction", "operation without type", lambda t: operations({"items": [item(t)]}), "operation type"
+    ),
+    post(
+        "transaction",
+        "push op with a bad item",
+        lambda t: operations(push_op(item(t), item(t, traceId="nope"))),
+        "traceid",
+    ),
+    post("transaction", "push op with no items", lambda t: operations(push_op()), "items"),
+    post(
+        "transaction",
+        "push op items not an array",
+        lambda t: operations({"type": "push", "items": item(t)}),
+        "items",
+    ),
+    post(
+        "transaction",
+        "valid push then an ack with a non-UUID partitionId",
+        lambda t: operations(push_op(item(t)), {"type": "ack", **ack(t, partitionId="p-1")}),
+        "partitionid",
+    ),
+    post(
+        "transaction",
+        "ack op with unknown status",
+        lambda t: operations(push_op(item(t)), {"type": "ack", **ack(t, status="maybe")}),
+        "status",
+    ),
+    post(
+        "transaction",
+        "ack op error text with NUL",
+        lambda t: operations(push_op(item(t)), {"type": "ack", **ack(t, error=f"{t}\u0000")}),
+        "error",
+        "nul",
+    ),
     # configure (API.md 3.1)
-    Bad("POST", "/api/v1/configure", body(lambda t: {"namespace": t, "options": {"leaseTime": 30}}),
-        ("queue",), "configure: queue missing"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": 17, "namespace": t}), ("queue",),
-        "configure: queue not a string"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": "", "namespace": t}), ("queue",),
-        "configure: queue empty"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": too_long(t)}), ("queue", "255"),
-        "configure: queue over 255"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": "30"}}),
-        ("leaseTime", "integer"), "configure: leaseTime a string"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": True}}),
-        ("leaseTime", "integer"), "configure: leaseTime a boolean"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retryLimit": 1.5}}),
-        ("retryLimit",), "configure: retryLimit not whole"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"leaseTime": -1}}),
-        ("leaseTime",), "configure: negative leaseTime"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retryDelay": 2**31}}),
-        ("retryDelay",), "configure: retryDelay beyond int4"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"encryptionEnabled": 1}}),
-        ("encryptionEnabled", "boolean"), "configure: encryptionEnabled an integer"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": {"retentionEnabled": "true"}}),
-        ("retentionEnabled", "boolean"), "configure: retentionEnabled a string"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "options": [["leaseTime", 30]]}),
-        ("options",), "configure: options an array"),
-    Bad("POST", "/api/v1/configure", body(lambda t: {"queue": t, "namespace": too_long(t)}),
-        ("namespace", "255"), "configure: namespace over 255"),
+    post("configure", "queue missing", lambda t: {"namespace": t, "options": {"leaseTime": 30}}, "queue"),
+    post("configure", "queue not a string", lambda t: {"queue": 17, "namespace": t}, "queue"),
+    post("configure", "queue empty", lambda t: {"queue": "", "namespace": t}, "queue"),
+    post("configure", "queue over 255", lambda t: {"queue": too_long(t)}, "queue", "255"),
+    post(
+        "configure",
+        "namespace over 255",
+        lambda t: {"queue": t, "namespace": too_long(t)},
+        "namespace",
+        "255",
+    ),
+    post("configure", "leaseTime a string", lambda t: options(t, leaseTime="30"), "leaseTime", "integer"),
+    post("configure", "leaseTime a boolean", lambda t: options(t, leaseTime=True), "leaseTime", "integer"),
+    post("configure", "retryLimit not whole", lambda t: options(t, retryLimit=1.5), "retryLimit"),
+    post("configure", "negative leaseTime", lambda t: options(t, leaseTime=-1), "leaseTime"),
+    post("configure", "retryDelay beyond int4", lambda t: options(t, retryDelay=2**31), "retryDelay"),
+    post(
+        "configure",
+        "encryptionEnabled an integer",
+        lambda t: options(t, encryptionEnabled=1),
+        "encryptionEnabled",
+        "boolean",
+    ),
+    post(
+        "configure",
+        "retentionEnabled a string",
+        lambda t: options(t, retentionEnabled="true"),
+        "retentionEnabled",
+        "boolean",
+    ),
+    post("configure", "options an array", lambda t: {"queue": t, "options": [["leaseTime", 30]]}, "options"),
     # lease extend (API.md 7): the body may be empty, but when present it must make sense
-    Bad("POST", "/api/v1/lease/{t}/extend", body(lambda t: {"seconds": "sixty"}), ("seconds",),
-        "lease: seconds a string"),
-    Bad("POST", "/api/v1/lease/{t}/extend", body(lambda t: {"seconds": -5}), ("seconds",), "lease: negative seconds"),
-    Bad("POST", "/api/v1/lease/{t}/extend", raw(b"[1]"), ("object",), "lease: body an array"),
-    Bad("POST", "/api/v1/lease/{t}/extend", raw(b"{not json"), ("invalid json",), "lease: malformed JSON"),
+    post("lease", "seconds a string", lambda t: {"seconds": "sixty"}, "seconds"),
+    post("lease", "negative seconds", lambda t: {"seconds": -5}, "seconds"),
+    post_raw("lease", "body an array", b"[1]", "object"),
+    post_raw("lease", "malformed JSON", b"{not json", "invalid json"),
     # pop (API.md 5.2): queenpy rejects what the original silently defaults
-    Bad("GET", "/api/v1/pop/queue/{t}?batch=abc&consumerGroup={t}-g", lambda t: {}, ("batch",), "pop: batch=abc"),
-    Bad("GET", "/api/v1/pop/queue/{t}?batch=0&consumerGroup={t}-g", lambda t: {}, ("batch",), "pop: batch=0"),
-    Bad("GET", "/api/v1/pop/queue/{t}?batch=-3", lambda t: {}, ("batch",), "pop: negative batch"),
-    Bad("GET", "/api/v1/pop/queue/{t}/partition/p?batch=1.5", lambda t: {}, ("batch",), "pop: batch=1.5"),
-    Bad("GET", "/api/v1/pop/queue/{t}?timeout=soon&wait=true", lambda t: {}, ("timeout",), "pop: timeout=soon"),
-    Bad("GET", "/api/v1/pop/queue/{t}?partitions=0", lambda t: {}, ("partitions",), "pop: partitions=0"),
-    Bad("GET", "/api/v1/pop/queue/{t}?consumerGroup=" + "g" * 256, lambda t: {}, ("consumergroup", "255"),
-        "pop: consumerGroup over 255"),
-    Bad("GET", "/api/v1/pop/queue/{t}?consumerGroup={t}%00", lambda t: {}, ("consumergroup", "nul"),
-        "pop: consumerGroup with NUL"),
+    get("/api/v1/pop/queue/{t}?batch=abc&consumerGroup={t}-g", "pop: batch=abc", "batch"),
+    get("/api/v1/pop/queue/{t}?batch=0&consumerGroup={t}-g", "pop: batch=0", "batch"),
+    get("/api/v1/pop/queue/{t}?batch=-3", "pop: negative batch", "batch"),
+    get("/api/v1/pop/queue/{t}/partition/p?batch=1.5", "pop: batch=1.5", "batch"),
+    get("/api/v1/pop/queue/{t}?timeout=soon&wait=true", "pop: timeout=soon", "timeout"),
+    get("/api/v1/pop/queue/{t}?partitions=0", "pop: partitions=0", "partitions"),
+    get(
+        "/api/v1/pop/queue/{t}?consumerGroup=" + "g" * 256,
+        "pop: consumerGroup over 255",
+        "consumergroup",
+        "255",
+    ),
+    get("/api/v1/pop/queue/{t}?consumerGroup={t}%00", "pop: consumerGroup with NUL", "consumergroup", "nul"),
     # seek and subscription (API.md 8.1)
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {}), ("toEnd", "timestamp"),
-        "seek: neither toEnd nor timestamp"),
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {"toEnd": False}),
-        ("toEnd", "timestamp"), "seek: toEnd false"),
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/queues/{t}/seek", body(lambda t: {"timestamp": "last tuesday"}),
-        ("timestamp",), "seek: timestamp not ISO-8601"),
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {}), ("subscriptionTimestamp",),
-        "subscription: subscriptionTimestamp missing"),
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {"subscriptionTimestamp": "soon"}),
-        ("subscriptionTimestamp",), "subscription: subscriptionTimestamp not ISO-8601"),
-    Bad("POST", "/api/v1/consumer-groups/{t}-g/subscription", body(lambda t: {"subscriptionTimestamp": 1700000000}),
-        ("subscriptionTimestamp",), "subscription: subscriptionTimestamp a number"),
+    post("seek", "neither toEnd nor timestamp", lambda t: {}, "toEnd", "timestamp"),
+    post("seek", "toEnd false", lambda t: {"toEnd": False}, "toEnd", "timestamp"),
+    post("seek", "timestamp not ISO-8601", lambda t: {"timestamp": "last tuesday"}, "timestamp"),
+    post("subscription", "subscriptionTimestamp missing", lambda t: {}, "subscriptionTimestamp"),
+    post(
+        "subscription",
+        "subscriptionTimestamp not ISO-8601",
+        lambda t: {"subscriptionTimestamp": "soon"},
+        "subscriptionTimestamp",
+    ),
+    post(
+        "subscription",
+        "subscriptionTimestamp a number",
+        lambda t: {"subscriptionTimestamp": 1700000000},
+        "subscriptionTimestamp",
+    ),
     # DLQ listing and traces (API.md 10)
-    Bad("GET", "/api/v1/dlq?queue={t}&limit=many", lambda t: {}, ("limit",), "dlq: limit=many"),
-    Bad("GET", "/api/v1/dlq?queue={t}&offset=-1", lambda t: {}, ("offset",), "dlq: offset=-1"),
-    Bad("GET", "/api/v1/dlq?queue={t}&from=yesterday", lambda t: {}, ("from",), "dlq: from not ISO-8601"),
-    Bad("POST", "/api/v1/traces", body(lambda t: {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4())}),
-        ("data",), "traces: data missing"),
-    Bad("POST", "/api/v1/traces", body(lambda t: {"data": {"tag": t}}), ("transactionid", "partitionid"),
-        "traces: ids missing"),
-    Bad("POST", "/api/v1/traces",
-        body(lambda t: {"transactionId": f"{t}-tx", "partitionId": str(uuid.uuid4()), "data": {"t": f"{t}\u0000"}}),
-        ("data", "nul"), "traces: data with NUL"),
+    get("/api/v1/dlq?queue={t}&limit=many", "dlq: limit=many", "limit"),
+    get("/api/v1/dlq?queue={t}&offset=-1", "dlq: offset=-1", "offset"),
+    get("/api/v1/dlq?queue={t}&from=yesterday", "dlq: from not ISO-8601", "from"),
+    post("traces", "data missing", lambda t: {"transactionId": f"{t}-tx", "partitionId": UUID}, "data"),
+    post("traces", "ids missing", lambda t: {"data": {"tag": t}}, "transactionid", "partitionid"),
+    post(
+        "traces",
+        "data with NUL",
+        lambda t: {"transactionId": f"{t}-tx", "partitionId": UUID, "data": {"t": f"{t}\u0000"}},
+        "data",
+        "nul",
+    ),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
 def test_invalid_request_is_rejected_with_400_and_stores_nothing(
-        case: Bad, http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+    case: Bad, http: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
     tag = unique("bad")
     response = http.request(case.method, case.path.format(t=tag), **case.build(tag))
     assert_rejected(response, *case.words)
@@ -348,11 +433,21 @@ def test_the_storage_probe_sees_a_stored_request(http: httpx.Client, db: psycopg
     assert set(stored(db, tag)) == {"queues", "partitions", "messages"}
 
 
-def test_names_of_exactly_255_characters_are_accepted(http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+def test_names_of_exactly_255_characters_are_accepted(
+    http: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
     tag = unique("edge")
     name = tag + "q" * (MAX - len(tag))
-    pushed = http.post("/api/v1/push", json={"items": [item(tag, queue=name, partition=name, transactionId=name,
-                                                                traceId=str(uuid.uuid4()), payload="")]})
+    pushed = http.post(
+        "/api/v1/push",
+        json={
+            "items": [
+                item(
+                    tag, queue=name, partition=name, transactionId=name, traceId=str(uuid.uuid4()), payload=""
+                )
+            ]
+        },
+    )
     assert pushed.status_code == 200 and [r["status"] for r in pushed.json()] == ["queued"], pushed.text
     configured = http.post("/api/v1/configure", json={"queue": name, "options": {"leaseTime": 30}})
     assert configured.status_code == 200 and configured.json()["configured"] is True
@@ -380,7 +475,12 @@ def test_lease_extend_accepts_an_empty_body(http: httpx.Client) -> None:
     lease_id = http.get(f"/api/v1/pop/queue/{queue}").json()["leaseId"]
     assert lease_id
 
-    for kwargs in ({}, {"content": b"", "headers": {"Content-Length": "0"}}, {"json": {}}):
+    empty_bodies: list[dict[str, Any]] = [
+        {},
+        {"content": b"", "headers": {"Content-Length": "0"}},
+        {"json": {}},
+    ]
+    for kwargs in empty_bodies:
         response = http.post(f"/api/v1/lease/{lease_id}/extend", **kwargs)
         assert response.status_code == 200, response.text
         [result] = response.json()
@@ -400,7 +500,7 @@ def test_a_rejected_pop_leases_nothing(http: httpx.Client) -> None:
     assert [m["data"] for m in popped["messages"]] == ["waiting"]
 
 
-# -- bad requests fused with good ones -------------------------------------------------------------------------
+# -- bad requests fused with good ones -----------------------------------------------------------------------
 
 BAD_PUSH_ITEMS: list[Callable[[str, int], dict[str, Any]]] = [
     lambda t, n: item(t, transactionId=f"{t}-{n}", traceId=f"trace-{n}"),
@@ -412,12 +512,24 @@ BAD_PUSH_ITEMS: list[Callable[[str, int], dict[str, Any]]] = [
 
 
 async def test_bad_pushes_fired_with_good_ones_never_fail_the_good_ones(
-        broker: Any, db: psycopg.Connection[Any]) -> None:
+    broker: Any, db: psycopg.Connection[Any]
+) -> None:
     good, bad = unique("fused-good"), unique("fused-bad")
 
     async def push_good(client: httpx.AsyncClient, n: int) -> httpx.Response:
-        return await client.post("/api/v1/push", json={"items": [
-            {"queue": good, "partition": f"p{n % 3}", "transactionId": f"good-{n}", "payload": {"n": n}}]})
+        return await client.post(
+            "/api/v1/push",
+            json={
+                "items": [
+                    {
+                        "queue": good,
+                        "partition": f"p{n % 3}",
+                        "transactionId": f"good-{n}",
+                        "payload": {"n": n},
+                    }
+                ]
+            },
+        )
 
     async def push_bad(client: httpx.AsyncClient, n: int) -> httpx.Response:
         valid = {"queue": bad, "transactionId": f"{bad}-valid-{n}", "payload": {"n": n}}
@@ -429,7 +541,7 @@ async def test_bad_pushes_fired_with_good_ones_never_fail_the_good_ones(
         order = list(range(100))
         order[::2], order[1::2] = order[:50], order[50:]  # interleave good and bad
         responses = await asyncio.gather(*(calls[i] for i in order))
-    by_call = dict(zip(order, responses))
+    by_call = dict(zip(order, responses, strict=True))
 
     for n in range(50):
         response = by_call[n]
@@ -437,18 +549,34 @@ async def test_bad_pushes_fired_with_good_ones_never_fail_the_good_ones(
         assert [r["status"] for r in response.json()] == ["queued"], response.text
     for n in range(50, 100):
         assert_rejected(by_call[n])
-    rows = db.execute("""SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-                         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s""", (good,)).fetchall()
+    rows = db.execute(
+        """SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+                         JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s""",
+        (good,),
+    ).fetchall()
     assert sorted(r[0] for r in rows) == sorted(f"good-{n}" for n in range(50))
     assert stored(db, bad) == {}
 
 
-async def test_bad_acks_fired_with_good_ones_never_fail_the_good_ones(broker: Any, http: httpx.Client) -> None:
+async def test_bad_acks_fired_with_good_ones_never_fail_the_good_ones(
+    broker: Any, http: httpx.Client
+) -> None:
     queue = unique("fused-ack")
     http.post("/api/v1/configure", json={"queue": queue, "options": {"leaseTime": 60}})
     for partition in range(50):
-        http.post("/api/v1/push", json={"items": [{"queue": queue, "partition": f"p{partition}",
-                                                   "transactionId": f"a{partition}", "payload": partition}]})
+        http.post(
+            "/api/v1/push",
+            json={
+                "items": [
+                    {
+                        "queue": queue,
+                        "partition": f"p{partition}",
+                        "transactionId": f"a{partition}",
+                        "payload": partition,
+                    }
+                ]
+            },
+        )
     popped = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 50, "partitions": 50}).json()["messages"]
     assert len(popped) == 50
 
@@ -458,15 +586,28 @@ async def test_bad_acks_fired_with_good_ones_never_fail_the_good_ones(broker: An
         lambda m: {**m, "error": "broken \u0000 text", "status": "failed"},
         lambda m: {k: v for k, v in m.items() if k != "transactionId"},
     ]
-    async with httpx.AsyncClient(base_url=broker.url, timeout=60,
-                                 limits=httpx.Limits(max_connections=100)) as client:
-        goods = [client.post("/api/v1/ack", json={"transactionId": m["transactionId"],
-                                                  "partitionId": m["partitionId"], "leaseId": m["leaseId"]})
-                 for m in popped]
-        bads = [client.post("/api/v1/ack", json=bad_acks[n % 4]({"transactionId": m["transactionId"],
-                                                                 "partitionId": m["partitionId"]}))
-                for n, m in enumerate(popped)]
-        responses = await asyncio.gather(*(call for pair in zip(goods, bads) for call in pair))
+    async with httpx.AsyncClient(
+        base_url=broker.url, timeout=60, limits=httpx.Limits(max_connections=100)
+    ) as client:
+        goods = [
+            client.post(
+                "/api/v1/ack",
+                json={
+                    "transactionId": m["transactionId"],
+                    "partitionId": m["partitionId"],
+                    "leaseId": m["leaseId"],
+                },
+            )
+            for m in popped
+        ]
+        bads = [
+            client.post(
+                "/api/v1/ack",
+                json=bad_acks[n % 4]({"transactionId": m["transactionId"], "partitionId": m["partitionId"]}),
+            )
+            for n, m in enumerate(popped)
+        ]
+        responses = await asyncio.gather(*(call for pair in zip(goods, bads, strict=True) for call in pair))
 
     def acked(response: httpx.Response) -> bool:
         result = response.json() if response.status_code == 200 else None
@@ -479,26 +620,44 @@ async def test_bad_acks_fired_with_good_ones_never_fail_the_good_ones(broker: An
     assert again.get("messages") == [], again
 
 
-# -- property-based fuzz ---------------------------------------------------------------------------------------
+# -- property-based fuzz -------------------------------------------------------------------------------------
 
-OPTION_NAMES = ["leaseTime", "retryLimit", "retryDelay", "maxSize", "priority", "delayedProcessing", "windowBuffer",
-                "ttl", "encryptionEnabled", "retentionEnabled", "deadLetterQueue", "unknownOption"]
+OPTION_NAMES = [
+    "leaseTime",
+    "retryLimit",
+    "retryDelay",
+    "maxSize",
+    "priority",
+    "delayedProcessing",
+    "windowBuffer",
+    "ttl",
+    "encryptionEnabled",
+    "retentionEnabled",
+    "deadLetterQueue",
+    "unknownOption",
+]
 FUZZ_EXAMPLES_PER_ROUTE = 200
 
 
 def fuzz_bodies(st: Any, partition_ids: list[str], transaction_ids: list[str]) -> dict[str, Any]:
     """Per write route, a strategy of request bodies: raw bytes, random text, random JSON, and (two times in
-    three) JSON shaped like the route's body whose values are mostly plausible (names, UUIDs, statuses, the ids
-    of real messages) and sometimes anything at all, so that the fuzz reaches the database, not only the
-    validation. (Repeating a branch of ``one_of`` adds no weight, hence the ``integers().flatmap`` choices.)"""
+    three) JSON shaped like the route's body whose values are mostly plausible (names, UUIDs, statuses, the
+    ids of real messages) and sometimes anything at all, so that the fuzz reaches the database, not only the
+    validation. Repeating a branch of ``one_of`` adds no weight, hence the ``integers().flatmap`` choices."""
     json_value = st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
         | st.text(max_size=12),
-        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+        lambda children: (
+            st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+        ),
         max_leaves=12,
     )
-    wild = json_value | st.sampled_from(["", "x" * 256, "a\u0000b", "Default", "2026-01-01T00:00:00Z", 0, -1,
-                                         2**31, True])
+    wild = json_value | st.sampled_from(
+        ["", "x" * 256, "a\u0000b", "Default", "2026-01-01T00:00:00Z", 0, -1, 2**31, True]
+    )
 
     def mostly(plausible: Any) -> Any:
         return st.integers(0, 3).flatmap(lambda k: plausible if k else wild)
@@ -509,31 +668,58 @@ def fuzz_bodies(st: Any, partition_ids: list[str], transaction_ids: list[str]) -
     partition_id = mostly(st.sampled_from(partition_ids) | an_uuid)
     transaction_id = mostly(st.sampled_from(transaction_ids) | st.text(min_size=1, max_size=12))
     status = st.sampled_from(["completed", "success", "failed", "dlq", "retry"])
-    push_item = st.fixed_dictionaries({"queue": queue}, optional={
-        "partition": name, "payload": json_value, "transactionId": transaction_id, "traceId": mostly(an_uuid)})
-    ack_item = st.fixed_dictionaries({"transactionId": transaction_id, "partitionId": partition_id}, optional={
-        "status": mostly(status), "leaseId": mostly(an_uuid), "consumerGroup": name,
-        "error": mostly(st.text(max_size=8))})
-    operation = st.integers(0, 2).flatmap(lambda k: [
-        ack_item.map(lambda a: {"type": "ack", **a}),
-        st.lists(push_item, min_size=1, max_size=2).map(lambda items: {"type": "push", "items": items}),
-        st.fixed_dictionaries({}, optional={"type": mostly(st.sampled_from(["ack", "push"])), "items": wild}),
-    ][k])
-    options = st.dictionaries(st.sampled_from(OPTION_NAMES), mostly(st.integers(0, 100) | st.booleans()),
-                              max_size=5)
+    push_item = st.fixed_dictionaries(
+        {"queue": queue},
+        optional={
+            "partition": name,
+            "payload": json_value,
+            "transactionId": transaction_id,
+            "traceId": mostly(an_uuid),
+        },
+    )
+    ack_item = st.fixed_dictionaries(
+        {"transactionId": transaction_id, "partitionId": partition_id},
+        optional={
+            "status": mostly(status),
+            "leaseId": mostly(an_uuid),
+            "consumerGroup": name,
+            "error": mostly(st.text(max_size=8)),
+        },
+    )
+    operation = st.integers(0, 2).flatmap(
+        lambda k: [
+            ack_item.map(lambda a: {"type": "ack", **a}),
+            st.lists(push_item, min_size=1, max_size=2).map(lambda items: {"type": "push", "items": items}),
+            st.fixed_dictionaries(
+                {}, optional={"type": mostly(st.sampled_from(["ack", "push"])), "items": wild}
+            ),
+        ][k]
+    )
+    options = st.dictionaries(
+        st.sampled_from(OPTION_NAMES), mostly(st.integers(0, 100) | st.booleans()), max_size=5
+    )
     shaped = {
-        "/api/v1/push": st.fixed_dictionaries({"items": mostly(st.lists(mostly(push_item), min_size=1, max_size=3))}),
+        "/api/v1/push": st.fixed_dictionaries(
+            {"items": mostly(st.lists(mostly(push_item), min_size=1, max_size=3))}
+        ),
         "/api/v1/ack": ack_item,
         "/api/v1/ack/batch": st.fixed_dictionaries(
             {"acknowledgments": mostly(st.lists(mostly(ack_item), min_size=1, max_size=3))},
-            optional={"consumerGroup": name}),
+            optional={"consumerGroup": name},
+        ),
         "/api/v1/transaction": st.fixed_dictionaries(
-            {"operations": mostly(st.lists(operation, min_size=1, max_size=3))}, optional={"requiredLeases": wild}),
-        "/api/v1/configure": st.fixed_dictionaries({"queue": queue}, optional={
-            "namespace": name, "task": name, "options": mostly(options)}),
+            {"operations": mostly(st.lists(operation, min_size=1, max_size=3))},
+            optional={"requiredLeases": wild},
+        ),
+        "/api/v1/configure": st.fixed_dictionaries(
+            {"queue": queue}, optional={"namespace": name, "task": name, "options": mostly(options)}
+        ),
     }
-    unshaped = [st.binary(max_size=40), st.text(max_size=40).map(str.encode),
-                json_value.map(lambda value: json.dumps(value).encode())]
+    unshaped = [
+        st.binary(max_size=40),
+        st.text(max_size=40).map(str.encode),
+        json_value.map(lambda value: json.dumps(value).encode()),
+    ]
 
     def bodies(shape: Any) -> Any:
         as_json = shape.map(lambda value: json.dumps(value).encode())
@@ -566,9 +752,12 @@ def test_fuzzed_bodies_never_cause_a_server_error(start_broker: Callable[..., An
     failures: list[str] = []
 
     def fuzz(client: httpx.Client, path: str, bodies: Any) -> None:
-        @hypothesis.settings(max_examples=FUZZ_EXAMPLES_PER_ROUTE, deadline=None, database=None,
-                             suppress_health_check=[hypothesis.HealthCheck.too_slow,
-                                                    hypothesis.HealthCheck.data_too_large])
+        @hypothesis.settings(
+            max_examples=FUZZ_EXAMPLES_PER_ROUTE,
+            deadline=None,
+            database=None,
+            suppress_health_check=[hypothesis.HealthCheck.too_slow, hypothesis.HealthCheck.data_too_large],
+        )
         @hypothesis.given(content=bodies)
         def post(content: bytes) -> None:
             response = client.post(path, content=content, headers={"Content-Type": "application/json"})
@@ -577,15 +766,29 @@ def test_fuzzed_bodies_never_cause_a_server_error(start_broker: Callable[..., An
 
         try:
             post()
-        except (AssertionError, ValueError, KeyError, TypeError) as failure:  # report every route, not the first
+        except (
+            AssertionError,
+            ValueError,
+            KeyError,
+            TypeError,
+        ) as failure:  # report every route, not the first
             failures.append(f"{path}: {failure}")
 
     with httpx.Client(base_url=fuzz_broker.url, timeout=30) as client:
-        client.post("/api/v1/push", json={"items": [{"queue": "fuzz-a", "partition": p, "transactionId": f"t{n}",
-                                                     "payload": n} for n in range(4) for p in ("Default", "p1")]})
+        client.post(
+            "/api/v1/push",
+            json={
+                "items": [
+                    {"queue": "fuzz-a", "partition": p, "transactionId": f"t{n}", "payload": n}
+                    for n in range(4)
+                    for p in ("Default", "p1")
+                ]
+            },
+        )
         leased = client.get("/api/v1/pop/queue/fuzz-a", params={"batch": 2}).json()["messages"]
-        strategies = fuzz_bodies(strategies_module, sorted({m["partitionId"] for m in leased}),
-                                 [f"t{n}" for n in range(4)])
+        strategies = fuzz_bodies(
+            strategies_module, sorted({m["partitionId"] for m in leased}), [f"t{n}" for n in range(4)]
+        )
         for path, bodies in strategies.items():
             fuzz(client, path, bodies)
 
@@ -594,8 +797,11 @@ def test_fuzzed_bodies_never_cause_a_server_error(start_broker: Callable[..., An
         queue = unique("after-fuzz")
         pushed = client.post("/api/v1/push", json={"items": [{"queue": queue, "payload": "still works"}]})
         assert [r["status"] for r in pushed.json()] == ["queued"]
-        popped = wait_until(lambda: client.get(f"/api/v1/pop/queue/{queue}").json().get("messages"),
-                            timeout_s=10, message="a pop after the fuzz")
+        popped = wait_until(
+            lambda: client.get(f"/api/v1/pop/queue/{queue}").json().get("messages"),
+            timeout_s=10,
+            message="a pop after the fuzz",
+        )
         assert [m["data"] for m in popped] == ["still works"]
 
     assert failures == [], "\n\n".join(failures)
