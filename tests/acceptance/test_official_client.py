@@ -97,29 +97,20 @@ async def test_configure_creates_the_queue_and_echoes_its_options(q: Queen, http
     )
     assert result["configured"] is True and result["queue"] == queue
     assert result["namespace"] == "billing" and result["task"] == "invoice"
-    options = result["options"]
-    assert (options["leaseTime"], options["retryLimit"], options["retryDelay"], options["priority"]) == (
-        45,
-        2,
-        0,
-        3,
-    )
+    sent = {"leaseTime": 45, "retryLimit": 2, "retryDelay": 0, "priority": 3}
+    assert {key: result["options"][key] for key in sent} == sent
     # the client always sends QUEUE_DEFAULTS for what the user left out
-    assert (options["maxSize"], options["delayedProcessing"], options["encryptionEnabled"]) == (0, 0, False)
+    defaults = {"maxSize": 0, "delayedProcessing": 0, "encryptionEnabled": False}
+    assert {key: result["options"][key] for key in defaults} == defaults
 
     described = (await http.get(f"/api/v1/resources/queues/{queue}")).json()
-    assert (
-        described["name"] == queue and described["namespace"] == "billing" and described["task"] == "invoice"
-    )
+    assert (described["name"], described["namespace"], described["task"]) == (queue, "billing", "invoice")
     assert [p["name"] for p in described["partitions"]] == ["Default"]
 
     # configure is a full overwrite: what is not sent again goes back to the client's defaults
     again = await q.queue(queue).config({"lease_time": 10}).create()
-    assert (again["options"]["leaseTime"], again["options"]["retryLimit"], again["options"]["priority"]) == (
-        10,
-        3,
-        0,
-    )
+    overwritten = {"leaseTime": 10, "retryLimit": 3, "priority": 0}
+    assert {key: again["options"][key] for key in overwritten} == overwritten
 
 
 async def test_a_repeated_transaction_id_is_reported_duplicate_and_stored_once(q: Queen) -> None:
@@ -266,12 +257,13 @@ async def test_a_failing_handler_dead_letters_its_message_after_the_retry_limit(
     dlq = await q.queue(queue).dlq(group).limit(10).get()
     assert dlq["total"] == 1
     [dead] = dlq["messages"]
-    assert (dead["transactionId"], dead["data"], dead["consumerGroup"], dead["queue"]) == (
-        "poison-1",
-        {"kind": "poison"},
-        group,
-        queue,
-    )
+    expected = {
+        "transactionId": "poison-1",
+        "data": {"kind": "poison"},
+        "consumerGroup": group,
+        "queue": queue,
+    }
+    assert {key: dead[key] for key in expected} == expected
     # another group is not affected by this group's failures
     assert (await q.queue(queue).dlq(unique("other")).get())["total"] == 0
     assert [m["transactionId"] for m in await drain(q, queue, unique("other"))] == ["poison-1", "fine-1"]
@@ -403,7 +395,7 @@ async def test_renew_keeps_a_lease_past_its_lease_time(q: Queen, http: httpx.Asy
     test asserts on the broker's effect: the renewed partition stays leased while an unrenewed one expires."""
     queue = unique("renew")
     group = unique("slow")
-    await q.queue(queue).config({"lease_time": 2}).create()
+    await q.queue(queue).config({"lease_time": 3}).create()
     await q.queue(queue).partition("renewed").push([{"data": "kept"}])
     await q.queue(queue).partition("control").push([{"data": "expires"}])
     [kept] = await q.queue(queue).partition("renewed").group(group).wait(False).pop()
@@ -420,7 +412,7 @@ async def test_renew_keeps_a_lease_past_its_lease_time(q: Queen, http: httpx.Asy
         what="the unrenewed lease to expire",
     )
     assert [m["transactionId"] for m in again] == [control["transactionId"]]
-    # ...while the renewed partition, popped at the same moment, is still leased
+    # ...while the renewed partition, leased at the same time as the control one, is still leased
     assert await q.queue(queue).partition("renewed").group(group).wait(False).pop() == []
     detail = (await http.get(f"/api/v1/consumer-groups/{group}")).json()
     leases = {p["partition"]: p["leaseActive"] for p in detail[queue]["partitions"]}
