@@ -125,3 +125,19 @@ def test_restart_keeps_every_queued_message(db_url: str, start_broker: Callable[
     assert sorted(seen) == list(range(20))
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (20,)
+
+
+def test_a_long_poll_whose_client_left_takes_no_lease(broker: BrokerProcess) -> None:
+    """The client gives up (HTTP timeout) while its pop is parked; a message pushed afterwards must go
+    to the next consumer, not be leased on behalf of the departed one."""
+    queue = unique("gone")
+    httpx.post(f"{broker.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
+    try:
+        httpx.get(f"{broker.url}/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 20000},
+                  timeout=0.5)
+    except httpx.ReadTimeout:
+        pass
+    httpx.post(f"{broker.url}/api/v1/push", json={"items": [{"queue": queue, "payload": "late"}]})
+    body = httpx.get(f"{broker.url}/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 10000},
+                     timeout=15).json()
+    assert [m["data"] for m in body["messages"]] == ["late"]

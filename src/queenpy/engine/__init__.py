@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
@@ -106,10 +106,13 @@ class Engine:
                         self.waiters.wake(*key)
         return result
 
-    async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool) -> dict[str, Any]:
+    async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,
+                        disconnected: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
         """Pop, and with ``wait`` park until messages arrive or ``timeout_ms`` passes.
 
-        Returns the pop result; on timeout Queen's long-poll timeout body (API.md 5.3).
+        ``disconnected`` is checked before every attempt after the first: a client that went away never
+        gets a lease taken on its behalf. Returns the pop result; on timeout (or disconnect) Queen's
+        long-poll timeout body (API.md 5.3).
         """
         if not wait:
             return await self.pop(request)
@@ -117,10 +120,14 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         waiter = self.waiters.register(request["queue"], request.get("partition"))
-        attempt = 0
+        attempt = 0  # consecutive empty attempts: drives the backoff
+        tries = 0
         try:
             while True:
                 waiter.event.clear()
+                if tries and disconnected is not None and await disconnected():
+                    break
+                tries += 1
                 result = await self.pop(request)
                 if result.get("messages"):
                     return result

@@ -209,7 +209,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
                 raise InvalidRequest("namespace or task is required when no queue is given")
             pop_request.update(namespace=v.check_name(namespace, "namespace", required=False),
                                task=v.check_name(task, "task", required=False), queue=None)
-        result = await engine.long_poll(pop_request, params["timeout"], params["wait"])
+        result = await engine.long_poll(pop_request, params["timeout"], params["wait"],
+                                        disconnected=request.is_disconnected)
         result.pop("index", None)
         if result.get("messages"):
             broker.decrypt_messages(result["messages"])

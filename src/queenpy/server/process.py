@@ -85,7 +85,7 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
     app = create_app(settings, url, worker_id)
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
                             log_level="warning" if settings.log_level == "info" else settings.log_level,
-                            timeout_keep_alive=75, backlog=2048)
+                            timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10)
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -1,0 +1,217 @@
+"""Readers of the ``queen`` source: streaming (:class:`QueenStreamReader`) and batch (:class:`QueenBatchReader`).
+
+Where each method runs (SPARK-NOTES.md section 3): ``initialOffset``, ``latestOffset``, ``partitions`` and
+``commit`` run in one long-lived driver-side Python process per query run, on one reader instance; ``read``
+runs in executor Python workers on a *pickled copy* made at planning time, so it sees the options only.
+
+Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before running
+it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
+``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
+visible in commit order. ``commit(end)`` only advances the consumer group's cursor (advisory: it lags one batch
+and is skipped for the last one; the checkpoint is the authority).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from queenpy.errors import QueenError
+
+from .broker import SparkBroker
+from .offsets import (
+    LATEST,
+    OffsetRange,
+    QueueOffset,
+    admit,
+    cap,
+    missing_offsets,
+    parse_starting_offsets,
+    resolve_starting_offsets,
+    split_ranges,
+)
+from .options import SourceOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["DataLossError", "QueenBatchReader", "QueenInputPartition", "QueenStreamReader", "read_range"]
+
+log = logging.getLogger("queenpy.spark")
+
+
+class DataLossError(QueenError):
+    """Messages of an offset range are gone (deleted or expired) and ``failOnDataLoss`` is true."""
+
+
+@dataclass
+class QueenInputPartition(InputPartition):
+    """One Spark task: messages ``after < offset <= upto`` of broker partition ``partition_id``."""
+
+    partition_id: str
+    after: int
+    upto: int
+
+
+def read_range(broker: SparkBroker, part: QueenInputPartition, *, page_size: int,
+               fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+    """Fetch ``(after, upto]`` page by page and yield Arrow record batches in offset order.
+
+    Raises:
+        DataLossError: offsets are missing inside the range and ``fail_on_data_loss`` is set (otherwise the
+            gap is logged and skipped).
+    """
+    from .schema import messages_to_arrow
+
+    after = part.after
+    while after < part.upto:
+        page = broker.messages(part.partition_id, after, part.upto, page_size)
+        messages = page.get("messages") or []
+        offsets = [int(m["offset"]) for m in messages]
+        last = offsets[-1] if offsets else part.upto
+        gaps = missing_offsets(after, last if messages and len(messages) >= page_size else part.upto, offsets)
+        if gaps:
+            where = f"queue {page.get('queue')!r} partition {page.get('partition')!r} ({part.partition_id})"
+            text = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in gaps[:5])
+            if fail_on_data_loss:
+                raise DataLossError(
+                    f"offsets {text} of {where} are missing (deleted or expired). Set failOnDataLoss=false "
+                    "to skip them, or restart the query from a new checkpoint."
+                )
+            log.warning("skipping missing offsets %s of %s", text, where)
+        if messages:
+            yield messages_to_arrow(page, messages)
+        if not messages or len(messages) < page_size:
+            break
+        after = last
+
+
+def _heads(broker: SparkBroker, options: SourceOptions, with_group: bool = False) -> dict[str, Any]:
+    return {p.partition_id: p for p in broker.offsets(options.queue, options.consumer_group if with_group else None)}
+
+
+class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batch reader of one queue: offsets ``{"v": 1, "queue": q, "p": {partitionId: n}}``.
+
+    ``maxMessagesPerTrigger`` is spread over partitions in proportion to their backlog; availableNow runs stop
+    at the heads seen by ``prepareForTriggerAvailableNow``.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.broker = SparkBroker(options.url, options.token)
+        self._initial: dict[str, Any] | None = None
+        self._target: dict[str, int] | None = None
+        self._latest_heads: dict[str, int] | None = None
+
+    # -- driver side ------------------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict[str, Any]:
+        """Fresh checkpoint only: ``startingOffsets`` resolved against the heads and the group's cursors.
+
+        Computed once per run (Spark asks twice) so ``latest`` cannot move between the two calls.
+        """
+        if self._initial is None:
+            spec = parse_starting_offsets(self.options.starting_offsets, self.options.queue,
+                                          has_group=bool(self.options.consumer_group))
+            partitions = _heads(self.broker, self.options, with_group=True)
+            start = resolve_starting_offsets(
+                spec, {pid: p.head for pid, p in partitions.items()},
+                {pid: p.cursor for pid, p in partitions.items()})
+            self._initial = QueueOffset(self.options.queue, start).to_json()
+            log.info("queue %s: starting at %s", self.options.queue, self._initial)
+        return self._initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows(maxMessagesPerTrigger)``, or everything when the option is 0."""
+        budget = self.options.max_messages_per_trigger
+        return ReadMaxRows(budget) if budget > 0 else ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        """Remember today's heads: this run reads up to them and no further."""
+        self._target = {pid: p.head for pid, p in _heads(self.broker, self.options).items()}
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        """End of the next micro-batch: one ``/spark/offsets`` call, then :func:`offsets.admit`."""
+        begin = QueueOffset.from_json(start, self.options.queue).partitions
+        heads = {pid: p.head for pid, p in _heads(self.broker, self.options).items()}
+        self._latest_heads = heads
+        budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end = admit(begin, cap(heads, self._target), budget)
+        return QueueOffset(self.options.queue, end).to_json()
+
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The heads seen by the last ``latestOffset`` (Spark shows them as ``latestOffset`` in progress)."""
+        if self._latest_heads is None:
+            return None
+        return QueueOffset(self.options.queue, self._latest_heads).to_json()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        """One task per partition range (split every ``messagesPerTask``); [] when ``start == end``."""
+        begin = QueueOffset.from_json(start, self.options.queue).partitions
+        finish = QueueOffset.from_json(end, self.options.queue).partitions
+        return [QueenInputPartition(r.partition_id, r.after, r.upto)
+                for r in split_ranges(begin, finish, self.options.messages_per_task)]
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Advance the consumer group's cursor to ``end`` (no-op without ``consumerGroup``)."""
+        group = self.options.consumer_group
+        if not group:
+            return
+        offsets = {pid: n for pid, n in QueueOffset.from_json(end, self.options.queue).partitions.items() if n > 0}
+        if offsets:
+            self.broker.advance_cursor(self.options.queue, group, offsets)
+
+    def stop(self) -> None:
+        self.broker.close()
+
+    # -- executor side ----------------------------------------------------------------------------------------
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """Messages of one range as Arrow record batches (see :func:`read_range`)."""
+        assert isinstance(partition, QueenInputPartition)
+        with SparkBroker(self.options.url, self.options.token) as broker:
+            yield from read_range(broker, partition, page_size=self.options.page_size,
+                                  fail_on_data_loss=self.options.fail_on_data_loss)
+
+
+class QueenBatchReader(DataSourceReader):
+    """``spark.read.format("queen")``: the messages between ``startingOffsets`` (default earliest, or the group's
+    cursor when ``consumerGroup`` is set) and ``endingOffsets`` (default: the heads at planning time)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        options = self.options
+        with SparkBroker(options.url, options.token) as broker:
+            partitions = _heads(broker, options, with_group=True)
+        heads = {pid: p.head for pid, p in partitions.items()}
+        spec = parse_starting_offsets(options.starting_offsets, options.queue,
+                                      has_group=bool(options.consumer_group))
+        start = resolve_starting_offsets(spec, heads, {pid: p.cursor for pid, p in partitions.items()})
+        ending = options.ending_offsets
+        if ending is None or ending.lower() == LATEST:
+            end = heads
+        else:
+            wanted = parse_starting_offsets(ending, options.queue, has_group=False)
+            end = resolve_starting_offsets(wanted, heads)
+        end = {pid: max(int(end.get(pid, 0)), start.get(pid, 0)) for pid in heads}
+        ranges: list[OffsetRange] = split_ranges(start, end, options.messages_per_task)
+        return [QueenInputPartition(r.partition_id, r.after, r.upto) for r in ranges]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueenInputPartition)
+        with SparkBroker(self.options.url, self.options.token) as broker:
+            yield from read_range(broker, partition, page_size=self.options.page_size,
+                                  fail_on_data_loss=self.options.fail_on_data_loss)

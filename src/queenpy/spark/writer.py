@@ -1,0 +1,276 @@
+"""Writers of the ``queen`` sink: streaming (:class:`QueenStreamWriter`) and batch (:class:`QueenBatchWriter`).
+
+Protocol, one broker transaction per micro-batch (SPARK-NOTES.md section 7):
+
+1. ``write()`` (executors, once per task attempt) turns each row into a push item and stages the items with
+   ``POST /api/v1/spark/stage`` under ``(queryId, batchId, token)``; ``token`` is fresh per task attempt. It
+   returns a :class:`QueenCommitMessage`.
+2. ``commit(messages, batchId)`` (driver side) calls ``POST /api/v1/spark/commit`` with the tokens of the
+   successful tasks, in task order. The broker pushes those staged rows and records ``(queryId, batchId)`` in one
+   PostgreSQL transaction; a replayed batch (same query id and batch id after a crash) is answered
+   ``duplicate`` and pushes nothing. All staging rows of the batch (including those of killed attempts) go.
+3. ``abort`` deletes the batch's staged rows of the given tokens; it is idempotent and never touches a committed
+   batch (Spark may call it after a commit that succeeded but whose worker died).
+
+The key is ``sql.streaming.queryId``, stable across restarts from one checkpoint (never the batch id alone:
+it restarts at 0 with a new checkpoint), and the ``streaming.sql.batchId`` task property.
+
+Transaction ids are derived (:func:`derive_transaction_id`) as a pure function of the query id, the batch id
+and the row's identity: ``(partitionId, offset, k)`` when the rows carry the source columns ``partitionId`` and
+``offset`` (the k-th output row of that input message in this task), else ``(task partition, row index)``.
+A replayed batch therefore produces the same ids, and the broker's per-partition transaction-id dedupe is a
+second line of defence behind the commit protocol.
+
+Per-partition order: a task's rows are staged in iterator order and committed in task order, so a copy of a
+queue keeps each partition's order (ranges of one partition are tasks in offset order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from .broker import SparkBroker
+from .options import SinkOptions
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql.types import StructType
+
+__all__ = [
+    "QueenBatchWriter",
+    "QueenCommitMessage",
+    "QueenStreamWriter",
+    "RowEncoder",
+    "check_sink_schema",
+    "derive_transaction_id",
+]
+
+log = logging.getLogger("queenpy.spark")
+
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
+
+
+def derive_transaction_id(query_id: str, batch_id: int, identity: str) -> str:
+    """A transaction id that depends only on its arguments: ``"spark-" + 32 hex digits`` (BLAKE2b-128)."""
+    key = f"{query_id}\x1f{batch_id}\x1f{identity}".encode()
+    return "spark-" + hashlib.blake2b(key, digest_size=16).hexdigest()
+
+
+def check_sink_schema(names: Sequence[str], options: SinkOptions) -> None:
+    """Fail at query start, not in a task: the rows need ``data`` and the configured columns.
+
+    Raises:
+        ValueError: a required column is missing.
+    """
+    required = ["data"]
+    if options.partition is None and options.partition_column:
+        required.append(options.partition_column)
+    if options.transaction_id_column:
+        required.append(options.transaction_id_column)
+    missing = [name for name in required if name not in names]
+    if missing:
+        raise ValueError(f"the queen sink needs column(s) {missing}; the rows have {list(names)}")
+
+
+class RowEncoder:
+    """Turns Arrow record batches into push items ``{"queue", "partition", "payload", "transactionId",
+    "traceId"?}`` for one task, numbering rows for the derived transaction ids.
+
+    ``data`` may be JSON text (parsed; a row that is not JSON raises ValueError) or any other Spark type
+    (structs become objects).
+    """
+
+    def __init__(self, options: SinkOptions, query_id: str, batch_id: int, task: int) -> None:
+        self.options = options
+        self.query_id = query_id
+        self.batch_id = batch_id
+        self.task = task
+        self.rows = 0
+        self._occurrences: dict[tuple[str, int], int] = {}
+
+    def encode(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+        import pyarrow as pa
+
+        names = batch.schema.names
+        n = batch.num_rows
+        data_column = batch.column(names.index("data"))
+        if pa.types.is_string(data_column.type) or pa.types.is_large_string(data_column.type):
+            payloads = [_parse_json(text, self.rows + i) for i, text in enumerate(data_column.to_pylist())]
+        else:
+            payloads = data_column.to_pylist()
+        options = self.options
+        if options.partition is not None:
+            partitions: list[Any] = [options.partition] * n
+        else:
+            column = options.partition_column or ("partition" if "partition" in names else None)
+            partitions = batch.column(names.index(column)).to_pylist() if column else ["Default"] * n
+        trace_ids = batch.column(names.index("traceId")).to_pylist() if "traceId" in names else [None] * n
+        if options.transaction_id_column:
+            transaction_ids = [None if v is None else str(v)
+                               for v in batch.column(names.index(options.transaction_id_column)).to_pylist()]
+        else:
+            transaction_ids = self._derive(batch, n)
+        items: list[dict[str, Any]] = []
+        for i in range(n):
+            item: dict[str, Any] = {
+                "queue": options.queue,
+                "partition": "Default" if partitions[i] is None else str(partitions[i]),
+                "payload": payloads[i],
+            }
+            if transaction_ids[i]:
+                item["transactionId"] = transaction_ids[i]
+            if trace_ids[i]:
+                item["traceId"] = str(trace_ids[i])
+            items.append(item)
+        self.rows += n
+        return items
+
+    def _derive(self, batch: pa.RecordBatch, n: int) -> list[str | None]:
+        names = batch.schema.names
+        ids: list[str | None] = []
+        if "partitionId" in names and "offset" in names:
+            pids = batch.column(names.index("partitionId")).to_pylist()
+            offsets = batch.column(names.index("offset")).to_pylist()
+        else:
+            pids = offsets = [None] * n
+        for i in range(n):
+            if pids[i] is not None and offsets[i] is not None:
+                key = (str(pids[i]), int(offsets[i]))
+                k = self._occurrences.get(key, 0)
+                self._occurrences[key] = k + 1
+                identity = f"src:{key[0]}:{key[1]}:{k}"
+            else:
+                identity = f"row:{self.task}:{self.rows + i}"
+            ids.append(derive_transaction_id(self.query_id, self.batch_id, identity))
+        return ids
+
+
+def _parse_json(text: str | None, row: int) -> Any:
+    if text is None:
+        return None
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"row {row}: column data is not JSON text ({exc}): {text[:80]!r}") from exc
+
+
+@dataclass
+class QueenCommitMessage(WriterCommitMessage):
+    """What one task reports to the driver: the staging key and how many items it staged."""
+
+    query_id: str
+    batch_id: int
+    token: str
+    staged: int
+    task: int
+    attempt: int
+
+
+def _stage_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str,
+                batch_id: int) -> QueenCommitMessage:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    task = context.partitionId() if context else 0
+    attempt = context.attemptNumber() if context else 0
+    token = uuid.uuid4().hex
+    encoder = RowEncoder(options, query_id, batch_id, task)
+    staged = 0
+    pending: list[dict[str, Any]] = []
+    with SparkBroker(options.url, options.token) as broker:
+        for batch in batches:
+            pending.extend(encoder.encode(batch))
+            while len(pending) >= options.stage_batch_size:
+                chunk, pending = pending[: options.stage_batch_size], pending[options.stage_batch_size:]
+                staged += broker.stage(query_id, batch_id, token, chunk)
+        if pending:
+            staged += broker.stage(query_id, batch_id, token, pending)
+    return QueenCommitMessage(query_id, batch_id, token, staged, task, attempt)
+
+
+def _tokens(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None, list[str]]:
+    ours = [m for m in messages if isinstance(m, QueenCommitMessage)]
+    ours.sort(key=lambda m: m.task)
+    return (ours[0].query_id if ours else None), [m.token for m in ours]
+
+
+class QueenStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("queen").option("queue", ...)``: one broker transaction per micro-batch."""
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:  # type: ignore[override]
+        """Stage this task's rows (executor)."""
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        query_id = context.getLocalProperty(QUERY_ID_PROPERTY) if context else None
+        batch_id = context.getLocalProperty(BATCH_ID_PROPERTY) if context else None
+        if not query_id or batch_id is None:
+            raise RuntimeError("the queen stream writer runs outside a streaming task (no query/batch id)")
+        return _stage_task(self.options, iterator, query_id, int(batch_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Push the micro-batch, once (driver side)."""
+        query_id, tokens = _tokens(messages)
+        if query_id is None:
+            return
+        with SparkBroker(self.options.url, self.options.token) as broker:
+            result = broker.commit(query_id, batchId, tokens)
+        if result.duplicate:
+            log.warning("queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        """Drop the micro-batch's staged rows (driver side; idempotent)."""
+        query_id, tokens = _tokens(messages)
+        if query_id is None or not tokens:
+            return
+        with SparkBroker(self.options.url, self.options.token) as broker:
+            broker.abort(query_id, batchId, tokens)
+
+
+class QueenBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("queen").option("queue", ...).mode("append").save()``: all rows in one transaction.
+
+    The staging key is ``("batch-" + writeId, 0)``; with a stable ``writeId`` option, running the same write
+    again pushes nothing (the broker answers ``duplicate``).
+    """
+
+    def __init__(self, options: SinkOptions) -> None:
+        self.options = options
+        self.query_id = "batch-" + (options.write_id or uuid.uuid4().hex)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:  # type: ignore[override]
+        return _stage_task(self.options, iterator, self.query_id, 0)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        query_id, tokens = _tokens(messages)
+        with SparkBroker(self.options.url, self.options.token) as broker:
+            broker.commit(query_id or self.query_id, 0, tokens)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        query_id, tokens = _tokens(messages)
+        if tokens:
+            with SparkBroker(self.options.url, self.options.token) as broker:
+                broker.abort(query_id or self.query_id, 0, tokens)
+
+
+def sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    """Parse and check the sink options against the DataFrame's columns (raises ValueError)."""
+    parsed = SinkOptions.parse(options)
+    check_sink_schema(schema.fieldNames(), parsed)
+    return parsed
