@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 
@@ -78,7 +78,7 @@ class SparkBroker:
         state["_client"] = None
         return state
 
-    def __enter__(self) -> SparkBroker:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *_exc: object) -> None:

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
-    "OFFSET_VERSION",
     "EARLIEST",
-    "LATEST",
     "GROUP",
+    "LATEST",
+    "OFFSET_VERSION",
     "OffsetRange",
     "QueueOffset",
     "StartingOffsets",
@@ -53,7 +53,7 @@ _JSON_LATEST = -1
 
 def _offset_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where} must be an integer offset, got {value!r}")
+        raise ValueError(f"{where} must be an integer offset, got {value!r}")  # noqa: TRY004 (bad option)
     return value
 
 
@@ -89,12 +89,12 @@ class QueueOffset:
             raise ValueError(f"not a queen offset of version {OFFSET_VERSION}: {data!r}")
         stored_queue = data.get("queue")
         if not isinstance(stored_queue, str):
-            raise ValueError(f"queen offset without a queue name: {data!r}")
+            raise ValueError(f"queen offset without a queue name: {data!r}")  # noqa: TRY004
         if queue is not None and stored_queue != queue:
             raise ValueError(f"the checkpoint reads queue {stored_queue!r}, but the query asks for {queue!r}")
         raw = data.get("p", {})
         if not isinstance(raw, Mapping):
-            raise ValueError(f"queen offset field 'p' must be an object: {data!r}")
+            raise ValueError(f"queen offset field 'p' must be an object: {data!r}")  # noqa: TRY004
         partitions: dict[str, int] = {}
         for pid, offset in raw.items():
             number = _offset_int(offset, f"offset of partition {pid}")
@@ -164,7 +164,7 @@ def parse_starting_offsets(value: str | None, queue: str, *, has_group: bool) ->
             f"startingOffsets must be group, earliest, latest or a JSON object; got {text[:80]!r}"
         ) from exc
     if not isinstance(data, dict):
-        raise ValueError(f"startingOffsets JSON must be an object, got {text[:80]!r}")
+        raise ValueError(f"startingOffsets JSON must be an object, got {text[:80]!r}")  # noqa: TRY004
     if "v" in data:
         return StartingOffsets("json", dict(QueueOffset.from_json(data, queue).partitions))
     partitions: dict[str, int] = {}

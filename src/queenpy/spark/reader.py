@@ -43,7 +43,7 @@ from .offsets import (
 from .options import SourceOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
 
 __all__ = ["DataLossError", "QueenBatchReader", "QueenInputPartition", "QueenStreamReader", "read_range"]
 

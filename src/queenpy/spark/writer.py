@@ -45,7 +45,7 @@ from .broker import SparkBroker
 from .options import SinkOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    import pyarrow as pa  # type: ignore[import-untyped]
     from pyspark.sql.types import StructType
 
 __all__ = [
@@ -213,7 +213,7 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: SinkOptions) -> None:
         self.options = options
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:
         """Stage this task's rows (executor)."""
         from pyspark import TaskContext
 
@@ -224,7 +224,7 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("the queen stream writer runs outside a streaming task (no query/batch id)")
         return _stage_task(self.options, iterator, query_id, int(batch_id))
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Push the micro-batch, once (driver side)."""
         query_id, tokens = _tokens(messages)
         if query_id is None:
@@ -234,7 +234,7 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
         if result.duplicate:
             log.warning("queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id)
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Drop the micro-batch's staged rows (driver side; idempotent)."""
         query_id, tokens = _tokens(messages)
         if query_id is None or not tokens:
@@ -254,7 +254,7 @@ class QueenBatchWriter(DataSourceArrowWriter):
         self.options = options
         self.query_id = "batch-" + (options.write_id or uuid.uuid4().hex)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:
         return _stage_task(self.options, iterator, self.query_id, 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -1,0 +1,74 @@
+"""The ``queen`` Python Data Source (PySpark 4 ``pyspark.sql.datasource``).
+
+::
+
+    spark.readStream.format("queen").option("url", url).option("queue", "orders").load()
+    df.writeStream.format("queen").option("queue", "orders.out").option("checkpointLocation", path).start()
+    spark.read.format("queen").option("queue", "orders").load()
+    df.write.format("queen").option("queue", "orders.out").mode("append").save()
+
+Found by name through the ``pyspark_queen`` module (Spark's auto-discovery of ``pyspark_*`` modules) or
+registered with :func:`queenpy.spark.register`. Options: :mod:`queenpy.spark.options`; rows:
+:mod:`queenpy.spark.schema`. The reader and writer modules are imported only when Spark asks for them,
+so importing this module costs little more than ``pyspark.sql.datasource``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import DataSource
+
+from .schema import SCHEMA_DDL
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import (
+        DataSourceReader,
+        DataSourceStreamReader,
+        DataSourceStreamWriter,
+        DataSourceWriter,
+    )
+    from pyspark.sql.types import StructType
+
+__all__ = ["QueenDataSource"]
+
+
+class QueenDataSource(DataSource):
+    """Queues of a queenpy (or Queen) broker as a Spark source and sink; format name ``queen``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "queen"
+
+    def schema(self) -> str:
+        """The fixed message schema (DDL), see :mod:`queenpy.spark.schema`."""
+        return SCHEMA_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from .options import SourceOptions
+        from .reader import QueenBatchReader
+
+        return QueenBatchReader(SourceOptions.parse(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from .options import SourceOptions
+        from .reader import QueenStreamReader
+
+        return QueenStreamReader(SourceOptions.parse(self.options))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .writer import QueenBatchWriter, sink_options
+
+        _append_only(overwrite)
+        return QueenBatchWriter(sink_options(self.options, schema))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .writer import QueenStreamWriter, sink_options
+
+        _append_only(overwrite)
+        return QueenStreamWriter(sink_options(self.options, schema))
+
+
+def _append_only(overwrite: bool) -> None:
+    if overwrite:
+        raise ValueError('a queue only appends: use mode("append") (outputMode "append" or "update")')
