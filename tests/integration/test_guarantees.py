@@ -335,3 +335,19 @@ def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) 
         assert pop(conn, "replay", None, group="h", batch=10)["error"] == "no_available_partition"
         push(conn, "replay", [{"n": 4}])
         assert [m["data"]["n"] for m in pop(conn, "replay", None, group="g", batch=10)["messages"]] == [4]
+
+
+def test_max_size_rejects_items_beyond_capacity(db_url: str) -> None:
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "capped", "options": {"maxSize": 3}})
+        first = push(conn, "capped", [{"n": 1}, {"n": 2}])
+        assert [r["status"] for r in first] == ["queued", "queued"]
+        second = push(conn, "capped", [{"n": 3}, {"n": 4}, {"n": 5}])
+        assert [r["status"] for r in second] == ["queued", "failed", "failed"]
+        assert second[1]["error"] == "queue full"
+        assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (3,)
+        # consuming does not free room; deleting messages (retention) does
+        conn.execute("DELETE FROM queen.messages WHERE seq = 1")
+        assert [r["status"] for r in push(conn, "capped", [{"n": 6}, {"n": 7}])] == ["queued", "failed"]
+        # uncapped queues are unaffected
+        assert push(conn, "free", [{"n": 1}] * 1)[0]["status"] == "queued"

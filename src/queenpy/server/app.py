@@ -338,17 +338,20 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
             raise InvalidRequest("transactionId and partitionId are required")
         if "data" not in body or body["data"] is None:
             raise InvalidRequest("data is required")
+        v.check_payload(body["data"], "data")
         names = body.get("traceNames")
         if isinstance(names, str):
             names = [names]
         if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
             raise InvalidRequest("traceNames must be a string or an array of strings")
+        for name in names or []:
+            v.check_name(name, "traceNames[]")
         group = body.get("consumerGroup")
         if group is not None:
             v.check_name(group, "consumerGroup")
         event_type = body.get("eventType", "info")
-        if not isinstance(event_type, str):
-            raise InvalidRequest("eventType must be a string")
+        if not isinstance(event_type, str) or "\x00" in event_type:
+            raise InvalidRequest("eventType must be a string without NUL characters")
         clean = {
             "transactionId": v.check_name(body["transactionId"], "transactionId"),
             "partitionId": v.check_uuid(body["partitionId"], "partitionId"),

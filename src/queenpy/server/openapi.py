@@ -36,8 +36,12 @@ _ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "pr
     "error": {"type": "string"}}}
 
 
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+# routes whose body may be empty (treated as {})
+_OPTIONAL_BODY = {"/api/v1/lease/{lease_id}/extend", "/api/v1/messages/{partition_id}/{transaction_id}/retry"}
+
+
+def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
 # (method, path) -> (summary, parameters, request body schema or None)
@@ -141,7 +145,7 @@ def openapi_document(version: str) -> dict[str, Any]:
         operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
                                      "responses": {"200": _JSON, "400": _ERROR}}
         if body is not None:
-            operation["requestBody"] = _body(body)
+            operation["requestBody"] = _body(body, required=path not in _OPTIONAL_BODY)
         paths.setdefault(path, {})[method] = operation
     return {"openapi": "3.0.3", "info": {"title": "queenpy: Queen HTTP API v1", "version": version},
             "paths": paths}

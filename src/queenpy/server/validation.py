@@ -30,6 +30,7 @@ __all__ = [
     "query_bool",
     "check_name",
     "check_uuid",
+    "check_payload",
 ]
 
 MAX_NAME_LENGTH = 255
@@ -87,7 +88,7 @@ def check_uuid(value: Any, field: str) -> str:
         raise InvalidRequest(f"{field} must be a UUID, got {value[:64]!r}") from exc
 
 
-def _check_payload(payload: Any, field: str) -> None:
+def check_payload(payload: Any, field: str) -> None:
     """PostgreSQL's jsonb cannot store the NUL character; reject it instead of failing the batch."""
     if b"\\u0000" in orjson.dumps(payload):
         stack = [payload]
@@ -127,7 +128,7 @@ def _push_item(item: Any, where: str, producer_sub: str | None) -> dict[str, Any
     if trace_id:
         trace_id = check_uuid(trace_id, f"{where}.traceId")
     payload = item.get("payload")
-    _check_payload(payload, f"{where}.payload")
+    check_payload(payload, f"{where}.payload")
     clean: dict[str, Any] = {"queue": queue, "partition": partition, "payload": payload}
     if transaction_id:
         clean["transactionId"] = transaction_id
@@ -175,6 +176,8 @@ def _ack_item(item: Any, where: str, *, batch: bool, group: str | None) -> dict[
     if item_group is not None:
         check_name(item_group, f"{where}.consumerGroup", required=False)
     error = item.get("error")
+    if isinstance(error, str) and "\x00" in error:
+        raise InvalidRequest(f"{where}.error must not contain NUL characters")
     clean: dict[str, Any] = {
         "transactionId": transaction_id,
         "partitionId": partition_id,

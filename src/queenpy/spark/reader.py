@@ -7,14 +7,14 @@ runs in executor Python workers on a *pickled copy* made at planning time, so it
 Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before running
 it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
 ``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
-visible in commit order. ``commit(end)`` only advances the consumer group's cursor (advisory: it lags one batch
-and is skipped for the last one; the checkpoint is the authority).
+visible in commit order. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
+offsets of finished micro-batches (advisory, for lag, retention and dashboards: the checkpoint is the authority).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -113,6 +113,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
         self._latest_heads: dict[str, int] | None = None
+        self._cursor: dict[str, int] = {}  # what this run last wrote to the group's cursor
 
     # -- driver side ------------------------------------------------------------------------------------------
 
@@ -142,8 +143,14 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = {pid: p.head for pid, p in _heads(self.broker, self.options).items()}
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        """End of the next micro-batch: one ``/spark/offsets`` call, then :func:`offsets.admit`."""
+        """End of the next micro-batch: one ``/spark/offsets`` call, then :func:`offsets.admit`.
+
+        ``start`` is the end of the last micro-batch, which Spark has finished (sink committed, commit log
+        written) before it asks for the next one, so it is also a safe consumer-group cursor: advancing it here
+        keeps the broker's lag current (``commit(end)`` alone lags a batch, and never comes for the last one).
+        """
         begin = QueueOffset.from_json(start, self.options.queue).partitions
+        self._advance_cursor(begin)
         heads = {pid: p.head for pid, p in _heads(self.broker, self.options).items()}
         self._latest_heads = heads
         budget = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -165,12 +172,21 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Advance the consumer group's cursor to ``end`` (no-op without ``consumerGroup``)."""
+        self._advance_cursor(QueueOffset.from_json(end, self.options.queue).partitions)
+
+    def _advance_cursor(self, offsets: Mapping[str, int]) -> None:
         group = self.options.consumer_group
         if not group:
             return
-        offsets = {pid: n for pid, n in QueueOffset.from_json(end, self.options.queue).partitions.items() if n > 0}
-        if offsets:
-            self.broker.advance_cursor(self.options.queue, group, offsets)
+        changed = {pid: n for pid, n in offsets.items() if n > self._cursor.get(pid, 0)}
+        if not changed:
+            return
+        try:
+            self.broker.advance_cursor(self.options.queue, group, changed)
+        except QueenError as exc:  # advisory: never fail the query for it; the next batch retries
+            log.warning("queue %s: could not advance the cursor of group %s: %s", self.options.queue, group, exc)
+            return
+        self._cursor.update(changed)
 
     def stop(self) -> None:
         self.broker.close()

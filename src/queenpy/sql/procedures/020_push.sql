@@ -5,6 +5,8 @@
 --    "traceId": uuid-str|null, "producerSub": str|null, "isEncrypted": bool}
 -- Output: a JSONB array, one result per item, ordered by index (API.md section 4.1):
 --   {"index", "transaction_id", "status": "queued"|"duplicate", "message_id", "partition_id", "trace_id", "queueName"}
+--   or, for a queue with maxSize that is full, {"index", "transaction_id", "status": "failed",
+--   "error": "queue full", "queueName"} (API.md "does better" 8; a transaction push then fails).
 --
 -- Ordering (DESIGN.md section 4): the rows of every touched partition are locked in id order, then each new
 -- message gets the next offsets of its partition (`partitions.last_seq`), and the lock is held until COMMIT.
@@ -69,11 +71,25 @@ BEGIN
                m.id AS existing_id
         FROM resolved r
         LEFT JOIN queen.messages m ON m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id
+    ), capacity AS (
+        -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
+        SELECT q.name AS queue_name,
+               q.max_queue_size - (SELECT count(*) FROM (
+                   SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+                   WHERE p.queue_id = q.id LIMIT q.max_queue_size) stored) AS room
+        FROM queen.queues q
+        WHERE q.max_queue_size > 0 AND q.name IN (SELECT DISTINCT queue_name FROM input)
+    ), admitted AS (
+        SELECT k.*,
+               c.room IS NOT NULL AND k.occurrence = 1 AND k.existing_id IS NULL
+               AND row_number() OVER (PARTITION BY k.queue_name, (k.occurrence = 1 AND k.existing_id IS NULL)
+                                      ORDER BY k.idx) > c.room AS over_capacity
+        FROM ranked k LEFT JOIN capacity c ON c.queue_name = k.queue_name
     ), fresh AS (
         SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx) AS n,
                count(*) OVER (PARTITION BY k.partition_id) AS total
-        FROM ranked k
-        WHERE k.occurrence = 1 AND k.existing_id IS NULL
+        FROM admitted k
+        WHERE k.occurrence = 1 AND k.existing_id IS NULL AND NOT k.over_capacity
     ), advanced AS (
         UPDATE queen.partitions p
         SET last_seq = p.last_seq + f.total,
@@ -93,7 +109,10 @@ BEGIN
         RETURNING id
     )
     SELECT jsonb_agg(
-               CASE WHEN k.occurrence = 1 AND k.existing_id IS NULL THEN
+               CASE WHEN k.over_capacity THEN
+                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'failed',
+                                      'error', 'queue full', 'queueName', k.queue_name)
+               WHEN k.occurrence = 1 AND k.existing_id IS NULL THEN
                    jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'queued',
                                       'message_id', k.new_id, 'partition_id', k.partition_id,
                                       'trace_id', k.trace_id, 'queueName', k.queue_name)
@@ -105,7 +124,7 @@ BEGIN
                END ORDER BY k.idx),
            min(k.transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
     INTO v_result, v_duplicate
-    FROM ranked k;
+    FROM admitted k;
 
     IF p_strict AND v_duplicate IS NOT NULL THEN
         RAISE EXCEPTION 'duplicate transactionId % in push', v_duplicate USING ERRCODE = 'QN409';

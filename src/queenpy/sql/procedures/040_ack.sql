@@ -39,7 +39,8 @@ BEGIN
     SELECT * INTO v_pc FROM queen.partition_consumers
     WHERE partition_id = v_partition_id AND consumer_group = v_group FOR UPDATE;
 
-    IF v_lease <> '' AND NOT (v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now()) THEN
+    -- coalesce: a released lease (worker_id NULL) must fail the check, not make it NULL and skip it
+    IF v_lease <> '' AND NOT coalesce(v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now(), false) THEN
         RETURN v_result || jsonb_build_object('success', false, 'error', 'Invalid or expired lease');
     END IF;
 

@@ -1,0 +1,100 @@
+"""``queenpy spark run PIPELINE``: run a pipeline script on Spark with quiet logs and progress lines.
+
+The command prepares the environment (Python workers on this interpreter, log4j2 at ERROR, loopback binding
+for local masters), builds the SparkSession (``--master``, default ``local[*]``), registers the ``queen``
+source, attaches a progress listener (rows/s, batch id, lag per queue, on stderr), then runs the script as
+``__main__`` with the remaining arguments. The script gets the session with ``queenpy.spark.get_session()``
+(or ``SparkSession.builder.getOrCreate()``) and the broker URL from ``$QUEEN_URL`` (set from ``--url``).
+Exit code: the script's (``sys.exit``), 1 on an exception (traceback with ``-v``).
+
+``register(app)`` adds the ``spark`` command group to the main typer app.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+__all__ = ["register", "spark_app"]
+
+spark_app = typer.Typer(help="Run data pipelines on Apache Spark (needs the spark extra).",
+                        no_args_is_help=True)
+
+
+@spark_app.callback()
+def spark_group() -> None:
+    """Run data pipelines on Apache Spark (needs the spark extra: pip install 'queenpy[spark]')."""
+
+
+@spark_app.command(
+    "run",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def run(
+    context: typer.Context,
+    pipeline: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Pipeline script (.py).")],
+    master: Annotated[str, typer.Option("--master", envvar="QUEENPY_SPARK_MASTER",
+                                        help="Spark master: local[*], local[2], spark://host:7077, ...")]
+        = "local[*]",
+    url: Annotated[str | None, typer.Option("--url", envvar="QUEEN_URL",
+                                            help="Broker base URL, passed to the script as $QUEEN_URL.")] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", envvar="QUEENPY_SPARK_PROGRESS",
+                                           help="Print a line per micro-batch on stderr.")] = True,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="QUEEN_VERBOSE",
+                                          help="Spark WARN logs and Python tracebacks.")] = False,
+) -> None:
+    """Run PIPELINE (a Python script) on Spark; extra arguments go to the script."""
+    try:
+        from .session import MASTER_ENV, build_session, prepare_environment
+    except ImportError:
+        typer.echo("error: the Spark connector needs the spark extra: pip install 'queenpy[spark]'", err=True)
+        raise typer.Exit(2) from None
+    if url:
+        os.environ["QUEEN_URL"] = url
+    os.environ[MASTER_ENV] = master
+    prepare_environment(master, quiet=not verbose)
+    spark = build_session(master, app_name=pipeline.stem, quiet=not verbose)
+    if progress:
+        from .progress import ProgressPrinter
+
+        spark.streams.addListener(ProgressPrinter())
+    code: int = 0
+    saved_argv = sys.argv
+    sys.argv = [str(pipeline), *context.args]
+    sys.path.insert(0, str(pipeline.resolve().parent))
+    try:
+        runpy.run_path(str(pipeline), run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if exc.code is not None and not isinstance(exc.code, int):
+            typer.echo(str(exc.code), err=True)
+    except KeyboardInterrupt:
+        code = 130
+    except Exception as exc:  # the pipeline's own error: one line unless -v
+        if verbose:
+            traceback.print_exc()
+        else:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            typer.echo(f"error: {type(exc).__name__}: {first}", err=True)
+        code = 1
+    finally:
+        sys.argv = saved_argv
+        for query in spark.streams.active:
+            query.stop()
+        spark.stop()
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``queenpy spark ...`` to ``app``."""
+    app.add_typer(spark_app, name="spark")
+
+
+if __name__ == "__main__":
+    spark_app()
