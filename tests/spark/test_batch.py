@@ -1,0 +1,60 @@
+"""Batch read and write through the ``queen`` source, found by format name (no register call)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+from spark_helpers import configure, partitions, push, read_queue
+
+from helpers import unique
+
+pytestmark = pytest.mark.spark
+
+
+def test_batch_read_returns_every_message_with_its_offset(spark, broker) -> None:
+    queue = unique("sp-read")
+    configure(broker.url, queue)
+    sizes = {"a": 1200, "b": 700, "c": 1}
+    for name, n in sizes.items():
+        push(broker.url, queue, name, [{"n": i, "p": name} for i in range(n)], f"{name}")
+
+    df = (spark.read.format("queen").option("url", broker.url).option("queue", queue)
+          .option("messagesPerTask", "500").option("pageSize", "300").load())
+    assert df.columns == ["data", "transactionId", "queue", "partition", "partitionId", "offset", "createdAt",
+                          "traceId", "producerSub"]
+    rows = df.collect()
+    assert len(rows) == sum(sizes.values())
+    by_partition: dict[str, list] = {}
+    for row in rows:
+        by_partition.setdefault(row.partition, []).append(row)
+    for name, n in sizes.items():
+        got = sorted(by_partition[name], key=lambda r: r.offset)
+        assert [r.offset for r in got] == list(range(1, n + 1))
+        assert [json.loads(r.data) for r in got] == [{"n": i, "p": name} for i in range(n)]
+        assert [r.transactionId for r in got] == [f"{name}-{i}" for i in range(n)]
+        assert {r.queue for r in got} == {queue}
+        assert isinstance(got[0].createdAt, datetime)
+
+
+def test_batch_read_of_an_offset_range(spark, broker) -> None:
+    queue = unique("sp-range")
+    configure(broker.url, queue)
+    push(broker.url, queue, "only", [{"n": i} for i in range(100)], "m")
+    (pid,) = [p["partitionId"] for p in partitions(broker.url, queue) if p["partition"] == "only"]
+    df = (spark.read.format("queen").option("url", broker.url).option("queue", queue)
+          .option("startingOffsets", json.dumps({pid: 10})).option("endingOffsets", json.dumps({pid: 20})).load())
+    assert sorted(r.offset for r in df.select("offset").collect()) == list(range(11, 21))
+
+
+def test_batch_write_then_rerun_with_the_same_write_id_pushes_nothing(spark, broker) -> None:
+    queue = unique("sp-write")
+    configure(broker.url, queue)
+    df = spark.createDataFrame([(json.dumps({"k": i}), f"p{i % 3}") for i in range(300)], "data string, partition string")
+    writer = df.write.format("queen").option("url", broker.url).option("queue", queue).option("writeId", "w1")
+    writer.mode("append").save()
+    writer.mode("append").save()
+    written = read_queue(broker.url, queue)
+    assert sorted(name for name, messages in written.items() if messages) == ["p0", "p1", "p2"]
+    assert sorted(m["data"]["k"] for ms in written.values() for m in ms) == list(range(300))
