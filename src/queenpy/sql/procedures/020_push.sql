@@ -68,9 +68,10 @@ BEGIN
         SELECT r.*,
                row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
                first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
-               m.id AS existing_id
+               -- a scalar subquery: always one probe of the (partition_id, transaction_id) index per item
+               (SELECT m.id FROM queen.messages m
+                WHERE m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id) AS existing_id
         FROM resolved r
-        LEFT JOIN queen.messages m ON m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id
     ), capacity AS (
         -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
         SELECT q.name AS queue_name,
