@@ -112,22 +112,27 @@ $$;
 
 -- Consumer groups (API.md 8.1) ---------------------------------------------------------------
 
+-- One row per (partition, consumer group): its cursor, lease, and lag in offsets and in time.
+CREATE OR REPLACE VIEW queen.consumer_lag AS
+    SELECT pc.consumer_group, q.name AS queue_name, pt.name AS partition_name, pc.partition_id, pc.worker_id,
+           pc.last_consumed_at, pc.last_consumed_seq, pc.total_messages_consumed, pc.lease_expires_at,
+           greatest(pt.last_seq - pc.last_consumed_seq, 0) AS offset_lag,
+           (SELECT m.created_at FROM queen.messages m
+             WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
+             ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
+    FROM queen.partition_consumers pc
+    JOIN queen.partitions pt ON pt.id = pc.partition_id
+    JOIN queen.queues q ON q.id = pt.queue_id;
+
 CREATE OR REPLACE FUNCTION queen.consumer_groups_list_v1()
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     WITH per_partition AS (
-        SELECT pc.consumer_group, q.name AS queue_name, pc.partition_id, pc.last_consumed_at,
-               pt.last_seq - pc.last_consumed_seq AS offset_lag,
-               (SELECT m.created_at FROM queen.messages m
-                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
-                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
-        FROM queen.partition_consumers pc
-        JOIN queen.partitions pt ON pt.id = pc.partition_id
-        JOIN queen.queues q ON q.id = pt.queue_id
+        SELECT * FROM queen.consumer_lag
     ), per_group AS (
         SELECT consumer_group, queue_name, count(*) AS members,
                count(*) FILTER (WHERE offset_lag > 0) AS partitions_with_lag,
-               sum(greatest(offset_lag, 0)) AS total_lag,
+               sum(offset_lag) AS total_lag,
                coalesce(max(extract(epoch FROM now() - oldest_unconsumed_at)), 0)::bigint AS max_time_lag,
                bool_or(last_consumed_at IS NOT NULL) AS consumed
         FROM per_partition GROUP BY consumer_group, queue_name
@@ -151,21 +156,13 @@ CREATE OR REPLACE FUNCTION queen.consumer_group_detail_v1(p_group text)
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     WITH rows AS (
-        SELECT q.name AS queue_name, pt.name AS partition_name, pc.*,
-               pt.last_seq - pc.last_consumed_seq AS offset_lag,
-               (SELECT m.created_at FROM queen.messages m
-                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
-                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
-        FROM queen.partition_consumers pc
-        JOIN queen.partitions pt ON pt.id = pc.partition_id
-        JOIN queen.queues q ON q.id = pt.queue_id
-        WHERE pc.consumer_group = p_group
+        SELECT * FROM queen.consumer_lag WHERE consumer_group = p_group
     )
     SELECT coalesce(jsonb_object_agg(queue_name, jsonb_build_object('partitions', parts)), '{}'::jsonb)
     FROM (SELECT queue_name, jsonb_agg(jsonb_build_object(
               'partition', partition_name, 'partitionId', partition_id, 'workerId', worker_id,
               'lastConsumedAt', queen.iso_ms(last_consumed_at), 'totalConsumed', total_messages_consumed,
-              'offset', last_consumed_seq, 'offsetLag', greatest(offset_lag, 0),
+              'offset', last_consumed_seq, 'offsetLag', offset_lag,
               'timeLagSeconds', coalesce(extract(epoch FROM now() - oldest_unconsumed_at), 0)::bigint,
               'leaseActive', lease_expires_at IS NOT NULL AND lease_expires_at > now())
               ORDER BY partition_name) AS parts
@@ -176,14 +173,7 @@ CREATE OR REPLACE FUNCTION queen.consumer_groups_lagging_v1(p_min_lag_seconds in
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     WITH rows AS (
-        SELECT pc.consumer_group, q.name AS queue_name, pt.name AS partition_name, pc.partition_id,
-               pc.worker_id, pc.last_consumed_at, pt.last_seq - pc.last_consumed_seq AS offset_lag,
-               (SELECT m.created_at FROM queen.messages m
-                 WHERE m.partition_id = pc.partition_id AND m.seq > pc.last_consumed_seq
-                 ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
-        FROM queen.partition_consumers pc
-        JOIN queen.partitions pt ON pt.id = pc.partition_id
-        JOIN queen.queues q ON q.id = pt.queue_id
+        SELECT * FROM queen.consumer_lag
     )
     SELECT coalesce(jsonb_agg(jsonb_build_object(
         'consumer_group', consumer_group, 'queue_name', queue_name, 'partition_name', partition_name,
