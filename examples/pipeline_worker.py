@@ -1,0 +1,192 @@
+"""One stage of the ``examples/pipeline.py`` chat pipeline as its own process, so stages can crash and restart
+independently (the crash test SIGKILLs them).
+
+    python examples/pipeline_worker.py setup     --url URL --suffix .x   # create the queues, produce 100
+    python examples/pipeline_worker.py translate --url URL --suffix .x   # run one stage until SIGTERM/SIGINT
+    python examples/pipeline_worker.py route     --url URL --suffix .x
+    python examples/pipeline_worker.py notify    --url URL --suffix .x
+
+The queues, messages and handoffs are those of ``pipeline.py`` (its constants are imported from there): every
+7th message is poisoned and lands in the ``chat.translate`` DLQ after ``RETRY_LIMIT + 1`` attempts, and each
+handoff is one ``transaction().ack(msg).queue(next).partition(p).push([...]).commit()``. ``pipeline.py`` keeps
+its handlers inside ``run_pipeline``, so the few lines of each handler are repeated here.
+
+A stage appends what it does to ``--log`` (one line per event, written unbuffered so a SIGKILL loses nothing
+already done): ``begin N`` when a handler starts on message N, then ``translated N`` / ``failed N DLQ`` (DLQ
+is 1 when the failed ack dead-lettered it) / ``routed N`` / ``notified N`` once the handoff committed, the
+failed ack was answered, or the notification was made. ``--work-ms LOW:HIGH`` makes each handler sleep a
+random time first, as real work would, so that a kill is likely to find messages in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from pipeline import LEASE_TIME_S, POISON_EVERY, RETRY_LIMIT
+
+from queenpy.client import AsyncQueen, Message
+
+STAGES = ("translate", "route", "notify")
+
+
+def queue_names(suffix: str) -> dict[str, str]:
+    """Queue of each stage: ``chat.translate<suffix>``, ``chat.route<suffix>``, ``chat.notify<suffix>``."""
+    return {stage: f"chat.{stage}{suffix}" for stage in STAGES}
+
+
+class EventLog:
+    """Append-only event lines, each one ``write(2)`` on an ``O_APPEND`` descriptor (survives SIGKILL)."""
+
+    def __init__(self, path: str | None) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if path else None
+
+    def write(self, *fields: object) -> None:
+        if self._fd is not None:
+            os.write(self._fd, (" ".join(str(field) for field in fields) + "\n").encode())
+
+
+async def setup(url: str, suffix: str, messages: int, chats: int, lease_time_s: int) -> dict[str, int]:
+    """(Re)create the three queues as ``pipeline.py`` does and produce ``messages`` messages into translate."""
+    names = queue_names(suffix)
+    produced = poisoned = 0
+    async with AsyncQueen(url) as q:
+        for name in names.values():
+            await q.queue(name).delete()
+            await (
+                q.queue(name)
+                .config(
+                    {
+                        "leaseTime": lease_time_s,
+                        "retryLimit": RETRY_LIMIT,
+                        "retryDelay": 0,
+                        "deadLetterQueue": True,
+                        "dlqAfterMaxRetries": True,
+                    }
+                )
+                .create()
+            )
+        by_chat: dict[str, list[dict[str, Any]]] = {}
+        for n in range(1, messages + 1):
+            poison = n % POISON_EVERY == 0
+            poisoned += poison
+            chat = f"chat-{n % chats}"
+            by_chat.setdefault(chat, []).append(
+                {
+                    "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison},
+                    "transactionId": f"msg-{n}",
+                }
+            )
+        for chat, items in by_chat.items():
+            results = await q.queue(names["translate"]).partition(chat).push(items)
+            produced += sum(result.status == "queued" for result in results)
+    return {"produced": produced, "poisoned": poisoned}
+
+
+async def run_stage(stage: str, url: str, suffix: str, log: EventLog, work_ms: tuple[int, int]) -> int:
+    """Consume one stage's queue until SIGTERM/SIGINT (in-flight handlers finish first)."""
+    names = queue_names(suffix)
+    low, high = work_ms
+
+    async def work() -> None:
+        if high > 0:
+            await asyncio.sleep(random.uniform(low, high) / 1000)
+
+    async with AsyncQueen(url) as q:
+
+        async def translate(message: Message) -> None:
+            data = dict(message.data)
+            log.write("begin", data["n"])
+            await work()
+            if data["poison"]:
+                raise ValueError(f"cannot translate message {data['n']}")
+            data["text"] = data["text"].replace("hello", "hola")
+            await (
+                q.transaction()
+                .ack(message)
+                .queue(names["route"])
+                .partition(message.partition)
+                .push([{"data": data, "transactionId": f"{message.transaction_id}.translated"}])
+                .commit()
+            )
+            log.write("translated", data["n"])
+
+        async def translate_failed(message: Message, error: BaseException) -> None:
+            result = await q.ack(message, False, error=str(error))
+            log.write("failed", message.data["n"], int(bool(result.dlq)))
+
+        async def route(message: Message) -> None:
+            log.write("begin", message.data["n"])
+            await work()
+            data = dict(message.data, route=f"push:{message.data['chat']}")
+            await (
+                q.transaction()
+                .ack(message)
+                .queue(names["notify"])
+                .partition(message.partition)
+                .push([{"data": data, "transactionId": f"{message.transaction_id}.routed"}])
+                .commit()
+            )
+            log.write("routed", data["n"])
+
+        async def retry_later(message: Message, error: BaseException) -> None:
+            print(f"stage failed on {message.queue}/{message.transaction_id}: {error}", file=sys.stderr)
+            await q.ack(message, False, error=str(error))
+
+        async def notify(message: Message) -> None:
+            log.write("begin", message.data["n"])
+            await work()
+            log.write("notified", message.data["n"])
+
+        handlers: dict[str, tuple[Callable[[Message], Awaitable[None]], Any, int, bool]] = {
+            "translate": (translate, translate_failed, 4, False),
+            "route": (route, retry_later, 2, False),
+            "notify": (notify, None, 2, True),
+        }
+        handler, on_error, concurrency, auto_ack = handlers[stage]
+        print(f"{stage} worker {os.getpid()} consuming {names[stage]}", file=sys.stderr, flush=True)
+        return await (
+            q.queue(names[stage])
+            .concurrency(concurrency)
+            .auto_ack(auto_ack)
+            .timeout_millis(2000)
+            .consume(handler, on_error=on_error)
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=("setup", *STAGES))
+    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"))
+    parser.add_argument("--suffix", default=os.environ.get("QUEEN_PIPELINE_SUFFIX", ""))
+    parser.add_argument("--messages", type=int, default=100, help="setup: messages to produce")
+    parser.add_argument(
+        "--lease-time", type=int, default=LEASE_TIME_S, help="setup: the queues' leaseTime (s)"
+    )
+    parser.add_argument("--log", help="stage: append event lines to this file")
+    parser.add_argument("--work-ms", default="0:0", help="stage: each handler sleeps LOW:HIGH ms first")
+    args = parser.parse_args(argv)
+
+    if args.command == "setup":
+        counts = asyncio.run(setup(args.url, args.suffix, args.messages, 10, args.lease_time))
+        print(json.dumps(counts))
+        return 0
+    low, _, high = args.work_ms.partition(":")
+    handled = asyncio.run(
+        run_stage(args.command, args.url, args.suffix, EventLog(args.log), (int(low), int(high or low)))
+    )
+    print(f"{args.command} worker {os.getpid()} stopped after {handled} message(s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
