@@ -30,9 +30,15 @@ def serve(
     """Run the broker (HTTP API v1 on PORT), on the embedded PostgreSQL unless one is configured."""
     from queenpy.server.process import serve as run
 
+    from queenpy.errors import QueenError
+
     settings = Settings.from_env(host=host, port=port, num_workers=workers or None,
                                  database_url=database_url or None, data_dir=data_dir or None)
-    run(settings)
+    try:
+        run(settings)
+    except QueenError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(1) from None
 
 
 @db_app.command("sql")

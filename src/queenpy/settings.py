@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import quote
 
-__all__ = ["Settings", "FusionSettings"]
+__all__ = ["Settings", "FusionSettings", "JwtSettings"]
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -57,6 +57,55 @@ class FusionSettings:
         )
 
 
+@dataclass(frozen=True)
+class JwtSettings:
+    """JWT configuration, from Queen's ``JWT_*`` variables."""
+
+    enabled: bool = False
+    algorithm: str = "HS256"
+    secret: str | None = None
+    public_key: str | None = None
+    jwks_url: str | None = None
+    issuer: str | None = None
+    audience: str | None = None
+    clock_skew_s: int = 30
+    skip_paths: tuple[str, ...] = ("/health", "/metrics/prometheus", "/metrics", "/")
+    roles_claim: str = "role"
+    roles_array_claim: str = "roles"
+    role_admin: str = "admin"
+    role_read_write: str = "read-write"
+    role_read_only: str = "read-only"
+    jwks_timeout_ms: int = 5000
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> JwtSettings:
+        def opt(name: str) -> str | None:
+            return env.get(name) or None
+
+        skip = env.get("JWT_SKIP_PATHS")
+        try:
+            skew = int(env.get("JWT_CLOCK_SKEW", "30"))
+        except ValueError:
+            skew = 30
+        return cls(
+            enabled=env.get("JWT_ENABLED") == "true",
+            algorithm=env.get("JWT_ALGORITHM", "HS256"),
+            secret=opt("JWT_SECRET"),
+            public_key=opt("JWT_PUBLIC_KEY"),
+            jwks_url=opt("JWT_JWKS_URL"),
+            issuer=opt("JWT_ISSUER"),
+            audience=opt("JWT_AUDIENCE"),
+            clock_skew_s=skew,
+            skip_paths=tuple(p.strip() for p in skip.split(",") if p.strip()) if skip is not None
+            else cls.skip_paths,
+            roles_claim=env.get("JWT_ROLES_CLAIM", "role"),
+            roles_array_claim=env.get("JWT_ROLES_ARRAY_CLAIM", "roles"),
+            role_admin=env.get("JWT_ROLE_ADMIN", "admin"),
+            role_read_write=env.get("JWT_ROLE_READ_WRITE", "read-write"),
+            role_read_only=env.get("JWT_ROLE_READ_ONLY", "read-only"),
+        )
+
+
 _FUSION_DEFAULTS = {
     "push": (500, 8),
     "pop": (100, 4),
@@ -88,7 +137,7 @@ class Settings:
     vegas_alpha: int = 3
     vegas_beta: int = 12
     encryption_key: str | None = None
-    jwt_enabled: bool = False
+    jwt: JwtSettings = field(default_factory=JwtSettings)
     log_level: str = "info"
     data_dir: str | None = None
     fusion: dict[str, FusionSettings] = field(default_factory=dict)
@@ -118,7 +167,7 @@ class Settings:
             vegas_alpha=_int(env, "QUEEN_VEGAS_ALPHA", 3),
             vegas_beta=_int(env, "QUEEN_VEGAS_BETA", 12),
             encryption_key=env.get("QUEEN_ENCRYPTION_KEY") or None,
-            jwt_enabled=_bool(env, "JWT_ENABLED", False),
+            jwt=JwtSettings.from_env(env),
             log_level=env.get("LOG_LEVEL", "info"),
             data_dir=env.get("QUEENPY_DATA_DIR") or None,
             fusion={

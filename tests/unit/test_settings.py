@@ -16,7 +16,7 @@ def test_queen_variable_names_are_read() -> None:
     assert settings.pop_wait_initial_interval_ms == 50
     assert settings.fusion_for("push").max_batch_size == 77
     assert settings.concurrency_mode == "static"
-    assert settings.jwt_enabled is False  # only the exact string "true" is true, as in Queen
+    assert settings.jwt.enabled is False  # only the exact string "true" is true, as in Queen
 
 
 def test_database_url_from_pg_variables_and_overrides() -> None:

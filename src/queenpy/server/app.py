@@ -27,6 +27,7 @@ from starlette.routing import Route
 from queenpy.engine import Engine
 from queenpy.errors import InvalidRequest, QueenError
 from queenpy.server import validation as v
+from queenpy.server.auth import Authenticator, Level
 from queenpy.server.encryption import PayloadCipher
 from queenpy.server.openapi import openapi_document
 from queenpy.settings import Settings
@@ -127,6 +128,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         worker_id: index of this worker process, reported by ``/health``.
     """
     broker = Broker(settings, database_url, worker_id)
+    authenticator = Authenticator(settings.jwt)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -136,11 +138,14 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         finally:
             await broker.stop()
 
-    def guarded(handler: Handler) -> Handler:
-        """Map exceptions to the wire: InvalidRequest -> real 400; database errors -> 200 + error body."""
+    def guarded(handler: Handler, level: Level) -> Handler:
+        """Authenticate at ``level``, then map exceptions to the wire: InvalidRequest -> real 400, auth ->
+        401/403, database errors -> 200 with an error body."""
 
         async def wrapper(request: Request) -> Response:
             try:
+                request.state.claims = authenticator.authenticate(
+                    request.headers.get("authorization"), request.url.path, level)
                 return await handler(request)
             except InvalidRequest as exc:
                 return error_response(exc.message, 400)
@@ -173,7 +178,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
 
     # --- push ------------------------------------------------------------------------------------
     async def push(request: Request) -> Response:
-        items = v.validate_push(await body_of(request))
+        claims = request.state.claims
+        items = v.validate_push(await body_of(request), producer_sub=(claims or {}).get("sub") or None)
         if not items:
             return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
         if broker.cipher is not None:
@@ -504,39 +510,39 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
-        Route("/api/v1/configure", guarded(configure), methods=["POST"]),
-        Route("/api/v1/push", guarded(push), methods=["POST"]),
-        Route("/api/v1/pop/queue/{queue}/partition/{partition}", guarded(pop), methods=["GET"]),
-        Route("/api/v1/pop/queue/{queue}", guarded(pop), methods=["GET"]),
-        Route("/api/v1/pop", guarded(pop), methods=["GET"]),
-        Route("/api/v1/ack", guarded(ack), methods=["POST"]),
-        Route("/api/v1/ack/batch", guarded(ack_batch), methods=["POST"]),
-        Route("/api/v1/transaction", guarded(transaction), methods=["POST"]),
-        Route("/api/v1/lease/{lease_id}/extend", guarded(extend_lease), methods=["POST"]),
-        Route("/api/v1/resources/queues", guarded(resources_queues), methods=["GET"]),
-        Route("/api/v1/resources/queues/{queue}", guarded(resources_queue), methods=["GET"]),
-        Route("/api/v1/resources/queues/{queue}", guarded(delete_queue), methods=["DELETE"]),
-        Route("/api/v1/dlq", guarded(dlq), methods=["GET"]),
-        Route("/api/v1/messages/{partition_id}/{transaction_id}/retry", guarded(dlq_replay), methods=["POST"]),
-        Route("/api/v1/consumer-groups", guarded(groups_list), methods=["GET"]),
-        Route("/api/v1/consumer-groups/lagging", guarded(groups_lagging), methods=["GET"]),
-        Route("/api/v1/consumer-groups/{group}", guarded(group_detail), methods=["GET"]),
-        Route("/api/v1/consumer-groups/{group}", guarded(group_delete), methods=["DELETE"]),
-        Route("/api/v1/consumer-groups/{group}/queues/{queue}", guarded(group_delete), methods=["DELETE"]),
-        Route("/api/v1/consumer-groups/{group}/subscription", guarded(group_subscription), methods=["POST"]),
-        Route("/api/v1/consumer-groups/{group}/queues/{queue}/seek", guarded(group_seek), methods=["POST"]),
+        Route("/api/v1/configure", guarded(configure, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/push", guarded(push, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/pop/queue/{queue}/partition/{partition}", guarded(pop, Level.READ_WRITE), methods=["GET"]),
+        Route("/api/v1/pop/queue/{queue}", guarded(pop, Level.READ_WRITE), methods=["GET"]),
+        Route("/api/v1/pop", guarded(pop, Level.READ_WRITE), methods=["GET"]),
+        Route("/api/v1/ack", guarded(ack, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/ack/batch", guarded(ack_batch, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/transaction", guarded(transaction, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/lease/{lease_id}/extend", guarded(extend_lease, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/resources/queues", guarded(resources_queues, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/resources/queues/{queue}", guarded(resources_queue, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/resources/queues/{queue}", guarded(delete_queue, Level.ADMIN), methods=["DELETE"]),
+        Route("/api/v1/dlq", guarded(dlq, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/messages/{partition_id}/{transaction_id}/retry", guarded(dlq_replay, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/consumer-groups", guarded(groups_list, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/consumer-groups/lagging", guarded(groups_lagging, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/consumer-groups/{group}", guarded(group_detail, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/consumer-groups/{group}", guarded(group_delete, Level.ADMIN), methods=["DELETE"]),
+        Route("/api/v1/consumer-groups/{group}/queues/{queue}", guarded(group_delete, Level.ADMIN), methods=["DELETE"]),
+        Route("/api/v1/consumer-groups/{group}/subscription", guarded(group_subscription, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/consumer-groups/{group}/queues/{queue}/seek", guarded(group_seek, Level.READ_WRITE), methods=["POST"]),
         Route("/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek",
-              guarded(group_seek_partition), methods=["POST"]),
-        Route("/api/v1/traces", guarded(trace_record), methods=["POST"]),
-        Route("/api/v1/traces/names", guarded(trace_names), methods=["GET"]),
-        Route("/api/v1/traces/by-name/{name}", guarded(traces_by_name), methods=["GET"]),
-        Route("/api/v1/traces/{partition_id}/{transaction_id}", guarded(traces_for_message), methods=["GET"]),
-        Route("/api/v1/spark/offsets", guarded(spark_offsets), methods=["GET"]),
-        Route("/api/v1/spark/messages", guarded(spark_messages), methods=["GET"]),
-        Route("/api/v1/spark/cursor", guarded(spark_cursor), methods=["POST"]),
-        Route("/api/v1/spark/stage", guarded(spark_stage), methods=["POST"]),
-        Route("/api/v1/spark/commit", guarded(spark_commit), methods=["POST"]),
-        Route("/api/v1/spark/abort", guarded(spark_abort), methods=["POST"]),
+              guarded(group_seek_partition, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/traces", guarded(trace_record, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/traces/names", guarded(trace_names, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/traces/by-name/{name}", guarded(traces_by_name, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/traces/{partition_id}/{transaction_id}", guarded(traces_for_message, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/spark/offsets", guarded(spark_offsets, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/spark/messages", guarded(spark_messages, Level.READ_ONLY), methods=["GET"]),
+        Route("/api/v1/spark/cursor", guarded(spark_cursor, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/spark/stage", guarded(spark_stage, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/spark/commit", guarded(spark_commit, Level.READ_WRITE), methods=["POST"]),
+        Route("/api/v1/spark/abort", guarded(spark_abort, Level.READ_WRITE), methods=["POST"]),
         Route("/{path:path}", options, methods=["OPTIONS"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=list[Middleware]())

@@ -94,6 +94,9 @@ def serve(settings: Settings) -> None:
     logging.basicConfig(level=getattr(logging, settings.log_level.upper(), logging.INFO),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+    from queenpy.server.auth import Authenticator
+
+    Authenticator(settings.jwt)  # an unusable JWT configuration aborts startup here, not in every worker
     database = resolve_database(settings)
     try:
         applied = migrate(database.url)

@@ -76,7 +76,7 @@ def run(
             typer.echo(str(exc.code), err=True)
     except KeyboardInterrupt:
         code = 130
-    except Exception as exc:  # the pipeline's own error: one line unless -v
+    except Exception as exc:  # noqa: BLE001 (the pipeline's own error: one line unless -v)
         if verbose:
             traceback.print_exc()
         else:
