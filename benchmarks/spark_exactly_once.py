@@ -1,0 +1,291 @@
+"""Exactly-once under SIGKILL: a Spark streaming query copies a queue to another queue while a producer
+writes to the source; the query's whole process group (driver JVM and Python workers) is killed with SIGKILL
+``--kills`` times at random points and restarted from its checkpoint; a final availableNow run drains the rest.
+
+Then every target partition must hold exactly the source partition's messages, each once, in the same order.
+Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behind are counted too when
+``--database-url`` is given.
+
+    python benchmarks/spark_exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
+    python benchmarks/spark_exactly_once.py --start-broker            # embedded broker in a temp dir
+
+The copy query (``--driver`` mode, run as a child process in its own session):
+``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``,
+``processingTime`` 500 ms, or ``availableNow`` for the final drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
+
+
+# -- broker helpers ---------------------------------------------------------------------------------------------
+
+
+def heads(url: str, queue: str) -> dict[str, dict[str, Any]]:
+    response = httpx.get(f"{url}/api/v1/spark/offsets", params={"queue": queue}, timeout=60)
+    response.raise_for_status()
+    return {p["partition"]: p for p in response.json()["partitions"]}
+
+
+def total(url: str, queue: str) -> int:
+    return sum(p["head"] for p in heads(url, queue).values())
+
+
+def read_partition(client: httpx.Client, partition_id: str, head: int) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    after = 0
+    while after < head:
+        page = client.get("/api/v1/spark/messages", params={
+            "partitionId": partition_id, "after": after, "upto": head, "limit": 50000}).json()
+        batch = page.get("messages") or []
+        if not batch:
+            break
+        messages.extend(batch)
+        after = batch[-1]["offset"]
+    return messages
+
+
+def start_broker(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "NUM_WORKERS": "2",
+           "QUEENPY_DATA_DIR": str(tmp / "pg")}
+    env.pop("DATABASE_URL", None)
+    broker = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, start_new_session=True,
+                              stdout=open(tmp / "broker.log", "wb"),  # noqa: SIM115 (lives with the broker)
+                              stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return url, broker
+        except httpx.HTTPError:
+            pass
+        if broker.poll() is not None:
+            raise SystemExit(f"broker exited: {(tmp / 'broker.log').read_text()[-2000:]}")
+        time.sleep(0.5)
+    raise SystemExit("broker did not become healthy")
+
+
+# -- the copy query (child process) -----------------------------------------------------------------------------
+
+
+def run_driver(args: argparse.Namespace) -> int:
+    from queenpy.spark.session import build_session
+
+    spark = build_session(args.master, app_name="exactly-once-copy", config={
+        "spark.sql.shuffle.partitions": "2", "spark.sql.streaming.stopTimeout": "10s"})
+    source = (spark.readStream.format("queen").option("url", args.url).option("queue", args.source)
+              .option("consumerGroup", args.group).option("startingOffsets", "earliest")
+              .option("maxMessagesPerTrigger", str(args.max_per_trigger)).load())
+    writer = (source.select("data", "partition", "partitionId", "offset")
+              .writeStream.format("queen").option("url", args.url).option("queue", args.target)
+              .option("checkpointLocation", args.checkpoint).queryName("copy"))
+    if args.drain:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime="500 milliseconds")
+    query = writer.start()
+    query.awaitTermination()
+    error = query.exception()
+    spark.stop()
+    if error is not None:
+        print(f"query failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def driver_command(args: argparse.Namespace, drain: bool) -> list[str]:
+    command = [sys.executable, __file__, "--driver", "--url", args.url, "--source", args.source, "--target",
+               args.target, "--group", args.group, "--checkpoint", args.checkpoint, "--master", args.master,
+               "--max-per-trigger", str(args.max_per_trigger)]
+    return command + (["--drain"] if drain else [])
+
+
+# -- the experiment ---------------------------------------------------------------------------------------------
+
+
+def produce(url: str, queue: str, messages: int, partitions: int, duration_s: float, done: threading.Event,
+            padding: int) -> None:
+    """Push ``messages`` over ``partitions`` partitions in requests of 1000, spread over ``duration_s``."""
+    chunk = 1000
+    sent = [0] * partitions
+    pad = "x" * padding
+    started = time.monotonic()
+    try:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            for n, lo in enumerate(range(0, messages, chunk)):
+                p = n % partitions
+                items = []
+                for _ in range(lo, min(lo + chunk, messages)):
+                    items.append({"queue": queue, "partition": f"p{p}", "transactionId": f"src-{p}-{sent[p]}",
+                                  "payload": {"p": p, "i": sent[p], "pad": pad}})
+                    sent[p] += 1
+                response = client.post("/api/v1/push", json={"items": items})
+                response.raise_for_status()
+                due = started + duration_s * (lo + chunk) / messages
+                time.sleep(max(0.0, due - time.monotonic()))
+    finally:
+        done.set()
+
+
+def verify(url: str, source: str, target: str) -> dict[str, int]:
+    src, dst = heads(url, source), heads(url, target)
+    counts = {"source": 0, "target": 0, "duplicates": 0, "missing": 0, "out_of_order": 0, "foreign": 0}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for name, p in src.items():
+            expected = [(m["data"]["p"], m["data"]["i"]) for m in read_partition(client, p["partitionId"], p["head"])]
+            counts["source"] += len(expected)
+            got: list[tuple[int, int]] = []
+            if name in dst:
+                got = [(m["data"]["p"], m["data"]["i"])
+                       for m in read_partition(client, dst[name]["partitionId"], dst[name]["head"])]
+            counts["target"] += len(got)
+            seen = set(got)
+            counts["duplicates"] += len(got) - len(seen)
+            counts["missing"] += len(set(expected) - seen)
+            counts["foreign"] += len(seen - set(expected))
+            if got != expected and len(got) == len(expected) and seen == set(expected):
+                counts["out_of_order"] += 1
+        for name in set(dst) - set(src):
+            counts["foreign"] += dst[name]["head"]
+    return counts
+
+
+def staging_rows(database_url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM queen.spark_staging").fetchone()
+    return int(row[0]) if row else -1
+
+
+def run(args: argparse.Namespace) -> int:
+    rng = random.Random(args.seed)
+    tmp = Path(tempfile.mkdtemp(prefix="queenpy-eo-"))
+    broker = None
+    if args.start_broker:
+        args.url, broker = start_broker(tmp)
+        log(f"broker on {args.url}")
+    suffix = uuid.uuid4().hex[:8]
+    args.source = args.source or f"eo.source.{suffix}"
+    args.target = args.target or f"eo.target.{suffix}"
+    args.group = args.group or f"eo-{suffix}"
+    args.checkpoint = args.checkpoint or str(tmp / "checkpoint")
+    for queue in (args.source, args.target):
+        httpx.post(f"{args.url}/api/v1/configure", json={"queue": queue, "options": {}}, timeout=30).raise_for_status()
+    log(f"copy {args.source} -> {args.target}: {args.messages} messages over {args.partitions} partitions, "
+        f"{args.kills} SIGKILLs, checkpoint {args.checkpoint}")
+
+    done = threading.Event()
+    producer = threading.Thread(target=produce, args=(args.url, args.source, args.messages, args.partitions,
+                                                      args.produce_seconds, done, args.padding), daemon=True)
+    started = time.monotonic()
+    producer.start()
+    kills: list[dict[str, Any]] = []
+    try:
+        with (tmp / "driver.log").open("ab") as driver_log:
+            code = _kill_and_drain(args, rng, tmp, done, driver_log, kills)
+        producer.join()
+        elapsed = time.monotonic() - started
+        return code if code != 0 else report(args, kills, elapsed)
+    finally:
+        if broker is not None:
+            broker.send_signal(signal.SIGTERM)
+            broker.wait(timeout=60)
+
+
+def report(args: argparse.Namespace, kills: list[dict[str, Any]], elapsed: float) -> int:
+    """Verify the target against the source, print the numbers, and return the exit code."""
+    counts = verify(args.url, args.source, args.target)
+    if args.database_url:
+        counts["staging_left"] = staging_rows(args.database_url)
+    for name, value in counts.items():
+        print(f"{name}: {value}")
+    print(f"kills: {len(kills)}")
+    print(f"elapsed_s: {elapsed:.1f}")
+    ok = (counts["source"] == args.messages == counts["target"] and counts["duplicates"] == 0
+          and counts["missing"] == 0 and counts["out_of_order"] == 0 and counts["foreign"] == 0
+          and counts.get("staging_left", 0) == 0 and len(kills) >= args.kills)
+    print("exactly-once: ok" if ok else "exactly-once: FAILED")
+    return 0 if ok else 1
+
+
+def _kill_and_drain(args: argparse.Namespace, rng: random.Random, tmp: Path, done: threading.Event,
+                    driver_log: IO[bytes], kills: list[dict[str, Any]]) -> int:
+    for k in range(args.kills):
+        before = total(args.url, args.target)
+        child = subprocess.Popen(driver_command(args, drain=False), stdout=driver_log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
+        # kill at a random point after the restarted query has written something new
+        deadline = time.monotonic() + 180
+        while total(args.url, args.target) <= before and time.monotonic() < deadline and child.poll() is None:
+            if done.is_set() and before >= total(args.url, args.source):
+                break  # nothing left to copy: this kill hits an idle query
+            time.sleep(0.2)
+        if child.poll() is not None:
+            log(f"driver exited by itself with {child.returncode}; see {tmp / 'driver.log'}")
+            return 1
+        time.sleep(rng.uniform(0.0, args.max_kill_delay))
+        copied = total(args.url, args.target)
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        kills.append({"kill": k + 1, "source": total(args.url, args.source), "target": copied})
+        log(f"SIGKILL {k + 1}: source {kills[-1]['source']:,}, target {copied:,}")
+    done.wait()
+    log("producer done; final availableNow run drains the rest")
+    drain = subprocess.run(driver_command(args, drain=True), check=False, stdout=driver_log,
+                           stderr=subprocess.STDOUT, start_new_session=True, timeout=1800)
+    if drain.returncode != 0:
+        log(f"drain run failed with {drain.returncode}; see {tmp / 'driver.log'}")
+        return 1
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"))
+    parser.add_argument("--start-broker", action="store_true", help="run an embedded broker in a temp dir")
+    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg)")
+    parser.add_argument("--messages", type=int, default=300_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--padding", type=int, default=64, help="payload padding in bytes")
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--max-kill-delay", type=float, default=6.0, help="seconds after first new output")
+    parser.add_argument("--produce-seconds", type=float, default=60.0)
+    parser.add_argument("--max-per-trigger", type=int, default=30_000)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--source", default="")
+    parser.add_argument("--target", default="")
+    parser.add_argument("--group", default="")
+    parser.add_argument("--checkpoint", default="")
+    parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    return run_driver(args) if args.driver else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
