@@ -130,7 +130,7 @@ def launch_broker(database_url: str, tmp_dir: Path, workers: int = 2,
                   extra_env: dict[str, str] | None = None) -> BrokerProcess:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "HOST": "127.0.0.1",
-           "NUM_WORKERS": str(workers), **(extra_env or {})}
+           "NUM_WORKERS": str(workers), "FILE_BUFFER_DIR": str(tmp_dir / f"buffers-{port}"), **(extra_env or {})}
     log_path = tmp_dir / f"broker-{port}.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, stdout=log,

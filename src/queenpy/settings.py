@@ -140,6 +140,10 @@ class Settings:
     jwt: JwtSettings = field(default_factory=JwtSettings)
     log_level: str = "info"
     data_dir: str | None = None
+    file_buffer_dir: str | None = None
+    file_buffer_flush_ms: int = 100
+    file_buffer_max_batch: int = 100
+    file_buffer_events_per_file: int = 10_000
     fusion: dict[str, FusionSettings] = field(default_factory=dict)
 
     @classmethod
@@ -170,6 +174,10 @@ class Settings:
             jwt=JwtSettings.from_env(env),
             log_level=env.get("LOG_LEVEL", "info"),
             data_dir=env.get("QUEENPY_DATA_DIR") or None,
+            file_buffer_dir=env.get("FILE_BUFFER_DIR") or None,
+            file_buffer_flush_ms=max(10, _int(env, "FILE_BUFFER_FLUSH_MS", 100)),
+            file_buffer_max_batch=max(1, _int(env, "FILE_BUFFER_MAX_BATCH", 100)),
+            file_buffer_events_per_file=max(1, _int(env, "FILE_BUFFER_EVENTS_PER_FILE", 10_000)),
             fusion={
                 op: FusionSettings.from_env(env, op, batch, concurrent)
                 for op, (batch, concurrent) in _FUSION_DEFAULTS.items()

@@ -25,13 +25,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from queenpy.engine import Engine
+from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import InvalidRequest, QueenError
 from queenpy.server import validation as v
 from queenpy.server.auth import Authenticator, Level
 from queenpy.server.encryption import PayloadCipher
 from queenpy.server.openapi import openapi_document
 from queenpy.settings import Settings
-from queenpy.store.database import Database
+from queenpy.store.database import Database, Unavailable
 
 __all__ = ["create_app", "VERSION"]
 
@@ -72,12 +73,19 @@ class Broker:
         self.cipher = PayloadCipher(settings.encryption_key) if _valid_key(settings.encryption_key) else None
         self._encrypted_queues: dict[str, tuple[bool, float]] = {}
         self.started_at = time.time()
+        self.failover = FailoverBuffer(
+            settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
+            max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
+            flush_ms=settings.file_buffer_flush_ms)
 
     async def start(self) -> None:
         await self.database.open()
         await self.engine.start()
+        await self.failover.drain_once()  # leftovers of a previous run are stored before serving
+        self.failover.start()
 
     async def stop(self) -> None:
+        await self.failover.stop()
         await self.engine.stop()
         await self.database.close()
 
@@ -102,6 +110,17 @@ class Broker:
         for message in messages:
             if PayloadCipher.looks_encrypted(message.get(key)):
                 message[key] = self.cipher.decrypt(message[key])
+
+
+def _default_buffer_dir(database_url: str) -> str:
+    """``<user data dir>/queenpy/buffers/<hash of the database URL>``: brokers on different databases never
+    replay each other's buffers."""
+    import hashlib
+
+    import platformdirs
+
+    digest = hashlib.sha256(database_url.encode()).hexdigest()[:16]
+    return os.path.join(platformdirs.user_data_dir("queenpy"), "buffers", digest)
 
 
 def _valid_key(key: str | None) -> bool:
@@ -188,7 +207,17 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
                 if item["queue"] in encrypted:
                     item["payload"] = broker.cipher.encrypt(item["payload"])
                     item["isEncrypted"] = True
-        results = await engine.push(items)
+        try:
+            results = await engine.push(items)
+        except Unavailable as exc:
+            # PostgreSQL unreachable: buffer to disk (fsync'd) and answer `buffered`; replayed when it is back
+            log.warning("push buffered to disk, database unavailable: %s", exc)
+            try:
+                results = await broker.failover.append(items)
+            except OSError:
+                log.exception("failover buffer write failed")
+                results = [{"status": "failed", "queue": item["queue"], "partition": item["partition"],
+                            "error": "File buffer write failed"} for item in items]
         return json_response(results)
 
     # --- pop -------------------------------------------------------------------------------------
@@ -499,6 +528,11 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
             "fusion": fusions, "longPoll": {"parked": len(engine.waiters)},
         }), media_type="application/json", headers=CORS_HEADERS)
 
+    async def status_buffers(_request: Request) -> Response:
+        counts = broker.failover.counts()
+        return json_response({"pending": counts["pending"], "failed": 0, "dbHealthy": broker.failover.db_healthy,
+                              "replayed": broker.failover.replayed, "worker": worker_id}, empty_as_body=True)
+
     async def openapi(_request: Request) -> Response:
         return Response(orjson.dumps(openapi_document(VERSION)), media_type="application/json",
                         headers=CORS_HEADERS)
@@ -510,6 +544,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
+        Route("/api/v1/status/buffers", guarded(status_buffers, Level.READ_ONLY), methods=["GET"]),
         Route("/api/v1/configure", guarded(configure, Level.READ_WRITE), methods=["POST"]),
         Route("/api/v1/push", guarded(push, Level.READ_WRITE), methods=["POST"]),
         Route("/api/v1/pop/queue/{queue}/partition/{partition}", guarded(pop, Level.READ_WRITE), methods=["GET"]),

@@ -49,6 +49,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/health"): ("Health: database reachable", [], None),
     ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
     ("get", "/openapi.json"): ("This document", [], None),
+    ("get", "/api/v1/status/buffers"): ("Failover buffer of this worker: pending files, database health",
+                                        [], None),
     ("post", "/api/v1/configure"): ("Create or overwrite a queue's options", [], {
         "type": "object", "required": ["queue"], "properties": {
             "queue": _NAME, "namespace": {"type": "string"}, "task": {"type": "string"},

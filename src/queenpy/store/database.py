@@ -15,7 +15,7 @@ import asyncpg
 
 from queenpy.errors import DatabaseUnavailable
 
-__all__ = ["Database", "PROCEDURES"]
+__all__ = ["Database", "PROCEDURES", "Unavailable"]
 
 log = logging.getLogger("queenpy.store")
 
@@ -39,6 +39,15 @@ ConnectionErrors = (
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.InterfaceError,
     asyncio.TimeoutError,
+)
+
+# Errors meaning "PostgreSQL is not reachable" (as opposed to an SQL error): pushes go to the failover
+# buffer on these.
+Unavailable = (
+    *ConnectionErrors,
+    asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, crash shutdown
+    asyncpg.exceptions.ConnectionFailureError,
+    DatabaseUnavailable,
 )
 
 

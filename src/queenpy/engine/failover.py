@@ -1,0 +1,209 @@
+"""The failover buffer for pushes while PostgreSQL is unreachable (DESIGN.md section 7, API.md section 17).
+
+A push that cannot reach the database is appended to this process's open buffer file and fsync'd before
+the broker answers ``buffered``; ``kill -9`` at any moment after the answer loses nothing. Files use the
+original broker's record format, ``[uint32 length, little-endian][UTF-8 JSON event]`` repeated, so
+buffers can be moved between brokers. Events are
+``{"queue", "partition", "payload", "failover": true, "transactionId", "traceId"?, "producerSub"?,
+"isEncrypted"?}``; every event carries a transactionId (the client's, or one generated at buffering
+time), so replay is deduplicated by the push procedure. A payload that was encrypted before buffering
+keeps ``isEncrypted`` and is never encrypted twice (API.md sharp edge 18).
+
+Files: ``failover_<uuid>.<pid>.buf.tmp`` while being written, renamed ``.buf`` when full
+(``FILE_BUFFER_EVENTS_PER_FILE``) or idle for two flush intervals; the open file of a process that died
+is finalised by whoever drains next (unlike the original, which deletes small ones: those records were
+fsync'd and answered ``buffered``, so they are kept). Any broker process drains ``.buf``
+files, oldest first, claiming each by an atomic rename to ``.buf.draining.<pid>`` (claims of dead
+processes are taken back), pushing ``FILE_BUFFER_MAX_BATCH`` events per procedure call, deleting the file
+when all are stored and putting it back when the database fails again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import orjson
+
+__all__ = ["FailoverBuffer"]
+
+log = logging.getLogger("queenpy.failover")
+
+_HEADER = struct.Struct("<I")
+_MAX_RECORD = 10 * 1024 * 1024
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """All complete records of a buffer file (a torn last record is ignored)."""
+    data = path.read_bytes()
+    events: list[dict[str, Any]] = []
+    offset = 0
+    while offset + _HEADER.size <= len(data):
+        (length,) = _HEADER.unpack_from(data, offset)
+        if length == 0 or length > _MAX_RECORD or offset + _HEADER.size + length > len(data):
+            break
+        events.append(orjson.loads(data[offset + _HEADER.size: offset + _HEADER.size + length]))
+        offset += _HEADER.size + length
+    return events
+
+
+class FailoverBuffer:
+    """Append-only, fsync'd push buffer of one broker process, and its drain.
+
+    Args:
+        directory: ``FILE_BUFFER_DIR``; created if missing.
+        push: stores a batch of push items (the push procedure); raises when the database is unreachable.
+        max_batch: events per push call when draining (``FILE_BUFFER_MAX_BATCH``).
+        events_per_file: events after which the open file is finalised (``FILE_BUFFER_EVENTS_PER_FILE``).
+        flush_ms: drain interval (``FILE_BUFFER_FLUSH_MS``); a file idle for twice this is finalised.
+    """
+
+    def __init__(self, directory: Path | str, push: Callable[[list[dict[str, Any]]], Awaitable[list[Any]]],
+                 max_batch: int = 100, events_per_file: int = 10_000, flush_ms: int = 100) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._push = push
+        self.max_batch = max(1, max_batch)
+        self.events_per_file = max(1, events_per_file)
+        self.flush_s = max(10, flush_ms) / 1000.0
+        self._file: Any = None
+        self._path: Path | None = None
+        self._events_in_file = 0
+        self._last_write = 0.0
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.replayed = 0
+        self.db_healthy = True
+
+    # -- writing ----------------------------------------------------------------------------------
+    def _open(self) -> None:
+        self._path = self.directory / f"failover_{uuid.uuid4().hex}.{os.getpid()}.buf.tmp"
+        self._file = open(self._path, "ab", buffering=0)
+        self._events_in_file = 0
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)  # the new file's name survives a crash too
+        finally:
+            os.close(dir_fd)
+
+    def _finalise(self) -> None:
+        if self._file is None or self._path is None:
+            return
+        self._file.close()
+        os.rename(self._path, self._path.with_suffix(""))  # .buf.tmp -> .buf
+        self._file, self._path = None, None
+
+    def _write(self, events: list[dict[str, Any]]) -> None:
+        if self._file is None:
+            self._open()
+        record = b"".join(_HEADER.pack(len(body)) + body for body in map(orjson.dumps, events))
+        self._file.write(record)
+        os.fsync(self._file.fileno())
+        self._events_in_file += len(events)
+        self._last_write = time.monotonic()
+        if self._events_in_file >= self.events_per_file:
+            self._finalise()
+
+    async def append(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Buffer validated push items durably; return Queen's per-item ``buffered`` results.
+
+        Raises:
+            OSError: the file could not be written (the caller answers ``failed``).
+        """
+        events = []
+        results = []
+        for item in items:
+            transaction_id = item.get("transactionId") or str(uuid.uuid4())
+            events.append({**item, "transactionId": transaction_id, "failover": True})
+            results.append({"status": "buffered", "queue": item["queue"], "partition": item["partition"],
+                            "transactionId": transaction_id})
+        async with self._lock:
+            await asyncio.to_thread(self._write, events)
+        self.db_healthy = False
+        return results
+
+    # -- draining ---------------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """``{"pending": files waiting, "open": events in this process's open file}``."""
+        pending = sum(1 for p in self.directory.iterdir() if p.name.endswith((".buf", ".buf.tmp")))
+        return {"pending": pending, "open": self._events_in_file if self._file else 0}
+
+    def _claim(self) -> Path | None:
+        for path in self.directory.glob("failover_*.buf.tmp"):
+            # the open file of a process that died (kill -9): every record in it was fsync'd and answered
+            pid = int(path.name.split(".")[1])
+            if pid != os.getpid() and not _alive(pid):
+                os.rename(path, path.with_suffix(""))
+        for path in sorted(self.directory.glob("failover_*.buf.draining.*")):
+            pid = int(path.name.rsplit(".", 1)[1])
+            if pid != os.getpid() and not _alive(pid):
+                os.rename(path, path.with_name(path.name.split(".draining.")[0]))
+        for path in sorted(self.directory.glob("failover_*.buf"), key=lambda p: p.stat().st_mtime):
+            claimed = path.with_name(f"{path.name}.draining.{os.getpid()}")
+            try:
+                os.rename(path, claimed)
+            except FileNotFoundError:
+                continue  # another process claimed it first
+            return claimed
+        return None
+
+    async def drain_once(self) -> int:
+        """Replay every finalised file now; returns how many events were stored. Stops at the first
+        database failure (the file goes back for the next round)."""
+        async with self._lock:
+            if self._file is not None and time.monotonic() - self._last_write > 2 * self.flush_s:
+                self._finalise()
+        stored = 0
+        while (path := self._claim()) is not None:
+            events = read_events(path)
+            try:
+                for start in range(0, len(events), self.max_batch):
+                    batch = [{k: v for k, v in e.items() if k != "failover"}
+                             for e in events[start:start + self.max_batch]]
+                    await self._push(batch)
+                    stored += len(batch)
+            except Exception as exc:  # noqa: BLE001 - the database is still away: retry later
+                os.rename(path, path.with_name(path.name.split(".draining.")[0]))
+                self.db_healthy = False
+                log.info("failover drain paused: %s", exc)
+                return stored
+            path.unlink()
+            self.replayed += len(events)
+            log.info("replayed %d buffered push(es) from %s", len(events), path.name)
+        self.db_healthy = True
+        return stored
+
+    def start(self) -> None:
+        """Drain in the background every flush interval."""
+
+        async def loop() -> None:
+            while True:
+                try:
+                    await self.drain_once()
+                except Exception:  # noqa: BLE001 - keep the drain alive
+                    log.exception("failover drain failed")
+                await asyncio.sleep(self.flush_s if self.db_healthy else 1.0)
+
+        self._task = asyncio.get_running_loop().create_task(loop())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        async with self._lock:
+            self._finalise()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
