@@ -12,11 +12,11 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Annotated, Any
 
 import typer
 
-__all__ = ["register", "find_benchmarks_dir"]
+__all__ = ["find_benchmarks_dir", "register"]
 
 
 def find_benchmarks_dir() -> Path | None:
@@ -44,58 +44,71 @@ def _import_queenbench() -> Any:
     return importlib.import_module("queenbench")
 
 
+QuickOption = Annotated[bool, typer.Option(
+    "--quick", envvar="QUEENPY_BENCH_QUICK", help="The short suite: 1 run, 3 s windows, under two minutes.")]
+RunsOption = Annotated[int | None, typer.Option(
+    "--runs", min=1, envvar="QUEENPY_BENCH_RUNS",
+    help="Runs per scenario, interleaved; medians are reported (default 3, 1 with --quick).")]
+SecondsOption = Annotated[float | None, typer.Option(
+    "--seconds", min=1, envvar="QUEENPY_BENCH_SECONDS", help="Measured window per run (default 10, 3 with --quick).")]
+WarmupOption = Annotated[float | None, typer.Option(
+    "--warmup", min=0, envvar="QUEENPY_BENCH_WARMUP", help="Warm-up before each window (default 3, 1 with --quick).")]
+WorkersOption = Annotated[int, typer.Option(
+    "--workers", min=0, envvar="QUEENPY_BENCH_WORKERS",
+    help="Broker worker processes (NUM_WORKERS); 0: the broker's default, one per core.")]
+EnvOption = Annotated[list[str] | None, typer.Option(
+    "--env", "-e", metavar="NAME=VALUE",
+    help="A setting for the broker's environment, repeatable (QUEEN_PUSH_MAX_BATCH_SIZE=100, DB_POOL_SIZE=20). "
+         "QUEEN_* variables of this shell reach the broker too.")]
+ConnectionsOption = Annotated[int, typer.Option(
+    "--connections", min=1, envvar="QUEENPY_BENCH_CONNECTIONS", help="wrk connections of the push scenarios.")]
+OnlyOption = Annotated[str | None, typer.Option(
+    "--only", envvar="QUEENPY_BENCH_ONLY", help="Comma-separated scenario name patterns, e.g. 'push-*,consume-auto'.")]
+ListOption = Annotated[bool, typer.Option("--list", help="List the scenarios and exit.")]
+OutOption = Annotated[Path, typer.Option("--out", envvar="QUEENPY_BENCH_OUT", help="JSON results file.")]
+ChartOption = Annotated[Path | None, typer.Option(
+    "--chart", envvar="QUEENPY_BENCH_CHART", help="PNG chart (default: the --out path with .png).")]
+WorkdirOption = Annotated[Path | None, typer.Option(
+    "--workdir", envvar="QUEENPY_BENCH_WORKDIR", help="Where the private PostgreSQL lives (default: system temp).")]
+KeepOption = Annotated[bool, typer.Option("--keep", help="Keep the work dir (database, logs, Lua scripts).")]
+CheckpointOption = Annotated[bool, typer.Option(
+    "--checkpoint/--no-checkpoint", envvar="QUEENPY_BENCH_CHECKPOINT",
+    help="CHECKPOINT before each scenario and limit, so none inherits the previous one's dirty pages.")]
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``bench`` command to the ``queenpy`` app."""
 
     @app.command()
     def bench(
-        quick: bool = typer.Option(False, "--quick", envvar="QUEENPY_BENCH_QUICK",
-                                   help="The short suite: 1 run, 3 s windows, under two minutes."),
-        runs: Optional[int] = typer.Option(None, "--runs", min=1, envvar="QUEENPY_BENCH_RUNS",
-                                           help="Runs per scenario, interleaved; medians are reported "
-                                                "(default 3, 1 with --quick)."),
-        seconds: Optional[float] = typer.Option(None, "--seconds", min=1, envvar="QUEENPY_BENCH_SECONDS",
-                                                help="Measured window per run (default 10, 3 with --quick)."),
-        warmup: Optional[float] = typer.Option(None, "--warmup", min=0, envvar="QUEENPY_BENCH_WARMUP",
-                                               help="Warm-up before each window (default 3, 1 with --quick)."),
-        workers: int = typer.Option(0, "--workers", min=0, envvar="QUEENPY_BENCH_WORKERS",
-                                    help="Broker worker processes (NUM_WORKERS); 0: the broker's default."),
-        env: List[str] = typer.Option([], "--env", "-e", metavar="NAME=VALUE",
-                                      help="Broker environment setting, repeatable (QUEEN_PUSH_MAX_BATCH_SIZE=100, "
-                                           "DB_POOL_SIZE=20, ...). QUEEN_* variables of this shell are "
-                                           "inherited too."),
-        connections: int = typer.Option(50, "--connections", min=1, envvar="QUEENPY_BENCH_CONNECTIONS",
-                                        help="wrk connections of the push scenarios."),
-        only: Optional[str] = typer.Option(None, "--only", envvar="QUEENPY_BENCH_ONLY",
-                                           help="Comma-separated scenario name patterns (push-*,consume-auto)."),
-        list_scenarios: bool = typer.Option(False, "--list", help="List the scenarios and exit."),
-        out: Path = typer.Option(Path("bench-results.json"), "--out", envvar="QUEENPY_BENCH_OUT",
-                                 help="JSON results file."),
-        chart: Optional[Path] = typer.Option(None, "--chart", help="PNG chart (default: --out with .png)."),
-        workdir: Optional[Path] = typer.Option(None, "--workdir", envvar="QUEENPY_BENCH_WORKDIR",
-                                               help="Where the private PostgreSQL lives (default: system temp)."),
-        keep: bool = typer.Option(False, "--keep", help="Keep the work dir (database, logs, Lua scripts)."),
-        checkpoint: bool = typer.Option(True, "--checkpoint/--no-checkpoint",
-                                        help="CHECKPOINT before each scenario and limit."),
-        verbose: bool = typer.Option(False, "-v", "--verbose", help="Tracebacks on errors."),
+        quick: QuickOption = False,
+        runs: RunsOption = None,
+        seconds: SecondsOption = None,
+        warmup: WarmupOption = None,
+        workers: WorkersOption = 0,
+        env: EnvOption = None,
+        connections: ConnectionsOption = 50,
+        only: OnlyOption = None,
+        list_scenarios: ListOption = False,
+        out: OutOption = Path("bench-results.json"),
+        chart: ChartOption = None,
+        workdir: WorkdirOption = None,
+        keep: KeepOption = False,
+        checkpoint: CheckpointOption = True,
+        verbose: VerboseOption = False,
     ) -> None:
         """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
 
-        Starts a private PostgreSQL (fsync on) and `queenpy serve`, drives Queen's standard scenarios with
-        wrk, and prints each figure as a ratio to what pgbench reaches on the same server in the same run.
-        Writes a table, a JSON file and a PNG chart. See benchmarks/RESULTS.md for how to read them.
+        Starts a private PostgreSQL (fsync on) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
         """
         queenbench = _import_queenbench()
         if list_scenarios:
-            from queenbench.scenarios import SCENARIOS
-
-            for scenario in SCENARIOS:
+            for scenario in queenbench.SCENARIOS:
                 typer.echo(f"{scenario.name:<22} {'quick ' if scenario.quick else '      '}{scenario.description}")
             return
         try:
-            from queenbench.parsing import parse_env_assignments
-
-            broker_env = parse_env_assignments(env)
+            broker_env = queenbench.parse_env_assignments(env or [])
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--env") from exc
         config = queenbench.Config(

@@ -1,0 +1,64 @@
+-- queenbench common part, loaded before every scenario script (queenbench/wrk.py joins the files).
+-- Above this file queenbench writes `P`, the scenario's parameters, as a Lua table.
+--
+-- Counters: each scenario script lists its counter names in COUNTERS and keeps them as globals of
+-- its thread's Lua state; done() (main state) sums them over the threads and prints one line
+--   QUEENBENCH {"requests":..,"duration_us":..,"status_errors":..,"p50":..,..,"<counter>":..}
+-- that queenbench.parsing.parse_wrk reads (latencies in microseconds).
+
+local threads = {}
+
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("thread_index", #threads)
+end
+
+wrk.headers["Content-Type"] = "application/json"
+
+-- a FIFO of follow-up requests (acks, transactions) made from responses; any connection of the thread
+-- may send the next one
+local fifo, fifo_head, fifo_tail = {}, 1, 0
+
+function enqueue(req)
+  fifo_tail = fifo_tail + 1
+  fifo[fifo_tail] = req
+end
+
+function dequeue()
+  if fifo_head > fifo_tail then return nil end
+  local req = fifo[fifo_head]
+  fifo[fifo_head] = nil
+  fifo_head = fifo_head + 1
+  return req
+end
+
+function count(text, pattern)
+  local _, n = string.gsub(text, pattern, "")
+  return n
+end
+
+function done(summary, latency, requests)
+  local parts = {
+    string.format('"requests":%d', summary.requests),
+    string.format('"duration_us":%d', summary.duration),
+    string.format('"status_errors":%d', summary.errors.status),
+    string.format('"connect":%d', summary.errors.connect),
+    string.format('"read":%d', summary.errors.read),
+    string.format('"write":%d', summary.errors.write),
+    string.format('"timeout":%d', summary.errors.timeout),
+    string.format('"latency_mean_us":%.1f', latency.mean),
+    string.format('"latency_max_us":%d', latency.max),
+  }
+  for _, p in ipairs({50, 75, 90, 99, 99.9}) do
+    local key = string.gsub(tostring(p), "%.", "_")
+    table.insert(parts, string.format('"p%s":%d', key, latency:percentile(p)))
+  end
+  for _, name in ipairs(COUNTERS) do
+    local total = 0
+    for _, thread in ipairs(threads) do
+      total = total + (thread:get(name) or 0)
+    end
+    table.insert(parts, string.format('"%s":%d', name, total))
+  end
+  io.write("QUEENBENCH {" .. table.concat(parts, ",") .. "}\n")
+end

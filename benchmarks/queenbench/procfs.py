@@ -1,0 +1,147 @@
+"""CPU time and memory of process trees, and of the whole machine, read from /proc (Linux only).
+
+CPU of a tree = utime+stime of every live process in it, plus the cutime+cstime of each (children that
+exited and were waited for: PostgreSQL backends that ended, reaped by the postmaster). Every process is
+then counted exactly once, alive or gone, so the difference of two snapshots is the CPU the tree used in
+between. Memory = sum of the resident set sizes of the tree's processes (shared pages counted in each,
+as ``ps`` would), and the proportional set size (PSS, shared pages split) next to it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from queenbench.parsing import ProcStat, parse_cpu_line, parse_proc_stat
+
+__all__ = [
+    "PAGE_SIZE",
+    "TICKS_PER_SECOND",
+    "MachineCpu",
+    "MemorySampler",
+    "machine_cpu",
+    "tree_cpu_s",
+    "tree_of",
+]
+
+TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
+PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _all_stats() -> dict[int, ProcStat]:
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stats[int(entry.name)] = parse_proc_stat(Path(entry.path, "stat").read_text())
+        except (OSError, ValueError, IndexError):
+            continue  # the process ended while we looked
+    return stats
+
+
+def tree_of(root: int, stats: dict[int, ProcStat] | None = None) -> list[ProcStat]:
+    """The process ``root`` and all its live descendants (empty when ``root`` is gone)."""
+    stats = _all_stats() if stats is None else stats
+    if root not in stats:
+        return []
+    children: dict[int, list[int]] = {}
+    for stat in stats.values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(stats[pid])
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def tree_cpu_s(roots: list[int], stats: dict[int, ProcStat] | None = None) -> float:
+    """CPU seconds used so far by the trees under ``roots`` (live processes and reaped children)."""
+    stats = _all_stats() if stats is None else stats
+    ticks = sum(p.own_ticks + p.reaped_children_ticks for root in roots for p in tree_of(root, stats))
+    return ticks / TICKS_PER_SECOND
+
+
+@dataclass(frozen=True)
+class MachineCpu:
+    """Aggregate /proc/stat counters: busy and total CPU seconds summed over all cores."""
+
+    busy_s: float
+    total_s: float
+
+
+def machine_cpu() -> MachineCpu:
+    """The machine's busy and total CPU seconds since boot, over all cores."""
+    busy, total = parse_cpu_line(Path("/proc/stat").read_text())
+    return MachineCpu(busy / TICKS_PER_SECOND, total / TICKS_PER_SECOND)
+
+
+def _pss_bytes(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+class MemorySampler:
+    """Samples the resident memory of the tree under ``root`` every ``interval_s`` in a thread.
+
+    ``mark()`` starts a new window; ``peak()`` gives the highest (RSS sum, PSS sum, process count) seen in
+    the current window, in bytes.
+    """
+
+    def __init__(self, root: int, interval_s: float = 0.2) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._peak = (0, 0, 0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queenbench-memory", daemon=True)
+
+    def start(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def mark(self) -> None:
+        with self._lock:
+            self._peak = (0, 0, 0)
+        self.sample()
+
+    def peak(self) -> tuple[int, int, int]:
+        self.sample()
+        with self._lock:
+            return self._peak
+
+    def sample(self) -> None:
+        tree = tree_of(self.root)
+        rss = sum(p.rss_pages for p in tree) * PAGE_SIZE
+        pss = sum(_pss_bytes(p.pid) for p in tree)
+        with self._lock:
+            if rss > self._peak[0]:
+                self._peak = (rss, max(pss, self._peak[1]), len(tree))
+            elif pss > self._peak[1]:
+                self._peak = (self._peak[0], pss, self._peak[2])
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except OSError:
+                pass
+
+
+def sleep_until(deadline: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``deadline``."""
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))

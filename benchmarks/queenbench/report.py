@@ -1,0 +1,124 @@
+"""Outputs of a run: the terminal table (plain text, pasteable into Markdown) and the PNG chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CHART_MISSING", "chart", "table"]
+
+CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def table(document: dict[str, Any]) -> str:
+    """The results as Markdown tables: scenarios (medians), then limits, then problems and notes."""
+    settings, pg, broker = document["settings"], document["postgres"], document["broker"]
+    machine = document["machine"]
+    git = document["git"]
+    title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
+             f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
+    server = (f"{pg['version']}; fsync={pg['fsync']} synchronous_commit={pg['synchronous_commit']} "
+              f"shared_buffers={pg['shared_buffers']}; broker workers: {broker['workers']} "
+              f"({broker['processes']} processes), env {broker['env'] or '{}'}")
+    load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
+            f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
+            f"median {_num((machine['other_cpu_share_median'] or 0) * 100)}%, max "
+            f"{_num((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
+    lines = [
+        title, server, load, "",
+        "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | wrk µs/msg | RSS MB | valid |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for entry in document["scenarios"]:
+        m = entry.get("median")
+        if not m:
+            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | INVALID |")
+            continue
+        cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
+        lines.append(
+            f"| {entry['scenario']} | {_num(m['msg_per_s'])} | {_num(m['limit_msg_per_s'])} | "
+            f"{_num(m['ratio'], 2)} | {_num(latency['50'], 1)} | {_num(latency['99'], 1)} | "
+            f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(cpu['wrk'], 1)} | "
+            f"{_num(m['broker_rss_mb_peak'])} | {'yes' if entry['valid'] else 'INVALID'} |")
+    lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for key, entry in document["limits"].items():
+        m = entry["median"]
+        lines.append(f"| {key}: {entry['description']} | {_num(m['msg_per_s'])} | "
+                     f"{_num(m['cpu_us_per_msg']['postgres'], 1)} | {_num(m['cpu_us_per_msg']['pgbench'], 1)} | "
+                     f"{_num(m['latency_ms']['50'], 2)} | {_num(m['latency_ms']['99'], 2)} |"
+                     + ("" if m["valid"] else " INVALID"))
+    for entry in document["scenarios"]:
+        keepup = (entry.get("median") or {}).get("keepup")
+        if keepup:
+            lines.append("")
+            lines.append(f"{entry['scenario']}: producer {_num(keepup['producer_msg_per_s'])} msg/s (target "
+                         f"{_num(keepup['target_producer_msg_per_s'])}), consumers "
+                         f"{_num(keepup['consumer_msg_per_s'])} msg/s, backlog growth "
+                         f"{_num(keepup['backlog_growth_per_s'])} msg/s; kept up in {keepup['keeps_up_runs']} of "
+                         f"{len(entry['runs'])} run(s)")
+    ledger = document.get("inserts_ledger")
+    if ledger:
+        lines.append("")
+        lines.append(f"queen.messages over the whole run: n_tup_ins +{ledger['n_tup_ins_delta']:,}, rows stored "
+                     f"+{ledger['rows_delta']:,}: {ledger['verdict']}")
+    remarks = [(e["scenario"], "INVALID: " + p) for e in document["scenarios"] for p in e["problems"]]
+    remarks += [(e["scenario"], n) for e in document["scenarios"] for n in e["notes"]]
+    if remarks:
+        lines.append("")
+        lines += [f"- {name}: {text}" for name, text in remarks]
+    return "\n".join(lines)
+
+
+def chart(document: dict[str, Any], path: Path) -> bool:
+    """Write the PNG: throughput per scenario next to its limit (ratio on top), and latency p50/p99.
+    Returns False (and writes nothing) when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    entries = [e for e in document["scenarios"] if e.get("median")]
+    names = [e["scenario"] + ("" if e["valid"] else " (INVALID)") for e in entries]
+    broker = [e["median"]["msg_per_s"] or 0 for e in entries]
+    limit = [e["median"]["limit_msg_per_s"] or 0 for e in entries]
+    p50 = [e["median"]["latency_ms"]["50"] or 0 for e in entries]
+    p99 = [e["median"]["latency_ms"]["99"] or 0 for e in entries]
+    xs = list(range(len(entries)))
+    width = 0.4
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(8, 0.9 * len(entries) + 3), 9), sharex=True)
+    top.bar([x - width / 2 for x in xs], broker, width, label="queenpy broker", color="#3b7dd8")
+    top.bar([x + width / 2 for x in xs], limit, width, label="PostgreSQL limit (pgbench)", color="#bbbbbb")
+    for x, e in zip(xs, entries):
+        ratio = e["median"]["ratio"]
+        if ratio is not None:
+            top.annotate(f"{ratio:.2f}", (x - width / 2, broker[x]), ha="center", va="bottom", fontsize=8)
+    top.set_yscale("log")
+    top.set_ylabel("messages / s (log)")
+    top.set_title("Throughput, broker vs its limit (ratio above the bar)")
+    top.legend(loc="upper left", fontsize=8)
+    top.grid(axis="y", alpha=0.3)
+    bottom.bar([x - width / 2 for x in xs], p50, width, label="p50", color="#58a55c")
+    bottom.bar([x + width / 2 for x in xs], p99, width, label="p99", color="#d8823b")
+    bottom.set_yscale("log")
+    bottom.set_ylabel("latency ms (log)")
+    bottom.set_title("Request latency from wrk")
+    bottom.legend(loc="upper left", fontsize=8)
+    bottom.grid(axis="y", alpha=0.3)
+    bottom.set_xticks(xs)
+    bottom.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+    git = document["git"].get("commit", "?")
+    fig.suptitle(f"queenbench {document['started_at'][:16]}Z, git {git}, "
+                 f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}",
+                 fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True

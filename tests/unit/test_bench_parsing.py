@@ -1,0 +1,177 @@
+"""The benchmark suite's pure helpers (benchmarks/queenbench/parsing.py): wrk, pgbench and /proc text.
+
+The suite itself never runs in the test suite; these tests only read text samples captured from real runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from queenbench.parsing import (
+    median,
+    parse_cpu_line,
+    parse_duration_us,
+    parse_env_assignments,
+    parse_pgbench,
+    parse_proc_stat,
+    parse_wrk,
+    percentile,
+    pgbench_log_latencies_us,
+    select_names,
+)
+from queenbench.wrk import lua_literal
+
+WRK_WITH_COUNTERS = """\
+Running 3s test @ http://127.0.0.1:45007
+  2 threads and 50 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   114.93ms   87.31ms 401.63ms   80.34%
+    Req/Sec   271.63    132.29   680.00     69.39%
+  Latency Distribution
+     50%   82.36ms
+     75%  156.85ms
+     90%  228.94ms
+     99%  401.56ms
+  1420 requests in 3.04s, 3.60MB read
+Requests/sec:    467.29
+Transfer/sec:      1.18MB
+QUEENBENCH {"requests":1420,"duration_us":3038820,"status_errors":0,"connect":0,"read":0,"write":0,\
+"timeout":0,"latency_mean_us":114932.2,"latency_max_us":401632,"p50":82356,"p75":156847,"p90":228940,\
+"p99":401562,"p99_9":401630,"queued":14200,"not_queued":0,"bad_responses":0}
+"""
+
+WRK_PLAIN_WITH_ERRORS = """\
+Running 10s test @ http://127.0.0.1:6632
+  1 threads and 1 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency   850.00us  120.10us   1.02s    99.00%
+    Req/Sec     1.10k    50.00     1.20k    70.00%
+  Latency Distribution
+     50%  812.00us
+     75%  900.00us
+     90%    1.00ms
+     99%    2.50ms
+  11000 requests in 10.00s, 2.00MB read
+  Socket errors: connect 0, read 2, write 0, timeout 3
+  Non-2xx or 3xx responses: 7
+Requests/sec:   1100.00
+Transfer/sec:    204.80KB
+"""
+
+PGBENCH = """\
+pgbench (16.2)
+transaction type: /tmp/qb/limit-insert-10-40B.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 50
+number of threads: 2
+maximum number of tries: 1
+duration: 3 s
+number of transactions actually processed: 10312
+number of failed transactions: 0 (0.000%)
+latency average = 14.551 ms
+initial connection time = 80.313 ms
+tps = 3436.155877 (without initial connection time)
+"""
+
+
+@pytest.mark.parametrize(("text", "micros"), [
+    ("850.00us", 850.0), ("14.20ms", 14_200.0), ("1.02s", 1_020_000.0), ("2.00m", 120_000_000.0),
+])
+def test_wrk_durations(text: str, micros: float) -> None:
+    assert parse_duration_us(text) == pytest.approx(micros)
+
+
+def test_wrk_duration_rejects_other_text() -> None:
+    with pytest.raises(ValueError):
+        parse_duration_us("12 parsecs")
+
+
+def test_wrk_counter_line_is_authoritative() -> None:
+    result = parse_wrk(WRK_WITH_COUNTERS)
+    assert result.requests == 1420
+    assert result.duration_s == pytest.approx(3.03882)
+    assert result.errors == 0
+    assert result.latency_us[50] == 82356
+    assert result.latency_us[99.9] == 401630
+    assert result.latency_mean_us == pytest.approx(114932.2)
+    assert result.counters == {"queued": 14200, "not_queued": 0, "bad_responses": 0}
+
+
+def test_wrk_text_only_with_errors() -> None:
+    result = parse_wrk(WRK_PLAIN_WITH_ERRORS)
+    assert result.requests == 11000
+    assert result.duration_s == pytest.approx(10.0)
+    assert result.non_2xx == 7
+    assert result.socket_errors == {"connect": 0, "read": 2, "write": 0, "timeout": 3}
+    assert result.errors == 12
+    assert result.latency_us == {50: 812.0, 75: 900.0, 90: 1000.0, 99: 2500.0}
+    assert result.latency_max_us == pytest.approx(1_020_000.0)
+
+
+def test_wrk_output_without_a_count_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        parse_wrk("unable to connect to 127.0.0.1:1 Connection refused\n")
+
+
+def test_pgbench_summary() -> None:
+    result = parse_pgbench(PGBENCH)
+    assert result.tps == pytest.approx(3436.155877)
+    assert result.transactions == 10312
+    assert result.failed == 0
+    assert result.latency_avg_ms == pytest.approx(14.551)
+    with pytest.raises(ValueError):
+        parse_pgbench("pgbench: error: connection to server failed\n")
+
+
+def test_pgbench_log_skips_failed_transactions() -> None:
+    lines = ["0 1 2034 0 1732190000 123456", "0 2 1987 0 1732190000 125500", "0 3 failed 0 1732190000 1",
+             "garbage"]
+    assert pgbench_log_latencies_us(lines) == [2034.0, 1987.0]
+
+
+def test_proc_stat_with_spaces_and_parentheses_in_the_name() -> None:
+    line = ("4242 (postgres: postgres (x) idle) S 4200 4200 4200 0 -1 4194560 1500 0 0 0 "
+            "37 12 5 3 20 0 1 0 12345 180000000 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0")
+    stat = parse_proc_stat(line)
+    assert (stat.pid, stat.comm, stat.state, stat.ppid) == (4242, "postgres: postgres (x) idle", "S", 4200)
+    assert (stat.own_ticks, stat.reaped_children_ticks, stat.rss_pages) == (49, 8, 2048)
+
+
+def test_cpu_line_busy_and_total() -> None:
+    text = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n"
+    assert parse_cpu_line(text) == (160, 1000)
+
+
+def test_percentile_and_median() -> None:
+    assert percentile([], 50) is None
+    assert percentile([7.0], 99) == 7.0
+    assert percentile([1, 2, 3, 4], 50) == pytest.approx(2.5)
+    assert percentile(list(range(1, 101)), 99) == pytest.approx(99.01)
+    assert median([3.0, None, 1.0, 2.0]) == 2.0
+    assert median([None]) is None
+
+
+def test_env_assignments() -> None:
+    assert parse_env_assignments(["QUEEN_PUSH_MAX_BATCH_SIZE=100", "X=a=b", "EMPTY="]) == {
+        "QUEEN_PUSH_MAX_BATCH_SIZE": "100", "X": "a=b", "EMPTY": ""}
+    with pytest.raises(ValueError):
+        parse_env_assignments(["NOVALUE"])
+
+
+def test_scenario_selection() -> None:
+    names = ["push-1-40B", "push-10-40B", "consume-auto", "consume-ack"]
+    assert select_names(names, None) == names
+    assert select_names(names, "consume-*, push-1-40B") == ["push-1-40B", "consume-auto", "consume-ack"]
+    with pytest.raises(ValueError):
+        select_names(names, "fanout-*")
+
+
+def test_lua_literals() -> None:
+    assert lua_literal({"a": 1, "b": True, "c": ["x", ""]}) == '{a = 1, b = true, c = {[[x]], [[]]}}'
+    assert lua_literal('{"v":"]]"}') == '[=[{"v":"]]"}]=]'
