@@ -251,6 +251,7 @@ def _kill_and_drain(args: argparse.Namespace, rng: random.Random, tmp: Path, don
         copied = total(args.url, args.target)
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()
+        time.sleep(1.0)  # a commit already sent to the broker may still land; count it before the restart
         kills.append({"kill": k + 1, "source": total(args.url, args.source), "target": copied})
         log(f"SIGKILL {k + 1}: source {kills[-1]['source']:,}, target {copied:,}")
     done.wait()
