@@ -7,10 +7,12 @@ default durability (fsync on, synchronous_commit on), listening on a Unix socket
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import re
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +55,65 @@ class PrivatePostgres:
 
     def stop(self) -> None:
         self._server.cleanup()
+
+
+class WaitSampler:
+    """What PostgreSQL's client backends are doing, sampled from ``pg_stat_activity`` every ``interval_s``
+    in a thread (own connection): per active backend either ``CPU`` (no wait event) or
+    ``<wait_event_type>:<wait_event>`` (``IO:WALSync`` is fsync of the WAL, ``Lock:transactionid`` a row
+    lock held by another transaction, ``LWLock:WALWrite`` waiting for another backend's WAL flush, ...).
+
+    ``mark()`` starts a window; ``shares()`` gives each state's share of the active-backend samples since,
+    plus ``active_backends``, the mean number of active backends per sample.
+    """
+
+    QUERY = ("SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
+             "WHERE backend_type = 'client backend' AND state = 'active' AND pid <> pg_backend_pid()")
+
+    def __init__(self, url: str, interval_s: float = 0.05) -> None:
+        self.url = url
+        self.interval_s = interval_s
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._samples = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="queenbench-waits", daemon=True)
+
+    def start(self) -> WaitSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def mark(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._samples = 0
+
+    def shares(self) -> dict[str, float]:
+        with self._lock:
+            total = sum(self._counts.values())
+            found = {state: n / total for state, n in self._counts.most_common()} if total else {}
+            found["active_backends"] = total / self._samples if self._samples else 0.0
+            return found
+
+    def _run(self) -> None:
+        asyncio.run(self._loop())
+
+    async def _loop(self) -> None:
+        conn = await asyncpg.connect(self.url, server_settings={"application_name": "queenbench-waits"})
+        try:
+            statement = await conn.prepare(self.QUERY)
+            while not self._stop.is_set():
+                rows = await statement.fetch()
+                with self._lock:
+                    self._samples += 1
+                    self._counts.update(row[0] for row in rows)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            await conn.close()
 
 
 class Sql:

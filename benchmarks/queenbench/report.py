@@ -30,20 +30,22 @@ def table(document: dict[str, Any]) -> str:
             f"{_num((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
     lines = [
         title, server, load, "",
-        "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | wrk µs/msg | RSS MB | valid |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | wrk µs/msg "
+        "| broker RSS (PSS) MB | other CPU | valid |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | INVALID |")
+            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | INVALID |")
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
             f"| {entry['scenario']} | {_num(m['msg_per_s'])} | {_num(m['limit_msg_per_s'])} | "
             f"{_num(m['ratio'], 2)} | {_num(latency['50'], 1)} | {_num(latency['99'], 1)} | "
             f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(cpu['wrk'], 1)} | "
-            f"{_num(m['broker_rss_mb_peak'])} | {'yes' if entry['valid'] else 'INVALID'} |")
+            f"{_num(m['broker_rss_mb_peak'])} ({_num(m['broker_pss_mb_peak'])}) | "
+            f"{_num(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
     lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
               "|---|---:|---:|---:|---:|---:|"]
     for key, entry in document["limits"].items():
@@ -52,12 +54,23 @@ def table(document: dict[str, Any]) -> str:
                      f"{_num(m['cpu_us_per_msg']['postgres'], 1)} | {_num(m['cpu_us_per_msg']['pgbench'], 1)} | "
                      f"{_num(m['latency_ms']['50'], 2)} | {_num(m['latency_ms']['99'], 2)} |"
                      + ("" if m["valid"] else " INVALID"))
+    lines += ["", ("What limited each (share of all cores during the window; what PostgreSQL's active backends were "
+              "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
+              "LWLock:WALWrite = waiting for another backend's WAL flush):")]
+    for entry in document["scenarios"]:
+        m = entry.get("median")
+        if m:
+            lines.append(f"- {entry['scenario']}: {bound(m['cpu_share_of_machine'], m['pg_waits'])}")
+    for key, entry in document["limits"].items():
+        lines.append(f"- limit {key}: {bound(None, entry['median']['pg_waits'])}")
     for entry in document["scenarios"]:
         keepup = (entry.get("median") or {}).get("keepup")
         if keepup:
             lines.append("")
+            share = keepup.get("producer_share_of_push")
             lines.append(f"{entry['scenario']}: producer {_num(keepup['producer_msg_per_s'])} msg/s (target "
-                         f"{_num(keepup['target_producer_msg_per_s'])}), consumers "
+                         f"{_num(keepup['target_producer_msg_per_s'])}"
+                         + (f", {share * 100:.0f}% of push-10-40B" if share else "") + "), consumers "
                          f"{_num(keepup['consumer_msg_per_s'])} msg/s, backlog growth "
                          f"{_num(keepup['backlog_growth_per_s'])} msg/s; kept up in {keepup['keeps_up_runs']} of "
                          f"{len(entry['runs'])} run(s)")
@@ -72,6 +85,20 @@ def table(document: dict[str, Any]) -> str:
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
     return "\n".join(lines)
+
+
+def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
+    """One line: who used the cores, and what PostgreSQL's active backends waited on."""
+    parts = []
+    if cpu:
+        names = {"postgres": "PG", "broker": "broker", "wrk": "wrk", "other": "others", "idle": "idle"}
+        parts.append("cores: " + ", ".join(f"{names[k]} {v * 100:.0f}%" for k, v in
+                                           sorted(cpu.items(), key=lambda item: -item[1]) if v >= 0.02))
+    states = [(k, v) for k, v in waits.items() if k != "active_backends" and v >= 0.03]
+    if states:
+        parts.append(f"PG backends ({waits.get('active_backends', 0):.1f} active): "
+                     + ", ".join(f"{k} {v * 100:.0f}%" for k, v in states[:5]))
+    return "; ".join(parts) or "-"
 
 
 def chart(document: dict[str, Any], path: Path) -> bool:

@@ -184,6 +184,7 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
             "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"][k] for r in rounds) for k in ("postgres", "pgbench")},
             "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in rounds) for k in ("50", "99")},
             "valid": all(r["valid"] for r in rounds),
+            "pg_waits": _median_shares([r.get("pg_waits", {}) for r in rounds]),
         }
     results = []
     for scenario in scenarios:
@@ -221,12 +222,13 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                                          for k in ("broker", "postgres", "wrk", "other", "idle")},
                 "broker_rss_mb_peak": max(r["broker_rss_mb_peak"] for r in measured),
                 "broker_pss_mb_peak": max(r["broker_pss_mb_peak"] for r in measured),
+                "pg_waits": _median_shares([r.get("pg_waits", {}) for r in measured]),
             }
             if scenario.kind == "keepup":
                 entry["median"]["keepup"] = {
                     k: median(r["keepup"][k] for r in measured)
-                    for k in ("target_producer_msg_per_s", "producer_msg_per_s", "consumer_msg_per_s",
-                              "backlog_growth_per_s")}
+                    for k in ("target_producer_msg_per_s", "producer_msg_per_s", "producer_share_of_push",
+                              "consumer_msg_per_s", "backlog_growth_per_s")}
                 entry["median"]["keepup"]["keeps_up_runs"] = sum(bool(r["keepup"]["keeps_up"]) for r in measured)
         results.append(entry)
     others = [r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r]
@@ -250,3 +252,10 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
         "limits": limits,
         "scenarios": results,
     }
+
+
+def _median_shares(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per key, the median over runs (a key missing from a run counts as 0), largest first."""
+    keys = {key for shares in runs for key in shares}
+    found = {key: median(shares.get(key, 0.0) for shares in runs) or 0.0 for key in keys}
+    return dict(sorted(found.items(), key=lambda item: (item[0] == "active_backends", -item[1])))

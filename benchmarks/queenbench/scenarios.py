@@ -31,7 +31,7 @@ from typing import Any
 from queenbench import procfs
 from queenbench.broker import Broker
 from queenbench.parsing import percentile
-from queenbench.postgres import PrivatePostgres, Sql, run_pgbench
+from queenbench.postgres import PrivatePostgres, Sql, WaitSampler, run_pgbench
 from queenbench.wrk import WrkRun, render_script, run_wrk
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Scenario", "payload"]
@@ -131,7 +131,7 @@ SCENARIOS: list[Scenario] = [
              "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
              connections=10, mode="handoff", quick=True, initial_rate=20_000),
     Scenario("keepup-ack", "keepup", "insert-10-40B",
-             "producer at 50% of push-10-40B (20 connections) while 10 connections pop 100 + /ack/batch",
+             "producer paced at 50% of push-10-40B (50 connections) while 10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
 ]
 
@@ -224,6 +224,7 @@ class Bench:
     options: Options
     log: Callable[[str], None]
     memory: procfs.MemorySampler = field(init=False)
+    waits: WaitSampler = field(init=False)
     estimates: dict[str, float] = field(default_factory=dict)
     backlogs: dict[int, Backlog] = field(default_factory=dict)
     inserts_start: tuple[int, int] = (0, 0)  # (n_tup_ins, rows) when the session started
@@ -232,12 +233,14 @@ class Bench:
 
     def __post_init__(self) -> None:
         self.memory = procfs.MemorySampler(self.broker.pid).start()
+        self.waits = WaitSampler(self.pg.url).start()
         for statement in LIMIT_SCHEMA:
             self.sql.execute(statement)
         self.inserts_start = self.inserts_ledger()
 
     def close(self) -> None:
         self.memory.stop()
+        self.waits.stop()
 
     # --- helpers ----------------------------------------------------------------------------------
     def inserts_ledger(self) -> tuple[int, int]:
@@ -304,6 +307,7 @@ class Bench:
                                      "idle": max(0.0, total - busy) / total},
             "broker_rss_mb_peak": rss / 2**20, "broker_pss_mb_peak": pss / 2**20, "broker_processes": processes,
             "checkpoints_in_window": checkpoints,
+            "pg_waits": self.waits.shares(),
         })
         if latency_from is not None:
             result = latency_from.result
@@ -355,6 +359,7 @@ class Bench:
         if self.options.warmup >= 1:
             run_pgbench(self.pg, script, limit.clients, self.options.warmup)
         before = procfs.tree_cpu_s([self.pg.pid])
+        self.waits.mark()
         started = time.monotonic()
         run = run_pgbench(self.pg, script, limit.clients, self.options.seconds,
                           log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
@@ -368,6 +373,7 @@ class Bench:
             "cpu_us_per_msg": {"postgres": postgres_s / rows * 1e6 if rows else None,
                                "pgbench": run.client_cpu_s / rows * 1e6 if rows else None},
             "valid": run.result.failed == 0,
+            "pg_waits": self.waits.shares(),
         }
         if run.latencies_us:
             figures["latency_ms"] = {"50": (percentile(run.latencies_us, 50) or 0) / 1000,
@@ -402,6 +408,7 @@ class Bench:
         before = self._settled(rows)
         checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
         self.memory.mark()
+        self.waits.mark()
         start = self._mark()
         measured = run_wrk(self.broker.url, script, connections, options.seconds, scenario.threads)
         at_end = rows()
@@ -489,6 +496,7 @@ class Bench:
         available = int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
         checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
         self.memory.mark()
+        self.waits.mark()
         start = self._mark()
         measured = run_wrk(self.broker.url, script_for(groups, target), scenario.connections, options.seconds,
                            scenario.threads, timeout_s)
@@ -527,16 +535,20 @@ class Bench:
         return run
 
     def _run_keepup(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
-        """A paced producer (push, 10 msg/request, 20 connections) and 10 consumers that pop + ack batches
+        """A paced producer (push, 10 msg/request, 50 connections) and 10 consumers that pop + ack batches
         of 100, together for warm-up + window; does the backlog stay steady?"""
         run = self._new_run(scenario, round_no)
         options = self.options
         queue = f"{scenario.name}-r{round_no}"
-        push_figure = self.scenario_results.get((round_no, "push-10-40B"), {}).get("msg_per_s")
+        push = self.scenario_results.get((round_no, "push-10-40B"), {})
+        push_figure = push.get("msg_per_s")
         target_rate = options.keepup_fraction * (push_figure or scenario.initial_rate)
-        producers = 20
-        latency = self.scenario_results.get((round_no, "latency-1conn"), {}).get("latency_ms", {}).get("50", 2.0)
-        delay_ms = max(1, int(1000 * producers * scenario.per_request / target_rate - latency))
+        # wrk paces with a fixed delay between a response and the next request on each connection, so the
+        # rate is connections * per_request / (delay + latency); latency at half load is guessed as half the
+        # full-load p50 of push-10-40B (a lower latency overshoots the target: the harder test)
+        producers = 50
+        latency = push.get("latency_ms", {}).get("50", 10.0) / 2
+        delay_ms = max(1, round(1000 * producers * scenario.per_request / target_rate - latency))
         self._precreate(queue, scenario.partitions)
         self.sql.execute(BULK_LOAD, queue, 20, payload(40))  # a small standing backlog
         producer = render_script("push", {"queue": queue, "partitions": scenario.partitions,
@@ -562,6 +574,7 @@ class Bench:
         rows0, cursor0 = rows(), cursor()
         checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
         self.memory.mark()
+        self.waits.mark()
         start = self._mark()
         procfs.sleep_until(start.at + options.seconds)
         rows1, cursor1 = rows(), cursor()
@@ -582,6 +595,7 @@ class Bench:
         growth = (backlog1 - backlog0) / window
         keeps_up = backlog1 - backlog0 <= max(2 * scenario.batch * scenario.connections, 0.05 * produced)
         run["keepup"] = {"target_producer_msg_per_s": target_rate, "producer_msg_per_s": produced / window,
+                         "producer_share_of_push": produced / window / push_figure if push_figure else None,
                          "consumer_msg_per_s": consumed / window, "backlog_start": backlog0,
                          "backlog_end": backlog1, "backlog_growth_per_s": growth, "keeps_up": keeps_up,
                          "push_figure": push_figure, "delay_ms": delay_ms}
