@@ -679,3 +679,15 @@ async def test_close_stops_running_consumers() -> None:
     await q.close()
     handled = await consuming
     assert handled >= 1 and len(stub.acks) == handled
+
+
+def test_cli_push_honours_a_partition_key_per_json_line() -> None:
+    import pytest
+
+    from queenpy.client.cli import _partition_runs
+
+    items = [{"data": 1, "partition": "a"}, {"data": 2, "partition": "a"}, {"x": 3}, {"data": 4, "partition": "b"}]
+    assert _partition_runs(items, None) == [("a", items[:2]), (None, [items[2]]), ("b", [items[3]])]
+    assert _partition_runs([{"x": 1}], "dflt") == [("dflt", [{"x": 1}])]
+    with pytest.raises(ValueError, match="partition must be a string"):
+        _partition_runs([{"data": 1, "partition": 5}], None)

@@ -199,6 +199,7 @@ class Consumer:
                     continue
                 self._last_message = time.monotonic()
                 handled = await self._process(messages)
+                self._last_message = time.monotonic()  # idle time starts after the batch is handled
             except _FATAL as exc:
                 logger.error("consumer of %s stops: %s", options.queue, exc)
                 self._fatal = exc

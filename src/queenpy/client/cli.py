@@ -136,6 +136,23 @@ def _read_json_lines(lines: Sequence[str], source: str) -> list[Any]:
 # -- push / pop / consume ----------------------------------------------------------------------------------
 
 
+def _partition_runs(items: list[Any], default: str | None) -> list[tuple[str | None, list[Any]]]:
+    """Consecutive runs of items by target partition: a line ``{"data": ..., "partition": "p"}`` goes to
+    ``p``, every other item to ``--partition`` (or ``Default``). Order within the input is kept."""
+    runs: list[tuple[str | None, list[Any]]] = []
+    for item in items:
+        target = default
+        if isinstance(item, dict) and ("data" in item or "payload" in item) and "partition" in item:
+            if not isinstance(item["partition"], str):
+                raise ValueError(f"partition must be a string, got {item['partition']!r}")
+            target = item["partition"]
+        if runs and runs[-1][0] == target:
+            runs[-1][1].append(item)
+        else:
+            runs.append((target, [item]))
+    return runs
+
+
 def push(
     payloads: Annotated[
         list[str] | None,
@@ -165,9 +182,6 @@ def push(
             items = _read_json_lines(sys.stdin.read().splitlines(), "stdin")
         else:
             raise ValueError("nothing to push: give payloads, --file, or pipe JSON lines into stdin")
-        builder = client.queue(queue)
-        if partition is not None:
-            builder = builder.partition(partition)
         results: list[PushResult] = []
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -182,10 +196,14 @@ def push(
         )
         with progress:
             task = progress.add_task("push", total=len(items))
-            for start in range(0, len(items), batch_size):
-                chunk = items[start : start + batch_size]
-                results.extend(builder.push(chunk))
-                progress.advance(task, len(chunk))
+            for target_partition, run in _partition_runs(items, partition):
+                builder = client.queue(queue)
+                if target_partition is not None:
+                    builder = builder.partition(target_partition)
+                for start in range(0, len(run), batch_size):
+                    chunk = run[start : start + batch_size]
+                    results.extend(builder.push(chunk))
+                    progress.advance(task, len(chunk))
         if json_output:
             for result in results:
                 _print_json(
@@ -268,15 +286,17 @@ def consume(
     """Consume until --limit, --idle-millis or Ctrl-C, printing each message as a JSON line."""
     lock = threading.Lock()
 
-    def handler(message: Message) -> None:
+    def handler(messages: list[Message] | Message) -> None:
+        # the whole popped batch at once (a single Message when --batch is 1): it is then acknowledged with
+        # one batch ack, not one request per message
         with lock:
-            _print_json(message.to_wire())
+            for message in messages if isinstance(messages, list) else [messages]:
+                _print_json(message.to_wire())
 
     with _client(url, token, verbose) as client:
         builder = (
             client.queue(queue)
             .batch(batch)
-            .each()
             .concurrency(concurrency)
             .wait(wait)
             .timeout_millis(timeout_millis)

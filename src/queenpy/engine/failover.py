@@ -176,7 +176,9 @@ class FailoverBuffer:
             path.unlink()
             self.replayed += len(events)
             log.info("replayed %d buffered push(es) from %s", len(events), path.name)
-        self.db_healthy = True
+        if stored or self._file is None:
+            # healthy again once a replay went through, or when nothing is waiting to be replayed
+            self.db_healthy = True
         return stored
 
     def start(self) -> None:
