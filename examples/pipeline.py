@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from queenpy.client import AsyncQueen, Message
@@ -77,48 +78,66 @@ class Counts:
         return {name: getattr(self, name) for name in self.REPORTED}
 
 
+STAGES = ("translate", "route", "notify")
+
+
+def queue_names(suffix: str) -> dict[str, str]:
+    """Queue of each stage: ``chat.translate<suffix>``, ``chat.route<suffix>``, ``chat.notify<suffix>``."""
+    return {stage: f"chat.{stage}{suffix}" for stage in STAGES}
+
+
+async def create_queues(q: AsyncQueen, names: Iterable[str], lease_time_s: int = LEASE_TIME_S) -> None:
+    """(Re)create the stage queues: ``leaseTime``, ``retryLimit`` 2, no retry delay, dead-letter queue on."""
+    for name in names:
+        await q.queue(name).delete()
+        await (
+            q.queue(name)
+            .config(
+                {
+                    "leaseTime": lease_time_s,
+                    "retryLimit": RETRY_LIMIT,
+                    "retryDelay": 0,
+                    "deadLetterQueue": True,
+                    "dlqAfterMaxRetries": True,
+                }
+            )
+            .create()
+        )
+
+
+async def produce(q: AsyncQueen, queue: str, messages: int, chats: int) -> tuple[int, int]:
+    """Push messages 1..``messages``, message n to partition ``chat-(n % chats)`` with transactionId
+    ``msg-n``, every 7th poisoned. Returns (queued, poisoned)."""
+    by_chat: dict[str, list[dict[str, object]]] = {}
+    poisoned = 0
+    for n in range(1, messages + 1):
+        poison = n % POISON_EVERY == 0
+        poisoned += poison
+        chat = f"chat-{n % chats}"
+        by_chat.setdefault(chat, []).append(
+            {"data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison}, "transactionId": f"msg-{n}"}
+        )
+    queued = 0
+    for chat, items in by_chat.items():
+        results = await q.queue(queue).partition(chat).push(items)
+        queued += sum(result.status == "queued" for result in results)
+    return queued, poisoned
+
+
 async def run_pipeline(
     url: str, suffix: str = "", messages: int = 100, chats: int = 10, deadline_s: float = 120.0
 ) -> Counts:
     """Set up the queues, produce ``messages`` messages over ``chats`` partitions, run the three stages until
     every message is notified or dead-lettered (or ``deadline_s`` passes), and return the counts."""
-    translate_q, route_q, notify_q = (f"chat.{stage}{suffix}" for stage in ("translate", "route", "notify"))
+    names = queue_names(suffix)
+    translate_q, route_q, notify_q = names["translate"], names["route"], names["notify"]
     counts = Counts()
     progress = asyncio.Event()
     stop = asyncio.Event()
 
     async with AsyncQueen(url) as q:
-        for name in (translate_q, route_q, notify_q):
-            await q.queue(name).delete()
-            await (
-                q.queue(name)
-                .config(
-                    {
-                        "leaseTime": LEASE_TIME_S,
-                        "retryLimit": RETRY_LIMIT,
-                        "retryDelay": 0,
-                        "deadLetterQueue": True,
-                        "dlqAfterMaxRetries": True,
-                    }
-                )
-                .create()
-            )
-
-        # -- produce: message n goes to the partition of its chat ----------------------------------------------
-        by_chat: dict[str, list[dict[str, object]]] = {}
-        for n in range(1, messages + 1):
-            poison = n % POISON_EVERY == 0
-            counts.poisoned += poison
-            chat = f"chat-{n % chats}"
-            by_chat.setdefault(chat, []).append(
-                {
-                    "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison},
-                    "transactionId": f"msg-{n}",
-                }
-            )
-        for chat, items in by_chat.items():
-            results = await q.queue(translate_q).partition(chat).push(items)
-            counts.produced += sum(result.status == "queued" for result in results)
+        await create_queues(q, (translate_q, route_q, notify_q))
+        counts.produced, counts.poisoned = await produce(q, translate_q, messages, chats)
 
         # -- stage 1: translate ------------------------------------------------------------------------------------
         async def translate(message: Message) -> None:

@@ -9,7 +9,8 @@ independently (the crash test SIGKILLs them).
 The queues, messages and handoffs are those of ``pipeline.py`` (its constants are imported from there): every
 7th message is poisoned and lands in the ``chat.translate`` DLQ after ``RETRY_LIMIT + 1`` attempts, and each
 handoff is one ``transaction().ack(msg).queue(next).partition(p).push([...]).commit()``. ``pipeline.py`` keeps
-its handlers inside ``run_pipeline``, so the few lines of each handler are repeated here.
+its handlers inside ``run_pipeline`` (they count into its ``Counts``), so the few lines of each handler are
+repeated here with this file's event log; the queue setup and the producer are imported.
 
 A stage appends what it does to ``--log`` (one line per event, written unbuffered so a SIGKILL loses nothing
 already done): ``begin N`` when a handler starts on message N, then ``translated N`` / ``failed N DLQ`` (DLQ
@@ -32,16 +33,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline import LEASE_TIME_S, POISON_EVERY, RETRY_LIMIT
+from pipeline import LEASE_TIME_S, STAGES, create_queues, produce, queue_names
 
 from queenpy.client import AsyncQueen, Message
-
-STAGES = ("translate", "route", "notify")
-
-
-def queue_names(suffix: str) -> dict[str, str]:
-    """Queue of each stage: ``chat.translate<suffix>``, ``chat.route<suffix>``, ``chat.notify<suffix>``."""
-    return {stage: f"chat.{stage}{suffix}" for stage in STAGES}
 
 
 class EventLog:
@@ -58,37 +52,9 @@ class EventLog:
 async def setup(url: str, suffix: str, messages: int, chats: int, lease_time_s: int) -> dict[str, int]:
     """(Re)create the three queues as ``pipeline.py`` does and produce ``messages`` messages into translate."""
     names = queue_names(suffix)
-    produced = poisoned = 0
     async with AsyncQueen(url) as q:
-        for name in names.values():
-            await q.queue(name).delete()
-            await (
-                q.queue(name)
-                .config(
-                    {
-                        "leaseTime": lease_time_s,
-                        "retryLimit": RETRY_LIMIT,
-                        "retryDelay": 0,
-                        "deadLetterQueue": True,
-                        "dlqAfterMaxRetries": True,
-                    }
-                )
-                .create()
-            )
-        by_chat: dict[str, list[dict[str, Any]]] = {}
-        for n in range(1, messages + 1):
-            poison = n % POISON_EVERY == 0
-            poisoned += poison
-            chat = f"chat-{n % chats}"
-            by_chat.setdefault(chat, []).append(
-                {
-                    "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison},
-                    "transactionId": f"msg-{n}",
-                }
-            )
-        for chat, items in by_chat.items():
-            results = await q.queue(names["translate"]).partition(chat).push(items)
-            produced += sum(result.status == "queued" for result in results)
+        await create_queues(q, names.values(), lease_time_s)
+        produced, poisoned = await produce(q, names["translate"], messages, chats)
     return {"produced": produced, "poisoned": poisoned}
 
 
