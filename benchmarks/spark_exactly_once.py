@@ -28,9 +28,13 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 
 def log(message: str) -> None:
@@ -91,22 +95,26 @@ def start_broker(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
 # -- the copy query (child process) -----------------------------------------------------------------------------
 
 
+def copy_query(spark: SparkSession, url: str, source: str, target: str, group: str, checkpoint: str,
+               max_per_trigger: int, *, drain: bool) -> StreamingQuery:
+    """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms."""
+    reader = (spark.readStream.format("queen").option("url", url).option("queue", source)
+              .option("consumerGroup", group).option("startingOffsets", "earliest")
+              .option("maxMessagesPerTrigger", str(max_per_trigger)).load())
+    writer = (reader.select("data", "partition", "partitionId", "offset")
+              .writeStream.format("queen").option("url", url).option("queue", target)
+              .option("checkpointLocation", checkpoint).queryName("copy"))
+    writer = writer.trigger(availableNow=True) if drain else writer.trigger(processingTime="500 milliseconds")
+    return writer.start()
+
+
 def run_driver(args: argparse.Namespace) -> int:
     from queenpy.spark.session import build_session
 
     spark = build_session(args.master, app_name="exactly-once-copy", config={
         "spark.sql.shuffle.partitions": "2", "spark.sql.streaming.stopTimeout": "10s"})
-    source = (spark.readStream.format("queen").option("url", args.url).option("queue", args.source)
-              .option("consumerGroup", args.group).option("startingOffsets", "earliest")
-              .option("maxMessagesPerTrigger", str(args.max_per_trigger)).load())
-    writer = (source.select("data", "partition", "partitionId", "offset")
-              .writeStream.format("queen").option("url", args.url).option("queue", args.target)
-              .option("checkpointLocation", args.checkpoint).queryName("copy"))
-    if args.drain:
-        writer = writer.trigger(availableNow=True)
-    else:
-        writer = writer.trigger(processingTime="500 milliseconds")
-    query = writer.start()
+    query = copy_query(spark, args.url, args.source, args.target, args.group, args.checkpoint,
+                       args.max_per_trigger, drain=args.drain)
     query.awaitTermination()
     error = query.exception()
     spark.stop()
@@ -209,7 +217,10 @@ def run(args: argparse.Namespace) -> int:
             code = _kill_and_drain(args, rng, tmp, done, driver_log, kills)
         producer.join()
         elapsed = time.monotonic() - started
-        return code if code != 0 else report(args, kills, elapsed)
+        if code != 0 or args.no_drain:
+            print(f"kills: {len(kills)}")
+            return code
+        return report(args, kills, elapsed)
     finally:
         if broker is not None:
             broker.send_signal(signal.SIGTERM)
@@ -255,6 +266,9 @@ def _kill_and_drain(args: argparse.Namespace, rng: random.Random, tmp: Path, don
         kills.append({"kill": k + 1, "source": total(args.url, args.source), "target": copied})
         log(f"SIGKILL {k + 1}: source {kills[-1]['source']:,}, target {copied:,}")
     done.wait()
+    if args.no_drain:
+        log("producer done; no drain run (--no-drain)")
+        return 0
     log("producer done; final availableNow run drains the rest")
     drain = subprocess.run(driver_command(args, drain=True), check=False, stdout=driver_log,
                            stderr=subprocess.STDOUT, start_new_session=True, timeout=1800)
@@ -284,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--no-drain", action="store_true",
+                        help="stop after the kills (the caller drains with copy_query and verifies)")
     args = parser.parse_args(argv)
     return run_driver(args) if args.driver else run(args)
 

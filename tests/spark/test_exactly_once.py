@@ -1,12 +1,16 @@
-"""Exactly-once queue → Spark → queue across a SIGKILL of the driver (the CI-size run of
-benchmarks/spark_exactly_once.py: the query's process group is killed mid-stream and restarted from its
-checkpoint, then drained with availableNow)."""
+"""Exactly-once queue → Spark → queue across a SIGKILL of the driver: the CI-size run of
+benchmarks/spark_exactly_once.py. The script runs the copy query in a child process while it produces, kills
+the child's whole process group with SIGKILL mid-stream and restarts it from its checkpoint; this test then
+drains the rest from the same checkpoint on the session's SparkSession (saving a JVM start) and checks that
+the target holds exactly the source messages, each once, in per-partition order, with no staging rows left."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from helpers import unique
@@ -17,23 +21,39 @@ pytestmark = pytest.mark.spark
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spark_exactly_once.py"
 
 
-def test_copy_survives_sigkill_with_each_message_once_in_order(broker, tmp_path: Path) -> None:
-    source, target = unique("eo-src"), unique("eo-dst")
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("spark_exactly_once", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tmp_path: Path) -> None:
+    script = load_script()
+    source, target, group, checkpoint = unique("eo-src"), unique("eo-dst"), unique("eo-g"), str(tmp_path / "ck")
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--url", broker.url, "--database-url", broker.database_url,
-         "--source", source, "--target", target, "--checkpoint", str(tmp_path / "ck"),
-         "--messages", "12000", "--partitions", "4", "--kills", "1", "--max-per-trigger", "3000",
-         "--produce-seconds", "6", "--seed", "7"],
+        [sys.executable, str(SCRIPT), "--url", broker.url, "--source", source, "--target", target,
+         "--group", group, "--checkpoint", checkpoint, "--messages", "8000", "--partitions", "4",
+         "--kills", "1", "--max-per-trigger", "2000", "--produce-seconds", "4", "--max-kill-delay", "3",
+         "--seed", "7", "--no-drain"],
         check=False, capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "exactly-once: ok" in result.stdout
-    assert "staging_left: 0" in result.stdout
+    assert "SIGKILL 1" in result.stdout and "kills: 1" in result.stdout
 
-    # and checked again here, independently of the script
-    src, dst = read_queue(broker.url, source), read_queue(broker.url, target)
-    src = {name: messages for name, messages in src.items() if messages}
-    dst = {name: messages for name, messages in dst.items() if messages}
+    query = script.copy_query(spark, broker.url, source, target, group, checkpoint, 2000, drain=True)
+    try:
+        assert query.awaitTermination(180)
+    finally:
+        query.stop()
+    assert query.exception() is None
+
+    counts = script.verify(broker.url, source, target)
+    assert counts == {"source": 8000, "target": 8000, "duplicates": 0, "missing": 0, "out_of_order": 0,
+                      "foreign": 0}
+    assert script.staging_rows(broker.database_url) == 0
+    src = {name: ms for name, ms in read_queue(broker.url, source).items() if ms}
+    dst = {name: ms for name, ms in read_queue(broker.url, target).items() if ms}
     assert sorted(src) == sorted(dst) == ["p0", "p1", "p2", "p3"]
-    for name in src:
-        assert [m["data"] for m in dst[name]] == [m["data"] for m in src[name]]
-    assert sum(len(m) for m in dst.values()) == 12000
+    for name, messages in src.items():
+        assert [m["data"] for m in dst[name]] == [m["data"] for m in messages]
