@@ -105,7 +105,7 @@ def parse_wrk(output: str) -> WrkResult:
         if "duration_us" in data:
             result.duration_s = float(data.pop("duration_us")) / 1e6
         result.non_2xx = int(data.pop("status_errors", result.non_2xx))
-        errors = {k: int(data.pop(k)) for k in ("connect", "read", "write", "timeout") if k in data}
+        errors: dict[str, int] = {k: int(data.pop(k)) for k in ("connect", "read", "write", "timeout") if k in data}
         if errors:
             result.socket_errors = errors
         for key in list(data):

@@ -32,11 +32,11 @@ class PrivatePostgres:
     """A PostgreSQL server in ``workdir/pgdata`` for this run only; removed by :meth:`stop`."""
 
     def __init__(self, workdir: Path) -> None:
+        os.environ.setdefault("XDG_RUNTIME_DIR", str(workdir))  # before pgserver (platformdirs) loads
         try:
             import pgserver
         except ImportError as exc:  # pragma: no cover - pgserver is a queenpy dependency
             raise BenchError("the pgserver package is missing (it comes with queenpy)") from exc
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(workdir))
         self.bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
         self.pgbench = self.bin_dir / "pgbench"
         if not self.pgbench.exists():
@@ -45,7 +45,8 @@ class PrivatePostgres:
                 raise BenchError(f"pgbench not found in {self.bin_dir} nor on PATH")
             self.pgbench = Path(found)
         self.data_dir = workdir / "pgdata"
-        self._server: Any = pgserver.get_server(self.data_dir, cleanup_mode="delete")
+        module: Any = pgserver
+        self._server: Any = module.get_server(self.data_dir, cleanup_mode="delete")
         self.url: str = self._server.get_uri()
         match = re.search(r"host=([^&]+)", self.url)
         if not match:

@@ -177,9 +177,9 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
     limits: dict[str, Any] = {}
     for (round_no, key), figures in sorted(bench.limit_results.items()):
         limits.setdefault(key, {"description": LIMITS[key].description, "runs": []})["runs"].append(figures)
-    for entry in limits.values():
-        rounds = entry["runs"]
-        entry["median"] = {
+    for limit_entry in limits.values():
+        rounds = limit_entry["runs"]
+        limit_entry["median"] = {
             "msg_per_s": median(r["msg_per_s"] for r in rounds),
             "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"][k] for r in rounds) for k in ("postgres", "pgbench")},
             "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in rounds) for k in ("50", "99")},
@@ -245,7 +245,7 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                     "other_cpu_share_max": max(others) if others else None},
         "postgres": facts,
         "broker": {"workers": config.workers or "default (one per core)", "env": config.broker_env,
-                   "processes": bench.memory.peak()[2],
+                   "processes": bench.memory.peak()[2], "pythonpath": os.environ.get("PYTHONPATH", ""),
                    "inherited_queen_env": {k: v for k, v in os.environ.items()
                                            if k.startswith(("QUEEN_", "DB_POOL", "NUM_WORKERS"))}},
         "load_generator": {"wrk": find_wrk(), "threads": 2},

@@ -296,7 +296,9 @@ class Bench:
         busy = end.machine.busy_s - start.machine.busy_s
         total = max(1e-9, end.machine.total_s - start.machine.total_s)
         ours = broker_s + postgres_s + wrk_s + (end.harness_s - start.harness_s)
-        per = (lambda seconds: seconds / messages * 1e6) if messages > 0 else (lambda seconds: None)
+        def per(seconds: float) -> float | None:
+            return seconds / messages * 1e6 if messages > 0 else None
+
         rss, pss, processes = self.memory.peak()
         run.update({
             "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
@@ -404,7 +406,9 @@ class Bench:
         if options.warmup > 0:
             warm = run_wrk(self.broker.url, script, connections, options.warmup, scenario.threads)
             self._check_wrk(run, warm, "warm-up")
-        rows = lambda: int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
+        def rows() -> int:
+            return int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
+
         before = self._settled(rows)
         checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
         self.memory.mark()
@@ -557,8 +561,12 @@ class Bench:
         consumer = render_script("consume", {"queue": queue, "groups": [""], "batch": scenario.batch,
                                              "mode": "ack", "timeout_ms": options.long_poll_ms, "target": "",
                                              "payload": payload(40)}, self.workdir)
-        rows = lambda: int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
-        cursor = lambda: self._cursors(queue, ["__QUEUE_MODE__"])["__QUEUE_MODE__"]
+        def rows() -> int:
+            return int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
+
+        def cursor() -> int:
+            return self._cursors(queue, ["__QUEUE_MODE__"])["__QUEUE_MODE__"]
+
         self._checkpoint()
         total = options.warmup + options.seconds
         results: dict[str, WrkRun] = {}
