@@ -28,9 +28,8 @@ def serve(
                                  help="Data directory of the embedded PostgreSQL (default: user data dir)."),
 ) -> None:
     """Run the broker (HTTP API v1 on PORT), on the embedded PostgreSQL unless one is configured."""
-    from queenpy.server.process import serve as run
-
     from queenpy.errors import QueenError
+    from queenpy.server.process import serve as run
 
     settings = Settings.from_env(host=host, port=port, num_workers=workers or None,
                                  database_url=database_url or None, data_dir=data_dir or None)

@@ -22,16 +22,16 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 __all__ = [
-    "QueenError",
-    "InvalidRequest",
     "AuthenticationError",
-    "PermissionDenied",
-    "NotFound",
-    "LeaseError",
-    "TransactionFailed",
-    "DatabaseUnavailable",
     "BrokerError",
     "ConfigurationError",
+    "DatabaseUnavailable",
+    "InvalidRequest",
+    "LeaseError",
+    "NotFound",
+    "PermissionDenied",
+    "QueenError",
+    "TransactionFailed",
     "from_sqlstate",
 ]
 

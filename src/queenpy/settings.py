@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import quote
 
-__all__ = ["Settings", "FusionSettings", "JwtSettings"]
+__all__ = ["FusionSettings", "JwtSettings", "Settings"]
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["Engine", "Fusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms", "NOTIFY_CHANNEL"]
+__all__ = ["NOTIFY_CHANNEL", "Engine", "Fusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -141,7 +142,7 @@ class Engine:
                 try:
                     await asyncio.wait_for(waiter.event.wait(), timeout=min(delay, remaining))
                     attempt = 0  # woken by a push: start the schedule over
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             self.waiters.unregister(waiter)

@@ -26,8 +26,9 @@ import os
 import struct
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import orjson
 
@@ -188,7 +189,7 @@ class FailoverBuffer:
             while True:
                 try:
                     await self.drain_once()
-                except Exception:  # noqa: BLE001 - keep the drain alive
+                except Exception:
                     log.exception("failover drain failed")
                 await asyncio.sleep(self.flush_s if self.db_healthy else 1.0)
 

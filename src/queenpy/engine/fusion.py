@@ -16,12 +16,13 @@ import asyncio
 import collections
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import orjson
 
-__all__ = ["Fusion", "StaticLimit", "VegasLimit", "FusionStats"]
+__all__ = ["Fusion", "FusionStats", "StaticLimit", "VegasLimit"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -169,7 +170,7 @@ class Fusion:
         try:
             text = await self._call(orjson.dumps(indexed).decode())
             results = orjson.loads(text) if text else []
-        except BaseException as exc:  # noqa: BLE001 - delivered to every waiting request
+        except BaseException as exc:
             self.stats.errors += 1
             for pending in batch:
                 if not pending.future.done():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 
-__all__ = ["WaiterRegistry", "Waiter", "backoff_ms"]
+__all__ = ["Waiter", "WaiterRegistry", "backoff_ms"]
 
 
 def backoff_ms(attempt: int, initial_ms: int, threshold: int, multiplier: float, max_ms: int) -> float:
@@ -24,7 +24,7 @@ def backoff_ms(attempt: int, initial_ms: int, threshold: int, multiplier: float,
 class Waiter:
     """One parked pop: woken for its queue (any partition) or for one partition."""
 
-    __slots__ = ("queue", "partition", "event")
+    __slots__ = ("event", "partition", "queue")
 
     def __init__(self, queue: str, partition: str | None) -> None:
         self.queue = queue

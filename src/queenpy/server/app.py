@@ -8,13 +8,13 @@ result as an empty body.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import time
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 import orjson
@@ -34,7 +34,7 @@ from queenpy.server.openapi import openapi_document
 from queenpy.settings import Settings
 from queenpy.store.database import Database, Unavailable
 
-__all__ = ["create_app", "VERSION"]
+__all__ = ["VERSION", "create_app"]
 
 log = logging.getLogger("queenpy.server")
 
@@ -70,7 +70,8 @@ class Broker:
         self.worker_id = worker_id
         self.database = Database(database_url, settings.pool_size, settings.statement_timeout_ms)
         self.engine = Engine(self.database, settings)
-        self.cipher = PayloadCipher(settings.encryption_key) if _valid_key(settings.encryption_key) else None
+        key = settings.encryption_key
+        self.cipher = PayloadCipher(key) if key is not None and _valid_key(key) else None
         self._encrypted_queues: dict[str, tuple[bool, float]] = {}
         self.started_at = time.time()
         self.failover = FailoverBuffer(
@@ -170,7 +171,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
                 return error_response(exc.message, 400)
             except QueenError as exc:
                 return error_response(exc.message, exc.http_status)
-            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
                 log.warning("database error on %s %s: %s", request.method, request.url.path, exc)
                 return json_response(_db_error(exc))
 
@@ -593,4 +594,4 @@ def _timestamp(value: Any, field: str) -> datetime:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError as exc:
         raise InvalidRequest(f"{field} must be an ISO-8601 timestamp, got {value[:64]!r}") from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)

@@ -12,14 +12,15 @@ or read-write; READ_ONLY any of the three (role claim ``JWT_ROLES_CLAIM`` or arr
 from __future__ import annotations
 
 import enum
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import jwt
 
 from queenpy.errors import AuthenticationError, ConfigurationError, PermissionDenied
 from queenpy.settings import JwtSettings
 
-__all__ = ["Level", "Authenticator"]
+__all__ = ["Authenticator", "Level"]
 
 
 class Level(enum.IntEnum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["openapi_document", "OPERATIONS"]
+__all__ = ["OPERATIONS", "openapi_document"]
 
 _ERROR = {"description": "Invalid request", "content": {"application/json": {"schema": {
     "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}

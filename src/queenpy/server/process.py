@@ -24,7 +24,7 @@ import asyncpg
 from queenpy.settings import Settings
 from queenpy.store.migrate import apply_migrations
 
-__all__ = ["serve", "resolve_database", "migrate"]
+__all__ = ["migrate", "resolve_database", "serve"]
 
 log = logging.getLogger("queenpy.serve")
 

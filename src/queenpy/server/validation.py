@@ -9,28 +9,29 @@ raises :class:`~queenpy.errors.InvalidRequest` whose message names the field (th
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
 from queenpy.errors import InvalidRequest
 
 __all__ = [
-    "MAX_NAME_LENGTH",
     "ACK_STATUSES",
+    "MAX_NAME_LENGTH",
+    "check_name",
+    "check_payload",
+    "check_uuid",
     "parse_body",
-    "validate_push",
+    "query_bool",
+    "query_int",
     "validate_ack",
     "validate_ack_batch",
-    "validate_transaction",
     "validate_configure",
-    "validate_pop_params",
     "validate_lease_extend",
-    "query_int",
-    "query_bool",
-    "check_name",
-    "check_uuid",
-    "check_payload",
+    "validate_pop_params",
+    "validate_push",
+    "validate_transaction",
 ]
 
 MAX_NAME_LENGTH = 255

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 
 from queenpy.errors import DatabaseUnavailable
 
-__all__ = ["Database", "PROCEDURES", "Unavailable"]
+__all__ = ["PROCEDURES", "Database", "Unavailable"]
 
 log = logging.getLogger("queenpy.store")
 

@@ -35,7 +35,8 @@ class EmbeddedPostgres:
             runtime.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         import pgserver
-        self._server: Any = pgserver.get_server(self.data_dir, cleanup_mode=cleanup_mode)
+        self._server: Any = pgserver.get_server(  # type: ignore[attr-defined]
+            self.data_dir, cleanup_mode=cleanup_mode)
 
     @property
     def url(self) -> str:
