@@ -474,7 +474,9 @@ class Bench:
         groups = [f"{scenario.name}-r{round_no}" + (f"-g{i}" if scenario.groups > 1 else "")
                   for i in range(1, scenario.groups + 1)]
         warm_groups = [f"warm-{g}" for g in groups]
-        target = f"{queue}-{scenario.name}-out" if scenario.mode == "handoff" else ""
+        # a target queue per run: each run's group re-reads the same source messages, and the pushed copies'
+        # transactionIds (h-<source id>) must not meet an earlier run's (that would fail the transaction)
+        target = f"{queue}-{scenario.name}-r{round_no}-out" if scenario.mode == "handoff" else ""
         if target:
             self._precreate(target, scenario.partitions)
             self._precreate(target + "-warm", scenario.partitions)
