@@ -58,8 +58,10 @@ def read_partition(client: httpx.Client, partition_id: str, head: int) -> list[d
     messages: list[dict[str, Any]] = []
     after = 0
     while after < head:
-        page = client.get("/api/v1/spark/messages", params={
-            "partitionId": partition_id, "after": after, "upto": head, "limit": 50000}).json()
+        page = client.get(
+            "/api/v1/spark/messages",
+            params={"partitionId": partition_id, "after": after, "upto": head, "limit": 50000},
+        ).json()
         batch = page.get("messages") or []
         if not batch:
             break
@@ -72,12 +74,21 @@ def start_broker(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    env = {**os.environ, "PORT": str(port), "HOST": "127.0.0.1", "NUM_WORKERS": "2",
-           "QUEENPY_DATA_DIR": str(tmp / "pg")}
+    env = {
+        **os.environ,
+        "PORT": str(port),
+        "HOST": "127.0.0.1",
+        "NUM_WORKERS": "2",
+        "QUEENPY_DATA_DIR": str(tmp / "pg"),
+    }
     env.pop("DATABASE_URL", None)
-    broker = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, start_new_session=True,
-                              stdout=open(tmp / "broker.log", "wb"),  # noqa: SIM115 (lives with the broker)
-                              stderr=subprocess.STDOUT)
+    broker = subprocess.Popen(
+        [sys.executable, "-m", "queenpy", "serve"],
+        env=env,
+        start_new_session=True,
+        stdout=open(tmp / "broker.log", "wb"),  # noqa: SIM115 (lives with the broker)
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -95,15 +106,35 @@ def start_broker(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
 # -- the copy query (child process) -----------------------------------------------------------------------------
 
 
-def copy_query(spark: SparkSession, url: str, source: str, target: str, group: str, checkpoint: str,
-               max_per_trigger: int, *, drain: bool) -> StreamingQuery:
+def copy_query(
+    spark: SparkSession,
+    url: str,
+    source: str,
+    target: str,
+    group: str,
+    checkpoint: str,
+    max_per_trigger: int,
+    *,
+    drain: bool,
+) -> StreamingQuery:
     """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms."""
-    reader = (spark.readStream.format("queen").option("url", url).option("queue", source)
-              .option("consumerGroup", group).option("startingOffsets", "earliest")
-              .option("maxMessagesPerTrigger", str(max_per_trigger)).load())
-    writer = (reader.select("data", "partition", "partitionId", "offset")
-              .writeStream.format("queen").option("url", url).option("queue", target)
-              .option("checkpointLocation", checkpoint).queryName("copy"))
+    reader = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", source)
+        .option("consumerGroup", group)
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", str(max_per_trigger))
+        .load()
+    )
+    writer = (
+        reader.select("data", "partition", "partitionId", "offset")
+        .writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("checkpointLocation", checkpoint)
+        .queryName("copy")
+    )
     writer = writer.trigger(availableNow=True) if drain else writer.trigger(processingTime="500 milliseconds")
     return writer.start()
 
@@ -111,10 +142,21 @@ def copy_query(spark: SparkSession, url: str, source: str, target: str, group: s
 def run_driver(args: argparse.Namespace) -> int:
     from queenpy.spark.session import build_session
 
-    spark = build_session(args.master, app_name="exactly-once-copy", config={
-        "spark.sql.shuffle.partitions": "2", "spark.sql.streaming.stopTimeout": "10s"})
-    query = copy_query(spark, args.url, args.source, args.target, args.group, args.checkpoint,
-                       args.max_per_trigger, drain=args.drain)
+    spark = build_session(
+        args.master,
+        app_name="exactly-once-copy",
+        config={"spark.sql.shuffle.partitions": "2", "spark.sql.streaming.stopTimeout": "10s"},
+    )
+    query = copy_query(
+        spark,
+        args.url,
+        args.source,
+        args.target,
+        args.group,
+        args.checkpoint,
+        args.max_per_trigger,
+        drain=args.drain,
+    )
     query.awaitTermination()
     error = query.exception()
     spark.stop()
@@ -125,17 +167,40 @@ def run_driver(args: argparse.Namespace) -> int:
 
 
 def driver_command(args: argparse.Namespace, drain: bool) -> list[str]:
-    command = [sys.executable, __file__, "--driver", "--url", args.url, "--source", args.source, "--target",
-               args.target, "--group", args.group, "--checkpoint", args.checkpoint, "--master", args.master,
-               "--max-per-trigger", str(args.max_per_trigger)]
+    command = [
+        sys.executable,
+        __file__,
+        "--driver",
+        "--url",
+        args.url,
+        "--source",
+        args.source,
+        "--target",
+        args.target,
+        "--group",
+        args.group,
+        "--checkpoint",
+        args.checkpoint,
+        "--master",
+        args.master,
+        "--max-per-trigger",
+        str(args.max_per_trigger),
+    ]
     return command + (["--drain"] if drain else [])
 
 
 # -- the experiment ---------------------------------------------------------------------------------------------
 
 
-def produce(url: str, queue: str, messages: int, partitions: int, duration_s: float, done: threading.Event,
-            padding: int) -> None:
+def produce(
+    url: str,
+    queue: str,
+    messages: int,
+    partitions: int,
+    duration_s: float,
+    done: threading.Event,
+    padding: int,
+) -> None:
     """Push ``messages`` over ``partitions`` partitions in requests of 1000, spread over ``duration_s``."""
     chunk = 1000
     sent = [0] * partitions
@@ -147,8 +212,14 @@ def produce(url: str, queue: str, messages: int, partitions: int, duration_s: fl
                 p = n % partitions
                 items = []
                 for _ in range(lo, min(lo + chunk, messages)):
-                    items.append({"queue": queue, "partition": f"p{p}", "transactionId": f"src-{p}-{sent[p]}",
-                                  "payload": {"p": p, "i": sent[p], "pad": pad}})
+                    items.append(
+                        {
+                            "queue": queue,
+                            "partition": f"p{p}",
+                            "transactionId": f"src-{p}-{sent[p]}",
+                            "payload": {"p": p, "i": sent[p], "pad": pad},
+                        }
+                    )
                     sent[p] += 1
                 response = client.post("/api/v1/push", json={"items": items})
                 response.raise_for_status()
@@ -163,12 +234,16 @@ def verify(url: str, source: str, target: str) -> dict[str, int]:
     counts = {"source": 0, "target": 0, "duplicates": 0, "missing": 0, "out_of_order": 0, "foreign": 0}
     with httpx.Client(base_url=url, timeout=120) as client:
         for name, p in src.items():
-            expected = [(m["data"]["p"], m["data"]["i"]) for m in read_partition(client, p["partitionId"], p["head"])]
+            expected = [
+                (m["data"]["p"], m["data"]["i"]) for m in read_partition(client, p["partitionId"], p["head"])
+            ]
             counts["source"] += len(expected)
             got: list[tuple[int, int]] = []
             if name in dst:
-                got = [(m["data"]["p"], m["data"]["i"])
-                       for m in read_partition(client, dst[name]["partitionId"], dst[name]["head"])]
+                got = [
+                    (m["data"]["p"], m["data"]["i"])
+                    for m in read_partition(client, dst[name]["partitionId"], dst[name]["head"])
+                ]
             counts["target"] += len(got)
             seen = set(got)
             counts["duplicates"] += len(got) - len(seen)
@@ -202,13 +277,28 @@ def run(args: argparse.Namespace) -> int:
     args.group = args.group or f"eo-{suffix}"
     args.checkpoint = args.checkpoint or str(tmp / "checkpoint")
     for queue in (args.source, args.target):
-        httpx.post(f"{args.url}/api/v1/configure", json={"queue": queue, "options": {}}, timeout=30).raise_for_status()
-    log(f"copy {args.source} -> {args.target}: {args.messages} messages over {args.partitions} partitions, "
-        f"{args.kills} SIGKILLs, checkpoint {args.checkpoint}")
+        httpx.post(
+            f"{args.url}/api/v1/configure", json={"queue": queue, "options": {}}, timeout=30
+        ).raise_for_status()
+    log(
+        f"copy {args.source} -> {args.target}: {args.messages} messages over {args.partitions} partitions, "
+        f"{args.kills} SIGKILLs, checkpoint {args.checkpoint}"
+    )
 
     done = threading.Event()
-    producer = threading.Thread(target=produce, args=(args.url, args.source, args.messages, args.partitions,
-                                                      args.produce_seconds, done, args.padding), daemon=True)
+    producer = threading.Thread(
+        target=produce,
+        args=(
+            args.url,
+            args.source,
+            args.messages,
+            args.partitions,
+            args.produce_seconds,
+            done,
+            args.padding,
+        ),
+        daemon=True,
+    )
     started = time.monotonic()
     producer.start()
     kills: list[dict[str, Any]] = []
@@ -236,19 +326,35 @@ def report(args: argparse.Namespace, kills: list[dict[str, Any]], elapsed: float
         print(f"{name}: {value}")
     print(f"kills: {len(kills)}")
     print(f"elapsed_s: {elapsed:.1f}")
-    ok = (counts["source"] == args.messages == counts["target"] and counts["duplicates"] == 0
-          and counts["missing"] == 0 and counts["out_of_order"] == 0 and counts["foreign"] == 0
-          and counts.get("staging_left", 0) == 0 and len(kills) >= args.kills)
+    ok = (
+        counts["source"] == args.messages == counts["target"]
+        and counts["duplicates"] == 0
+        and counts["missing"] == 0
+        and counts["out_of_order"] == 0
+        and counts["foreign"] == 0
+        and counts.get("staging_left", 0) == 0
+        and len(kills) >= args.kills
+    )
     print("exactly-once: ok" if ok else "exactly-once: FAILED")
     return 0 if ok else 1
 
 
-def _kill_and_drain(args: argparse.Namespace, rng: random.Random, tmp: Path, done: threading.Event,
-                    driver_log: IO[bytes], kills: list[dict[str, Any]]) -> int:
+def _kill_and_drain(
+    args: argparse.Namespace,
+    rng: random.Random,
+    tmp: Path,
+    done: threading.Event,
+    driver_log: IO[bytes],
+    kills: list[dict[str, Any]],
+) -> int:
     for k in range(args.kills):
         before = total(args.url, args.target)
-        child = subprocess.Popen(driver_command(args, drain=False), stdout=driver_log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        child = subprocess.Popen(
+            driver_command(args, drain=False),
+            stdout=driver_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         # kill at a random point after the restarted query has written something new
         deadline = time.monotonic() + 180
         while total(args.url, args.target) <= before and time.monotonic() < deadline and child.poll() is None:
@@ -270,8 +376,14 @@ def _kill_and_drain(args: argparse.Namespace, rng: random.Random, tmp: Path, don
         log("producer done; no drain run (--no-drain)")
         return 0
     log("producer done; final availableNow run drains the rest")
-    drain = subprocess.run(driver_command(args, drain=True), check=False, stdout=driver_log,
-                           stderr=subprocess.STDOUT, start_new_session=True, timeout=1800)
+    drain = subprocess.run(
+        driver_command(args, drain=True),
+        check=False,
+        stdout=driver_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        timeout=1800,
+    )
     if drain.returncode != 0:
         log(f"drain run failed with {drain.returncode}; see {tmp / 'driver.log'}")
         return 1
@@ -298,8 +410,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", default="")
     parser.add_argument("--driver", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--drain", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--no-drain", action="store_true",
-                        help="stop after the kills (the caller drains with copy_query and verifies)")
+    parser.add_argument(
+        "--no-drain",
+        action="store_true",
+        help="stop after the kills (the caller drains with copy_query and verifies)",
+    )
     args = parser.parse_args(argv)
     return run_driver(args) if args.driver else run(args)
 

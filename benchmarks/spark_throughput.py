@@ -50,8 +50,15 @@ def push_backlog(url: str, queue: str, messages: int, partitions: int, size: int
     async def pusher(worker: int, client: httpx.AsyncClient) -> None:
         for lo in range(worker * 1000, messages, 4 * 1000):
             p = (lo // 1000) % partitions
-            items = [{"queue": queue, "partition": f"p{p}", "transactionId": f"m-{i}",
-                      "payload": {"i": i, "text": filler}} for i in range(lo, min(lo + 1000, messages))]
+            items = [
+                {
+                    "queue": queue,
+                    "partition": f"p{p}",
+                    "transactionId": f"m-{i}",
+                    "payload": {"i": i, "text": filler},
+                }
+                for i in range(lo, min(lo + 1000, messages))
+            ]
             (await client.post("/api/v1/push", json={"items": items})).raise_for_status()
 
     async def main() -> None:
@@ -64,7 +71,9 @@ def push_backlog(url: str, queue: str, messages: int, partitions: int, size: int
     return time.monotonic() - started
 
 
-def broker_consume(url: str, queue: str, messages: int, consumers: int, batch: int, handoff: str | None) -> float:
+def broker_consume(
+    url: str, queue: str, messages: int, consumers: int, batch: int, handoff: str | None
+) -> float:
     """Consume the whole queue in a fresh group; ack each pop, or hand it off to ``handoff`` in a transaction.
     Returns messages/s."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
@@ -74,8 +83,9 @@ def broker_consume(url: str, queue: str, messages: int, consumers: int, batch: i
         nonlocal done
         empty = 0
         while done < messages and empty < 20:
-            response = await client.get(f"/api/v1/pop/queue/{queue}", params={
-                "consumerGroup": group, "batch": batch, "wait": "false"})
+            response = await client.get(
+                f"/api/v1/pop/queue/{queue}", params={"consumerGroup": group, "batch": batch, "wait": "false"}
+            )
             body = response.json() if response.content else {}
             popped: list[dict[str, Any]] = body.get("messages") or []
             if not popped:
@@ -83,16 +93,37 @@ def broker_consume(url: str, queue: str, messages: int, consumers: int, batch: i
                 await asyncio.sleep(0.05)
                 continue
             empty = 0
-            acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
-                     "leaseId": m.get("leaseId")} for m in popped]
+            acks = [
+                {
+                    "transactionId": m["transactionId"],
+                    "partitionId": m["partitionId"],
+                    "status": "completed",
+                    "leaseId": m.get("leaseId"),
+                }
+                for m in popped
+            ]
             if handoff is None:
-                answer = await client.post("/api/v1/ack/batch", json={"consumerGroup": group, "acknowledgments": acks})
+                answer = await client.post(
+                    "/api/v1/ack/batch", json={"consumerGroup": group, "acknowledgments": acks}
+                )
             else:
                 operations: list[dict[str, Any]] = [
-                    {"type": "ack", **ack, "consumerGroup": group} for ack in acks]
-                operations.append({"type": "push", "items": [
-                    {"queue": handoff, "partition": m.get("partitionName") or m.get("partition") or "Default",
-                     "payload": m["data"], "transactionId": f"h-{group}-{m['id']}"} for m in popped]})
+                    {"type": "ack", **ack, "consumerGroup": group} for ack in acks
+                ]
+                operations.append(
+                    {
+                        "type": "push",
+                        "items": [
+                            {
+                                "queue": handoff,
+                                "partition": m.get("partitionName") or m.get("partition") or "Default",
+                                "payload": m["data"],
+                                "transactionId": f"h-{group}-{m['id']}",
+                            }
+                            for m in popped
+                        ],
+                    }
+                )
                 answer = await client.post("/api/v1/transaction", json={"operations": operations})
             answer.raise_for_status()
             done += len(popped)
@@ -109,20 +140,38 @@ def broker_consume(url: str, queue: str, messages: int, consumers: int, batch: i
     return done / elapsed
 
 
-def spark_copy(spark: Any, url: str, source: str, target: str, max_per_trigger: int) -> tuple[float, float, int]:
+def spark_copy(
+    spark: Any, url: str, source: str, target: str, max_per_trigger: int
+) -> tuple[float, float, int]:
     """availableNow copy; returns (whole query msgs/s, steady msgs/s after the first batch, batches)."""
     checkpoint = tempfile.mkdtemp(prefix="queenpy-bench-ck-")
     started = time.monotonic()
-    query = (spark.readStream.format("queen").option("url", url).option("queue", source)
-             .option("maxMessagesPerTrigger", str(max_per_trigger)).load()
-             .select("data", "partition", "partitionId", "offset")
-             .writeStream.format("queen").option("url", url).option("queue", target)
-             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", str(max_per_trigger))
+        .load()
+        .select("data", "partition", "partitionId", "offset")
+        .writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     elapsed = time.monotonic() - started
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     batches = [p for p in query.recentProgress if p.numInputRows]
+    for p in batches:
+        d = p.durationMs
+        log(
+            f"  batch {p.batchId}: {p.numInputRows:,} rows in {d.get('triggerExecution', 0):,} ms "
+            f"(addBatch {d.get('addBatch', 0):,}, latestOffset {d.get('latestOffset', 0):,}, "
+            f"walCommit {d.get('walCommit', 0):,}, commitOffsets {d.get('commitOffsets', 0):,})"
+        )
     rows = sum(p.numInputRows for p in batches)
     later = batches[1:]
     steady_ms = sum(p.durationMs.get("triggerExecution", 0) for p in later)
@@ -165,16 +214,21 @@ def measure(args: argparse.Namespace) -> int:
     from queenpy.spark.session import build_session
 
     started = time.monotonic()
-    spark = build_session(args.master, app_name="spark-throughput",
-                          config={"spark.sql.shuffle.partitions": "2"})
+    spark = build_session(
+        args.master, app_name="spark-throughput", config={"spark.sql.shuffle.partitions": "2"}
+    )
     warm_src = f"bench.spark.warm.{run_id}"
     push_backlog(args.url, warm_src, 2000, 2, args.size)
     spark_copy(spark, args.url, warm_src, warm_src + ".dst", 1000)
     log(f"Spark session + warm-up query: {time.monotonic() - started:.1f} s")
-    whole, steady, batches = spark_copy(spark, args.url, source, f"bench.spark.dst.{run_id}", args.max_per_trigger)
+    whole, steady, batches = spark_copy(
+        spark, args.url, source, f"bench.spark.dst.{run_id}", args.max_per_trigger
+    )
     copied = total(args.url, f"bench.spark.dst.{run_id}")
-    log(f"Spark queue->queue ({args.master}, {batches} micro-batches of <= {args.max_per_trigger:,}): "
-        f"{whole:,.0f} msg/s whole query, {steady:,.0f} msg/s steady; copied {copied:,}")
+    log(
+        f"Spark queue->queue ({args.master}, {batches} micro-batches of <= {args.max_per_trigger:,}): "
+        f"{whole:,.0f} msg/s whole query, {steady:,.0f} msg/s steady; copied {copied:,}"
+    )
 
     read_rate = None
     if args.batch_read:
@@ -185,7 +239,9 @@ def measure(args: argparse.Namespace) -> int:
         count = spark.read.format("queen").option("url", args.url).option("queue", big).load().count()
         read_s = time.monotonic() - started
         read_rate = count / read_s
-        log(f"batch read of {count:,} messages into a DataFrame (count): {read_s:.1f} s, {read_rate:,.0f} msg/s")
+        log(
+            f"batch read of {count:,} messages into a DataFrame (count): {read_s:.1f} s, {read_rate:,.0f} msg/s"
+        )
     spark.stop()
 
     print()

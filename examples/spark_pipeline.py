@@ -114,7 +114,8 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.translate_q, self.route_q, self.notify_q = (
-            f"chat.{stage}{self.suffix}" for stage in ("translate", "route", "notify"))
+            f"chat.{stage}{self.suffix}" for stage in ("translate", "route", "notify")
+        )
 
     @property
     def retry_group(self) -> str:
@@ -135,14 +136,24 @@ def set_up(q: Queen, p: Pipeline, messages: int, chats: int) -> int:
     """Create the three queues as the broker pipeline does, produce ``messages``; returns how many were queued."""
     for name in (p.translate_q, p.route_q, p.notify_q):
         q.queue(name).delete()
-        q.queue(name).config({"leaseTime": LEASE_TIME_S, "retryLimit": RETRY_LIMIT, "retryDelay": 0,
-                              "deadLetterQueue": True, "dlqAfterMaxRetries": True}).create()
+        q.queue(name).config(
+            {
+                "leaseTime": LEASE_TIME_S,
+                "retryLimit": RETRY_LIMIT,
+                "retryDelay": 0,
+                "deadLetterQueue": True,
+                "dlqAfterMaxRetries": True,
+            }
+        ).create()
     by_chat: dict[str, list[dict[str, Any]]] = {}
     for n in range(1, messages + 1):
         chat = f"chat-{n % chats}"
-        by_chat.setdefault(chat, []).append({
-            "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": n % POISON_EVERY == 0},
-            "transactionId": f"msg-{n}"})
+        by_chat.setdefault(chat, []).append(
+            {
+                "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": n % POISON_EVERY == 0},
+                "transactionId": f"msg-{n}",
+            }
+        )
     queued = 0
     for chat, items in by_chat.items():
         queued += sum(r.status == "queued" for r in q.queue(p.translate_q).partition(chat).push(items))
@@ -156,21 +167,30 @@ def retry_on_broker(q: Queen, p: Pipeline, row: Any) -> int:
     """Run one failed message through the broker's retries; returns the delivery attempts made (0 if it was
     dead-lettered before, e.g. by a replayed micro-batch)."""
     if row.offset > 1:
-        httpx.post(f"{p.url}/api/v1/spark/cursor", timeout=30, json={
-            "queue": p.translate_q, "consumerGroup": p.retry_group,
-            "offsets": {row.partitionId: row.offset - 1}}).raise_for_status()
+        httpx.post(
+            f"{p.url}/api/v1/spark/cursor",
+            timeout=30,
+            json={
+                "queue": p.translate_q,
+                "consumerGroup": p.retry_group,
+                "offsets": {row.partitionId: row.offset - 1},
+            },
+        ).raise_for_status()
     attempts = 0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        popped = (q.queue(p.translate_q).partition(row.partition).group(p.retry_group).batch(1)
-                  .wait(False).pop())
+        popped = (
+            q.queue(p.translate_q).partition(row.partition).group(p.retry_group).batch(1).wait(False).pop()
+        )
         if not popped:
             time.sleep(0.05)
             continue
         message = popped[0]
         if message.transaction_id != row.transactionId:
-            raise RuntimeError(f"retry path: expected {row.transactionId}, the broker delivered "
-                               f"{message.transaction_id} from {row.partition}")
+            raise RuntimeError(
+                f"retry path: expected {row.transactionId}, the broker delivered "
+                f"{message.transaction_id} from {row.partition}"
+            )
         attempts += 1
         try:
             result = translate(message.data)
@@ -178,8 +198,14 @@ def retry_on_broker(q: Queen, p: Pipeline, row: Any) -> int:
             if q.ack(message, False, error=str(exc)).dlq:
                 return attempts
             continue
-        (q.transaction().ack(message).queue(p.route_q).partition(message.partition)
-         .push([{"data": result, "transactionId": f"{message.transaction_id}.translated"}]).commit())
+        (
+            q.transaction()
+            .ack(message)
+            .queue(p.route_q)
+            .partition(message.partition)
+            .push([{"data": result, "transactionId": f"{message.transaction_id}.translated"}])
+            .commit()
+        )
         return attempts
     raise RuntimeError(f"retry path: {row.transactionId} neither succeeded nor reached the DLQ in 60 s")
 
@@ -201,23 +227,42 @@ def start_translate(spark: SparkSession, q: Queen, p: Pipeline, counts: Counts) 
         tried = batch.withColumn("t", attempt_udf("data")).persist()
         try:
             rows = tried.count()
-            (tried.where("t.ok").select(F.col("t.data").alias("data"), "partition", "partitionId", "offset")
-             .write.format("queen").option("url", p.url).option("queue", p.route_q)
-             .option("writeId", f"{query_id}.{batch_id}").mode("append").save())
-            failed = (tried.where("NOT t.ok").select("transactionId", "partition", "partitionId", "offset")
-                      .orderBy("partition", "offset").collect())
+            (
+                tried.where("t.ok")
+                .select(F.col("t.data").alias("data"), "partition", "partitionId", "offset")
+                .write.format("queen")
+                .option("url", p.url)
+                .option("queue", p.route_q)
+                .option("writeId", f"{query_id}.{batch_id}")
+                .mode("append")
+                .save()
+            )
+            failed = (
+                tried.where("NOT t.ok")
+                .select("transactionId", "partition", "partitionId", "offset")
+                .orderBy("partition", "offset")
+                .collect()
+            )
         finally:
             tried.unpersist()
         counts.spark_translate_attempts += rows
         if failed:
-            already = {d.transaction_id for d in
-                       q.queue(p.translate_q).dlq(p.retry_group).limit(10_000).get().messages}
+            already = {
+                d.transaction_id
+                for d in q.queue(p.translate_q).dlq(p.retry_group).limit(10_000).get().messages
+            }
             for row in failed:
                 if row.transactionId not in already:
                     counts.retry_path_attempts += retry_on_broker(q, p, row)
 
-    return (read(spark, p, p.translate_q).writeStream.foreachBatch(each_batch).queryName("translate")
-            .option("checkpointLocation", p.checkpoint("translate")).trigger(processingTime=TRIGGER).start())
+    return (
+        read(spark, p, p.translate_q)
+        .writeStream.foreachBatch(each_batch)
+        .queryName("translate")
+        .option("checkpointLocation", p.checkpoint("translate"))
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
 
 
 # -- stage 2: route ----------------------------------------------------------------------------------------------
@@ -227,12 +272,27 @@ def start_route(spark: SparkSession, p: Pipeline) -> StreamingQuery:
     from pyspark.sql import functions as F
 
     message = F.from_json("data", "n INT, chat STRING, text STRING, poison BOOLEAN")
-    routed = (read(spark, p, p.route_q).withColumn("m", message)
-              .select(F.to_json(F.struct("m.*", F.concat(F.lit("push:"), F.col("m.chat")).alias("route")))
-                      .alias("data"), "partition", "partitionId", "offset"))
-    return (routed.writeStream.format("queen").option("url", p.url).option("queue", p.notify_q)
-            .option("checkpointLocation", p.checkpoint("route")).queryName("route")
-            .trigger(processingTime=TRIGGER).start())
+    routed = (
+        read(spark, p, p.route_q)
+        .withColumn("m", message)
+        .select(
+            F.to_json(F.struct("m.*", F.concat(F.lit("push:"), F.col("m.chat")).alias("route"))).alias(
+                "data"
+            ),
+            "partition",
+            "partitionId",
+            "offset",
+        )
+    )
+    return (
+        routed.writeStream.format("queen")
+        .option("url", p.url)
+        .option("queue", p.notify_q)
+        .option("checkpointLocation", p.checkpoint("route"))
+        .queryName("route")
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
 
 
 # -- stage 3: notify ----------------------------------------------------------------------------------------------
@@ -242,28 +302,46 @@ def start_notify(spark: SparkSession, p: Pipeline) -> StreamingQuery:
     p.notifications.mkdir(parents=True, exist_ok=True)
 
     def each_batch(batch: DataFrame, batch_id: int) -> None:
-        lines = [json.dumps({**json.loads(r.data), "transactionId": r.transactionId})
-                 for r in batch.select("data", "transactionId").collect()]
+        lines = [
+            json.dumps({**json.loads(r.data), "transactionId": r.transactionId})
+            for r in batch.select("data", "transactionId").collect()
+        ]
         target = p.notifications / f"batch-{batch_id:06d}.jsonl"
         partial = target.with_suffix(".partial")
         partial.write_text("".join(line + "\n" for line in lines))
         os.replace(partial, target)  # atomic: a replayed batch id rewrites the same notifications
 
-    return (read(spark, p, p.notify_q).writeStream.foreachBatch(each_batch).queryName("notify")
-            .option("checkpointLocation", p.checkpoint("notify")).trigger(processingTime=TRIGGER).start())
+    return (
+        read(spark, p, p.notify_q)
+        .writeStream.foreachBatch(each_batch)
+        .queryName("notify")
+        .option("checkpointLocation", p.checkpoint("notify"))
+        .trigger(processingTime=TRIGGER)
+        .start()
+    )
 
 
 def read(spark: SparkSession, p: Pipeline, queue: str) -> DataFrame:
-    return (spark.readStream.format("queen").option("url", p.url).option("queue", queue)
-            .option("consumerGroup", f"spark.{queue}").option("startingOffsets", "earliest").load())
+    return (
+        spark.readStream.format("queen")
+        .option("url", p.url)
+        .option("queue", queue)
+        .option("consumerGroup", f"spark.{queue}")
+        .option("startingOffsets", "earliest")
+        .load()
+    )
 
 
 # -- run ------------------------------------------------------------------------------------------------------------
 
 
 def notified(p: Pipeline) -> list[dict[str, Any]]:
-    return [json.loads(line) for f in sorted(p.notifications.glob("batch-*.jsonl"))
-            for line in f.read_text().splitlines() if line]
+    return [
+        json.loads(line)
+        for f in sorted(p.notifications.glob("batch-*.jsonl"))
+        for line in f.read_text().splitlines()
+        if line
+    ]
 
 
 def queue_messages(url: str, queue: str) -> list[dict[str, Any]]:
@@ -271,14 +349,23 @@ def queue_messages(url: str, queue: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     with httpx.Client(base_url=url, timeout=60) as client:
         for part in client.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"]:
-            page = client.get("/api/v1/spark/messages", params={
-                "partitionId": part["partitionId"], "after": 0, "upto": part["head"], "limit": 50000}).json()
+            page = client.get(
+                "/api/v1/spark/messages",
+                params={"partitionId": part["partitionId"], "after": 0, "upto": part["head"], "limit": 50000},
+            ).json()
             out.extend(page["messages"])
     return out
 
 
-def run_pipeline(spark: SparkSession, url: str, suffix: str, workdir: Path, messages: int = 100,
-                 chats: int = 10, deadline_s: float = 180.0) -> Counts:
+def run_pipeline(
+    spark: SparkSession,
+    url: str,
+    suffix: str,
+    workdir: Path,
+    messages: int = 100,
+    chats: int = 10,
+    deadline_s: float = 180.0,
+) -> Counts:
     """Set up, produce, run the three stages until every message is notified or dead-lettered (or the deadline
     passes), stop them, and count."""
     p = Pipeline(url, suffix, workdir)
@@ -300,8 +387,11 @@ def run_pipeline(spark: SparkSession, url: str, suffix: str, workdir: Path, mess
     routed = queue_messages(url, p.notify_q)
     counts.routed = len({m["data"]["n"] for m in routed})
     translated = queue_messages(url, p.route_q)
-    counts.duplicates = sum(c - 1 for c in Counter(n["n"] for n in notes).values() if c > 1) + \
-        (len(routed) - counts.routed) + (len(translated) - len({m["data"]["n"] for m in translated}))
+    counts.duplicates = (
+        sum(c - 1 for c in Counter(n["n"] for n in notes).values() if c > 1)
+        + (len(routed) - counts.routed)
+        + (len(translated) - len({m["data"]["n"] for m in translated}))
+    )
     return counts
 
 
@@ -323,12 +413,20 @@ def wait(done: Callable[[], bool], queries: list[StreamingQuery], deadline_s: fl
 def main(argv: list[str] | None = None) -> int:
     """Command line: run the pipeline, print the counts, exit 0 only if they are the expected ones."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL, default http://localhost:6632)")
-    parser.add_argument("--suffix", default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
-                        help="appended to the queue names, e.g. --suffix=.run2 (default: random)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL, default http://localhost:6632)",
+    )
+    parser.add_argument(
+        "--suffix",
+        default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
+        help="appended to the queue names, e.g. --suffix=.run2 (default: random)",
+    )
     parser.add_argument("--messages", type=int, default=100, help="messages to produce (default 100)")
-    parser.add_argument("--workdir", default=None, help="checkpoints and notifications (default: temp, removed)")
+    parser.add_argument(
+        "--workdir", default=None, help="checkpoints and notifications (default: temp, removed)"
+    )
     parser.add_argument("--deadline-s", type=float, default=180.0, help="give up after this many seconds")
     args = parser.parse_args(argv)
 
@@ -342,8 +440,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="queenpy-spark-pipeline-"))
     started = time.monotonic()
     try:
-        counts = run_pipeline(get_session("spark-pipeline"), args.url, args.suffix, workdir, args.messages,
-                              deadline_s=args.deadline_s)
+        counts = run_pipeline(
+            get_session("spark-pipeline"),
+            args.url,
+            args.suffix,
+            workdir,
+            args.messages,
+            deadline_s=args.deadline_s,
+        )
     except QueenError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2

@@ -84,7 +84,9 @@ def python_windows(readings: dict[str, list[dict[str, Any]]]) -> list[Window]:
             acc = sums[(key, start)]
             acc[0] += r["value"]
             acc[1] += 1
-    return sorted((key, start, start + WINDOW_MS, total, count) for (key, start), (total, count) in sums.items())
+    return sorted(
+        (key, start, start + WINDOW_MS, total, count) for (key, start), (total, count) in sums.items()
+    )
 
 
 def produce(url: str, queue: str, readings: dict[str, list[dict[str, Any]]]) -> int:
@@ -92,40 +94,75 @@ def produce(url: str, queue: str, readings: dict[str, list[dict[str, Any]]]) -> 
         client.post("/api/v1/configure", json={"queue": queue, "options": {}}).raise_for_status()
         for key, items in readings.items():
             for lo in range(0, len(items), 2000):
-                chunk = [{"queue": queue, "partition": key, "payload": r, "transactionId": f"{key}-{lo + i}"}
-                         for i, r in enumerate(items[lo:lo + 2000])]
+                chunk = [
+                    {"queue": queue, "partition": key, "payload": r, "transactionId": f"{key}-{lo + i}"}
+                    for i, r in enumerate(items[lo : lo + 2000])
+                ]
                 client.post("/api/v1/push", json={"items": chunk}).raise_for_status()
     return sum(len(items) for items in readings.values())
 
 
-def run_windows(spark: SparkSession, url: str, suffix: str, *, events: int = 5000, keys: int = 5,
-                minutes: int = 10, max_per_trigger: int = 1000, checkpoint: str | None = None,
-                seed: int = 11) -> WindowsResult:
+def run_windows(
+    spark: SparkSession,
+    url: str,
+    suffix: str,
+    *,
+    events: int = 5000,
+    keys: int = 5,
+    minutes: int = 10,
+    max_per_trigger: int = 1000,
+    checkpoint: str | None = None,
+    seed: int = 11,
+) -> WindowsResult:
     """Produce, run the windowed query to the end of the readings (availableNow), read the results back."""
     from pyspark.sql import functions as F
 
     readings_q, totals_q = f"sensor.readings{suffix}", f"sensor.minute_totals{suffix}"
     readings = make_readings(events, keys, minutes, seed)
     produced = produce(url, readings_q, readings)
-    httpx.post(f"{url}/api/v1/configure", json={"queue": totals_q, "options": {}}, timeout=30).raise_for_status()
+    httpx.post(
+        f"{url}/api/v1/configure", json={"queue": totals_q, "options": {}}, timeout=30
+    ).raise_for_status()
 
     schema = "key STRING, value BIGINT, tsMs BIGINT, flush BOOLEAN"
-    source = (spark.readStream.format("queen").option("url", url).option("queue", readings_q)
-              .option("maxMessagesPerTrigger", str(max_per_trigger)).load())
+    source = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", readings_q)
+        .option("maxMessagesPerTrigger", str(max_per_trigger))
+        .load()
+    )
     reading = F.from_json("data", schema)
-    totals = (source.select(reading.alias("r"))
-              .select("r.*", F.timestamp_millis(F.col("r.tsMs")).alias("eventTime"))
-              .withWatermark("eventTime", WATERMARK)
-              .groupBy(F.window("eventTime", "1 minute"), "key")
-              .agg(F.sum("value").alias("total"), F.count(F.lit(1)).alias("count")))
+    totals = (
+        source.select(reading.alias("r"))
+        .select("r.*", F.timestamp_millis(F.col("r.tsMs")).alias("eventTime"))
+        .withWatermark("eventTime", WATERMARK)
+        .groupBy(F.window("eventTime", "1 minute"), "key")
+        .agg(F.sum("value").alias("total"), F.count(F.lit(1)).alias("count"))
+    )
     out = totals.select(
-        F.to_json(F.struct("key", F.unix_millis(F.col("window.start")).alias("windowStartMs"),
-                           F.unix_millis(F.col("window.end")).alias("windowEndMs"), "total", "count")).alias("data"),
-        F.col("key").alias("partition"))
+        F.to_json(
+            F.struct(
+                "key",
+                F.unix_millis(F.col("window.start")).alias("windowStartMs"),
+                F.unix_millis(F.col("window.end")).alias("windowEndMs"),
+                "total",
+                "count",
+            )
+        ).alias("data"),
+        F.col("key").alias("partition"),
+    )
     checkpoint = checkpoint or tempfile.mkdtemp(prefix="queenpy-windows-")
-    query = (out.writeStream.format("queen").option("url", url).option("queue", totals_q)
-             .option("checkpointLocation", checkpoint).outputMode("append").queryName("minute-totals")
-             .trigger(availableNow=True).start())
+    query = (
+        out.writeStream.format("queen")
+        .option("url", url)
+        .option("queue", totals_q)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("append")
+        .queryName("minute-totals")
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination()
     finally:
@@ -133,9 +170,19 @@ def run_windows(spark: SparkSession, url: str, suffix: str, *, events: int = 500
     if query.exception() is not None:
         raise RuntimeError(f"windowed query failed: {query.exception()}")
 
-    rows = (spark.read.format("queen").option("url", url).option("queue", totals_q).load()
-            .select(F.from_json("data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, total BIGINT, "
-                                        "count BIGINT").alias("w")).select("w.*").collect())
+    rows = (
+        spark.read.format("queen")
+        .option("url", url)
+        .option("queue", totals_q)
+        .load()
+        .select(
+            F.from_json(
+                "data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, total BIGINT, count BIGINT"
+            ).alias("w")
+        )
+        .select("w.*")
+        .collect()
+    )
     spark_windows = [(r.key, r.windowStartMs, r.windowEndMs, r.total, r["count"]) for r in rows]
     return WindowsResult(produced, spark_windows, python_windows(readings))
 
@@ -143,10 +190,16 @@ def run_windows(spark: SparkSession, url: str, suffix: str, *, events: int = 500
 def main(argv: list[str] | None = None) -> int:
     """Command line: run, print the comparison, exit 0 only if Spark's windows equal Python's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL)")
-    parser.add_argument("--suffix", default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
-                        help="appended to the queue names (default: random)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL)",
+    )
+    parser.add_argument(
+        "--suffix",
+        default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
+        help="appended to the queue names (default: random)",
+    )
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--keys", type=int, default=5)
     parser.add_argument("--minutes", type=int, default=10)
@@ -162,8 +215,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: broker {args.url} unreachable: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    result = run_windows(get_session("spark-windows"), args.url, args.suffix, events=args.events, keys=args.keys,
-                         minutes=args.minutes, max_per_trigger=args.max_per_trigger, checkpoint=args.checkpoint)
+    result = run_windows(
+        get_session("spark-windows"),
+        args.url,
+        args.suffix,
+        events=args.events,
+        keys=args.keys,
+        minutes=args.minutes,
+        max_per_trigger=args.max_per_trigger,
+        checkpoint=args.checkpoint,
+    )
     print(f"readings: {result.readings} ({args.keys} keys + 1 flush each)")
     print(f"windows from spark: {len(result.spark)}")
     print(f"windows from python: {len(result.python)}")

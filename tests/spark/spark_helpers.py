@@ -16,8 +16,15 @@ def push(url: str, queue: str, partition: str, payloads: list[Any], prefix: str,
     """Push ``payloads`` to one partition, in order, with transaction ids ``prefix-<index>``."""
     with httpx.Client(base_url=url, timeout=60) as client:
         for lo in range(0, len(payloads), chunk):
-            items = [{"queue": queue, "partition": partition, "payload": payload,
-                      "transactionId": f"{prefix}-{lo + i}"} for i, payload in enumerate(payloads[lo:lo + chunk])]
+            items = [
+                {
+                    "queue": queue,
+                    "partition": partition,
+                    "payload": payload,
+                    "transactionId": f"{prefix}-{lo + i}",
+                }
+                for i, payload in enumerate(payloads[lo : lo + chunk])
+            ]
             response = client.post("/api/v1/push", json={"items": items})
             response.raise_for_status()
             statuses = {r.get("status") for r in response.json()}
@@ -43,8 +50,15 @@ def read_queue(url: str, queue: str) -> dict[str, list[dict[str, Any]]]:
             messages: list[dict[str, Any]] = []
             after = 0
             while after < p["head"]:
-                page = client.get("/api/v1/spark/messages", params={
-                    "partitionId": p["partitionId"], "after": after, "upto": p["head"], "limit": 50000}).json()
+                page = client.get(
+                    "/api/v1/spark/messages",
+                    params={
+                        "partitionId": p["partitionId"],
+                        "after": after,
+                        "upto": p["head"],
+                        "limit": 50000,
+                    },
+                ).json()
                 batch = page["messages"]
                 assert batch, f"partition {p['partition']}: nothing after {after} below head {p['head']}"
                 messages.extend(batch)

@@ -6,9 +6,8 @@ import json
 from datetime import datetime
 
 import pytest
-from spark_helpers import configure, partitions, push, read_queue
-
 from helpers import unique
+from spark_helpers import configure, partitions, push, read_queue
 
 pytestmark = pytest.mark.spark
 
@@ -20,10 +19,25 @@ def test_batch_read_returns_every_message_with_its_offset(spark, broker) -> None
     for name, n in sizes.items():
         push(broker.url, queue, name, [{"n": i, "p": name} for i in range(n)], f"{name}")
 
-    df = (spark.read.format("queen").option("url", broker.url).option("queue", queue)
-          .option("messagesPerTask", "500").option("pageSize", "300").load())
-    assert df.columns == ["data", "transactionId", "queue", "partition", "partitionId", "offset", "createdAt",
-                          "traceId", "producerSub"]
+    df = (
+        spark.read.format("queen")
+        .option("url", broker.url)
+        .option("queue", queue)
+        .option("messagesPerTask", "500")
+        .option("pageSize", "300")
+        .load()
+    )
+    assert df.columns == [
+        "data",
+        "transactionId",
+        "queue",
+        "partition",
+        "partitionId",
+        "offset",
+        "createdAt",
+        "traceId",
+        "producerSub",
+    ]
     rows = df.collect()
     assert len(rows) == sum(sizes.values())
     by_partition: dict[str, list] = {}
@@ -43,15 +57,23 @@ def test_batch_read_of_an_offset_range(spark, broker) -> None:
     configure(broker.url, queue)
     push(broker.url, queue, "only", [{"n": i} for i in range(100)], "m")
     (pid,) = [p["partitionId"] for p in partitions(broker.url, queue) if p["partition"] == "only"]
-    df = (spark.read.format("queen").option("url", broker.url).option("queue", queue)
-          .option("startingOffsets", json.dumps({pid: 10})).option("endingOffsets", json.dumps({pid: 20})).load())
+    df = (
+        spark.read.format("queen")
+        .option("url", broker.url)
+        .option("queue", queue)
+        .option("startingOffsets", json.dumps({pid: 10}))
+        .option("endingOffsets", json.dumps({pid: 20}))
+        .load()
+    )
     assert sorted(r.offset for r in df.select("offset").collect()) == list(range(11, 21))
 
 
 def test_batch_write_then_rerun_with_the_same_write_id_pushes_nothing(spark, broker) -> None:
     queue = unique("sp-write")
     configure(broker.url, queue)
-    df = spark.createDataFrame([(json.dumps({"k": i}), f"p{i % 3}") for i in range(300)], "data string, partition string")
+    df = spark.createDataFrame(
+        [(json.dumps({"k": i}), f"p{i % 3}") for i in range(300)], "data string, partition string"
+    )
     writer = df.write.format("queen").option("url", broker.url).option("queue", queue).option("writeId", "w1")
     writer.mode("append").save()
     writer.mode("append").save()

@@ -29,14 +29,32 @@ class PagedBroker:
     def messages(self, partition_id: str, after: int, upto: int, limit: int) -> dict[str, Any]:
         self.calls.append((after, upto, limit))
         chosen = [o for o in self.offsets if after < o <= upto][:limit]
-        return {"partitionId": partition_id, "partition": "p", "queue": "q", "messages": [
-            {"offset": o, "id": f"id-{o}", "transactionId": f"t-{o}", "data": {"o": o},
-             "createdAt": "2026-11-21T11:08:40.903082Z", "traceId": None, "producerSub": None} for o in chosen]}
+        return {
+            "partitionId": partition_id,
+            "partition": "p",
+            "queue": "q",
+            "messages": [
+                {
+                    "offset": o,
+                    "id": f"id-{o}",
+                    "transactionId": f"t-{o}",
+                    "data": {"o": o},
+                    "createdAt": "2026-11-21T11:08:40.903082Z",
+                    "traceId": None,
+                    "producerSub": None,
+                }
+                for o in chosen
+            ],
+        }
 
 
 def offsets_read(broker: PagedBroker, after: int, upto: int, fail: bool) -> list[int]:
-    batches = read_range(broker, QueenInputPartition(PID, after, upto), page_size=4,  # type: ignore[arg-type]
-                         fail_on_data_loss=fail)
+    batches = read_range(
+        broker,
+        QueenInputPartition(PID, after, upto),
+        page_size=4,  # type: ignore[arg-type]
+        fail_on_data_loss=fail,
+    )
     out: list[int] = []
     for batch in batches:
         assert batch.schema == arrow_schema()
@@ -50,7 +68,9 @@ def test_range_read_pages_through_the_range_in_order() -> None:
     assert [c[0] for c in broker.calls] == [2, 6, 10]  # pages of 4, last one short
 
 
-@pytest.mark.parametrize("offsets, missing", [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4..6"), ([3, 4, 5, 6], "1..2")])
+@pytest.mark.parametrize(
+    "offsets, missing", [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4..6"), ([3, 4, 5, 6], "1..2")]
+)
 def test_gaps_fail_the_read_or_are_skipped(offsets: list[int], missing: str) -> None:
     with pytest.raises(DataLossError, match=f"offsets {missing} of queue 'q'"):
         offsets_read(PagedBroker(offsets), 0, 6, fail=True)
@@ -61,8 +81,17 @@ def test_derived_transaction_ids_are_a_pure_function() -> None:
     a = derive_transaction_id("query-1", 3, "src:p:7:0")
     assert a == derive_transaction_id("query-1", 3, "src:p:7:0")
     assert a.startswith("spark-") and len(a) == 38
-    assert len({a, derive_transaction_id("query-1", 4, "src:p:7:0"), derive_transaction_id("query-2", 3, "src:p:7:0"),
-                derive_transaction_id("query-1", 3, "src:p:7:1")}) == 4
+    assert (
+        len(
+            {
+                a,
+                derive_transaction_id("query-1", 4, "src:p:7:0"),
+                derive_transaction_id("query-2", 3, "src:p:7:0"),
+                derive_transaction_id("query-1", 3, "src:p:7:1"),
+            }
+        )
+        == 4
+    )
 
 
 def rows(**columns: list[Any]) -> pa.RecordBatch:
@@ -71,11 +100,19 @@ def rows(**columns: list[Any]) -> pa.RecordBatch:
 
 def test_sink_rows_become_push_items() -> None:
     options = SinkOptions.parse({"queue": "out"})
-    batch = rows(data=[json.dumps({"a": 1}), "[1, 2]", None], partition=["p1", None, "p2"],
-                 partitionId=[PID, PID, PID], offset=[5, 5, 6], traceId=[None, "0b9f6e2e-0000-4000-8000-00000000000a", None])
+    batch = rows(
+        data=[json.dumps({"a": 1}), "[1, 2]", None],
+        partition=["p1", None, "p2"],
+        partitionId=[PID, PID, PID],
+        offset=[5, 5, 6],
+        traceId=[None, "0b9f6e2e-0000-4000-8000-00000000000a", None],
+    )
     first = RowEncoder(options, "q", 2, task=0).encode(batch)
     assert [(i["queue"], i["partition"], i["payload"]) for i in first] == [
-        ("out", "p1", {"a": 1}), ("out", "Default", [1, 2]), ("out", "p2", None)]
+        ("out", "p1", {"a": 1}),
+        ("out", "Default", [1, 2]),
+        ("out", "p2", None),
+    ]
     assert first[1]["traceId"] == "0b9f6e2e-0000-4000-8000-00000000000a" and "traceId" not in first[0]
     # two output rows of one input message get different ids; a replay gets the same ids
     ids = [i["transactionId"] for i in first]

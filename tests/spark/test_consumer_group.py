@@ -23,10 +23,20 @@ def group_lag(url: str, group: str, queue: str) -> dict[str, int]:
 
 def copy_once(spark, url: str, queue: str, group: str, target: str, checkpoint: Path) -> int:
     """Run an availableNow copy of ``queue`` under ``group``; returns the rows it read."""
-    query = (spark.readStream.format("queen").option("url", url).option("queue", queue)
-             .option("consumerGroup", group).option("maxMessagesPerTrigger", "250").load()
-             .writeStream.format("queen").option("url", url).option("queue", target)
-             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", queue)
+        .option("consumerGroup", group)
+        .option("maxMessagesPerTrigger", "250")
+        .load()
+        .writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         assert query.awaitTermination(180)
     finally:

@@ -31,13 +31,47 @@ def load_script() -> ModuleType:
 
 def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tmp_path: Path) -> None:
     script = load_script()
-    source, target, group, checkpoint = unique("eo-src"), unique("eo-dst"), unique("eo-g"), str(tmp_path / "ck")
+    source, target, group, checkpoint = (
+        unique("eo-src"),
+        unique("eo-dst"),
+        unique("eo-g"),
+        str(tmp_path / "ck"),
+    )
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), "--url", broker.url, "--source", source, "--target", target,
-         "--group", group, "--checkpoint", checkpoint, "--messages", "8000", "--partitions", "4",
-         "--kills", "1", "--max-per-trigger", "2000", "--produce-seconds", "4", "--max-kill-delay", "3",
-         "--seed", "7", "--no-drain"],
-        check=False, capture_output=True, text=True, timeout=240)
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--url",
+            broker.url,
+            "--source",
+            source,
+            "--target",
+            target,
+            "--group",
+            group,
+            "--checkpoint",
+            checkpoint,
+            "--messages",
+            "8000",
+            "--partitions",
+            "4",
+            "--kills",
+            "1",
+            "--max-per-trigger",
+            "2000",
+            "--produce-seconds",
+            "4",
+            "--max-kill-delay",
+            "3",
+            "--seed",
+            "7",
+            "--no-drain",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SIGKILL 1" in result.stdout and "kills: 1" in result.stdout
 
@@ -49,8 +83,14 @@ def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tm
     assert query.exception() is None
 
     counts = script.verify(broker.url, source, target)
-    assert counts == {"source": 8000, "target": 8000, "duplicates": 0, "missing": 0, "out_of_order": 0,
-                      "foreign": 0}
+    assert counts == {
+        "source": 8000,
+        "target": 8000,
+        "duplicates": 0,
+        "missing": 0,
+        "out_of_order": 0,
+        "foreign": 0,
+    }
     assert script.staging_rows(broker.database_url) == 0
     src = {name: ms for name, ms in read_queue(broker.url, source).items() if ms}
     dst = {name: ms for name, ms in read_queue(broker.url, target).items() if ms}

@@ -26,8 +26,16 @@ def load_example() -> ModuleType:
 
 def test_tumbling_minute_sums_equal_python(spark, broker, tmp_path: Path) -> None:
     example = load_example()
-    result = example.run_windows(spark, broker.url, "." + unique("w"), events=3000, keys=4, minutes=8,
-                                 max_per_trigger=400, checkpoint=str(tmp_path / "ck"))
+    result = example.run_windows(
+        spark,
+        broker.url,
+        "." + unique("w"),
+        events=3000,
+        keys=4,
+        minutes=8,
+        max_per_trigger=400,
+        checkpoint=str(tmp_path / "ck"),
+    )
     assert result.readings == 3000 + 4
     assert len(result.python) >= 4 * 8 - 2  # every key has readings in (nearly) every minute
     assert result.duplicates == 0

@@ -40,5 +40,7 @@ def __getattr__(name: str) -> Any:
         return getattr(import_module(module, __name__), name)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "pandas", "py4j"):
-            raise ImportError("the Spark connector needs the spark extra: pip install 'queenpy[spark]'") from exc
+            raise ImportError(
+                "the Spark connector needs the spark extra: pip install 'queenpy[spark]'"
+            ) from exc
         raise

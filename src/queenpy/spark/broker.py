@@ -99,8 +99,12 @@ class SparkBroker:
             params["consumerGroup"] = consumer_group
         body = self._call("GET", "/api/v1/spark/offsets", params=params)
         return [
-            PartitionHead(str(p["partitionId"]), str(p.get("partition", "")), int(p["head"]),
-                          None if p.get("cursor") is None else int(p["cursor"]))
+            PartitionHead(
+                str(p["partitionId"]),
+                str(p.get("partition", "")),
+                int(p["head"]),
+                None if p.get("cursor") is None else int(p["cursor"]),
+            )
             for p in body.get("partitions", [])
         ]
 
@@ -116,8 +120,11 @@ class SparkBroker:
 
     def advance_cursor(self, queue: str, consumer_group: str, offsets: Mapping[str, int]) -> int:
         """Set the group's cursor to ``max(cursor, offset)`` per partition; returns partitions updated."""
-        body = self._call("POST", "/api/v1/spark/cursor",
-                          json={"queue": queue, "consumerGroup": consumer_group, "offsets": dict(offsets)})
+        body = self._call(
+            "POST",
+            "/api/v1/spark/cursor",
+            json={"queue": queue, "consumerGroup": consumer_group, "offsets": dict(offsets)},
+        )
         return int(body.get("partitionsUpdated", 0))
 
     def stage(self, query_id: str, batch_id: int, token: str, items: Sequence[Mapping[str, Any]]) -> int:
@@ -125,20 +132,30 @@ class SparkBroker:
 
         Not retried (see the module docstring).
         """
-        body = self._call("POST", "/api/v1/spark/stage", retry=False,
-                          json={"queryId": query_id, "batchId": batch_id, "token": token, "items": list(items)})
+        body = self._call(
+            "POST",
+            "/api/v1/spark/stage",
+            retry=False,
+            json={"queryId": query_id, "batchId": batch_id, "token": token, "items": list(items)},
+        )
         return int(body.get("staged", 0))
 
     def commit(self, query_id: str, batch_id: int, tokens: Sequence[str]) -> CommitResult:
         """Push the staged rows of ``tokens`` in one transaction, once per ``(query_id, batch_id)``."""
-        body = self._call("POST", "/api/v1/spark/commit",
-                          json={"queryId": query_id, "batchId": batch_id, "tokens": list(tokens)})
+        body = self._call(
+            "POST",
+            "/api/v1/spark/commit",
+            json={"queryId": query_id, "batchId": batch_id, "tokens": list(tokens)},
+        )
         return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
 
     def abort(self, query_id: str, batch_id: int, tokens: Sequence[str]) -> int:
         """Delete the staged rows of ``tokens`` (idempotent; committed batches are untouched)."""
-        body = self._call("POST", "/api/v1/spark/abort",
-                          json={"queryId": query_id, "batchId": batch_id, "tokens": list(tokens)})
+        body = self._call(
+            "POST",
+            "/api/v1/spark/abort",
+            json={"queryId": query_id, "batchId": batch_id, "tokens": list(tokens)},
+        )
         return int(body.get("deleted", 0))
 
     # -- plumbing -------------------------------------------------------------------------------------------
@@ -153,8 +170,15 @@ class SparkBroker:
             self._client = httpx.Client(base_url=self.url, headers=headers, timeout=self.timeout_s)
         return self._client
 
-    def _call(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-              json: Any = None, retry: bool = True) -> Any:
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        json: Any = None,
+        retry: bool = True,
+    ) -> Any:
         import httpx
 
         content = None if json is None else orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS)
@@ -188,6 +212,9 @@ def _decode(response: httpx.Response, what: str) -> Any:
         return body
     message = f"{what}: {error or response.reason_phrase} (HTTP {status})"
     kind: type[QueenError] = {
-        400: InvalidRequest, 401: AuthenticationError, 403: PermissionDenied, 404: NotFound,
+        400: InvalidRequest,
+        401: AuthenticationError,
+        403: PermissionDenied,
+        404: NotFound,
     }.get(status, DatabaseUnavailable if status in (502, 503, 504) else BrokerError)
     raise kind(message)

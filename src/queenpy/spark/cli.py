@@ -23,8 +23,9 @@ import typer
 
 __all__ = ["register", "spark_app"]
 
-spark_app = typer.Typer(help="Run data pipelines on Apache Spark (needs the spark extra).",
-                        no_args_is_help=True)
+spark_app = typer.Typer(
+    help="Run data pipelines on Apache Spark (needs the spark extra).", no_args_is_help=True
+)
 
 
 @spark_app.callback()
@@ -39,15 +40,34 @@ def spark_group() -> None:
 def run(
     context: typer.Context,
     pipeline: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Pipeline script (.py).")],
-    master: Annotated[str, typer.Option("--master", envvar="QUEENPY_SPARK_MASTER",
-                                        help="Spark master: local[*], local[2], spark://host:7077, ...")]
-        = "local[*]",
-    url: Annotated[str | None, typer.Option("--url", envvar="QUEEN_URL",
-                                            help="Broker base URL, passed to the script as $QUEEN_URL.")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", envvar="QUEENPY_SPARK_PROGRESS",
-                                           help="Print a line per micro-batch on stderr.")] = True,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="QUEEN_VERBOSE",
-                                          help="Spark WARN logs and Python tracebacks.")] = False,
+    master: Annotated[
+        str,
+        typer.Option(
+            "--master",
+            envvar="QUEENPY_SPARK_MASTER",
+            help="Spark master: local[*], local[2], spark://host:7077, ...",
+        ),
+    ] = "local[*]",
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", envvar="QUEEN_URL", help="Broker base URL, passed to the script as $QUEEN_URL."
+        ),
+    ] = None,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress/--no-progress",
+            envvar="QUEENPY_SPARK_PROGRESS",
+            help="Print a line per micro-batch on stderr.",
+        ),
+    ] = True,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose", "-v", envvar="QUEEN_VERBOSE", help="Spark WARN logs and Python tracebacks."
+        ),
+    ] = False,
 ) -> None:
     """Run PIPELINE (a Python script) on Spark; extra arguments go to the script."""
     try:

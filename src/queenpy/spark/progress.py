@@ -38,8 +38,11 @@ def describe_progress(progress: Any) -> str:
     """One line for a ``StreamingQueryProgress`` (name, batch, rows, rows/s, lag per queue source)."""
     name = progress.name or str(progress.id)[:8]
     rate = progress.processedRowsPerSecond or 0.0
-    parts = [f"{time.strftime('%H:%M:%S')} {name:<12} batch {progress.batchId:<5}",
-             f"{progress.numInputRows:>9,} rows", f"{rate:>9,.0f} rows/s"]
+    parts = [
+        f"{time.strftime('%H:%M:%S')} {name:<12} batch {progress.batchId:<5}",
+        f"{progress.numInputRows:>9,} rows",
+        f"{rate:>9,.0f} rows/s",
+    ]
     lags = []
     for source in progress.sources or []:
         queue = _queue_of(source.endOffset) or _queue_of(source.latestOffset)

@@ -33,6 +33,7 @@ from .offsets import (
     LATEST,
     OffsetRange,
     QueueOffset,
+    StartingOffsets,
     admit,
     cap,
     missing_offsets,
@@ -43,7 +44,7 @@ from .offsets import (
 from .options import SourceOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
 __all__ = ["DataLossError", "QueenBatchReader", "QueenInputPartition", "QueenStreamReader", "read_range"]
 
@@ -63,8 +64,9 @@ class QueenInputPartition(InputPartition):
     upto: int
 
 
-def read_range(broker: SparkBroker, part: QueenInputPartition, *, page_size: int,
-               fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
+def read_range(
+    broker: SparkBroker, part: QueenInputPartition, *, page_size: int, fail_on_data_loss: bool
+) -> Iterator[pa.RecordBatch]:
     """Fetch ``(after, upto]`` page by page and yield Arrow record batches in offset order.
 
     Raises:
@@ -97,7 +99,10 @@ def read_range(broker: SparkBroker, part: QueenInputPartition, *, page_size: int
 
 
 def _heads(broker: SparkBroker, options: SourceOptions, with_group: bool = False) -> dict[str, Any]:
-    return {p.partition_id: p for p in broker.offsets(options.queue, options.consumer_group if with_group else None)}
+    return {
+        p.partition_id: p
+        for p in broker.offsets(options.queue, options.consumer_group if with_group else None)
+    }
 
 
 class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -123,12 +128,15 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         Computed once per run (Spark asks twice) so ``latest`` cannot move between the two calls.
         """
         if self._initial is None:
-            spec = parse_starting_offsets(self.options.starting_offsets, self.options.queue,
-                                          has_group=bool(self.options.consumer_group))
+            spec = parse_starting_offsets(
+                self.options.starting_offsets, self.options.queue, has_group=bool(self.options.consumer_group)
+            )
             partitions = _heads(self.broker, self.options, with_group=True)
             start = resolve_starting_offsets(
-                spec, {pid: p.head for pid, p in partitions.items()},
-                {pid: p.cursor for pid, p in partitions.items()})
+                spec,
+                {pid: p.head for pid, p in partitions.items()},
+                {pid: p.cursor for pid, p in partitions.items()},
+            )
             self._initial = QueueOffset(self.options.queue, start).to_json()
             log.info("queue %s: starting at %s", self.options.queue, self._initial)
         return self._initial
@@ -167,8 +175,10 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """One task per partition range (split every ``messagesPerTask``); [] when ``start == end``."""
         begin = QueueOffset.from_json(start, self.options.queue).partitions
         finish = QueueOffset.from_json(end, self.options.queue).partitions
-        return [QueenInputPartition(r.partition_id, r.after, r.upto)
-                for r in split_ranges(begin, finish, self.options.messages_per_task)]
+        return [
+            QueenInputPartition(r.partition_id, r.after, r.upto)
+            for r in split_ranges(begin, finish, self.options.messages_per_task)
+        ]
 
     def commit(self, end: dict[str, Any]) -> None:
         """Advance the consumer group's cursor to ``end`` (no-op without ``consumerGroup``)."""
@@ -184,7 +194,9 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         try:
             self.broker.advance_cursor(self.options.queue, group, changed)
         except QueenError as exc:  # advisory: never fail the query for it; the next batch retries
-            log.warning("queue %s: could not advance the cursor of group %s: %s", self.options.queue, group, exc)
+            log.warning(
+                "queue %s: could not advance the cursor of group %s: %s", self.options.queue, group, exc
+            )
             return
         self._cursor.update(changed)
 
@@ -197,13 +209,19 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Messages of one range as Arrow record batches (see :func:`read_range`)."""
         assert isinstance(partition, QueenInputPartition)
         with SparkBroker(self.options.url, self.options.token) as broker:
-            yield from read_range(broker, partition, page_size=self.options.page_size,
-                                  fail_on_data_loss=self.options.fail_on_data_loss)
+            yield from read_range(
+                broker,
+                partition,
+                page_size=self.options.page_size,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+            )
 
 
 class QueenBatchReader(DataSourceReader):
     """``spark.read.format("queen")``: the messages between ``startingOffsets`` (default earliest, or the group's
-    cursor when ``consumerGroup`` is set) and ``endingOffsets`` (default: the heads at planning time)."""
+    cursor when ``consumerGroup`` is set) and ``endingOffsets`` (default ``latest``: the heads at planning time;
+    a JSON ``{partitionId: n}`` ends the named partitions at ``n`` and the others at their head). Reading does not
+    move the group's cursor."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
@@ -213,14 +231,17 @@ class QueenBatchReader(DataSourceReader):
         with SparkBroker(options.url, options.token) as broker:
             partitions = _heads(broker, options, with_group=True)
         heads = {pid: p.head for pid, p in partitions.items()}
-        spec = parse_starting_offsets(options.starting_offsets, options.queue,
-                                      has_group=bool(options.consumer_group))
+        spec = parse_starting_offsets(
+            options.starting_offsets, options.queue, has_group=bool(options.consumer_group)
+        )
         start = resolve_starting_offsets(spec, heads, {pid: p.cursor for pid, p in partitions.items()})
         ending = options.ending_offsets
         if ending is None or ending.lower() == LATEST:
             end = heads
         else:
             wanted = parse_starting_offsets(ending, options.queue, has_group=False)
+            if wanted.kind == "json":  # partitions not named end at their head
+                wanted = StartingOffsets("json", {**{pid: -1 for pid in heads}, **wanted.partitions})
             end = resolve_starting_offsets(wanted, heads)
         end = {pid: max(int(end.get(pid, 0)), start.get(pid, 0)) for pid in heads}
         ranges: list[OffsetRange] = split_ranges(start, end, options.messages_per_task)
@@ -229,5 +250,9 @@ class QueenBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueenInputPartition)
         with SparkBroker(self.options.url, self.options.token) as broker:
-            yield from read_range(broker, partition, page_size=self.options.page_size,
-                                  fail_on_data_loss=self.options.fail_on_data_loss)
+            yield from read_range(
+                broker,
+                partition,
+                page_size=self.options.page_size,
+                fail_on_data_loss=self.options.fail_on_data_loss,
+            )

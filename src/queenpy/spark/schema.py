@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
 
 __all__ = ["COLUMNS", "SCHEMA_DDL", "arrow_schema", "messages_to_arrow"]
 

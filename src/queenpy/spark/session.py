@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "LOG4J2_PROPERTIES", "build_session", "get_session", "prepare_environment",
-           "register"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "LOG4J2_PROPERTIES",
+    "build_session",
+    "get_session",
+    "prepare_environment",
+    "register",
+]
 
 DEFAULT_MASTER = "local[*]"
 MASTER_ENV = "QUEENPY_SPARK_MASTER"
@@ -60,8 +66,13 @@ def prepare_environment(master: str = DEFAULT_MASTER, *, quiet: bool = True) -> 
         os.environ["SPARK_CONF_DIR"] = str(conf_dir)
 
 
-def build_session(master: str | None = None, app_name: str = "queenpy", *,
-                  config: Mapping[str, Any] | None = None, quiet: bool = True) -> SparkSession:
+def build_session(
+    master: str | None = None,
+    app_name: str = "queenpy",
+    *,
+    config: Mapping[str, Any] | None = None,
+    quiet: bool = True,
+) -> SparkSession:
     """A SparkSession tuned for queue pipelines, with the ``queen`` source registered.
 
     Args:
@@ -84,18 +95,19 @@ def build_session(master: str | None = None, app_name: str = "queenpy", *,
         "spark.sql.shuffle.partitions": str(min(cores, 8) if _is_local(master) else 16),
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.sql.streaming.stateStore.providerClass":
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.scheduler.mode": "FAIR",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
     }
     if _is_local(master):
-        settings.update({
-            "spark.default.parallelism": str(min(cores, 8)),
-            "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.host": "127.0.0.1",
-        })
+        settings.update(
+            {
+                "spark.default.parallelism": str(min(cores, 8)),
+                "spark.driver.bindAddress": "127.0.0.1",
+                "spark.driver.host": "127.0.0.1",
+            }
+        )
     settings.update({k: str(v) for k, v in (config or {}).items()})
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():

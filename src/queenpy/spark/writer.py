@@ -45,7 +45,7 @@ from .broker import SparkBroker
 from .options import SinkOptions
 
 if TYPE_CHECKING:
-    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow as pa
     from pyspark.sql.types import StructType
 
 __all__ = [
@@ -119,8 +119,10 @@ class RowEncoder:
             partitions = batch.column(names.index(column)).to_pylist() if column else ["Default"] * n
         trace_ids = batch.column(names.index("traceId")).to_pylist() if "traceId" in names else [None] * n
         if options.transaction_id_column:
-            transaction_ids = [None if v is None else str(v)
-                               for v in batch.column(names.index(options.transaction_id_column)).to_pylist()]
+            transaction_ids = [
+                None if v is None else str(v)
+                for v in batch.column(names.index(options.transaction_id_column)).to_pylist()
+            ]
         else:
             transaction_ids = self._derive(batch, n)
         items: list[dict[str, Any]] = []
@@ -179,8 +181,9 @@ class QueenCommitMessage(WriterCommitMessage):
     attempt: int
 
 
-def _stage_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str,
-                batch_id: int) -> QueenCommitMessage:
+def _stage_task(
+    options: SinkOptions, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int
+) -> QueenCommitMessage:
     from pyspark import TaskContext
 
     context = TaskContext.get()
@@ -194,7 +197,7 @@ def _stage_task(options: SinkOptions, batches: Iterator[pa.RecordBatch], query_i
         for batch in batches:
             pending.extend(encoder.encode(batch))
             while len(pending) >= options.stage_batch_size:
-                chunk, pending = pending[: options.stage_batch_size], pending[options.stage_batch_size:]
+                chunk, pending = pending[: options.stage_batch_size], pending[options.stage_batch_size :]
                 staged += broker.stage(query_id, batch_id, token, chunk)
         if pending:
             staged += broker.stage(query_id, batch_id, token, pending)
@@ -232,7 +235,9 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
         with SparkBroker(self.options.url, self.options.token) as broker:
             result = broker.commit(query_id, batchId, tokens)
         if result.duplicate:
-            log.warning("queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id)
+            log.warning(
+                "queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Drop the micro-batch's staged rows (driver side; idempotent)."""
