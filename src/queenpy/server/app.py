@@ -199,7 +199,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
     # --- push ------------------------------------------------------------------------------------
     async def push(request: Request) -> Response:
         claims = request.state.claims
-        items = v.validate_push(await body_of(request), producer_sub=(claims or {}).get("sub") or None)
+        raw = await request.body()
+        items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw)
         if not items:
             return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
         if broker.cipher is not None:
