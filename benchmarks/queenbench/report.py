@@ -141,9 +141,10 @@ def chart(document: dict[str, Any], path: Path) -> bool:
     bottom.set_xticks(xs)
     bottom.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     git = document["git"].get("commit", "?")
+    other = document["machine"].get("other_cpu_share_median") or 0.0
     fig.suptitle(f"queenbench {document['started_at'][:16]}Z, git {git}, "
-                 f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}",
-                 fontsize=10)
+                 f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}; "
+                 f"other processes used {other * 100:.0f}% of the cores (median)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

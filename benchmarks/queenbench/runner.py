@@ -97,6 +97,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="queenbench-", dir=config.workdir))
     os.chmod(workdir, 0o755)  # pgserver runs PostgreSQL as its own user when we are root
     started = time.time()
+    git = _git_describe()  # now: other sessions may commit while the suite runs
     pg = broker = sql = bench = None
     try:
         pg = PrivatePostgres(workdir)
@@ -129,6 +130,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
         echo("-- checking n_tup_ins against the rows stored (statistics reach PostgreSQL's views late)")
         ledger = bench.check_inserts()
         document = _document(config, options, runs, facts, scenarios, bench, broker, started)
+        document["git"] = git
         document["inserts_ledger"] = ledger
     finally:
         if bench is not None:

@@ -77,6 +77,17 @@ CheckpointOption = Annotated[bool, typer.Option(
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
+def _command_line() -> str:
+    program = Path(sys.argv[0])
+    if program.name == "__main__.py":
+        start = "python -m queenpy"
+    elif program.name == "queenpy":
+        start = "queenpy"
+    else:
+        start = f"python {sys.argv[0]}"
+    return f"{start} {shlex.join(sys.argv[1:])}".strip()
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``bench`` command to the ``queenpy`` app."""
 
@@ -114,7 +125,7 @@ def register(app: typer.Typer) -> None:
         config = queenbench.Config(
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
-            checkpoint=checkpoint, command="queenpy " + shlex.join(sys.argv[1:]))
+            checkpoint=checkpoint, command=_command_line())
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:
