@@ -70,7 +70,8 @@ ChartOption = Annotated[Path | None, typer.Option(
     "--chart", envvar="QUEENPY_BENCH_CHART", help="PNG chart (default: the --out path with .png).")]
 WorkdirOption = Annotated[Path | None, typer.Option(
     "--workdir", envvar="QUEENPY_BENCH_WORKDIR", help="Where the private PostgreSQL lives (default: system temp).")]
-KeepOption = Annotated[bool, typer.Option("--keep", help="Keep the work dir (database, logs, Lua scripts).")]
+KeepOption = Annotated[bool, typer.Option(
+    "--keep", help="Keep the work dir: broker log, generated Lua scripts, wrk and pgbench outputs.")]
 CheckpointOption = Annotated[bool, typer.Option(
     "--checkpoint/--no-checkpoint", envvar="QUEENPY_BENCH_CHECKPOINT",
     help="CHECKPOINT before each scenario and limit, so none inherits the previous one's dirty pages.")]
