@@ -66,10 +66,10 @@ def db_migrate(
 
 
 def _register_optional_commands() -> None:
-    """Client commands (push, pop, ...) and ``spark``; each module imports its heavy parts lazily."""
+    """Client commands (push, pop, ...), ``spark`` and ``bench``; each module imports its heavy parts lazily."""
     import importlib
 
-    for module in ("queenpy.client.cli", "queenpy.spark.cli"):
+    for module in ("queenpy.client.cli", "queenpy.spark.cli", "queenpy.bench_cli"):
         try:
             register = importlib.import_module(module).register
         except ImportError:

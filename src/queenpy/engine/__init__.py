@@ -11,6 +11,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
+
 from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
@@ -24,7 +26,7 @@ NOTIFY_CHANNEL = "queen_message_available"
 
 # operation type -> stored procedure (one JSONB batch in, one JSONB array out)
 _OPERATIONS = {
-    "push": "push_items_v1",
+    "push": "push_items_v2",
     "pop": "pop_v1",
     "ack": "ack_v1",
     "renew_lease": "renew_lease_v1",
@@ -52,6 +54,8 @@ class Engine:
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
                                       fusion_settings.max_hold_ms)
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
+        self._notify_pending: set[str] = set()
+        self._notify_task: asyncio.Task[None] | None = None
 
     def _caller(self, procedure: str) -> Any:
         async def call(payload: str) -> str:
@@ -66,17 +70,34 @@ class Engine:
     async def stop(self) -> None:
         for fusion in self.fusions.values():
             await fusion.drain()
+        if self._notify_task is not None:
+            await asyncio.gather(self._notify_task, return_exceptions=True)
+
+    def _announce(self, keys: set[tuple[str, str]]) -> None:
+        """Messages were committed on these (queue, partition)s: wake this process's long polls now, and
+        the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight."""
+        for key in keys:
+            self.waiters.wake(*key)
+        self._notify_pending.update(f"{queue}/{partition}" for queue, partition in keys)
+        if self._notify_task is None or self._notify_task.done():
+            self._notify_task = asyncio.get_running_loop().create_task(self._flush_notifications())
+
+    async def _flush_notifications(self) -> None:
+        while self._notify_pending:
+            payloads, self._notify_pending = sorted(self._notify_pending), set()
+            try:
+                await self.database.notify(NOTIFY_CHANNEL, payloads)
+            except Exception as exc:  # noqa: BLE001 - other processes fall back to their poll timer
+                log.warning("NOTIFY failed (other processes will poll): %s", exc)
 
     async def push(self, items: list[dict[str, Any]]) -> list[Any]:
-        """Fused push; wakes local long-pollers of every queue/partition that got a message."""
+        """Fused push; announces every queue/partition that got a message (see :meth:`_announce`)."""
         results = await self.fusions["push"].submit(items)
-        woken: set[tuple[str, str]] = set()
-        for item, result in zip(items, results):
-            if isinstance(result, dict) and result.get("status") == "queued":
-                key = (item["queue"], item.get("partition") or "Default")
-                if key not in woken:
-                    woken.add(key)
-                    self.waiters.wake(*key)
+        keys = {(item["queue"], item.get("partition") or "Default")
+                for item, result in zip(items, results)
+                if isinstance(result, dict) and result.get("status") == "queued"}
+        if keys:
+            self._announce(keys)
         return results
 
     async def pop(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -92,19 +113,15 @@ class Engine:
 
     async def transaction(self, request: dict[str, Any]) -> dict[str, Any]:
         """A client transaction: never fused with another one (one PostgreSQL transaction each)."""
-        import orjson
-
         async with self._transactions:
             text = await self.database.call("transaction_v1", orjson.dumps(request).decode())
         result: dict[str, Any] = orjson.loads(text)
         if result.get("success"):
-            woken: set[tuple[str, str]] = set()
-            for op in request.get("operations", []):
-                for item in op.get("items", []) if op.get("type") == "push" else []:
-                    key = (item["queue"], item.get("partition") or "Default")
-                    if key not in woken:
-                        woken.add(key)
-                        self.waiters.wake(*key)
+            keys = {(item["queue"], item.get("partition") or "Default")
+                    for op in request.get("operations", []) if op.get("type") == "push"
+                    for item in op.get("items", [])}
+            if keys:
+                self._announce(keys)
         return result
 
     async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,

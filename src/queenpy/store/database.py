@@ -20,19 +20,19 @@ __all__ = ["PROCEDURES", "Database", "Unavailable"]
 
 log = logging.getLogger("queenpy.store")
 
-# The hot-path procedures the engine may call, each taking one JSONB argument and returning JSONB.
-PROCEDURES = frozenset(
-    {
-        "push_items_v1",
-        "pop_v1",
-        "ack_v1",
-        "renew_lease_v1",
-        "transaction_v1",
-        "configure_queue_v1",
-        "dlq_list_v1",
-        "trace_record_v1",
-    }
-)
+# The procedures the broker calls with one JSONB batch, and the statement that calls each: the name is
+# the key, never taken from users. Pushes do not NOTIFY inside their transaction (see push_items_v2);
+# the engine notifies after COMMIT with :meth:`Database.notify`.
+PROCEDURES: dict[str, str] = {
+    "push_items_v2": "SELECT queen.push_items_v2($1::jsonb, false, false)::text",
+    "pop_v1": "SELECT queen.pop_v1($1::jsonb)::text",
+    "ack_v1": "SELECT queen.ack_v1($1::jsonb)::text",
+    "renew_lease_v1": "SELECT queen.renew_lease_v1($1::jsonb)::text",
+    "transaction_v1": "SELECT queen.transaction_v1($1::jsonb)::text",
+    "configure_queue_v1": "SELECT queen.configure_queue_v1($1::jsonb)::text",
+    "dlq_list_v1": "SELECT queen.dlq_list_v1($1::jsonb)::text",
+    "trace_record_v1": "SELECT queen.trace_record_v1($1::jsonb)::text",
+}
 
 ConnectionErrors = (
     OSError,
@@ -68,6 +68,7 @@ class Database:
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
         self._relisten: asyncio.Task[None] | None = None
+        self._notifier: asyncpg.Connection | None = None
 
     async def open(self) -> None:
         """Open the pool. Raises :class:`DatabaseUnavailable` when PostgreSQL cannot be reached."""
@@ -93,6 +94,9 @@ class Database:
         if self._listener is not None:
             await self._listener.close()
             self._listener = None
+        if self._notifier is not None:
+            await self._notifier.close()
+            self._notifier = None
         if pool is not None:
             await pool.close()
 
@@ -105,13 +109,21 @@ class Database:
     async def call(self, procedure: str, payload: str) -> str:
         """``SELECT queen.<procedure>($1::jsonb)``: the JSONB result as text.
 
-        ``procedure`` must be one of :data:`PROCEDURES` (names are never taken from users).
+        ``procedure`` is a key of :data:`PROCEDURES` (names are never taken from users); KeyError otherwise.
         """
-        if procedure not in PROCEDURES:
-            raise ValueError(f"unknown procedure {procedure}")
+        statement = PROCEDURES[procedure]
         async with self.pool.acquire() as connection:
-            result: str = await connection.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text", payload)
+            result: str = await connection.fetchval(statement, payload)
         return result
+
+    async def notify(self, channel: str, payloads: list[str]) -> None:
+        """NOTIFY ``channel`` once per payload, in one transaction on a dedicated connection that commits
+        without waiting for the WAL flush (``synchronous_commit = off``: the notification carries no data
+        that must survive a crash), so PostgreSQL's global notify lock is held only for an instant."""
+        if self._notifier is None or self._notifier.is_closed():
+            self._notifier = await asyncpg.connect(self.url, server_settings={
+                "synchronous_commit": "off", "application_name": "queenpy-notify"})
+        await self._notifier.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) p", channel, payloads)
 
     async def fetchval(self, query: str, *args: Any) -> Any:
         """One value of a fixed query (queries live in the procedures; ``query`` is a call of one)."""

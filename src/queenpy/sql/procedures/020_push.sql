@@ -15,7 +15,8 @@
 -- concurrent pushes of the same id cannot both insert.
 --
 -- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
-CREATE OR REPLACE FUNCTION queen.push_items_v1(p_items jsonb, p_strict boolean DEFAULT false)
+-- p_notify: NOTIFY queen_message_available per touched (queue, partition) at commit.
+CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -131,7 +132,12 @@ BEGIN
         RAISE EXCEPTION 'duplicate transactionId % in push', v_duplicate USING ERRCODE = 'QN409';
     END IF;
 
-    -- 4. wake long-polling consumers in every broker process (delivered at COMMIT, deduplicated by PostgreSQL)
+    -- 4. wake long-polling consumers in every broker process (delivered at COMMIT, deduplicated by PostgreSQL).
+    -- The broker passes p_notify = false and notifies after COMMIT itself: a NOTIFY inside the transaction
+    -- holds PostgreSQL's global notify lock through the commit's WAL flush, serialising all pushes.
+    IF NOT p_notify THEN
+        RETURN coalesce(v_result, '[]'::jsonb);
+    END IF;
     PERFORM pg_notify('queen_message_available', q.name || '/' || p.name)
     FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
           FROM jsonb_array_elements(p_items) e) t
@@ -141,6 +147,11 @@ BEGIN
     RETURN coalesce(v_result, '[]'::jsonb);
 END;
 $$;
+
+-- Version 1 (notifies inside the transaction), kept for callers of the SQL API.
+CREATE OR REPLACE FUNCTION queen.push_items_v1(p_items jsonb, p_strict boolean DEFAULT false)
+RETURNS jsonb
+LANGUAGE sql AS $$ SELECT queen.push_items_v2(p_items, p_strict, true) $$;
 
 -- SQL API (DESIGN.md section 10, API.md sharp edge 25): push from SQL, e.g. inside an application's own
 -- transaction (transactional outbox). Same item shape and per-item result as POST /api/v1/push; items

@@ -171,6 +171,7 @@ $$;
 -- A client transaction: ack and push operations, all in one PostgreSQL transaction (API.md section 9).
 -- Input: {"operations": [{"type": "ack", ...ack item...} | {"type": "push", "items": [push items]}]}
 -- Output: {"transactionId", "success", "results": [...], "error"?}. Any failure rolls back every operation.
+-- Pushes do not NOTIFY here: the broker wakes consumers after COMMIT (see push_items_v2).
 CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -197,8 +198,8 @@ BEGIN
                 v_index := v_index + 1;
             ELSIF v_op->>'type' = 'push' THEN
                 FOR v_item IN SELECT x FROM jsonb_array_elements(v_op->'items') x LOOP
-                    v_res := queen.push_items_v1(jsonb_build_array(v_item || jsonb_build_object('index', v_index)),
-                                                 true) -> 0;
+                    v_res := queen.push_items_v2(jsonb_build_array(v_item || jsonb_build_object('index', v_index)),
+                                                 true, false) -> 0;
                     v_results := array_append(v_results, jsonb_build_object('index', v_index,
                         'type', 'push', 'success', true, 'transactionId', v_res->>'transaction_id',
                         'messageId', v_res->>'message_id', 'partitionId', v_res->>'partition_id',
