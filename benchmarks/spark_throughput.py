@@ -6,8 +6,9 @@ On one broker, in one run:
 2. the broker's own consumers on that backlog, each in a fresh consumer group, ``--consumers`` concurrent
    clients popping ``--batch`` at a time:
    - ``pop+ack``: pop, then one ``POST /api/v1/ack/batch`` per pop;
-   - ``pop+tx``: pop, then one ``POST /api/v1/transaction`` acking the batch and pushing a copy of each message
-     to another queue (the broker-native queue → queue hand-off, the same work as the Spark copy);
+   - ``pop+tx``: pop ``--tx-batch`` (100), then one ``POST /api/v1/transaction`` acking the batch and pushing a
+     copy of each message to another queue (the broker-native queue → queue hand-off, the same work as the Spark
+     copy; queenbench's ``handoff-tx``);
 3. Spark on ``--master`` (default ``local[2]``): an availableNow streaming copy of the queue to another queue
    through the ``queen`` source and sink, ``--max-per-trigger`` messages per micro-batch. Reported: the whole
    query (including its start, after a warm-up query on the same session) and the steady rate over the
@@ -208,8 +209,8 @@ def measure(args: argparse.Namespace) -> int:
     log(f"broker pop+ack ({args.consumers} clients, batch {args.batch}): {ack_rate:,.0f} msg/s")
     handoff = f"bench.spark.handoff.{run_id}"
     httpx.post(f"{args.url}/api/v1/configure", json={"queue": handoff, "options": {}}, timeout=30)
-    tx_rate = broker_consume(args.url, source, args.messages, args.consumers, args.batch, handoff)
-    log(f"broker pop+transaction(ack+push) queue->queue: {tx_rate:,.0f} msg/s")
+    tx_rate = broker_consume(args.url, source, args.messages, args.consumers, args.tx_batch, handoff)
+    log(f"broker pop+transaction(ack+push) queue->queue, batch {args.tx_batch}: {tx_rate:,.0f} msg/s")
 
     from queenpy.spark.session import build_session
 
@@ -249,7 +250,7 @@ def measure(args: argparse.Namespace) -> int:
     print("| --- | --- |")
     print(f"| broker push (4 clients x 1000) | {push_rate:,.0f} |")
     print(f"| broker pop+ack ({args.consumers} clients, batch {args.batch}) | {ack_rate:,.0f} |")
-    print(f"| broker pop + transaction(ack + push), queue -> queue | {tx_rate:,.0f} |")
+    print(f"| broker pop + transaction(ack + push), queue -> queue, batch {args.tx_batch} | {tx_rate:,.0f} |")
     print(f"| Spark {args.master} queue -> queue, whole availableNow query | {whole:,.0f} |")
     print(f"| Spark {args.master} queue -> queue, steady (batches after the first) | {steady:,.0f} |")
     if read_rate is not None:
@@ -265,7 +266,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1024, help="payload bytes (about)")
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--batch", type=int, default=1000, help="pop batch of the pop+ack consumers")
+    parser.add_argument(
+        "--tx-batch",
+        type=int,
+        default=100,
+        help="pop batch of the pop+transaction hand-off (a transaction of 1000 acks is slow)",
+    )
     parser.add_argument("--max-per-trigger", type=int, default=50_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--batch-read", type=int, default=0, help="also batch-read a queue of N messages")
