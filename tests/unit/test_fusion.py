@@ -137,3 +137,29 @@ async def test_waiters_wake_by_queue_and_partition() -> None:
     registry.unregister(only_a)
     registry.unregister(other_queue)
     assert len(registry) == 0
+
+
+async def test_laned_fusion_keeps_a_key_on_one_lane_and_runs_lanes_in_parallel() -> None:
+    from queenpy.engine.fusion import LanedFusion
+
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = LanedFusion("push", procedure, max_batch_size=100, lanes=8, key=lambda item: item["p"])
+    tasks = [asyncio.create_task(fusion.submit([{"value": i, "p": f"partition-{i % 4}"}])) for i in range(40)]
+    for _ in range(5):
+        await asyncio.sleep(0)
+    first_calls = list(procedure.batches)
+    # each distinct partition got its own lane's call at once; nothing waits behind another partition
+    assert len({frozenset(item["p"] for item in batch) for batch in first_calls}) == len(first_calls)
+    assert all(len({item["p"] for item in batch}) == 1 for batch in first_calls)
+    assert fusion.inflight == len(first_calls) <= 4
+    procedure.release.set()
+    results = await asyncio.gather(*tasks)
+    assert [r[0]["echo"] for r in results] == list(range(40))
+    # every call carried items of one lane only; later calls fused what queued behind the first ones
+    import zlib
+
+    for batch in procedure.batches:
+        assert len({zlib.crc32(item["p"].encode()) % 8 for item in batch}) == 1
+    assert sum(len(batch) for batch in procedure.batches) == 40
+    assert len(procedure.batches) < 40

@@ -13,12 +13,12 @@ from typing import Any
 
 import orjson
 
-from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
+from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "Engine", "Fusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms"]
+__all__ = ["NOTIFY_CHANNEL", "Engine", "Fusion", "LanedFusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -33,6 +33,10 @@ _OPERATIONS = {
 }
 
 
+def _partition_key(item: dict[str, Any]) -> str:
+    return f"{item['queue']}/{item.get('partition') or 'Default'}"
+
+
 class Engine:
     """Fusion queues and long-poll waiters of one process, over one :class:`Database`."""
 
@@ -40,9 +44,14 @@ class Engine:
         self.database = database
         self.settings = settings
         self.waiters = WaiterRegistry()
-        self.fusions: dict[str, Fusion] = {}
+        self.fusions: dict[str, Fusion | LanedFusion] = {}
         for op, procedure in _OPERATIONS.items():
             fusion_settings = settings.fusion_for(op)
+            if op == "push":
+                # one lane per allowed call in flight; see LanedFusion for why pushes are laned
+                self.fusions[op] = LanedFusion(op, self._caller(procedure), fusion_settings.max_batch_size,
+                                               fusion_settings.max_concurrent, _partition_key)
+                continue
             limit: StaticLimit | VegasLimit
             if settings.concurrency_mode == "vegas":
                 limit = VegasLimit(initial=max(1, fusion_settings.max_concurrent // 2),
