@@ -16,21 +16,15 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spark_run_command() -> list[str]:
-    """``queenpy spark run`` (through ``python -m queenpy``, so the test uses this checkout's venv)."""
-    probe = subprocess.run(
-        [sys.executable, "-m", "queenpy", "spark", "--help"], check=False, capture_output=True, text=True
-    )
-    if probe.returncode == 0:
-        return [sys.executable, "-m", "queenpy", "spark", "run"]
-    return [sys.executable, "-m", "queenpy.spark.cli", "run"]  # until the main CLI registers the group
-
-
 def test_spark_run_pipeline_prints_the_expected_counts(broker, tmp_path: Path) -> None:
     env = {**os.environ, "QUEEN_URL": broker.url}
     result = subprocess.run(
         [
-            *spark_run_command(),
+            sys.executable,
+            "-m",
+            "queenpy",
+            "spark",
+            "run",
             str(ROOT / "examples" / "spark_pipeline.py"),
             "--master",
             "local[2]",
