@@ -351,3 +351,25 @@ def test_max_size_rejects_items_beyond_capacity(db_url: str) -> None:
         assert [r["status"] for r in push(conn, "capped", [{"n": 6}, {"n": 7}])] == ["queued", "failed"]
         # uncapped queues are unaffected
         assert push(conn, "free", [{"n": 1}] * 1)[0]["status"] == "queued"
+
+
+def test_transaction_push_op_with_many_items_is_one_all_or_nothing_push(db_url: str) -> None:
+    with connect(db_url) as conn:
+        push(conn, "tx-src", [{"n": n} for n in range(3)])
+        messages = pop(conn, "tx-src", "Default", batch=3)["messages"]
+        ops: list[dict[str, Any]] = [{"type": "ack", "transactionId": m["transactionId"],
+                                      "partitionId": m["partitionId"], "leaseId": m["leaseId"]} for m in messages]
+        ops.append({"type": "push", "items": [{"queue": "tx-dst", "payload": n} for n in range(3)]})
+        result = call_procedure(conn, "transaction_v1", {"operations": ops})
+        assert result["success"] is True
+        assert [(r["index"], r["type"]) for r in result["results"]] == [
+            (0, "ack"), (1, "ack"), (2, "ack"), (3, "push"), (4, "push"), (5, "push")]
+        call_procedure(conn, "configure_queue_v1", {"queue": "tx-full", "options": {"maxSize": 1}})
+        push(conn, "tx-src", [{"n": 9}])
+        [last] = pop(conn, "tx-src", "Default")["messages"]
+        full = call_procedure(conn, "transaction_v1", {"operations": [
+            {"type": "ack", "transactionId": last["transactionId"], "partitionId": last["partitionId"]},
+            {"type": "push", "items": [{"queue": "tx-full", "payload": 1}, {"queue": "tx-full", "payload": 2}]}]})
+        assert full["success"] is False and "queue full" in full["error"]
+        assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id"
+                            " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'tx-full'").fetchone() == (0,)

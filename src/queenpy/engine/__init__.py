@@ -82,7 +82,7 @@ class Engine:
         if self._notify_task is not None:
             await asyncio.gather(self._notify_task, return_exceptions=True)
 
-    def _announce(self, keys: set[tuple[str, str]]) -> None:
+    def announce(self, keys: set[tuple[str, str]]) -> None:
         """Messages were committed on these (queue, partition)s: wake this process's long polls now, and
         the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight."""
         for key in keys:
@@ -100,13 +100,13 @@ class Engine:
                 log.warning("NOTIFY failed (other processes will poll): %s", exc)
 
     async def push(self, items: list[dict[str, Any]]) -> list[Any]:
-        """Fused push; announces every queue/partition that got a message (see :meth:`_announce`)."""
+        """Fused push; announces every queue/partition that got a message (see :meth:`announce`)."""
         results = await self.fusions["push"].submit(items)
         keys = {(item["queue"], item.get("partition") or "Default")
                 for item, result in zip(items, results)
                 if isinstance(result, dict) and result.get("status") == "queued"}
         if keys:
-            self._announce(keys)
+            self.announce(keys)
         return results
 
     async def pop(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +130,7 @@ class Engine:
                     for op in request.get("operations", []) if op.get("type") == "push"
                     for item in op.get("items", [])}
             if keys:
-                self._announce(keys)
+                self.announce(keys)
         return result
 
     async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,

@@ -493,8 +493,13 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
     async def spark_commit(request: Request) -> Response:
         body = await body_of(request)
         payload = {**_batch_key(body), "tokens": _tokens(body)}
-        return json_response((await db.fetchval("SELECT queen.spark_commit_batch_v1($1::jsonb)::text",
-                                                orjson.dumps(payload).decode())).encode())
+        result = orjson.loads(await db.fetchval("SELECT queen.spark_commit_batch_v1($1::jsonb)::text",
+                                                orjson.dumps(payload).decode()))
+        touched = {(queue, partition) for queue, _, partition in
+                   (key.partition("/") for key in result.pop("touched", []))}
+        if touched:
+            engine.announce(touched)
+        return json_response(result)
 
     async def spark_abort(request: Request) -> Response:
         body = await body_of(request)

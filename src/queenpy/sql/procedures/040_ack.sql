@@ -180,7 +180,6 @@ DECLARE
     v_results jsonb[] := '{}';
     v_op jsonb;
     v_index integer := 0;
-    v_item jsonb;
     v_res jsonb;
     v_error text;
 BEGIN
@@ -197,9 +196,17 @@ BEGIN
                     'dlq', (v_res->>'dlq')::boolean));
                 v_index := v_index + 1;
             ELSIF v_op->>'type' = 'push' THEN
-                FOR v_item IN SELECT x FROM jsonb_array_elements(v_op->'items') x LOOP
-                    v_res := queen.push_items_v2(jsonb_build_array(v_item || jsonb_build_object('index', v_index)),
-                                                 true, false) -> 0;
+                -- all items of the op in one call (strict: a duplicate or a full queue aborts everything)
+                FOR v_res IN
+                    SELECT r FROM jsonb_array_elements(queen.push_items_v2(
+                        (SELECT jsonb_agg(x || jsonb_build_object('index', v_index + o - 1) ORDER BY o)
+                         FROM jsonb_array_elements(v_op->'items') WITH ORDINALITY AS t(x, o)),
+                        true, false)) r
+                LOOP
+                    IF v_res->>'status' <> 'queued' THEN
+                        v_error := 'PUSH operation failed: ' || coalesce(v_res->>'error', v_res->>'status');
+                        RAISE EXCEPTION USING ERRCODE = 'QN422', MESSAGE = v_error;
+                    END IF;
                     v_results := array_append(v_results, jsonb_build_object('index', v_index,
                         'type', 'push', 'success', true, 'transactionId', v_res->>'transaction_id',
                         'messageId', v_res->>'message_id', 'partitionId', v_res->>'partition_id',

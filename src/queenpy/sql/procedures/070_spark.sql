@@ -51,9 +51,9 @@ BEGIN
     ), upserted AS (
         INSERT INTO queen.partition_consumers AS pc
             (partition_id, consumer_group, last_consumed_seq, last_consumed_id, last_consumed_created_at,
-             last_consumed_at)
+             last_consumed_at, total_messages_consumed)
         SELECT t.partition_id, p_group, t.seq,
-               coalesce(t.message_id, '00000000-0000-0000-0000-000000000000'::uuid), t.created_at, now()
+               coalesce(t.message_id, '00000000-0000-0000-0000-000000000000'::uuid), t.created_at, now(), t.seq
         FROM target t
         ORDER BY t.partition_id
         ON CONFLICT (partition_id, consumer_group) DO UPDATE
@@ -93,6 +93,7 @@ DECLARE
     v_items jsonb;
     v_results jsonb := '[]'::jsonb;
     v_pushed integer := 0;
+    v_touched jsonb := '[]'::jsonb;
 BEGIN
     INSERT INTO queen.spark_sink_batches (query_id, batch_id, pushed) VALUES (v_query, v_batch, 0)
     ON CONFLICT DO NOTHING;
@@ -108,13 +109,16 @@ BEGIN
           WHERE st.query_id = v_query AND st.batch_id = v_batch
             AND st.token IN (SELECT jsonb_array_elements_text(p->'tokens'))) s;
     IF jsonb_array_length(v_items) > 0 THEN
-        v_results := queen.push_items_v1(v_items, false);
+        v_results := queen.push_items_v2(v_items, false, false);
         v_pushed := (SELECT count(*) FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'queued');
+        SELECT coalesce(jsonb_agg(DISTINCT (i->>'queue') || '/' || coalesce(i->>'partition', 'Default')), '[]')
+        INTO v_touched FROM jsonb_array_elements(v_items) i;
     END IF;
     DELETE FROM queen.spark_staging WHERE query_id = v_query AND batch_id = v_batch;
     UPDATE queen.spark_sink_batches SET pushed = v_pushed WHERE query_id = v_query AND batch_id = v_batch;
+    -- `touched`: "<queue>/<partition>" of every pushed row; the broker wakes their consumers after COMMIT
     RETURN jsonb_build_object('success', true, 'duplicate', false, 'pushed', v_pushed,
-                              'staged', jsonb_array_length(v_items));
+                              'staged', jsonb_array_length(v_items), 'touched', v_touched);
 END;
 $$;
 
