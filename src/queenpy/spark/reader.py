@@ -207,14 +207,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Messages of one range as Arrow record batches (see :func:`read_range`)."""
-        assert isinstance(partition, QueenInputPartition)
-        with SparkBroker(self.options.url, self.options.token) as broker:
-            yield from read_range(
-                broker,
-                partition,
-                page_size=self.options.page_size,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-            )
+        return _read_partition(self.options, partition)
 
 
 class QueenBatchReader(DataSourceReader):
@@ -248,11 +241,13 @@ class QueenBatchReader(DataSourceReader):
         return [QueenInputPartition(r.partition_id, r.after, r.upto) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, QueenInputPartition)
-        with SparkBroker(self.options.url, self.options.token) as broker:
-            yield from read_range(
-                broker,
-                partition,
-                page_size=self.options.page_size,
-                fail_on_data_loss=self.options.fail_on_data_loss,
-            )
+        return _read_partition(self.options, partition)
+
+
+def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """Executor side of both readers: one range, on a connection of its own."""
+    assert isinstance(partition, QueenInputPartition)
+    with SparkBroker(options.url, options.token) as broker:
+        yield from read_range(
+            broker, partition, page_size=options.page_size, fail_on_data_loss=options.fail_on_data_loss
+        )
