@@ -96,20 +96,30 @@ DECLARE
     v_replayed jsonb;
     v_replay_count integer;
 BEGIN
-    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
-    VALUES (p_partition_id, p_group)
-    ON CONFLICT (partition_id, consumer_group) DO NOTHING;
-
-    IF p_specific THEN
-        SELECT * INTO v_pc FROM queen.partition_consumers
-        WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
-    ELSE
-        SELECT * INTO v_pc FROM queen.partition_consumers
-        WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
+    -- Lock the group's cursor row; create it only when it does not exist. (An INSERT ... ON CONFLICT on an
+    -- existing row would wait for any transaction updating it, which defeats SKIP LOCKED for wildcard pops.)
+    FOR attempt IN 1..2 LOOP
+        IF p_specific THEN
+            SELECT * INTO v_pc FROM queen.partition_consumers
+            WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
+        ELSE
+            SELECT * INTO v_pc FROM queen.partition_consumers
+            WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE SKIP LOCKED;
+        END IF;
+        EXIT WHEN FOUND;
+        IF attempt = 2 OR EXISTS (SELECT 1 FROM queen.partition_consumers
+                                  WHERE partition_id = p_partition_id AND consumer_group = p_group) THEN
+            RETURN jsonb_build_object('status', 'busy', 'count', 0);  -- locked by a concurrent pop
+        END IF;
+        -- a wildcard pop skips a row another pop is creating right now (its unique check would wait)
+        IF NOT p_specific
+           AND NOT pg_try_advisory_xact_lock(hashtextextended(p_partition_id::text || '/' || p_group, 737)) THEN
             RETURN jsonb_build_object('status', 'busy', 'count', 0);
         END IF;
-    END IF;
+        INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+        VALUES (p_partition_id, p_group)
+        ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    END LOOP;
 
     IF v_pc.lease_expires_at IS NOT NULL AND v_pc.lease_expires_at > now() THEN
         RETURN jsonb_build_object('status', 'lease_held', 'count', 0);
@@ -274,7 +284,7 @@ BEGIN
         END IF;
         v_claim := queen.claim_partition_v1(v_queue, v_part.id, v_part.name, v_group, v_batch, v_auto,
                                             v_lease_id, v_mode, v_from, true);
-        IF v_claim->>'status' = 'lease_held' THEN
+        IF v_claim->>'status' IN ('lease_held', 'busy') THEN
             RETURN jsonb_build_object('index', v_index, 'success', false, 'error', 'lease_held',
                                       'messages', '[]'::jsonb);
         END IF;
