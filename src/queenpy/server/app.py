@@ -19,7 +19,6 @@ from typing import Any
 import asyncpg
 import orjson
 from starlette.applications import Starlette
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -587,7 +586,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         Route("/api/v1/spark/abort", guarded(spark_abort, Level.READ_WRITE), methods=["POST"]),
         Route("/{path:path}", options, methods=["OPTIONS"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=list[Middleware]())
+    app = Starlette(routes=routes, lifespan=lifespan)
     app.state.broker = broker
     return app
 
