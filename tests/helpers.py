@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import psycopg
 
-__all__ = ["free_port", "wait_until", "unique", "call_procedure"]
+__all__ = ["call_procedure", "free_port", "run_queenpy", "unique", "wait_until"]
 
 
 def free_port() -> int:
@@ -44,3 +48,20 @@ def call_procedure(conn: psycopg.Connection[Any], procedure: str, payload: Any) 
     row = conn.execute(f"SELECT queen.{procedure}(%s::jsonb)::text", (orjson.dumps(payload).decode(),)).fetchone()
     assert row is not None
     return orjson.loads(row[0])
+
+
+def run_queenpy(broker: Any | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
+                check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m queenpy ARGS`` as a user would, with ``QUEEN_URL`` pointing at ``broker`` (no other
+    ``QUEEN_*`` variable of the test process leaks in). ``check``: fail the test on a non-zero exit."""
+    environment = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
+    environment["COLUMNS"] = "200"
+    if broker is not None:
+        environment["QUEEN_URL"] = broker.url
+    environment.update(env or {})
+    done = subprocess.run([sys.executable, "-m", "queenpy", *args], check=False, input=stdin,
+                          capture_output=True, text=True, env=environment, timeout=timeout_s)
+    if check:
+        assert done.returncode == 0, (f"queenpy {' '.join(args)}: exit {done.returncode}\n"
+                                      f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}")
+    return done

@@ -8,43 +8,12 @@ import signal
 import socket
 import subprocess
 import sys
-import uuid
 from typing import Any
 
-import pytest
+from helpers import run_queenpy as queenpy
+from helpers import unique
 
 from queenpy.client import Queen
-
-
-def unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def queenpy(
-    broker: Any | None,
-    *args: str,
-    stdin: str | None = None,
-    env: dict[str, str] | None = None,
-    check: bool = True,
-) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m queenpy ARGS`` with ``QUEEN_URL`` pointing at the broker."""
-    environment = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
-    environment["COLUMNS"] = "200"
-    if broker is not None:
-        environment["QUEEN_URL"] = broker.url
-    environment.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "queenpy", *args],
-        check=False,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=120,
-    )
-    if check:
-        assert done.returncode == 0, f"exit {done.returncode}\nstdout: {done.stdout}\nstderr: {done.stderr}"
-    return done
 
 
 def json_lines(text: str) -> list[Any]:

@@ -3,41 +3,24 @@ depth of 10,000, ``queenpy consume --ack`` reads every message back once and in 
 ``queenpy queues`` then shows a depth of 0. Everything runs as ``python -m queenpy`` subprocesses against the
 session broker (``QUEEN_URL``).
 
-A JSON line carries only a payload and a ``transactionId`` (``push`` has no per-line partition), so the
-10,000 lines are split over 4 files, one per partition, each pushed with ``--partition``.
+The 10,000 lines are split over 4 files, one per partition, each pushed with ``--partition``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from helpers import unique
+from helpers import run_queenpy, unique
+
+queenpy = functools.partial(run_queenpy, timeout_s=60)
 
 PARTITIONS = [f"part-{index}" for index in range(4)]
 PER_PARTITION = 2_500
 TOTAL = PER_PARTITION * len(PARTITIONS)
-
-
-def queenpy(broker: Any, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """``python -m queenpy ARGS`` with ``QUEEN_URL`` set to the broker; fails the test on a non-zero exit."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
-    env.update(QUEEN_URL=broker.url, COLUMNS="200")
-    done = subprocess.run(
-        [sys.executable, "-m", "queenpy", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout_s,
-        check=False,
-    )
-    assert done.returncode == 0, f"queenpy {' '.join(args)}: exit {done.returncode}\n{done.stderr[-3000:]}"
-    return done
 
 
 def listed_counts(broker: Any, queue: str) -> dict[str, int]:
