@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
-from queenpy.errors import InvalidRequest, QueenError
+from queenpy.errors import ConfigurationError, InvalidRequest, QueenError
 from queenpy.server import validation as v
 from queenpy.server.auth import Authenticator, Level
 from queenpy.server.encryption import PayloadCipher
@@ -69,8 +69,7 @@ class Broker:
         self.worker_id = worker_id
         self.database = Database(database_url, settings.pool_size, settings.statement_timeout_ms)
         self.engine = Engine(self.database, settings)
-        key = settings.encryption_key
-        self.cipher = PayloadCipher(key) if key is not None and _valid_key(key) else None
+        self.cipher = _cipher(settings.encryption_key)
         self._encrypted_queues: dict[str, tuple[bool, float]] = {}
         self.started_at = time.time()
         self.failover = FailoverBuffer(
@@ -101,6 +100,17 @@ class Broker:
                 self._encrypted_queues[name] = (bool(found.get(name, False)), now + 5.0)
         return {n for n in names if self._encrypted_queues[n][0]}
 
+    async def encrypt_items(self, items: list[dict[str, Any]]) -> None:
+        """Encrypt, in place, the payload of every push item whose queue has ``encryptionEnabled`` (and mark
+        it ``isEncrypted``); nothing when no key is configured."""
+        if self.cipher is None or not items:
+            return
+        encrypted = await self.queues_with_encryption({item["queue"] for item in items})
+        for item in items:
+            if item["queue"] in encrypted:
+                item["payload"] = self.cipher.encrypt(item["payload"])
+                item["isEncrypted"] = True
+
     def forget_queue(self, name: str) -> None:
         self._encrypted_queues.pop(name, None)
 
@@ -123,14 +133,16 @@ def _default_buffer_dir(database_url: str) -> str:
     return os.path.join(platformdirs.user_data_dir("queenpy"), "buffers", digest)
 
 
-def _valid_key(key: str | None) -> bool:
+def _cipher(key: str | None) -> PayloadCipher | None:
+    """The payload cipher, or None without a key; a key that is not 64 hex characters disables encryption
+    with a warning (API.md section 14), as in the original broker."""
     if not key:
-        return False
+        return None
     try:
-        return len(bytes.fromhex(key)) == 32
-    except ValueError:
-        log.warning("QUEEN_ENCRYPTION_KEY is not 64 hex characters: encryption disabled")
-        return False
+        return PayloadCipher(key)
+    except ConfigurationError as exc:
+        log.warning("%s: encryption disabled", exc.message)
+        return None
 
 
 def _db_error(exc: BaseException) -> dict[str, Any]:
@@ -202,12 +214,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw)
         if not items:
             return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
-        if broker.cipher is not None:
-            encrypted = await broker.queues_with_encryption({item["queue"] for item in items})
-            for item in items:
-                if item["queue"] in encrypted:
-                    item["payload"] = broker.cipher.encrypt(item["payload"])
-                    item["isEncrypted"] = True
+        await broker.encrypt_items(items)
         try:
             results = await engine.push(items)
         except Unavailable as exc:
@@ -267,14 +274,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
 
     async def transaction(request: Request) -> Response:
         clean = v.validate_transaction(await body_of(request))
-        if broker.cipher is not None:
-            queues = {item["queue"] for op in clean["operations"] if op["type"] == "push" for item in op["items"]}
-            encrypted = await broker.queues_with_encryption(queues) if queues else set()
-            for op in clean["operations"]:
-                for item in op.get("items", []):
-                    if item["queue"] in encrypted:
-                        item["payload"] = broker.cipher.encrypt(item["payload"])
-                        item["isEncrypted"] = True
+        await broker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
+                                    for item in op["items"]])
         return json_response(await engine.transaction(clean))
 
     async def extend_lease(request: Request) -> Response:
@@ -479,12 +480,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         body = await body_of(request)
         key = _batch_key(body)
         items = v.validate_push({"items": body.get("items")})
-        if broker.cipher is not None and items:
-            encrypted = await broker.queues_with_encryption({item["queue"] for item in items})
-            for item in items:
-                if item["queue"] in encrypted:
-                    item["payload"] = broker.cipher.encrypt(item["payload"])
-                    item["isEncrypted"] = True
+        await broker.encrypt_items(items)
         payload = {**key, "token": v.check_name(body.get("token"), "token"), "items": items}
         return json_response((await db.fetchval("SELECT queen.spark_stage_v1($1::jsonb)::text",
                                                 orjson.dumps(payload).decode())).encode())
