@@ -520,7 +520,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
             name: {"requests": f.stats.requests, "items": f.stats.items, "calls": f.stats.calls,
                    "errors": f.stats.errors, "inflight": f.inflight, "pending": f.pending,
                    "limit": f.limit.limit, "maxBatchSeen": f.stats.max_batch_seen,
-                   "avgBatch": round(f.stats.items / f.stats.calls, 2) if f.stats.calls else 0}
+                   "avgBatch": round(f.stats.items / f.stats.calls, 2) if f.stats.calls else 0,
+                   "avgCallMs": round(1000 * f.stats.busy_s / f.stats.calls, 3) if f.stats.calls else 0}
             for name, f in engine.fusions.items()
         }
         pool = db.pool

