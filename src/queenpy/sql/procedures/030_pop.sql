@@ -191,31 +191,56 @@ BEGIN
 END;
 $$;
 
--- The wildcard scan floor of (queue, group): every partition whose newest message is older than the floor
--- was fully consumed by the group when the floor was computed. It is the oldest newest-message time among
--- partitions the group has not fully consumed (leased or retry-delayed ones included), minus a 2-minute
--- margin for push transactions still in flight, and is recomputed when older than 130 s (one backend at a
--- time). Anything that moves a cursor backwards drops it (queen.reset_scan_floor_v1).
-CREATE OR REPLACE FUNCTION queen.raise_scan_floor_v1(p_queue queen.queues, p_group text, p_floor timestamptz)
+-- The wildcard scan floor of (queue, group). Every partition whose newest message is older than the floor was
+-- fully consumed by the group when the floor was computed, so the candidate scan (ordered by
+-- last_message_at) starts at the floor instead of walking over every consumed partition again.
+--
+-- The floor is the newest-message time of the first partition (in last_message_at order) that the group has
+-- not fully consumed (leased, retry-delayed and replayed ones count as not consumed), but never later than
+-- the start of any write transaction in flight: a push sets last_message_at = clock_timestamp() after it has
+-- locked its partitions, i.e. after it got a transaction id, so a push that commits later carries a time at
+-- or after its transaction's start (pg_stat_activity.xact_start of a backend with a backend_xid). The
+-- statement's own start bounds pushes that get their id after the look at pg_stat_activity. Anything that
+-- moves a cursor backwards drops the floor (queen.reset_scan_floor_v1).
+--
+-- Limits: sessions of other roles are invisible in pg_stat_activity to a role without pg_read_all_stats;
+-- a push made by such a session through the SQL API inside a long transaction, and a backward step of the
+-- system clock, could hide a partition from the wildcard scan until the next full computation, which runs
+-- once a minute from the beginning.
+--
+-- Cost: the floor is the first row of one index-ordered scan from the current floor (as cheap as a pop's own
+-- scan); one backend per (queue, group) computes it, at most every 50 ms.
+CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v1(p_queue queen.queues, p_group text, p_floor timestamptz,
+                                                       p_full boolean)
 RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 DECLARE
     v_floor timestamptz;
 BEGIN
-    SELECT min(p.last_message_at) INTO v_floor
-    FROM queen.partitions p
-    LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
-    WHERE p.queue_id = p_queue.id AND p.last_message_at >= p_floor
-      AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-           OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group));
-    v_floor := least(coalesce(v_floor, 'infinity'::timestamptz), now()) - interval '2 minutes';
-    IF v_floor <= p_floor THEN
-        RETURN p_floor;
-    END IF;
-    INSERT INTO queen.consumer_watermarks (queue_name, consumer_group, last_empty_scan_at)
-    VALUES (p_queue.name, p_group, v_floor)
-    ON CONFLICT (queue_name, consumer_group)
-    DO UPDATE SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = now();
+    SELECT least(
+        coalesce((
+            SELECT p.last_message_at
+            FROM queen.partitions p
+            LEFT JOIN LATERAL (
+                SELECT c.last_consumed_seq FROM queen.partition_consumers c
+                WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
+            WHERE p.queue_id = p_queue.id
+              AND p.last_message_at >= CASE WHEN p_full THEN '-infinity'::timestamptz ELSE p_floor END
+              AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+                   OR EXISTS (SELECT 1 FROM queen.replays r
+                              WHERE r.partition_id = p.id AND r.consumer_group = p_group))
+            ORDER BY p.last_message_at
+            LIMIT 1), 'infinity'::timestamptz),
+        statement_timestamp(),
+        (SELECT min(a.xact_start) FROM pg_stat_activity a
+         WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()))
+    INTO v_floor;
+    INSERT INTO queen.consumer_watermarks AS w (queue_name, consumer_group, last_empty_scan_at, updated_at,
+                                                full_scan_at)
+    VALUES (p_queue.name, p_group, v_floor, clock_timestamp(), now())
+    ON CONFLICT (queue_name, consumer_group) DO UPDATE
+    SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at,
+        full_scan_at = CASE WHEN p_full THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END;
     RETURN v_floor;
 END;
 $$;
@@ -237,6 +262,7 @@ DECLARE
     v_part queen.partitions%ROWTYPE;
     v_claim jsonb;
     v_floor timestamptz;
+    v_mark queen.consumer_watermarks%ROWTYPE;
     v_remaining integer;
     v_claimed integer := 0;
     v_messages jsonb := '[]'::jsonb;
@@ -296,12 +322,13 @@ BEGIN
     END IF;
 
     -- wildcard: scan candidates above the group's scan floor
-    SELECT last_empty_scan_at INTO v_floor FROM queen.consumer_watermarks
+    SELECT * INTO v_mark FROM queen.consumer_watermarks
     WHERE queue_name = v_queue.name AND consumer_group = v_group;
-    v_floor := coalesce(v_floor, '-infinity'::timestamptz);
-    IF v_floor < now() - interval '130 seconds'
+    v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
+    IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
        AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
-        v_floor := queen.raise_scan_floor_v1(v_queue, v_group, v_floor);
+        v_floor := queen.advance_scan_floor_v1(v_queue, v_group, v_floor,
+                                               v_mark.full_scan_at IS NULL OR v_mark.full_scan_at < now() - interval '60 seconds');
     END IF;
     v_remaining := v_batch;
 
