@@ -176,7 +176,7 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         async def wrapper(request: Request) -> Response:
             try:
                 request.state.claims = authenticator.authenticate(
-                    request.headers.get("authorization"), request.url.path, level)
+                    request.headers.get("authorization"), request.scope["path"], level)
                 return await handler(request)
             except InvalidRequest as exc:
                 return error_response(exc.message, 400)

@@ -100,7 +100,8 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
     _tune_gc()
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
                             log_level="warning" if settings.log_level == "info" else settings.log_level,
-                            timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10)
+                            timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10,
+                            proxy_headers=False)  # client addresses are never used: skip the middleware
     uvicorn.Server(config).run(sockets=[sock])
 
 
