@@ -45,8 +45,8 @@ def test_floor_moves_past_consumed_partitions(conn: psycopg.Connection[Any]) -> 
         delivered.extend(m["data"]["n"] for m in pop(conn, "wide")["messages"])
     assert sorted(delivered) == list(range(30))
     assert pop(conn, "wide")["error"] == "no_available_partition"  # this pop advances the floor
-    newest = conn.execute("SELECT max(last_message_at) FROM queen.partitions").fetchone()[0]  # type: ignore[index]
-    assert floor_of(conn, "wide") > newest
+    newest = conn.execute("SELECT max(last_message_at) FROM queen.partitions").fetchone()
+    assert newest is not None and floor_of(conn, "wide") > newest[0]
 
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p7", "payload": {"n": "again"}}])
     assert [m["data"] for m in pop(conn, "wide")["messages"]] == [{"n": "again"}]
@@ -55,12 +55,16 @@ def test_floor_moves_past_consumed_partitions(conn: psycopg.Connection[Any]) -> 
 def test_floor_waits_for_a_push_in_flight(conn: psycopg.Connection[Any], db_url: str) -> None:
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p0", "payload": {"n": 0}}])
     with psycopg.connect(db_url) as late:  # not autocommit: its push stays uncommitted
-        call_procedure(late, "push_items_v1", [{"queue": "wide", "partition": "late", "payload": {"n": "late"}}])
-        pushed_at = late.execute("SELECT last_message_at FROM queen.partitions WHERE name = 'late'").fetchone()[0]  # type: ignore[index]
+        call_procedure(late, "push_items_v1",
+                       [{"queue": "wide", "partition": "late", "payload": {"n": "late"}}])
+        row = late.execute("SELECT last_message_at FROM queen.partitions WHERE name = 'late'").fetchone()
+        assert row is not None
+        pushed_at = row[0]
 
         # everything else is pushed after the late push took its time, and consumed
         for n in range(1, 5):
-            call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}])
+            call_procedure(conn, "push_items_v1",
+                           [{"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}])
         delivered = []
         for _ in range(5):
             delivered.extend(m["data"]["n"] for m in pop(conn, "wide")["messages"])
