@@ -80,6 +80,10 @@ def _url(options: Mapping[str, str]) -> str:
     return _get(options, "url") or os.environ.get("QUEEN_URL", "").split(",")[0].strip() or DEFAULT_URL
 
 
+def _token(options: Mapping[str, str]) -> str | None:
+    return _get(options, "token") or os.environ.get("QUEEN_TOKEN") or None
+
+
 def _required(options: Mapping[str, str], name: str, what: str) -> str:
     value = _get(options, name)
     if value is None:
@@ -109,7 +113,7 @@ class SourceOptions:
             raise ValueError(f"option pageSize must be <= 50000, got {page_size}")
         return cls(
             url=_url(options),
-            token=_get(options, "token") or os.environ.get("QUEEN_TOKEN") or None,
+            token=_token(options),
             queue=_required(options, "queue", "source"),
             consumer_group=_get(options, "consumerGroup"),
             starting_offsets=_get(options, "startingOffsets"),
@@ -138,7 +142,7 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         return cls(
             url=_url(options),
-            token=_get(options, "token") or os.environ.get("QUEEN_TOKEN") or None,
+            token=_token(options),
             queue=_required(options, "queue", "sink"),
             partition=_get(options, "partition"),
             partition_column=_get(options, "partitionColumn"),
