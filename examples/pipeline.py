@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from queenpy.client import AsyncQueen, Message
 from queenpy.errors import QueenError
@@ -124,6 +126,37 @@ async def produce(q: AsyncQueen, queue: str, messages: int, chats: int) -> tuple
     return queued, poisoned
 
 
+def translated(data: dict[str, Any]) -> dict[str, Any]:
+    """Stage 1's work on a message's data: raise ValueError on a poisoned message, else translate it."""
+    if data["poison"]:
+        raise ValueError(f"cannot translate message {data['n']}")
+    return dict(data, text=data["text"].replace("hello", "hola"))
+
+
+def routed(data: dict[str, Any]) -> dict[str, Any]:
+    """Stage 2's work on a message's data: pick the notification route of its chat."""
+    return dict(data, route=f"push:{data['chat']}")
+
+
+async def hand_off(q: AsyncQueen, message: Message, next_queue: str, data: dict[str, Any], step: str) -> None:
+    """One transaction: ack ``message`` and push ``data`` to the same partition of ``next_queue`` with
+    transactionId ``<message's transactionId>.<step>`` (so a replayed handoff is a duplicate, not a copy)."""
+    await (
+        q.transaction()
+        .ack(message)
+        .queue(next_queue)
+        .partition(message.partition)
+        .push([{"data": data, "transactionId": f"{message.transaction_id}.{step}"}])
+        .commit()
+    )
+
+
+async def retry_later(q: AsyncQueen, message: Message, error: BaseException) -> None:
+    """A stage's error handler: report, and ack the message ``failed`` so the broker redelivers it."""
+    print(f"stage failed on {message.queue}/{message.transaction_id}: {error}", file=sys.stderr)
+    await q.ack(message, False, error=str(error))
+
+
 async def run_pipeline(
     url: str, suffix: str = "", messages: int = 100, chats: int = 10, deadline_s: float = 120.0
 ) -> Counts:
@@ -142,18 +175,7 @@ async def run_pipeline(
         # -- stage 1: translate ------------------------------------------------------------------------------------
         async def translate(message: Message) -> None:
             counts.translate_attempts += 1
-            data = dict(message.data)
-            if data["poison"]:
-                raise ValueError(f"cannot translate message {data['n']}")
-            data["text"] = data["text"].replace("hello", "hola")
-            await (
-                q.transaction()
-                .ack(message)
-                .queue(route_q)
-                .partition(message.partition)
-                .push([{"data": data, "transactionId": f"{message.transaction_id}.translated"}])
-                .commit()
-            )
+            await hand_off(q, message, route_q, translated(message.data), "translated")
             counts.translated += 1
             progress.set()
 
@@ -165,21 +187,9 @@ async def run_pipeline(
 
         # -- stage 2: route ----------------------------------------------------------------------------------------
         async def route(message: Message) -> None:
-            data = dict(message.data, route=f"push:{message.data['chat']}")
-            await (
-                q.transaction()
-                .ack(message)
-                .queue(notify_q)
-                .partition(message.partition)
-                .push([{"data": data, "transactionId": f"{message.transaction_id}.routed"}])
-                .commit()
-            )
+            await hand_off(q, message, notify_q, routed(message.data), "routed")
             counts.routed += 1
             progress.set()
-
-        async def retry_later(message: Message, error: BaseException) -> None:
-            print(f"stage failed on {message.queue}/{message.transaction_id}: {error}", file=sys.stderr)
-            await q.ack(message, False, error=str(error))
 
         # -- stage 3: notify ---------------------------------------------------------------------------------------
         async def notify(message: Message) -> None:
@@ -197,7 +207,7 @@ async def run_pipeline(
             .concurrency(2)
             .auto_ack(False)
             .timeout_millis(2000)
-            .consume(route, on_error=retry_later, stop=stop),
+            .consume(route, on_error=functools.partial(retry_later, q), stop=stop),
             q.queue(notify_q).concurrency(2).timeout_millis(2000).consume(notify, stop=stop),
         ]
         consumers = [asyncio.create_task(stage) for stage in stages]

@@ -8,9 +8,9 @@ independently (the crash test SIGKILLs them).
 
 The queues, messages and handoffs are those of ``pipeline.py`` (its constants are imported from there): every
 7th message is poisoned and lands in the ``chat.translate`` DLQ after ``RETRY_LIMIT + 1`` attempts, and each
-handoff is one ``transaction().ack(msg).queue(next).partition(p).push([...]).commit()``. ``pipeline.py`` keeps
-its handlers inside ``run_pipeline`` (they count into its ``Counts``), so the few lines of each handler are
-repeated here with this file's event log; the queue setup and the producer are imported.
+handoff is one ``transaction().ack(msg).queue(next).partition(p).push([...]).commit()``. The queue setup, the
+producer, each stage's work (``translated``, ``routed``), the handoff (``hand_off``) and the error handler
+(``retry_later``) are imported from ``pipeline.py``; the handlers here add this file's event log.
 
 A stage appends what it does to ``--log`` (one line per event, written unbuffered so a SIGKILL loses nothing
 already done): ``begin N`` when a handler starts on message N, then ``translated N`` / ``failed N DLQ`` (DLQ
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -33,7 +34,17 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pipeline import LEASE_TIME_S, STAGES, create_queues, produce, queue_names
+from pipeline import (
+    LEASE_TIME_S,
+    STAGES,
+    create_queues,
+    hand_off,
+    produce,
+    queue_names,
+    retry_later,
+    routed,
+    translated,
+)
 
 from queenpy.client import AsyncQueen, Message
 
@@ -70,21 +81,10 @@ async def run_stage(stage: str, url: str, suffix: str, log: EventLog, work_ms: t
     async with AsyncQueen(url) as q:
 
         async def translate(message: Message) -> None:
-            data = dict(message.data)
-            log.write("begin", data["n"])
+            log.write("begin", message.data["n"])
             await work()
-            if data["poison"]:
-                raise ValueError(f"cannot translate message {data['n']}")
-            data["text"] = data["text"].replace("hello", "hola")
-            await (
-                q.transaction()
-                .ack(message)
-                .queue(names["route"])
-                .partition(message.partition)
-                .push([{"data": data, "transactionId": f"{message.transaction_id}.translated"}])
-                .commit()
-            )
-            log.write("translated", data["n"])
+            await hand_off(q, message, names["route"], translated(message.data), "translated")
+            log.write("translated", message.data["n"])
 
         async def translate_failed(message: Message, error: BaseException) -> None:
             result = await q.ack(message, False, error=str(error))
@@ -93,20 +93,8 @@ async def run_stage(stage: str, url: str, suffix: str, log: EventLog, work_ms: t
         async def route(message: Message) -> None:
             log.write("begin", message.data["n"])
             await work()
-            data = dict(message.data, route=f"push:{message.data['chat']}")
-            await (
-                q.transaction()
-                .ack(message)
-                .queue(names["notify"])
-                .partition(message.partition)
-                .push([{"data": data, "transactionId": f"{message.transaction_id}.routed"}])
-                .commit()
-            )
-            log.write("routed", data["n"])
-
-        async def retry_later(message: Message, error: BaseException) -> None:
-            print(f"stage failed on {message.queue}/{message.transaction_id}: {error}", file=sys.stderr)
-            await q.ack(message, False, error=str(error))
+            await hand_off(q, message, names["notify"], routed(message.data), "routed")
+            log.write("routed", message.data["n"])
 
         async def notify(message: Message) -> None:
             log.write("begin", message.data["n"])
@@ -115,7 +103,7 @@ async def run_stage(stage: str, url: str, suffix: str, log: EventLog, work_ms: t
 
         handlers: dict[str, tuple[Callable[[Message], Awaitable[None]], Any, int, bool]] = {
             "translate": (translate, translate_failed, 4, False),
-            "route": (route, retry_later, 2, False),
+            "route": (route, functools.partial(retry_later, q), 2, False),
             "notify": (notify, None, 2, True),
         }
         handler, on_error, concurrency, auto_ack = handlers[stage]
