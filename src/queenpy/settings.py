@@ -110,7 +110,7 @@ class JwtSettings:
 # (max items per call, max calls in flight per worker process). Push: one call in flight per worker. Every
 # push call locks the partitions it writes until COMMIT, so concurrent calls mostly wait for each other;
 # one call per worker lets everything that arrives meanwhile fuse into the next call. Measured (RESULTS.md
-# section 2026-11-21 13:05-13:50): 1 msg/request, 50 connections, 2 workers: 5,700-6,150 req/s with 1,
+# section 2026-11-21 13:00-13:45): 1 msg/request, 50 connections, 2 workers: 5,700-6,150 req/s with 1,
 # 2,300-3,300 with 8.
 _FUSION_DEFAULTS = {
     "push": (500, 1),
