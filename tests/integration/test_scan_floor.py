@@ -2,17 +2,19 @@
 
 - it moves past the partitions a group has consumed, so a wildcard pop does not walk over them again;
 - it never passes the start of a write transaction in flight: a push that commits after the floor was
-  computed is still found, even when every other partition was pushed and consumed after it began.
+  computed is still found, even when every other partition was pushed and consumed after it began;
+- a push that commits while the floor is computed (after the computation started, before it looked at the
+  transactions in flight) is still found.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 import psycopg
 import pytest
-
 from helpers import call_procedure
 
 GROUP = "floor-group"
@@ -76,3 +78,31 @@ def test_floor_waits_for_a_push_in_flight(conn: psycopg.Connection[Any], db_url:
         late.commit()
 
     assert [m["data"] for m in pop(conn, "wide")["messages"]] == [{"n": "late"}]
+
+
+def test_floor_sees_a_push_that_commits_while_it_is_computed(conn: psycopg.Connection[Any], db_url: str) -> None:
+    """A push in flight when the floor computation starts and committed before pg_stat_activity is read is
+    neither in flight at that read nor (had the partitions been scanned in the same statement's snapshot)
+    in the scan. A sleep injected just before the read makes the commit land there every time."""
+    definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v1'::regproc)").fetchone()
+    assert definition is not None and definition[0].count("FROM pg_stat_activity a") == 1
+    conn.execute(definition[0].replace(
+        "FROM pg_stat_activity a",
+        "FROM (SELECT pg_sleep(0.5)) AS pause CROSS JOIN LATERAL "
+        "(SELECT * FROM pg_stat_activity WHERE pause IS NOT NULL OFFSET 0) a"))
+
+    call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p0", "payload": "p0"}])
+    assert [m["data"] for m in pop(conn, "wide")["messages"]] == ["p0"]
+    with psycopg.connect(db_url) as late:  # not autocommit: its push stays uncommitted until told
+        call_procedure(late, "push_items_v1", [{"queue": "wide", "partition": "late", "payload": "late"}])
+        popped: list[dict[str, Any]] = []
+        first = threading.Thread(target=lambda: popped.append(pop(conn, "wide")))
+        first.start()  # its floor computation sleeps 0.5 s before it reads pg_stat_activity
+        time.sleep(0.25)
+        late.commit()
+        first.join()
+
+    delivered = [m["data"] for m in popped[0]["messages"]]
+    for _ in range(5):
+        delivered.extend(m["data"] for m in pop(conn, "wide")["messages"])
+    assert delivered == ["late"]

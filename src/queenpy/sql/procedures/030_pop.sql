@@ -200,7 +200,9 @@ $$;
 -- the start of any write transaction in flight: a push sets last_message_at = clock_timestamp() after it has
 -- locked its partitions, i.e. after it got a transaction id, so a push that commits later carries a time at
 -- or after its transaction's start (pg_stat_activity.xact_start of a backend with a backend_xid). The
--- statement's own start bounds pushes that get their id after the look at pg_stat_activity. Anything that
+-- statement's own start bounds pushes that get their id after the look at pg_stat_activity (which PostgreSQL
+-- caches for the rest of the transaction). pg_stat_activity is read before the partitions are scanned, in
+-- an earlier statement: a push that committed in between is then in the scan's snapshot. Anything that
 -- moves a cursor backwards drops the floor (queen.reset_scan_floor_v1).
 --
 -- Limits: sessions of other roles are invisible in pg_stat_activity to a role without pg_read_all_stats;
@@ -215,8 +217,17 @@ CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v1(p_queue queen.queues, p_g
 RETURNS timestamptz
 LANGUAGE plpgsql AS $$
 DECLARE
+    v_bound timestamptz;
     v_floor timestamptz;
 BEGIN
+    -- first the bound from the transactions in flight, then (a later statement, so a later snapshot) the
+    -- partitions: a push that is no longer in flight when pg_stat_activity is read has committed, so the
+    -- scan below sees it. Read in one statement, a push could commit between the scan's snapshot and the
+    -- look at pg_stat_activity and be missed by both.
+    SELECT least(statement_timestamp(),
+                 (SELECT min(a.xact_start) FROM pg_stat_activity a
+                  WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()))
+    INTO v_bound;
     SELECT least(
         coalesce((
             SELECT p.last_message_at
@@ -231,9 +242,7 @@ BEGIN
                               WHERE r.partition_id = p.id AND r.consumer_group = p_group))
             ORDER BY p.last_message_at
             LIMIT 1), 'infinity'::timestamptz),
-        statement_timestamp(),
-        (SELECT min(a.xact_start) FROM pg_stat_activity a
-         WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()))
+        v_bound)
     INTO v_floor;
     INSERT INTO queen.consumer_watermarks AS w (queue_name, consumer_group, last_empty_scan_at, updated_at,
                                                 full_scan_at)
