@@ -23,19 +23,35 @@ DECLARE
     v_now timestamptz;
     v_result jsonb;
     v_duplicate text;
+    v_all_exist boolean;
+    v_capped boolean;
+    v_room jsonb;  -- {queue name: messages it may still take} for the queues with a maxSize
 BEGIN
-    -- 1. queues and partitions are created on first push
-    INSERT INTO queen.queues (name, namespace, task)
-    SELECT DISTINCT e->>'queue', queen.default_namespace(e->>'queue'), queen.default_task(e->>'queue')
-    FROM jsonb_array_elements(p_items) e
-    ORDER BY 1
-    ON CONFLICT (name) DO NOTHING;
+    -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
+    -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped).
+    -- (LATERAL ... LIMIT 1: one index probe per partition named, never a hash join over all partitions)
+    SELECT bool_and(x.id IS NOT NULL), coalesce(bool_or(x.max_queue_size > 0), false)
+    INTO v_all_exist, v_capped
+    FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
+          FROM jsonb_array_elements(p_items) e) w
+    LEFT JOIN LATERAL (
+        SELECT p.id, q.max_queue_size FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
+        WHERE q.name = w.queue_name AND p.name = w.partition_name LIMIT 1) x ON true;
 
-    INSERT INTO queen.partitions (queue_id, name)
-    SELECT DISTINCT q.id, coalesce(e->>'partition', 'Default')
-    FROM jsonb_array_elements(p_items) e JOIN queen.queues q ON q.name = e->>'queue'
-    ORDER BY 1, 2
-    ON CONFLICT (queue_id, name) DO NOTHING;
+    IF NOT coalesce(v_all_exist, false) THEN
+        INSERT INTO queen.queues (name, namespace, task)
+        SELECT DISTINCT e->>'queue', queen.default_namespace(e->>'queue'), queen.default_task(e->>'queue')
+        FROM jsonb_array_elements(p_items) e
+        ORDER BY 1
+        ON CONFLICT (name) DO NOTHING;
+
+        INSERT INTO queen.partitions (queue_id, name)
+        SELECT DISTINCT q.id, coalesce(e->>'partition', 'Default')
+        FROM jsonb_array_elements(p_items) e JOIN queen.queues q ON q.name = e->>'queue'
+        ORDER BY 1, 2
+        ON CONFLICT (queue_id, name) DO NOTHING;
+        v_capped := true;  -- a queue configured with a maxSize meanwhile is counted
+    END IF;
 
     -- 2. lock the touched partitions in id order (no deadlock between concurrent batches)
     PERFORM 1 FROM queen.partitions p
@@ -44,6 +60,17 @@ BEGIN
                    JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = coalesce(e->>'partition', 'Default'))
     ORDER BY p.id
     FOR UPDATE;
+
+    -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
+    IF v_capped THEN
+        SELECT jsonb_object_agg(q.name, q.max_queue_size - (SELECT count(*) FROM (
+                   SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
+                   WHERE p.queue_id = q.id LIMIT q.max_queue_size) stored))
+        INTO v_room
+        FROM queen.queues q
+        WHERE q.max_queue_size > 0
+          AND q.name IN (SELECT DISTINCT e->>'queue' FROM jsonb_array_elements(p_items) e);
+    END IF;
 
     v_now := clock_timestamp();
 
@@ -73,20 +100,12 @@ BEGIN
                (SELECT m.id FROM queen.messages m
                 WHERE m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id) AS existing_id
         FROM resolved r
-    ), capacity AS (
-        -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
-        SELECT q.name AS queue_name,
-               q.max_queue_size - (SELECT count(*) FROM (
-                   SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-                   WHERE p.queue_id = q.id LIMIT q.max_queue_size) stored) AS room
-        FROM queen.queues q
-        WHERE q.max_queue_size > 0 AND q.name IN (SELECT DISTINCT queue_name FROM input)
     ), admitted AS (
         SELECT k.*,
-               c.room IS NOT NULL AND k.occurrence = 1 AND k.existing_id IS NULL
+               coalesce(v_room ? k.queue_name, false) AND k.occurrence = 1 AND k.existing_id IS NULL
                AND row_number() OVER (PARTITION BY k.queue_name, (k.occurrence = 1 AND k.existing_id IS NULL)
-                                      ORDER BY k.idx) > c.room AS over_capacity
-        FROM ranked k LEFT JOIN capacity c ON c.queue_name = k.queue_name
+                                      ORDER BY k.idx) > (v_room->>k.queue_name)::bigint AS over_capacity
+        FROM ranked k
     ), fresh AS (
         SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx) AS n,
                count(*) OVER (PARTITION BY k.partition_id) AS total
