@@ -158,7 +158,7 @@ class Settings:
         env = os.environ if env is None else env
         database_url = env.get("DATABASE_URL") or _database_url_from_parts(env)
         cores = os.cpu_count() or 1
-        values: dict[str, Any] = dict(
+        values: dict[str, Any] = dict(  # noqa: C408 - keyword form, one line per setting
             host=env.get("HOST", "0.0.0.0"),
             port=_int(env, "PORT", 6632),
             num_workers=max(1, _int(env, "NUM_WORKERS", cores)),

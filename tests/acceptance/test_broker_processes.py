@@ -8,8 +8,9 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import psycopg
@@ -56,7 +57,7 @@ def test_worker_processes_share_the_port_and_a_killed_worker_is_replaced(
         return len(pids) >= 2
 
     wait_until(both_workers_answered, timeout_s=60, message="answers from two worker processes")
-    victim = sorted(pids)[0]
+    victim = min(pids)
     os.kill(victim, signal.SIGKILL)
     fresh: set[int] = set()
 

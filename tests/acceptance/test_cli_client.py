@@ -10,10 +10,10 @@ import subprocess
 import sys
 from typing import Any
 
+from queenpy.client import Queen
+
 from helpers import run_queenpy as queenpy
 from helpers import unique
-
-from queenpy.client import Queen
 
 
 def json_lines(text: str) -> list[Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import httpx
 import orjson

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 import jwt
@@ -86,6 +87,6 @@ def test_an_unusable_jwt_configuration_aborts_startup(db_url: str) -> None:
     env = {**os.environ, "DATABASE_URL": db_url, "JWT_ENABLED": "true", "PORT": "0"}
     env.pop("JWT_SECRET", None)
     result = subprocess.run([sys.executable, "-m", "queenpy", "serve"], env=env, capture_output=True, text=True,
-                            timeout=60)
+                            timeout=60, check=False)
     assert result.returncode == 1
     assert "error: JWT_ENABLED needs JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL" in result.stderr

@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-from helpers import unique
 from queen import Queen
+
+from helpers import unique
 
 T = TypeVar("T")
 DEADLINE_S = 30.0

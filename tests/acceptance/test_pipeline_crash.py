@@ -46,9 +46,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from helpers import wait_until
 
 from queenpy.client import Queen
+
+from helpers import wait_until
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WORKER = EXAMPLES / "pipeline_worker.py"

@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+
 from helpers import unique, wait_until
 
 MAX = 255

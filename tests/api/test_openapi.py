@@ -15,12 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import unique
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
 from queenpy.server.app import create_app
 from queenpy.settings import Settings
+
+from helpers import unique
 
 HTTP_METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 NO_CONNECTION = "postgresql://nobody@127.0.0.1:1/never-opened"

@@ -9,8 +9,9 @@ from typing import Any
 
 import psycopg
 
-from helpers import call_procedure
 from queenpy.engine.failover import FailoverBuffer, read_events
+
+from helpers import call_procedure
 
 
 def test_replay_is_deduplicated_and_a_torn_record_is_ignored(db_url: str, tmp_path: Path) -> None:

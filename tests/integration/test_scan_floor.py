@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 import pytest
+
 from helpers import call_procedure
 
 GROUP = "floor-group"

@@ -6,8 +6,9 @@ import json
 from datetime import datetime
 
 import pytest
-from helpers import unique
 from spark_helpers import configure, partitions, push, read_queue
+
+from helpers import unique
 
 pytestmark = pytest.mark.spark
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import unique
 from spark_helpers import configure, push
+
+from helpers import unique
 
 pytestmark = pytest.mark.spark
 

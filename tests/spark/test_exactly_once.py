@@ -13,8 +13,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from helpers import unique
 from spark_helpers import read_queue
+
+from helpers import unique
 
 pytestmark = pytest.mark.spark
 

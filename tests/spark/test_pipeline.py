@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers import unique
 
 pytestmark = pytest.mark.spark

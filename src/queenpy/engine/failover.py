@@ -85,7 +85,7 @@ class FailoverBuffer:
     # -- writing ----------------------------------------------------------------------------------
     def _open(self) -> None:
         self._path = self.directory / f"failover_{uuid.uuid4().hex}.{os.getpid()}.buf.tmp"
-        self._file = open(self._path, "ab", buffering=0)
+        self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115 - stays open across appends
         self._events_in_file = 0
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:

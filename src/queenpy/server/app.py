@@ -593,7 +593,7 @@ def _timestamp(value: Any, field: str) -> datetime:
     if not isinstance(value, str):
         raise InvalidRequest(f"{field} must be an ISO-8601 timestamp string")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value)  # Python 3.11+ reads a trailing Z
     except ValueError as exc:
         raise InvalidRequest(f"{field} must be an ISO-8601 timestamp, got {value[:64]!r}") from exc
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
