@@ -113,24 +113,133 @@ BEGIN
 END;
 $$;
 
--- Fused acknowledgments: items processed in (partition, group, offset) order. Output: one result per item,
--- ordered by index. Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot
--- make the call fail; no per-item subtransaction (re-locking one consumer row from many subtransactions
--- makes PostgreSQL build ever-growing MultiXacts: quadratic in the batch size).
+-- A run of plain acknowledgments of one (partition, consumer group), in one pass: the result ack_one_v1
+-- would give item by item, or NULL when the run needs it item by item. The fast case is what consumers send:
+-- every message found, every status completed/success, one lease (or none) for all, not more items than the
+-- lease has left, no replayed dead letters in the partition. One consumer row update instead of one per item
+-- (each of which left a row version that the next item's lookup walked past).
+--
+-- p_items: the run's items in ack_one_v1 order (offset, then index); p_found: how many name a stored message;
+-- p_min_seq, p_max_seq: the lowest and highest offset among those.
+--
+-- Item by item, the cursor ends at the highest offset; only the first item can move it backwards (the others
+-- come in offset order), so the scan floor is dropped when p_min_seq is below the cursor; the lease ends at
+-- item k = batch_size - acked_count (at once when no lease is held), and every item from k on reports
+-- leaseReleased and counts as a finished batch.
+CREATE OR REPLACE FUNCTION queen.ack_run_v1(p_partition_id uuid, p_group text, p_items jsonb, p_found integer,
+                                            p_min_seq bigint, p_max_seq bigint)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_n integer := jsonb_array_length(p_items);
+    v_lease text;
+    v_plain boolean;
+    v_leases integer;
+    v_queue_name text;
+    v_partition_name text;
+    v_pc queen.partition_consumers%ROWTYPE;
+    v_last queen.messages%ROWTYPE;
+    v_k integer;
+BEGIN
+    IF p_found < v_n THEN
+        RETURN NULL;
+    END IF;
+    SELECT min(coalesce(e->>'leaseId', '')), count(DISTINCT coalesce(e->>'leaseId', '')),
+           bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success'))
+    INTO v_lease, v_leases, v_plain
+    FROM jsonb_array_elements(p_items) e;
+    IF v_leases <> 1 OR NOT v_plain THEN
+        RETURN NULL;
+    END IF;
+
+    SELECT p.name, q.name INTO v_partition_name, v_queue_name
+    FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = p_partition_id;
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    VALUES (p_partition_id, p_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    SELECT * INTO v_pc FROM queen.partition_consumers
+    WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
+    IF EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group)
+    THEN
+        RETURN NULL;
+    END IF;
+
+    -- coalesce: a released lease (worker_id NULL) must fail the check, not make it NULL and skip it
+    IF v_lease <> '' AND NOT coalesce(v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now(), false) THEN
+        RETURN (SELECT jsonb_agg(jsonb_build_object('index', (e->>'index')::int, 'transactionId', e->>'transactionId',
+                    'queueName', v_queue_name, 'partitionName', v_partition_name,
+                    'success', false, 'error', 'Invalid or expired lease') ORDER BY o)
+                FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o));
+    END IF;
+    v_k := CASE WHEN v_pc.worker_id IS NULL THEN 1 ELSE greatest(v_pc.batch_size - v_pc.acked_count, 1) END;
+    IF v_lease <> '' AND v_k < v_n THEN
+        RETURN NULL;  -- the items after the lease's end fail their lease check: item by item
+    END IF;
+
+    SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = p_max_seq;
+    IF p_min_seq < v_pc.last_consumed_seq THEN
+        PERFORM queen.reset_scan_floor_v1(v_queue_name, p_group);  -- the cursor moves backwards
+    END IF;
+    UPDATE queen.partition_consumers
+    SET last_consumed_seq = v_last.seq, last_consumed_id = v_last.id,
+        last_consumed_created_at = v_last.created_at,
+        last_consumed_at = now(), total_messages_consumed = total_messages_consumed + v_n,
+        total_batches_consumed = total_batches_consumed + greatest(v_n - v_k + 1, 0),
+        worker_id = CASE WHEN v_k <= v_n THEN NULL ELSE worker_id END,
+        lease_expires_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_expires_at END,
+        lease_acquired_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_acquired_at END,
+        batch_size = CASE WHEN v_k <= v_n THEN 0 ELSE batch_size END,
+        acked_count = CASE WHEN v_k <= v_n THEN 0 ELSE acked_count + v_n END,
+        batch_retry_count = CASE WHEN v_k <= v_n THEN 0 ELSE batch_retry_count END,
+        retry_available_at = NULL
+    WHERE id = v_pc.id;
+
+    RETURN (SELECT jsonb_agg(jsonb_build_object('index', (e->>'index')::int, 'transactionId', e->>'transactionId',
+                'queueName', v_queue_name, 'partitionName', v_partition_name, 'success', true, 'error', NULL,
+                'leaseReleased', o >= v_k, 'dlq', false) ORDER BY o)
+            FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o));
+END;
+$$;
+
+-- Fused acknowledgments: items processed in (partition, group, offset) order, a run of one (partition, group)
+-- in one pass when it can be (queen.ack_run_v1), else item by item. Output: one result per item, ordered by
+-- index. Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot make the call
+-- fail; no per-item subtransaction (re-locking one consumer row from many subtransactions makes PostgreSQL
+-- build ever-growing MultiXacts: quadratic in the batch size).
 CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
 DECLARE
+    run record;
     a jsonb;
+    v_run jsonb;
     v_results jsonb[] := '{}';
 BEGIN
-    FOR a IN
-        SELECT e FROM jsonb_array_elements(p_items) e
-        LEFT JOIN queen.messages m
-               ON m.partition_id = (e->>'partitionId')::uuid AND m.transaction_id = e->>'transactionId'
-        ORDER BY e->>'partitionId', coalesce(e->>'consumerGroup', '__QUEUE_MODE__'), m.seq, (e->>'index')::int
+    FOR run IN
+        SELECT min(e->>'partitionId') AS partition_text, min(k.consumer_group) AS consumer_group,
+               jsonb_agg(e ORDER BY m.seq, (e->>'index')::int) AS items, count(m.seq)::int AS found,
+               min(m.seq) AS min_seq, max(m.seq) AS max_seq
+        FROM jsonb_array_elements(p_items) e
+        CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
+        -- LATERAL ... LIMIT 1: one index probe per item
+        LEFT JOIN LATERAL (
+            SELECT stored.seq FROM queen.messages stored
+            WHERE stored.partition_id = (e->>'partitionId')::uuid AND stored.transaction_id = e->>'transactionId'
+            LIMIT 1) m ON true
+        GROUP BY e->>'partitionId', k.consumer_group
+        ORDER BY e->>'partitionId', k.consumer_group
     LOOP
-        v_results := array_append(v_results, queen.ack_one_v1(a, 'ack'));
+        v_run := NULL;
+        IF jsonb_array_length(run.items) > 1 THEN
+            v_run := queen.ack_run_v1(run.partition_text::uuid, run.consumer_group, run.items, run.found,
+                                      run.min_seq, run.max_seq);
+        END IF;
+        IF v_run IS NOT NULL THEN
+            v_results := v_results || ARRAY(SELECT jsonb_array_elements(v_run));
+        ELSE
+            FOR a IN SELECT x FROM jsonb_array_elements(run.items) x LOOP
+                v_results := array_append(v_results, queen.ack_one_v1(a, 'ack'));
+            END LOOP;
+        END IF;
     END LOOP;
     RETURN (SELECT coalesce(jsonb_agg(x ORDER BY (x->>'index')::int), '[]'::jsonb) FROM unnest(v_results) x);
 END;
