@@ -52,7 +52,8 @@ class WrkResult:
     ``requests``: completed requests; ``non_2xx``: responses outside 2xx/3xx; ``socket_errors``: connect,
     read, write and timeout errors; ``latency_us``: percentile (50, 75, 90, 99, ...) -> microseconds;
     ``counters``: the ``QUEENBENCH`` line our Lua scripts print in ``done()`` (per-script counters such as
-    ``queued``, ``delivered``, ``ack_failed``), summed over wrk's threads.
+    ``queued``, ``delivered``, ``ack_failed``), summed over wrk's threads; ``sample``: the first unexpected
+    response a script kept (``"<status> <body>"``, body cut at 500 characters), or None.
     """
 
     requests: int = 0
@@ -62,6 +63,7 @@ class WrkResult:
     latency_us: dict[float, float] = field(default_factory=dict)
     latency_mean_us: float | None = None
     latency_max_us: float | None = None
+    sample: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -116,6 +118,8 @@ def parse_wrk(output: str) -> WrkResult:
             result.latency_mean_us = float(data.pop("latency_mean_us"))
         if "latency_max_us" in data:
             result.latency_max_us = float(data.pop("latency_max_us"))
+        sample = data.pop("sample", None)
+        result.sample = sample if isinstance(sample, str) else None
         result.counters = {k: float(v) for k, v in data.items()}
     if not found_requests:
         raise ValueError("wrk output has no request count:\n" + output[-2000:])

@@ -333,6 +333,9 @@ class Bench:
         for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors"):
             if result.counters.get(name):
                 run["problems"].append(f"{label}: {name} = {int(result.counters[name])}")
+        if result.sample and (result.non_2xx or any(result.counters.get(name) for name in (
+                "bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors"))):
+            run["problems"].append(f"{label}: first unexpected response: {result.sample}")
 
     def _precreate(self, queue: str, partitions: int) -> None:
         """Create the queue's partitions through the push procedure (one message each)."""
@@ -400,7 +403,7 @@ class Bench:
         connections = options.connections if scenario.connections == 50 else scenario.connections
         self._precreate(queue, scenario.partitions)
         params = {"queue": queue, "partitions": scenario.partitions, "per_request": scenario.per_request,
-                  "payload": payload(scenario.payload_bytes), "seed": 1000 * round_no + 17, "delay_ms": 0}
+                  "payload": payload(scenario.payload_bytes), "seed": 1000 * round_no + 17, "rate_per_thread": 0}
         script = render_script("push", params, self.workdir)
         self._checkpoint()
         if options.warmup > 0:
@@ -549,17 +552,16 @@ class Bench:
         push = self.scenario_results.get((round_no, "push-10-40B"), {})
         push_figure = push.get("msg_per_s")
         target_rate = options.keepup_fraction * (push_figure or scenario.initial_rate)
-        # wrk paces with a fixed delay between a response and the next request on each connection, so the
-        # rate is connections * per_request / (delay + latency); latency at half load is guessed as half the
-        # full-load p50 of push-10-40B (a lower latency overshoots the target: the harder test)
-        producers = 50
-        latency = push.get("latency_ms", {}).get("50", 10.0) / 2
-        delay_ms = max(1, round(1000 * producers * scenario.per_request / target_rate - latency))
+        # each wrk thread sends on a schedule of target_rate / per_request / threads requests per second
+        # (push.lua), whatever the latency, as long as some of its connections are free
+        producers, producer_threads = 50, 2
+        rate_per_thread = target_rate / scenario.per_request / producer_threads
         self._precreate(queue, scenario.partitions)
         self.sql.execute(BULK_LOAD, queue, 20, payload(40))  # a small standing backlog
         producer = render_script("push", {"queue": queue, "partitions": scenario.partitions,
                                           "per_request": scenario.per_request, "payload": payload(40),
-                                          "seed": 1000 * round_no + 29, "delay_ms": delay_ms}, self.workdir)
+                                          "seed": 1000 * round_no + 29, "rate_per_thread": rate_per_thread},
+                                 self.workdir)
         consumer = render_script("consume", {"queue": queue, "groups": [""], "batch": scenario.batch,
                                              "mode": "ack", "timeout_ms": options.long_poll_ms, "target": "",
                                              "payload": payload(40)}, self.workdir)
@@ -573,11 +575,12 @@ class Bench:
         total = options.warmup + options.seconds
         results: dict[str, WrkRun] = {}
 
-        def drive(name: str, script: Path, connections: int) -> None:
-            results[name] = run_wrk(self.broker.url, script, connections, total, 2, options.long_poll_ms / 1000 + 10)
+        def drive(name: str, script: Path, connections: int, wrk_threads: int) -> None:
+            results[name] = run_wrk(self.broker.url, script, connections, total, wrk_threads,
+                                    options.long_poll_ms / 1000 + 10)
 
-        threads = [threading.Thread(target=drive, args=("producer", producer, producers)),
-                   threading.Thread(target=drive, args=("consumer", consumer, scenario.connections))]
+        threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),
+                   threading.Thread(target=drive, args=("consumer", consumer, scenario.connections, 2))]
         for thread in threads:
             thread.start()
         procfs.sleep_until(time.monotonic() + options.warmup)
@@ -608,7 +611,7 @@ class Bench:
                          "producer_share_of_push": produced / window / push_figure if push_figure else None,
                          "consumer_msg_per_s": consumed / window, "backlog_start": backlog0,
                          "backlog_end": backlog1, "backlog_growth_per_s": growth, "keeps_up": keeps_up,
-                         "push_figure": push_figure, "delay_ms": delay_ms}
+                         "push_figure": push_figure, "rate_per_thread": rate_per_thread}
         if not keeps_up:
             run["notes"].append(f"consumers fall behind: backlog grew {growth:,.0f} msg/s")
         settled_rows = self._settled(rows)

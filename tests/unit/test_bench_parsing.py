@@ -103,6 +103,16 @@ def test_wrk_counter_line_is_authoritative() -> None:
     assert result.counters == {"queued": 14200, "not_queued": 0, "bad_responses": 0}
 
 
+def test_wrk_counter_line_with_a_sample_of_an_unexpected_response() -> None:
+    line = ('QUEENBENCH {"requests":3,"duration_us":1000000,"status_errors":1,"p50":900,"queued":20,'
+            '"not_queued":10,"bad_responses":1,"sample":"400 {\\u0022error\\u0022:\\u0022queue is'
+            ' required\\u0022}\\u000a"}')
+    result = parse_wrk(line)
+    assert result.sample == '400 {"error":"queue is required"}\n'
+    assert result.counters == {"queued": 20, "not_queued": 10, "bad_responses": 1}
+    assert parse_wrk(WRK_WITH_COUNTERS).sample is None
+
+
 def test_wrk_text_only_with_errors() -> None:
     result = parse_wrk(WRK_PLAIN_WITH_ERRORS)
     assert result.requests == 11000

@@ -32,6 +32,17 @@ function dequeue()
   return req
 end
 
+-- the thread's first unexpected response ("<status> <body...>"), reported by done() as "sample"
+sample = nil
+
+function keep_sample(status, body)
+  if sample == nil then sample = status .. " " .. string.sub(body or "", 1, 500) end
+end
+
+local function json_string(text)
+  return '"' .. string.gsub(text, '[%c"\\]', function(c) return string.format("\\u%04x", string.byte(c)) end) .. '"'
+end
+
 function count(text, pattern)
   local _, n = string.gsub(text, pattern, "")
   return n
@@ -59,6 +70,13 @@ function done(summary, latency, requests)
       total = total + (thread:get(name) or 0)
     end
     table.insert(parts, string.format('"%s":%d', name, total))
+  end
+  for _, thread in ipairs(threads) do
+    local s = thread:get("sample")
+    if s ~= nil then
+      table.insert(parts, '"sample":' .. json_string(s))
+      break
+    end
   end
   io.write("QUEENBENCH {" .. table.concat(parts, ",") .. "}\n")
 end

@@ -70,17 +70,21 @@ end
 function response(status, headers, body)
   if status ~= 200 then
     bad_responses = bad_responses + 1
+    keep_sample(status, body)
     return
   end
   local first = string.match(body, "^%s*(.)")
   if first == "[" then                                      -- ack/batch: one result per item
     acked = acked + count(body, '"success"%s*:%s*true')
-    ack_failed = ack_failed + count(body, '"success"%s*:%s*false')
+    local failed = count(body, '"success"%s*:%s*false')
+    ack_failed = ack_failed + failed
+    if failed > 0 then keep_sample(status, body) end
     return
   end
   if string.find(body, '"results"', 1, true) then           -- transaction
     if string.find(body, '"success"%s*:%s*false') then
       tx_failed = tx_failed + 1
+      keep_sample(status, body)
     else
       tx_ok = tx_ok + 1
       handed = handed + count(body, '"type"%s*:%s*"push"')
@@ -99,6 +103,7 @@ function response(status, headers, body)
   local req = follow_up(body, ids)
   if req == nil then
     parse_errors = parse_errors + 1
+    keep_sample(status, body)
   else
     enqueue(req)
   end

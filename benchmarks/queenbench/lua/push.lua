@@ -1,7 +1,10 @@
 -- Push: every request carries P.per_request messages for one random partition of P.partitions (as a
 -- client pushes), payload P.payload. The broker assigns transaction ids. The whole request text is
 -- built once per partition and reused, so wrk spends its CPU on the socket, not in Lua.
--- P.delay_ms > 0 paces each connection (the producer of the keep-up scenario).
+-- P.rate_per_thread > 0 paces the thread's requests to that many per second (the producer of the keep-up
+-- scenario): an open-loop schedule of send slots every 1000 / rate ms, shared by the thread's connections,
+-- so the rate does not depend on the latency as long as enough connections are free. A thread that falls
+-- behind catches up at most CATCH_UP_MS of missed slots.
 
 COUNTERS = {"queued", "not_queued", "bad_responses"}
 queued, not_queued, bad_responses = 0, 0, 0
@@ -25,18 +28,40 @@ function request()
   return req
 end
 
-if P.delay_ms > 0 then
+if P.rate_per_thread > 0 then
+  local ffi = require("ffi")  -- wrk runs LuaJIT; its Lua API has no clock
+  ffi.cdef[[
+    typedef struct { long tv_sec; long tv_nsec; } queenbench_timespec;
+    int clock_gettime(int clock_id, queenbench_timespec *tp);
+  ]]
+  local CLOCK_MONOTONIC, CATCH_UP_MS = 1, 100
+  local interval_ms = 1000 / P.rate_per_thread
+  local now = ffi.new("queenbench_timespec")
+  local next_slot = nil
+
+  local function now_ms()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, now)
+    return tonumber(now.tv_sec) * 1000 + tonumber(now.tv_nsec) / 1e6
+  end
+
   function delay()
-    return P.delay_ms
+    local t = now_ms()
+    if next_slot == nil or next_slot < t - CATCH_UP_MS then next_slot = t end
+    local wait = next_slot - t
+    next_slot = next_slot + interval_ms
+    if wait < 0 then return 0 end
+    return wait
   end
 end
 
 function response(status, headers, body)
   if status ~= 200 and status ~= 201 then
     bad_responses = bad_responses + 1
+    keep_sample(status, body)
     return
   end
   local n = count(body, '"queued"')
   queued = queued + n
   not_queued = not_queued + (P.per_request - n)
+  if n < P.per_request then keep_sample(status, body) end
 end
