@@ -131,7 +131,7 @@ SCENARIOS: list[Scenario] = [
              "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
              connections=10, mode="handoff", quick=True, initial_rate=20_000),
     Scenario("keepup-ack", "keepup", "insert-10-40B",
-             "producer paced at 50% of push-10-40B (50 connections) while 10 connections pop 100 + /ack/batch",
+             "producer paced at 50% of push-10-40B (100 connections) while 10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
 ]
 
@@ -554,7 +554,7 @@ class Bench:
         target_rate = options.keepup_fraction * (push_figure or scenario.initial_rate)
         # each wrk thread sends on a schedule of target_rate / per_request / threads requests per second
         # (push.lua), whatever the latency, as long as some of its connections are free
-        producers, producer_threads = 50, 2
+        producers, producer_threads = 100, 2
         rate_per_thread = target_rate / scenario.per_request / producer_threads
         self._precreate(queue, scenario.partitions)
         self.sql.execute(BULK_LOAD, queue, 20, payload(40))  # a small standing backlog
