@@ -122,3 +122,62 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(conn: psycopg.Con
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "idle-777", "payload": {"n": 777}}])
     woke = call_procedure(conn, "pop_v1", [{"queue": "wide", "consumerGroup": GROUP, "batch": 10}])[0]
     assert [m["data"] for m in woke["messages"]] == [{"n": 777}]
+
+
+def procedure_buffers(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> int:
+    """Shared buffers a procedure call touched, everything it ran inside included (EXPLAIN ANALYZE's
+    buffer counts are the backend's, not the plan node's own)."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
+    assert row is not None
+    plan = (row[0] if not isinstance(row[0], str) else json.loads(row[0]))[0]["Plan"]
+    return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+
+
+def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partition(
+        conn: psycopg.Connection[Any]) -> None:
+    """Push and ack look a message up by (partition, transactionId), pop and ack a consumer row by
+    (partition, group). Statistics taken when every partition held one message and every group one consumer
+    row rate the indexes led by partition_id (messages) or by consumer_group (consumer rows) as good as the
+    unique ones; the generic plans PL/pgSQL caches then walked a whole partition or a whole group per lookup.
+    Each call is measured after one warm-up call (plans made), in buffers it touched."""
+    call_procedure(conn, "push_items_v1", [{"queue": "young", "partition": f"p{n}", "payload": n}
+                                           for n in range(200)])
+    call_procedure(conn, "pop_v1", [{"queue": "young", "consumerGroup": "g0", "batch": 1, "autoAck": True}])
+    conn.execute("ANALYZE queen.messages")  # n_distinct(partition_id) = every row
+    conn.execute("ANALYZE queen.partition_consumers")  # n_distinct(consumer_group) = every row
+    deep = conn.execute("SELECT id FROM queen.partitions WHERE name = 'p0'").fetchone()[0]  # type: ignore[index]
+    conn.execute("""
+        INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload)
+        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '1' FROM generate_series(2, 50000) s""", (deep,))
+    conn.execute("UPDATE queen.partitions SET last_seq = 50000 WHERE id = %s", (deep,))
+    # group "wide" has consumed every partition of a 20,000-partition queue
+    call_procedure(conn, "configure_queue_v1", {"queue": "broad"})
+    conn.execute("""
+        INSERT INTO queen.partitions (queue_id, name, last_seq)
+        SELECT q.id, 'b' || s, 0 FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'broad'""")
+    conn.execute("INSERT INTO queen.partition_consumers (partition_id, consumer_group) "
+                 "SELECT p.id, 'wide' FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                 "WHERE q.name = 'broad'")
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+
+    def push() -> int:
+        return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(
+            [{"index": 0, "queue": "young", "partition": "p0", "payload": "one more"}]),))
+
+    def ack(count: int) -> int:
+        popped = call_procedure(conn, "pop_v1", [{"queue": "young", "partition": "p0", "batch": count}])[0]
+        acks = [{"index": i, "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                 "leaseId": m["leaseId"], "status": "completed"} for i, m in enumerate(popped["messages"])]
+        return procedure_buffers(conn, "SELECT queen.ack_v1(%s::jsonb)", (json.dumps(acks),))
+
+    def pop_wide() -> int:
+        call_procedure(conn, "push_items_v1", [{"queue": "broad", "partition": "b777", "payload": 1}])
+        return procedure_buffers(conn, "SELECT queen.pop_v1(%s::jsonb)", (json.dumps(
+            [{"index": 0, "queue": "broad", "partition": "b777", "consumerGroup": "wide", "batch": 1}]),))
+
+    for measure in (push, lambda: ack(3), lambda: ack(1), pop_wide):
+        measure()  # plans made (catalog reads are counted too)
+    figures = {"push": push(), "ack 3": ack(3), "ack 1": ack(1), "pop in a 20,000-row group": pop_wide()}
+    # the partition holds 50,000 messages and the group 20,000 rows, hundreds of pages each; unique-index
+    # probes touch a few dozen
+    assert all(buffers < 100 for buffers in figures.values()), figures

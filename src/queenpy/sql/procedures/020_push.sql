@@ -16,9 +16,16 @@
 --
 -- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
 -- p_notify: NOTIFY queen_message_available per touched (queue, partition) at commit.
+--
+-- enable_seqscan = off: every lookup of a queue or partition by name must be an index probe. Pushes update
+-- their partitions' rows (not HOT: last_message_at is indexed), so under load a table of 100 partitions
+-- spans a hundred pages of dead versions that cannot be pruned yet, while its statistics still call it
+-- tiny; the cached generic plans then chose sequential scans that read all of them, once per item.
 CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_now timestamptz;
     v_result jsonb;
@@ -96,9 +103,12 @@ BEGIN
         SELECT r.*,
                row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
                first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
-               -- a scalar subquery: always one probe of the (partition_id, transaction_id) index per item
+               -- a scalar subquery: one probe of the (transaction_id, partition_id) index per item; "IS TRUE"
+               -- keeps the partition out of the index conditions, so no index led by partition_id can serve
+               -- it (migration 005)
                (SELECT m.id FROM queen.messages m
-                WHERE m.partition_id = r.partition_id AND m.transaction_id = r.transaction_id) AS existing_id
+                WHERE m.transaction_id = r.transaction_id AND (m.partition_id = r.partition_id) IS TRUE
+               ) AS existing_id
         FROM resolved r
     ), admitted AS (
         SELECT k.*,

@@ -23,7 +23,9 @@ DECLARE
     v_replayed boolean;
     v_result jsonb;
 BEGIN
-    SELECT * INTO v_msg FROM queen.messages WHERE partition_id = v_partition_id AND transaction_id = v_txid;
+    -- "IS TRUE": looked up through the (transaction_id, partition_id) index only (migration 005)
+    SELECT * INTO v_msg FROM queen.messages
+    WHERE transaction_id = v_txid AND (partition_id = v_partition_id) IS TRUE;
     IF NOT FOUND THEN
         RETURN jsonb_build_object('index', v_index, 'transactionId', v_txid, 'success', false,
                                   'error', 'Message not found');
@@ -37,7 +39,7 @@ BEGIN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (v_partition_id, v_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     SELECT * INTO v_pc FROM queen.partition_consumers
-    WHERE partition_id = v_partition_id AND consumer_group = v_group FOR UPDATE;
+    WHERE partition_id = v_partition_id AND (consumer_group = v_group) IS TRUE FOR UPDATE;
 
     -- coalesce: a released lease (worker_id NULL) must fail the check, not make it NULL and skip it
     IF v_lease <> '' AND NOT coalesce(v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now(), false) THEN
@@ -157,7 +159,7 @@ BEGIN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (p_partition_id, p_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     SELECT * INTO v_pc FROM queen.partition_consumers
-    WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
+    WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE FOR UPDATE;
     IF EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group)
     THEN
         RETURN NULL;
@@ -220,10 +222,11 @@ BEGIN
                min(m.seq) AS min_seq, max(m.seq) AS max_seq
         FROM jsonb_array_elements(p_items) e
         CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
-        -- LATERAL ... LIMIT 1: one index probe per item
+        -- LATERAL ... LIMIT 1: one probe of the (transaction_id, partition_id) index per item (migration 005)
         LEFT JOIN LATERAL (
             SELECT stored.seq FROM queen.messages stored
-            WHERE stored.partition_id = (e->>'partitionId')::uuid AND stored.transaction_id = e->>'transactionId'
+            WHERE stored.transaction_id = e->>'transactionId'
+              AND (stored.partition_id = (e->>'partitionId')::uuid) IS TRUE
             LIMIT 1) m ON true
         GROUP BY e->>'partitionId', k.consumer_group
         ORDER BY e->>'partitionId', k.consumer_group
