@@ -21,13 +21,16 @@ LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Timestamps on the wire, always UTC: milliseconds everywhere, microseconds for pop `createdAt`.
+-- STABLE, as to_char and jsonb_build_object are: the planner inlines a SQL function only when its declared
+-- volatility is not stricter than its body's. Declared IMMUTABLE, message_json ran as a function call of its
+-- own for every delivered message (20 us each, pg_stat_statements.track = all).
 CREATE OR REPLACE FUNCTION queen.iso_ms(ts timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
 $$;
 
 CREATE OR REPLACE FUNCTION queen.iso_us(ts timestamptz) RETURNS text
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')
 $$;
 
@@ -80,7 +83,7 @@ $$;
 -- Wire shape of one delivered message (API.md section 5.3), plus our `offset`.
 CREATE OR REPLACE FUNCTION queen.message_json(m queen.messages, p_partition_name text, p_lease_id text, p_group text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object(
         'id', m.id, 'transactionId', m.transaction_id, 'traceId', m.trace_id,
         'data', m.payload, 'producerSub', m.producer_sub, 'createdAt', queen.iso_us(m.created_at),

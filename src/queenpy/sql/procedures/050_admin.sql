@@ -2,7 +2,7 @@
 
 CREATE OR REPLACE FUNCTION queen.queue_options_json(q queen.queues)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $$
+LANGUAGE sql STABLE AS $$  -- STABLE like jsonb_build_object, so it can be inlined (see iso_ms)
     SELECT jsonb_build_object(
         'priority', q.priority, 'leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
         'retryDelay', q.retry_delay, 'maxSize', q.max_queue_size, 'ttl', q.ttl,
