@@ -1,5 +1,13 @@
 -- Ack, lease renewal and transactions (API.md sections 6, 7 and 9).
 
+-- Whether p_lease is the live lease of a consumer row. coalesce: a released lease (worker_id NULL) must fail
+-- the check, not make it NULL and skip it. STABLE (now()), so the planner inlines it.
+CREATE OR REPLACE FUNCTION queen.holds_lease(p_pc queen.partition_consumers, p_lease text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(p_pc.worker_id = p_lease AND p_pc.lease_expires_at > now(), false)
+$$;
+
 -- Apply one acknowledgment. p_mode 'ack' follows API.md 6.3 (failed acks retry up to retryLimit);
 -- p_mode 'transaction' follows API.md 9 (failed goes straight to the DLQ, unknown status is an error).
 -- Item: {"index", "transactionId", "partitionId", "status", "error", "leaseId", "consumerGroup"}.
@@ -41,8 +49,7 @@ BEGIN
     SELECT * INTO v_pc FROM queen.partition_consumers
     WHERE partition_id = v_partition_id AND (consumer_group = v_group) IS TRUE FOR UPDATE;
 
-    -- coalesce: a released lease (worker_id NULL) must fail the check, not make it NULL and skip it
-    IF v_lease <> '' AND NOT coalesce(v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now(), false) THEN
+    IF v_lease <> '' AND NOT queen.holds_lease(v_pc, v_lease) THEN
         RETURN v_result || jsonb_build_object('success', false, 'error', 'Invalid or expired lease');
     END IF;
 
@@ -141,6 +148,7 @@ DECLARE
     v_partition_name text;
     v_pc queen.partition_consumers%ROWTYPE;
     v_last queen.messages%ROWTYPE;
+    v_held boolean;
     v_k integer;
 BEGIN
     IF p_found < v_n THEN
@@ -165,39 +173,40 @@ BEGIN
         RETURN NULL;
     END IF;
 
-    -- coalesce: a released lease (worker_id NULL) must fail the check, not make it NULL and skip it
-    IF v_lease <> '' AND NOT coalesce(v_pc.worker_id = v_lease AND v_pc.lease_expires_at > now(), false) THEN
-        RETURN (SELECT jsonb_agg(jsonb_build_object('index', (e->>'index')::int, 'transactionId', e->>'transactionId',
-                    'queueName', v_queue_name, 'partitionName', v_partition_name,
-                    'success', false, 'error', 'Invalid or expired lease') ORDER BY o)
-                FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o));
-    END IF;
-    v_k := CASE WHEN v_pc.worker_id IS NULL THEN 1 ELSE greatest(v_pc.batch_size - v_pc.acked_count, 1) END;
-    IF v_lease <> '' AND v_k < v_n THEN
-        RETURN NULL;  -- the items after the lease's end fail their lease check: item by item
-    END IF;
+    v_held := v_lease = '' OR queen.holds_lease(v_pc, v_lease);
+    IF v_held THEN
+        v_k := CASE WHEN v_pc.worker_id IS NULL THEN 1 ELSE greatest(v_pc.batch_size - v_pc.acked_count, 1) END;
+        IF v_lease <> '' AND v_k < v_n THEN
+            RETURN NULL;  -- the items after the lease's end fail their lease check: item by item
+        END IF;
 
-    SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = p_max_seq;
-    IF p_min_seq < v_pc.last_consumed_seq THEN
-        PERFORM queen.reset_scan_floor_v1(v_queue_name, p_group);  -- the cursor moves backwards
+        SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = p_max_seq;
+        IF p_min_seq < v_pc.last_consumed_seq THEN
+            PERFORM queen.reset_scan_floor_v1(v_queue_name, p_group);  -- the cursor moves backwards
+        END IF;
+        UPDATE queen.partition_consumers
+        SET last_consumed_seq = v_last.seq, last_consumed_id = v_last.id,
+            last_consumed_created_at = v_last.created_at,
+            last_consumed_at = now(), total_messages_consumed = total_messages_consumed + v_n,
+            total_batches_consumed = total_batches_consumed + greatest(v_n - v_k + 1, 0),
+            worker_id = CASE WHEN v_k <= v_n THEN NULL ELSE worker_id END,
+            lease_expires_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_expires_at END,
+            lease_acquired_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_acquired_at END,
+            batch_size = CASE WHEN v_k <= v_n THEN 0 ELSE batch_size END,
+            acked_count = CASE WHEN v_k <= v_n THEN 0 ELSE acked_count + v_n END,
+            batch_retry_count = CASE WHEN v_k <= v_n THEN 0 ELSE batch_retry_count END,
+            retry_available_at = NULL
+        WHERE id = v_pc.id;
     END IF;
-    UPDATE queen.partition_consumers
-    SET last_consumed_seq = v_last.seq, last_consumed_id = v_last.id,
-        last_consumed_created_at = v_last.created_at,
-        last_consumed_at = now(), total_messages_consumed = total_messages_consumed + v_n,
-        total_batches_consumed = total_batches_consumed + greatest(v_n - v_k + 1, 0),
-        worker_id = CASE WHEN v_k <= v_n THEN NULL ELSE worker_id END,
-        lease_expires_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_expires_at END,
-        lease_acquired_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_acquired_at END,
-        batch_size = CASE WHEN v_k <= v_n THEN 0 ELSE batch_size END,
-        acked_count = CASE WHEN v_k <= v_n THEN 0 ELSE acked_count + v_n END,
-        batch_retry_count = CASE WHEN v_k <= v_n THEN 0 ELSE batch_retry_count END,
-        retry_available_at = NULL
-    WHERE id = v_pc.id;
 
     RETURN (SELECT jsonb_agg(jsonb_build_object('index', (e->>'index')::int, 'transactionId', e->>'transactionId',
-                'queueName', v_queue_name, 'partitionName', v_partition_name, 'success', true, 'error', NULL,
-                'leaseReleased', o >= v_k, 'dlq', false) ORDER BY o)
+                                                'queueName', v_queue_name, 'partitionName', v_partition_name)
+                             || CASE WHEN v_held
+                                     THEN jsonb_build_object('success', true, 'error', NULL,
+                                                             'leaseReleased', o >= v_k, 'dlq', false)
+                                     ELSE jsonb_build_object('success', false, 'error', 'Invalid or expired lease')
+                                END
+                             ORDER BY o)
             FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o));
 END;
 $$;
