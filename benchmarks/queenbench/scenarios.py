@@ -330,11 +330,11 @@ class Bench:
         errors = {k: v for k, v in result.socket_errors.items() if v}
         if errors:
             run["problems"].append(f"{label}: socket errors {errors}")
-        for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors"):
-            if result.counters.get(name):
-                run["problems"].append(f"{label}: {name} = {int(result.counters[name])}")
-        if result.sample and (result.non_2xx or any(result.counters.get(name) for name in (
-                "bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors"))):
+        failures = [name for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors")
+                    if result.counters.get(name)]
+        for name in failures:
+            run["problems"].append(f"{label}: {name} = {int(result.counters[name])}")
+        if result.sample and (result.non_2xx or failures):
             run["problems"].append(f"{label}: first unexpected response: {result.sample}")
 
     def _precreate(self, queue: str, partitions: int) -> None:
