@@ -95,10 +95,13 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
     import uvicorn
 
     from queenpy.server.app import create_app
+    from queenpy.server.http import CoalescingHttpToolsProtocol
 
     app = create_app(settings, url, worker_id)
     _tune_gc()
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", access_log=False,
+    # httptools with one socket write per response instead of two (queenpy.server.http)
+    config = uvicorn.Config(app, loop="uvloop", http=CoalescingHttpToolsProtocol, lifespan="on",
+                            access_log=False,
                             log_level="warning" if settings.log_level == "info" else settings.log_level,
                             timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10,
                             proxy_headers=False)  # client addresses are never used: skip the middleware
