@@ -46,6 +46,48 @@ def test_long_poll_is_woken_by_a_push_on_another_broker_instance(
     assert [m["data"] for m in result["body"]["messages"]] == [{"hello": "A"}]
 
 
+def test_a_push_wakes_one_parked_wildcard_pop_per_partition(
+        db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
+    """Ten pops of one group park on a queue (long-poll timer 10 minutes, so only wake-ups make them
+    retry). A push to one partition makes the broker pop once, not ten times; a push to the other nine
+    partitions delivers one partition to each of the nine still parked. The broker's own counter of pop
+    requests sent to PostgreSQL (/metrics) tells how many pops ran."""
+    broker = start_broker(db_url, workers=1, extra_env={"POP_WAIT_INITIAL_INTERVAL_MS": "600000",
+                                                        "POP_WAIT_MAX_INTERVAL_MS": "600000"})
+    queue = unique("herd")
+    httpx.post(f"{broker.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
+    delivered: list[list[str]] = []
+
+    def consume() -> None:
+        response = httpx.get(f"{broker.url}/api/v1/pop/queue/{queue}", params={
+            "wait": "true", "timeout": 30000, "batch": 10, "autoAck": "true"}, timeout=40)
+        delivered.append([m["partition"] for m in response.json()["messages"]])
+
+    def metrics() -> dict[str, Any]:
+        return httpx.get(f"{broker.url}/metrics").json()
+
+    consumers = [threading.Thread(target=consume) for _ in range(10)]
+    for consumer in consumers:
+        consumer.start()
+    wait_until(lambda: metrics()["longPoll"]["parked"] == 10, message="ten parked pops")
+    pops_before = metrics()["fusion"]["pop"]["items"]
+    pushed = httpx.post(f"{broker.url}/api/v1/push", json={"items": [
+        {"queue": queue, "partition": "p0", "payload": {"n": 0}}]})
+    assert pushed.json()[0]["status"] == "queued"
+    wait_until(lambda: len(delivered) == 1, message="the first message delivered")
+    wait_until(lambda: metrics()["longPoll"]["parked"] == 9, message="nine pops parked again")
+    assert metrics()["fusion"]["pop"]["items"] - pops_before == 1
+
+    pushed = httpx.post(f"{broker.url}/api/v1/push", json={"items": [
+        {"queue": queue, "partition": f"p{n}", "payload": {"n": n}} for n in range(1, 10)]})
+    assert [r["status"] for r in pushed.json()] == ["queued"] * 9
+    for consumer in consumers:
+        consumer.join(timeout=20)
+    assert sorted(p for partitions in delivered for p in partitions) == [f"p{n}" for n in range(10)]
+    assert [len(partitions) for partitions in delivered] == [1] * 10
+    assert metrics()["fusion"]["pop"]["items"] - pops_before <= 10 + 2  # a pop that loses a race retries
+
+
 def test_worker_processes_share_the_port_and_a_killed_worker_is_replaced(
         db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
     broker = start_broker(db_url, workers=2)

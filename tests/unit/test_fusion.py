@@ -139,6 +139,43 @@ async def test_waiters_wake_by_queue_and_partition() -> None:
     assert len(registry) == 0
 
 
+async def test_a_push_wakes_one_wildcard_waiter_per_group_oldest_first() -> None:
+    registry = WaiterRegistry()
+    workers = [registry.register("orders", None, "workers") for _ in range(5)]
+    audit = [registry.register("orders", None, "audit") for _ in range(2)]
+    on_a = [registry.register("orders", "a", "workers") for _ in range(2)]
+    assert registry.wake("orders", "a") == 4  # both pops of partition a, one wildcard pop per group
+    assert [w.event.is_set() for w in workers] == [True, False, False, False, False]
+    assert [w.event.is_set() for w in audit] == [True, False]
+    assert all(w.event.is_set() for w in on_a)
+    registry.wake_notification("orders/b")  # the next partition goes to the next waiter not yet woken
+    assert [w.event.is_set() for w in workers] == [True, True, False, False, False]
+    assert [w.event.is_set() for w in audit] == [True, True]
+    assert registry.wake("orders", "c") == 1  # audit has no waiter left that is not woken
+    assert registry.wake("orders") == 9  # the whole queue: everyone
+    assert all(w.event.is_set() for w in workers + audit + on_a)
+
+
+async def test_a_waiter_leaving_with_a_wake_passes_it_on() -> None:
+    registry = WaiterRegistry()
+    first, second, third = (registry.register("orders", None, "g") for _ in range(3))
+    other_group = registry.register("orders", None, "h")
+    registry.wake("orders", "a")
+    first.event.clear()
+    other_group.event.clear()
+    registry.unregister(first)  # left without a pending wake: nobody else is woken
+    assert not second.event.is_set() and not third.event.is_set()
+    registry.wake("orders", "b")
+    assert second.event.is_set() and other_group.event.is_set()
+    other_group.event.clear()
+    registry.unregister(second)  # its pop took other messages: partition b's wake goes to third
+    assert third.event.is_set() and not other_group.event.is_set()
+    registry.unregister(second)  # a second unregister changes nothing
+    registry.unregister(third)
+    registry.unregister(other_group)
+    assert len(registry) == 0
+
+
 async def test_laned_fusion_keeps_a_key_on_one_lane_and_runs_lanes_in_parallel() -> None:
     from queenpy.engine.fusion import LanedFusion
 

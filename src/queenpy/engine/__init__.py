@@ -146,7 +146,7 @@ class Engine:
         settings = self.settings
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
-        waiter = self.waiters.register(request["queue"], request.get("partition"))
+        waiter = self.waiters.register(request["queue"], request.get("partition"), request.get("consumerGroup"))
         attempt = 0  # consecutive empty attempts: drives the backoff
         tries = 0
         try:

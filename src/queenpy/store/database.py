@@ -152,13 +152,18 @@ class Database:
             return False
 
     async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
-        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification.
+        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification,
+        except for notifications this process sent itself (:meth:`notify`): their wake-ups happened in
+        process already, and a second one would wake a second long poll for the same messages.
 
         If that connection dies (PostgreSQL restart, network), it is re-established in the background
         with a 1 s backoff; long polls fall back to their timer meanwhile.
         """
 
-        def _on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        def _on_notify(_connection: Any, pid: int, _channel: str, payload: str) -> None:
+            notifier = self._notifier
+            if notifier is not None and not notifier.is_closed() and pid == notifier.get_server_pid():
+                return
             callback(payload)
 
         def _on_lost(_connection: Any) -> None:
