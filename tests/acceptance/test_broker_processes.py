@@ -3,11 +3,14 @@ processes and broker instances (PostgreSQL LISTEN/NOTIFY), worker restarts, the 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -116,6 +119,34 @@ def test_worker_processes_share_the_port_and_a_killed_worker_is_replaced(
     queue = unique("after-kill")
     assert httpx.post(f"{broker.url}/api/v1/push", json={"items": [{"queue": queue, "payload": 1}]}
                       ).json()[0]["status"] == "queued"
+
+
+def test_a_burst_of_connections_is_spread_over_the_workers(
+        db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
+    """40 connections opened at once (as a load generator or a client pool does) land on both workers
+    (SO_REUSEPORT): on one shared listening socket, the worker that woke first took most of a burst."""
+    broker = start_broker(db_url, workers=2)
+    host, port = broker.url.removeprefix("http://").split(":")
+    request = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+    connections = [socket.create_connection((host, int(port))) for _ in range(40)]
+    try:
+        for connection in connections:
+            connection.sendall(request)
+        pids = []
+        for connection in connections:
+            with connection.makefile("rb") as reply:
+                assert reply.readline().startswith(b"HTTP/1.1 200")
+                length = 0
+                while (line := reply.readline()) != b"\r\n":
+                    name, _, value = line.decode().partition(":")
+                    if name.lower() == "content-length":
+                        length = int(value)
+                pids.append(json.loads(reply.read(length))["pid"])
+    finally:
+        for connection in connections:
+            connection.close()
+    shares = sorted(Counter(pids).values())
+    assert len(shares) == 2 and shares[0] >= 8, f"connections per worker: {shares}"
 
 
 def test_serve_without_a_database_starts_the_embedded_postgresql(tmp_path: Path) -> None:

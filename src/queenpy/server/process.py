@@ -1,9 +1,16 @@
 """Worker processes sharing one port (DESIGN.md section 2), on the embedded or an external PostgreSQL.
 
 ``serve()`` resolves the database (starting the embedded PostgreSQL when none is configured), applies
-migrations once, binds the listening socket, then forks ``NUM_WORKERS`` processes that each run the ASGI
-app under uvicorn (uvloop + httptools) on the inherited socket. A worker that dies is restarted; SIGINT or
-SIGTERM stops the workers, then the embedded PostgreSQL.
+migrations once, binds the port, then forks ``NUM_WORKERS`` processes that each run the ASGI app under
+uvicorn (uvloop + httptools). A worker that dies is restarted; SIGINT or SIGTERM stops the workers, then
+the embedded PostgreSQL.
+
+On Linux each worker listens on its own socket bound to the port with ``SO_REUSEPORT``, and the kernel
+spreads new connections over them by a hash of the addresses. On one shared socket, whichever worker woke
+first accepted a burst of connections: 50 connections opened at once went 91% to one worker, which then
+fused small batches with one call in flight while the other worker sat idle. The supervisor keeps the port
+with a bound socket that does not listen. A worker's socket dies with it; connections waiting in its
+accept queue are reset. Elsewhere the workers share one listening socket.
 """
 
 from __future__ import annotations
@@ -68,12 +75,18 @@ def migrate(url: str) -> list[str]:
     return asyncio.run(_migrate(url))
 
 
-def _bind(host: str, port: int) -> socket.socket:
+REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+
+
+def _bind(host: str, port: int, *, listen: bool = True, reuseport: bool = False) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuseport:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     sock.bind((host, port))
-    sock.listen(2048)
+    if listen:
+        sock.listen(2048)
     sock.set_inheritable(True)
     return sock
 
@@ -121,7 +134,7 @@ def serve(settings: Settings) -> None:
         applied = migrate(database.url)
         if applied:
             log.info("applied %d migration step(s): %s", len(applied), ", ".join(applied))
-        sock = _bind(settings.host, settings.port)
+        sock = _bind(settings.host, settings.port, listen=not REUSEPORT, reuseport=REUSEPORT)
         log.info("queenpy listening on http://%s:%d with %d worker process(es)%s", settings.host, settings.port,
                  settings.num_workers, " on embedded PostgreSQL" if database.embedded else "")
         _supervise(settings, database.url, sock)
@@ -136,9 +149,15 @@ def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
     stopping = False
 
     def start(worker_id: int) -> None:
-        process = context.Process(target=_run_worker, args=(worker_id, settings, url, sock),
-                                  name=f"queenpy-worker-{worker_id}", daemon=False)
-        process.start()
+        # with SO_REUSEPORT, a listening socket of the worker's own (the supervisor closes its copy)
+        worker_sock = _bind(settings.host, sock.getsockname()[1], reuseport=True) if REUSEPORT else sock
+        try:
+            process = context.Process(target=_run_worker, args=(worker_id, settings, url, worker_sock),
+                                      name=f"queenpy-worker-{worker_id}", daemon=False)
+            process.start()
+        finally:
+            if worker_sock is not sock:
+                worker_sock.close()
         workers[worker_id] = process
 
     def on_signal(signum: int, _frame: Any) -> None:
