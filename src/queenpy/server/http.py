@@ -1,9 +1,10 @@
 """uvicorn's httptools protocol, writing each response with one ``send`` system call instead of two.
 
 uvicorn writes a response's status line and headers with one ``transport.write`` and its body with another.
-uvloop sends each write at once, so a small response costs two ``send`` calls on the socket, and on loopback
-each one runs the TCP stack and wakes the receiver. cProfile of a worker under push load (1 message per
-request) put 17% of its time in uvicorn's ``send``, most of it in those writes (benchmarks/RESULTS.md).
+uvloop sends each write at once, so a small response costs two system calls on the socket, and on loopback
+each one runs the TCP stack and may wake the receiver. Measured under push load (benchmarks/RESULTS.md):
+write system calls per request 2.95 -> 1.4 (the rest are asyncpg's), broker CPU per request at a paced
+2,000 requests/s 319-341 -> 305-326 µs.
 
 :class:`CoalescingHttpToolsProtocol` gives uvicorn's protocol a transport that keeps the writes made in one
 turn of the event loop and hands them to the socket as one write at the end of the turn
