@@ -7,6 +7,7 @@ broker calls, from several connections and threads at once.
 from __future__ import annotations
 
 import threading
+import uuid
 from collections import defaultdict
 from typing import Any
 
@@ -64,6 +65,20 @@ def test_push_dedupes_by_partition_and_transaction_id(db_url: str) -> None:
         assert again[2]["message_id"] == again[1]["message_id"]
         rows = conn.execute("SELECT count(*) FROM queen.messages").fetchone()
         assert rows == (3,)
+
+
+def test_a_push_without_transaction_id_gets_its_message_id_a_uuidv7(db_url: str) -> None:
+    """The generated transactionId is the message id, a UUIDv7, so the (transaction_id, partition_id)
+    index grows at its right edge; a client that later sends that id on the partition gets a duplicate."""
+    with connect(db_url) as conn:
+        results = push(conn, "plain", [{"n": n} for n in range(3)]) + push(conn, "plain", [{"n": 3}])
+        assert [r["status"] for r in results] == ["queued"] * 4
+        assert all(r["transaction_id"] == r["message_id"] for r in results)
+        assert {uuid.UUID(r["transaction_id"]).version for r in results} == {7}
+        assert len({r["transaction_id"] for r in results}) == 4
+        again = push(conn, "plain", [{"n": 9}], transactionId=results[0]["transaction_id"])
+        assert (again[0]["status"], again[0]["message_id"]) == ("duplicate", results[0]["message_id"])
+        assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (4,)
 
 
 def test_concurrent_pushers_one_partition_delivered_once_in_order(db_url: str) -> None:

@@ -92,23 +92,28 @@ BEGIN
                e->>'producerSub' AS producer_sub,
                coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
         FROM jsonb_array_elements(p_items) e
-    ), resolved AS (
-        SELECT i.*, p.id AS partition_id,
-               coalesce(i.client_transaction_id, gen_random_uuid()::text) AS transaction_id,
-               queen.uuid_v7(v_now) AS new_id
+    ), identified AS (
+        SELECT i.*, p.id AS partition_id, queen.uuid_v7(v_now) AS new_id
         FROM input i
         JOIN queen.queues q ON q.name = i.queue_name
         JOIN queen.partitions p ON p.queue_id = q.id AND p.name = i.partition_name
+    ), resolved AS (
+        -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
+        -- (transaction_id, partition_id) index grows at its right edge instead of at random pages
+        -- (API.md: the original draws a v4), and no earlier message can carry it
+        SELECT d.*, coalesce(d.client_transaction_id, d.new_id::text) AS transaction_id
+        FROM identified d
     ), ranked AS (
         SELECT r.*,
                row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
                first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
-               -- a scalar subquery: one probe of the (transaction_id, partition_id) index per item; "IS TRUE"
-               -- keeps the partition out of the index conditions, so no index led by partition_id can serve
-               -- it (migration 005)
-               (SELECT m.id FROM queen.messages m
-                WHERE m.transaction_id = r.transaction_id AND (m.partition_id = r.partition_id) IS TRUE
-               ) AS existing_id
+               -- a scalar subquery: one probe of the (transaction_id, partition_id) index per item with a
+               -- client transactionId; "IS TRUE" keeps the partition out of the index conditions, so no index
+               -- led by partition_id can serve it (migration 005)
+               CASE WHEN r.client_transaction_id IS NOT NULL THEN
+                   (SELECT m.id FROM queen.messages m
+                    WHERE m.transaction_id = r.transaction_id AND (m.partition_id = r.partition_id) IS TRUE)
+               END AS existing_id
         FROM resolved r
     ), admitted AS (
         SELECT k.*,
