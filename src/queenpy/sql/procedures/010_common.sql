@@ -6,7 +6,8 @@
 -- group) rate both alike, and PL/pgSQL keeps the generic plan it made then for the whole session: the
 -- wrong index turned each lookup into a walk through a whole partition or group. Written as IS TRUE, that
 -- condition is never an index condition, so only the unique index can serve the lookup (migration 005 put
--- transaction_id first in the messages one). tests/integration/test_explain.py checks it.
+-- transaction_id first in the messages one; 006 keys its partition as text, so no index has partition_id
+-- in second place). tests/integration/test_explain.py checks it.
 
 -- UUIDv7 (RFC 9562 section 5.7): 48-bit Unix milliseconds, version 7, variant 10, random rest.
 -- Order inside one millisecond is random; queen orders by the per-partition offset `seq`, not by id.

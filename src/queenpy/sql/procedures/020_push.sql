@@ -99,7 +99,7 @@ BEGIN
         JOIN queen.partitions p ON p.queue_id = q.id AND p.name = i.partition_name
     ), resolved AS (
         -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
-        -- (transaction_id, partition_id) index grows at its right edge instead of at random pages
+        -- transaction_id index grows at its right edge instead of at random pages
         -- (API.md: the original draws a v4), and no earlier message can carry it
         SELECT d.*, coalesce(d.client_transaction_id, d.new_id::text) AS transaction_id
         FROM identified d
@@ -107,7 +107,7 @@ BEGIN
         SELECT r.*,
                row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
                first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
-               -- a scalar subquery: one probe of the (transaction_id, partition_id) index per item with a
+               -- a scalar subquery: one probe of the unique transaction_id index per item with a
                -- client transactionId; "IS TRUE" keeps the partition out of the index conditions, so no index
                -- led by partition_id can serve it (migration 005)
                CASE WHEN r.client_transaction_id IS NOT NULL THEN

@@ -31,7 +31,7 @@ DECLARE
     v_replayed boolean;
     v_result jsonb;
 BEGIN
-    -- "IS TRUE": looked up through the (transaction_id, partition_id) index only (migration 005)
+    -- "IS TRUE": looked up through the unique transaction_id index only (migrations 005, 006)
     SELECT * INTO v_msg FROM queen.messages
     WHERE transaction_id = v_txid AND (partition_id = v_partition_id) IS TRUE;
     IF NOT FOUND THEN
@@ -231,7 +231,7 @@ BEGIN
                min(m.seq) AS min_seq, max(m.seq) AS max_seq
         FROM jsonb_array_elements(p_items) e
         CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
-        -- LATERAL ... LIMIT 1: one probe of the (transaction_id, partition_id) index per item (migration 005)
+        -- LATERAL ... LIMIT 1: one probe of the unique transaction_id index per item (migrations 005, 006)
         LEFT JOIN LATERAL (
             SELECT stored.seq FROM queen.messages stored
             WHERE stored.transaction_id = e->>'transactionId'
