@@ -1,13 +1,13 @@
 -- Shared helpers of the queen procedures.
 --
--- Convention, "(column = value) IS TRUE": the hot paths look rows up by two columns that two indexes could
--- serve, the unique one and one led by the other column ((partition_id, seq) for messages, consumer_group
--- for partition_consumers). Statistics taken while the table was young (one row per partition, or per
--- group) rate both alike, and PL/pgSQL keeps the generic plan it made then for the whole session: the
--- wrong index turned each lookup into a walk through a whole partition or group. Written as IS TRUE, that
--- condition is never an index condition, so only the unique index can serve the lookup (migration 005 put
--- transaction_id first in the messages one; 006 keys its partition as text, so no index has partition_id
--- in second place). tests/integration/test_explain.py checks it.
+-- Convention, "(partition_id = value) IS TRUE": the hot paths look a message up by (transactionId,
+-- partition), which two indexes could serve, the unique one and (partition_id, seq). Statistics taken while
+-- the table was young (one row per partition) rate both alike, and PL/pgSQL keeps the generic plan it made
+-- then for the whole session: (partition_id, seq) turned each lookup into a walk through a whole partition.
+-- Written as IS TRUE, that condition is never an index condition, so only the unique index can serve the
+-- lookup (migration 005 put transaction_id first in it; 006 keys its partition as text, so no index has
+-- partition_id in second place). Consumer rows need no such care: migration 007 made the group index a
+-- one-row probe too. tests/integration/test_explain.py checks both.
 
 -- UUIDv7 (RFC 9562 section 5.7): 48-bit Unix milliseconds, version 7, variant 10, random rest.
 -- Order inside one millisecond is random; queen orders by the per-partition offset `seq`, not by id.
@@ -69,7 +69,7 @@ LANGUAGE sql STABLE AS $$
     LEFT JOIN LATERAL (
         SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
         FROM queen.partition_consumers c
-        WHERE c.partition_id = p.id AND (c.consumer_group = p_group) IS TRUE
+        WHERE c.partition_id = p.id AND c.consumer_group = p_group
         LIMIT 1) pc ON true
     WHERE p.queue_id = p_queue_id
       AND p.last_message_at >= p_floor

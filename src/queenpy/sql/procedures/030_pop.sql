@@ -73,7 +73,7 @@ BEGIN
     IF v_seq > 0 THEN
         UPDATE queen.partition_consumers
         SET last_consumed_seq = v_seq, last_consumed_id = v_id, last_consumed_created_at = v_created
-        WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE;
+        WHERE partition_id = p_partition_id AND consumer_group = p_group;
     END IF;
     RETURN v_seq;
 END;
@@ -101,14 +101,14 @@ BEGIN
     FOR attempt IN 1..2 LOOP
         IF p_specific THEN
             SELECT * INTO v_pc FROM queen.partition_consumers
-            WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE FOR UPDATE;
+            WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
         ELSE
             SELECT * INTO v_pc FROM queen.partition_consumers
-            WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE FOR UPDATE SKIP LOCKED;
+            WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE SKIP LOCKED;
         END IF;
         EXIT WHEN FOUND;
         IF attempt = 2 OR EXISTS (SELECT 1 FROM queen.partition_consumers
-                                  WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE) THEN
+                                  WHERE partition_id = p_partition_id AND consumer_group = p_group) THEN
             RETURN jsonb_build_object('status', 'busy', 'count', 0);  -- locked by a concurrent pop
         END IF;
         -- a wildcard pop skips a row another pop is creating right now (its unique check would wait)
@@ -234,7 +234,7 @@ BEGIN
             FROM queen.partitions p
             LEFT JOIN LATERAL (
                 SELECT c.last_consumed_seq FROM queen.partition_consumers c
-                WHERE c.partition_id = p.id AND (c.consumer_group = p_group) IS TRUE LIMIT 1) pc ON true
+                WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
             WHERE p.queue_id = p_queue.id
               AND p.last_message_at >= CASE WHEN p_full THEN '-infinity'::timestamptz ELSE p_floor END
               AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)

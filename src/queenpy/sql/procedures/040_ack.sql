@@ -47,7 +47,7 @@ BEGIN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (v_partition_id, v_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     SELECT * INTO v_pc FROM queen.partition_consumers
-    WHERE partition_id = v_partition_id AND (consumer_group = v_group) IS TRUE FOR UPDATE;
+    WHERE partition_id = v_partition_id AND consumer_group = v_group FOR UPDATE;
 
     IF v_lease <> '' AND NOT queen.holds_lease(v_pc, v_lease) THEN
         RETURN v_result || jsonb_build_object('success', false, 'error', 'Invalid or expired lease');
@@ -167,7 +167,7 @@ BEGIN
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (p_partition_id, p_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
     SELECT * INTO v_pc FROM queen.partition_consumers
-    WHERE partition_id = p_partition_id AND (consumer_group = p_group) IS TRUE FOR UPDATE;
+    WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
     IF EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group)
     THEN
         RETURN NULL;
