@@ -138,6 +138,10 @@ class Settings:
     pop_wait_backoff_threshold: int = 3
     pop_wait_backoff_multiplier: float = 2.0
     pop_wait_max_interval_ms: int = 1000
+    # queenpy's own: how often a process re-announces its parked pops, and how long a process that starts
+    # listening notifies every push while the others answer its probe (engine.WAITING_CHANNEL)
+    pop_wait_announce_interval_ms: int = 5000
+    pop_wait_listen_grace_ms: int = 2000
     concurrency_mode: str = "vegas"
     vegas_min_limit: int = 1
     vegas_alpha: int = 3
@@ -172,6 +176,8 @@ class Settings:
             pop_wait_backoff_threshold=_int(env, "POP_WAIT_BACKOFF_THRESHOLD", 3),
             pop_wait_backoff_multiplier=_float(env, "POP_WAIT_BACKOFF_MULTIPLIER", 2.0),
             pop_wait_max_interval_ms=_int(env, "POP_WAIT_MAX_INTERVAL_MS", 1000),
+            pop_wait_announce_interval_ms=max(1, _int(env, "POP_WAIT_ANNOUNCE_INTERVAL_MS", 5000)),
+            pop_wait_listen_grace_ms=max(0, _int(env, "POP_WAIT_LISTEN_GRACE_MS", 2000)),
             concurrency_mode=env.get("QUEEN_CONCURRENCY_MODE", "vegas"),
             vegas_min_limit=max(1, _int(env, "QUEEN_VEGAS_MIN_LIMIT", 1)),
             vegas_alpha=_int(env, "QUEEN_VEGAS_ALPHA", 3),

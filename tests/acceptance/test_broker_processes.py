@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -17,21 +18,33 @@ from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
 from conftest import BrokerProcess
 from helpers import free_port, unique, wait_until
 
+SLOW_TIMER = {"POP_WAIT_INITIAL_INTERVAL_MS": "600000", "POP_WAIT_MAX_INTERVAL_MS": "600000"}
+NO_GRACE = {"POP_WAIT_LISTEN_GRACE_MS": "0"}  # a push notifies only queues another process announced
 
+
+def metrics(broker: BrokerProcess) -> dict[str, Any]:
+    body: dict[str, Any] = httpx.get(f"{broker.url}/metrics").json()
+    return body
+
+
+@pytest.mark.parametrize("b_starts", ["before the pop parks", "after the pop parks"])
 def test_long_poll_is_woken_by_a_push_on_another_broker_instance(
-        new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess]) -> None:
+        new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess], b_starts: str) -> None:
     """Two brokers on one database. A consumer parks on A; the push goes to B. The long-poll timer is
-    set to 10 minutes, so only the NOTIFY from B's push can deliver the message before the 30 s timeout."""
+    set to 10 minutes, so only the NOTIFY from B's push can deliver the message before the 30 s timeout.
+    B notifies a queue's pushes only once it has heard that another process has pops parked on it: A
+    announces its parked pop, and a B that starts later asks A to announce it again."""
     database = new_database()
-    slow_timer = {"POP_WAIT_INITIAL_INTERVAL_MS": "600000", "POP_WAIT_MAX_INTERVAL_MS": "600000"}
-    a = start_broker(database, workers=1, extra_env=slow_timer)
-    b = start_broker(database, workers=1, extra_env=slow_timer)
+    a = start_broker(database, workers=1, extra_env=SLOW_TIMER)
+    b = start_broker(database, workers=1, extra_env={**SLOW_TIMER, **NO_GRACE}) if b_starts.startswith("before") \
+        else None
     queue = unique("wake")
-    httpx.post(f"{b.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
+    httpx.post(f"{a.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
     result: dict[str, Any] = {}
 
     def consume() -> None:
@@ -42,11 +55,64 @@ def test_long_poll_is_woken_by_a_push_on_another_broker_instance(
     consumer = threading.Thread(target=consume)
     consumer.start()
     # wait until A has the pop parked (its metrics count parked long polls)
-    wait_until(lambda: httpx.get(f"{a.url}/metrics").json()["longPoll"]["parked"] == 1, message="parked pop")
+    wait_until(lambda: metrics(a)["longPoll"]["parked"] == 1, message="parked pop")
+    if b is None:
+        b = start_broker(database, workers=1, extra_env={**SLOW_TIMER, **NO_GRACE})
+    wait_until(lambda: metrics(b)["longPoll"]["remoteWaitingQueues"] == 1, message="B hears of A's parked pop")
     pushed = httpx.post(f"{b.url}/api/v1/push", json={"items": [{"queue": queue, "payload": {"hello": "A"}}]})
     assert pushed.json()[0]["status"] == "queued"
     consumer.join(timeout=40)
     assert [m["data"] for m in result["body"]["messages"]] == [{"hello": "A"}]
+    assert metrics(b)["longPoll"]["notificationsSent"] == 1
+
+
+def test_a_push_is_notified_only_when_another_process_has_pops_parked_on_its_queue(
+        db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
+    """A PostgreSQL session listening on the broker's channel sees no NOTIFY for a push while nobody
+    waits; once a process announces a parked pop on the queue (the payload a broker sends), the next
+    push is notified."""
+    broker = start_broker(db_url, workers=1, extra_env=NO_GRACE)
+    queue = unique("quiet")
+    with psycopg.connect(db_url, autocommit=True) as listener:
+        listener.execute("LISTEN queen_message_available")
+
+        def push(n: int) -> None:
+            pushed = httpx.post(f"{broker.url}/api/v1/push", json={"items": [
+                {"queue": queue, "partition": "p1", "payload": {"n": n}}]})
+            assert pushed.json()[0]["status"] == "queued"
+
+        push(1)
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []
+        assert metrics(broker)["longPoll"]["notificationsSkipped"] == 1
+
+        listener.execute("SELECT pg_notify('queen_long_poll_waiting', %s)", [json.dumps({"queues": [queue]})])
+        wait_until(lambda: metrics(broker)["longPoll"]["remoteWaitingQueues"] == 1, message="the announcement")
+        push(2)
+        assert [n.payload for n in listener.notifies(timeout=5, stop_after=1)] == [f"{queue}/p1"]
+        assert metrics(broker)["longPoll"]["notificationsSent"] == 1
+
+
+def test_a_parked_pop_stays_announced_while_it_waits_and_is_forgotten_after_it_leaves(
+        new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess]) -> None:
+    """Announcements every 300 ms; another process forgets one after 3 intervals plus a retry interval
+    (1.1 s here). A pop parked for 4 s stays known to the other broker past that, and is forgotten once
+    it has returned."""
+    database = new_database()
+    fast = {"POP_WAIT_ANNOUNCE_INTERVAL_MS": "300", "POP_WAIT_MAX_INTERVAL_MS": "200", **NO_GRACE}
+    a = start_broker(database, workers=1, extra_env=fast)
+    b = start_broker(database, workers=1, extra_env=fast)
+    queue = unique("renew")
+    httpx.post(f"{a.url}/api/v1/configure", json={"queue": queue}).raise_for_status()
+    consumer = threading.Thread(target=lambda: httpx.get(
+        f"{a.url}/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 4000}, timeout=20))
+    consumer.start()
+    wait_until(lambda: metrics(b)["longPoll"]["remoteWaitingQueues"] == 1, message="B hears of A's parked pop")
+    parked_at = time.monotonic()
+    while time.monotonic() - parked_at < 2.5:  # more than twice the 1.1 s an announcement lasts
+        assert metrics(b)["longPoll"]["remoteWaitingQueues"] == 1
+        time.sleep(0.1)
+    consumer.join(timeout=20)
+    wait_until(lambda: metrics(b)["longPoll"]["remoteWaitingQueues"] == 0, timeout_s=5, message="B forgets it")
 
 
 def test_a_push_wakes_one_parked_wildcard_pop_per_partition(

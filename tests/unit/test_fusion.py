@@ -8,8 +8,11 @@ from typing import Any
 import orjson
 import pytest
 
+from queenpy.engine import Engine, _waiting_payloads
 from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
+from queenpy.settings import Settings
+from queenpy.store.database import Database
 
 
 class RecordingProcedure:
@@ -200,3 +203,22 @@ async def test_laned_fusion_keeps_a_key_on_one_lane_and_runs_lanes_in_parallel()
         assert len({zlib.crc32(item["p"].encode()) % 8 for item in batch}) == 1
     assert sum(len(batch) for batch in procedure.batches) == 40
     assert len(procedure.batches) < 40
+
+
+def test_announcements_of_parked_pops_fit_a_notify_payload_and_bad_ones_are_ignored() -> None:
+    """WAITING_CHANNEL payloads stay under PostgreSQL's 8000-byte NOTIFY limit (queue names up to 255
+    characters, escaped); a malformed announcement is ignored, a well-formed one is remembered."""
+    names = [f"{i:03d}" + "\u0001" * 252 for i in range(100)]  # control characters escape to 6 bytes each
+    payloads = _waiting_payloads(names, probe=True)
+    assert all(len(p.encode()) < 8000 for p in payloads)
+    decoded = [orjson.loads(p) for p in payloads]
+    assert [q for d in decoded for q in d["queues"]] == names
+    assert [d.get("probe") for d in decoded] == [None] * (len(decoded) - 1) + [True]
+    assert _waiting_payloads([], probe=True) == ['{"queues":[],"probe":true}']
+    assert _waiting_payloads([], probe=False) == []
+
+    engine = Engine(Database("postgresql://unused"), Settings())
+    for bad in ("not json", "[1, 2]", '"text"'):
+        engine._on_waiting_notification(bad)
+    engine._on_waiting_notification('{"queues": ["orders", 5, null]}')
+    assert engine.remote_waiting_queues == ["orders"]

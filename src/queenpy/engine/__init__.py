@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -18,11 +19,19 @@ from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "Engine", "Fusion", "LanedFusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms"]
+__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "Fusion", "LanedFusion", "StaticLimit", "VegasLimit", "WaiterRegistry", "backoff_ms"]
 
 log = logging.getLogger("queenpy.engine")
 
 NOTIFY_CHANNEL = "queen_message_available"
+
+# Long-poll interest (see Engine.announce). A process with pops parked on a queue says so on WAITING_CHANNEL
+# (payload {"queues": [name, ...]}) when the first one parks and every POP_WAIT_ANNOUNCE_INTERVAL_MS while
+# any stays parked; the other processes NOTIFY the queue's pushes while they heard it within three
+# intervals (plus one retry interval). A process that starts listening asks the others to say it again at
+# once (payload {"probe": true}) and notifies every push for POP_WAIT_LISTEN_GRACE_MS meanwhile.
+WAITING_CHANNEL = "queen_long_poll_waiting"
+_PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 
 # operation type -> stored procedure (one JSONB batch in, one JSONB array out)
 _OPERATIONS = {
@@ -63,8 +72,20 @@ class Engine:
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
                                       fusion_settings.max_hold_ms)
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
-        self._notify_pending: set[str] = set()
+        self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
+        self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
+        self._probe_pending = False
         self._notify_task: asyncio.Task[None] | None = None
+        # queue -> time.monotonic() until which another process is known to have pops parked on it
+        self._remote_waiting: dict[str, float] = {}
+        self._notify_all_until = 0.0  # and while not listening: notify every push
+        self._announced: dict[str, float] = {}  # queue -> when this process last announced its waiters
+        self._announce_interval_s = settings.pop_wait_announce_interval_ms / 1000.0
+        # a parked pop renews at its next retry, at most pop_wait_max_interval_ms after the renewal was due
+        self._waiting_ttl_s = 3 * self._announce_interval_s + settings.pop_wait_max_interval_ms / 1000.0
+        self._next_prune = 0.0
+        self.notifications_sent = 0
+        self.notifications_skipped = 0
 
     def _caller(self, procedure: str) -> Any:
         async def call(payload: str) -> str:
@@ -73,8 +94,16 @@ class Engine:
         return call
 
     async def start(self) -> None:
-        """Subscribe to push notifications from every broker process."""
-        await self.database.listen(NOTIFY_CHANNEL, self.waiters.wake_notification)
+        """Subscribe to push notifications and long-poll interest from every broker process."""
+        await self.database.listen({NOTIFY_CHANNEL: self.waiters.wake_notification,
+                                    WAITING_CHANNEL: self._on_waiting_notification},
+                                   on_connected=self._on_listening)
+
+    @property
+    def remote_waiting_queues(self) -> list[str]:
+        """Queues on which another process has announced parked pops (within the TTL)."""
+        now = time.monotonic()
+        return sorted(queue for queue, until in self._remote_waiting.items() if until > now)
 
     async def stop(self) -> None:
         for fusion in self.fusions.values():
@@ -84,18 +113,83 @@ class Engine:
 
     def announce(self, keys: set[tuple[str, str]]) -> None:
         """Messages were committed on these (queue, partition)s: wake this process's long polls now, and
-        the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight."""
-        for key in keys:
-            self.waiters.wake(*key)
-        self._notify_pending.update(f"{queue}/{partition}" for queue, partition in keys)
+        the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight.
+
+        Only queues on which another process announced parked pops are notified (every queue while this
+        process is not listening, and for POP_WAIT_LISTEN_GRACE_MS after it starts to). A NOTIFY costs a transaction,
+        a signal to every listening backend and a message to every broker process: at 1 message per push
+        request it cost ~25% of the push throughput of a two-worker broker (benchmarks/RESULTS.md).
+        A pop that parks for the first time on a queue may miss the wake of a push committed in the
+        instant before the other processes heard its announcement; its backoff timer delivers it then.
+        """
+        now = time.monotonic()
+        everything = now < self._notify_all_until or not self.database.listening
+        for queue, partition in keys:
+            self.waiters.wake(queue, partition)
+            if everything or self._remote_waiting.get(queue, 0.0) > now:
+                self._notify_pending.add(f"{queue}/{partition}")
+                self.notifications_sent += 1
+            else:
+                self.notifications_skipped += 1
+        self._schedule_flush()
+
+    def _announce_waiting(self, queue: str) -> None:
+        """A pop is parked on ``queue`` here: tell the other processes, unless done within the interval."""
+        now = time.monotonic()
+        last = self._announced.get(queue)
+        if last is not None and last + self._announce_interval_s > now:
+            return
+        self._announced[queue] = now
+        self._waiting_pending.add(queue)
+        self._schedule_flush()
+
+    def _on_waiting_notification(self, payload: str) -> None:
+        """Another process announced parked pops (``{"queues": [...]}``) or asks for announcements
+        (``{"probe": true}``)."""
+        try:
+            message = orjson.loads(payload)
+            queues, probe = message.get("queues", []), message.get("probe") is True
+        except (orjson.JSONDecodeError, AttributeError):
+            log.warning("ignoring a malformed %s payload: %.100r", WAITING_CHANNEL, payload)
+            return
+        now = time.monotonic()
+        if now >= self._next_prune:  # forget queues nobody waits on any more
+            self._next_prune = now + self._waiting_ttl_s
+            self._remote_waiting = {q: until for q, until in self._remote_waiting.items() if until > now}
+            self._announced = {q: at for q, at in self._announced.items() if at + self._announce_interval_s > now}
+        until = now + self._waiting_ttl_s
+        for queue in queues:
+            if isinstance(queue, str):
+                self._remote_waiting[queue] = until
+        if probe:
+            self._announced.clear()
+            for queue in self.waiters.queues():
+                self._announce_waiting(queue)
+
+    def _on_listening(self) -> None:
+        """LISTEN is (re-)established: announcements made meanwhile were missed, so ask for them again
+        and notify every push until the answers are in."""
+        self._notify_all_until = time.monotonic() + self.settings.pop_wait_listen_grace_ms / 1000.0
+        self._probe_pending = True
+        self._announced.clear()
+        for queue in self.waiters.queues():
+            self._announce_waiting(queue)
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        if not (self._notify_pending or self._waiting_pending or self._probe_pending):
+            return
         if self._notify_task is None or self._notify_task.done():
             self._notify_task = asyncio.get_running_loop().create_task(self._flush_notifications())
 
     async def _flush_notifications(self) -> None:
-        while self._notify_pending:
-            payloads, self._notify_pending = sorted(self._notify_pending), set()
+        while self._notify_pending or self._waiting_pending or self._probe_pending:
+            notifications = [(NOTIFY_CHANNEL, payload) for payload in sorted(self._notify_pending)]
+            notifications += [(WAITING_CHANNEL, payload)
+                              for payload in _waiting_payloads(sorted(self._waiting_pending), self._probe_pending)]
+            self._notify_pending, self._waiting_pending, self._probe_pending = set(), set(), False
             try:
-                await self.database.notify(NOTIFY_CHANNEL, payloads)
+                await self.database.notify(notifications)
             except Exception as exc:  # noqa: BLE001 - other processes fall back to their poll timer
                 log.warning("NOTIFY failed (other processes will poll): %s", exc)
 
@@ -147,6 +241,7 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
         waiter = self.waiters.register(request["queue"], request.get("partition"), request.get("consumerGroup"))
+        self._announce_waiting(request["queue"])
         attempt = 0  # consecutive empty attempts: drives the backoff
         tries = 0
         try:
@@ -162,6 +257,7 @@ class Engine:
                 if remaining <= 0:
                     break
                 attempt += 1
+                self._announce_waiting(request["queue"])  # renewed while the pop stays parked
                 delay = backoff_ms(attempt, settings.pop_wait_initial_interval_ms,
                                    settings.pop_wait_backoff_threshold, settings.pop_wait_backoff_multiplier,
                                    settings.pop_wait_max_interval_ms) / 1000.0
@@ -175,3 +271,20 @@ class Engine:
         return {"success": True, "queue": request["queue"], "partition": request.get("partition") or "",
                 "partitionId": None, "leaseId": None, "consumerGroup": request.get("consumerGroup"),
                 "messages": []}
+
+
+def _waiting_payloads(queues: list[str], probe: bool) -> list[str]:
+    """WAITING_CHANNEL payloads announcing ``queues`` (and a probe): JSON, each under _PAYLOAD_BYTES."""
+    payloads: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for queue in queues:
+        length = len(orjson.dumps(queue)) + 1  # a name is at most 255 characters, escaped at most 6 bytes each
+        if chunk and size + length > _PAYLOAD_BYTES:
+            payloads.append(orjson.dumps({"queues": chunk}).decode())
+            chunk, size = [], 0
+        chunk.append(queue)
+        size += length
+    if chunk or probe:
+        payloads.append(orjson.dumps({"queues": chunk, "probe": True} if probe else {"queues": chunk}).decode())
+    return payloads

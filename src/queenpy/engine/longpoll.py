@@ -3,7 +3,8 @@
 A parked pop holds no database connection: it waits on an :class:`asyncio.Event` in the
 :class:`WaiterRegistry` and retries on Queen's schedule (``initial`` ms while ``n <= threshold``, then
 ``min(initial * n * multiplier, max)``: 100, 100, 100, 800, 1000, ... ms with the defaults). A push wakes
-matching waiters at once: in this process directly, in other processes through PostgreSQL LISTEN/NOTIFY.
+matching waiters at once: in this process directly, in other processes through PostgreSQL LISTEN/NOTIFY
+(for the queues on which they announced parked pops: :meth:`queenpy.engine.Engine.announce`).
 
 A push to one partition wakes every pop parked on that partition, but only one wildcard pop per consumer
 group: one wildcard pop of a group leases the partition and the others would find nothing. Waking them all
@@ -55,6 +56,10 @@ class WaiterRegistry:
         waiter = Waiter(queue, partition, group)
         self._by_queue[queue][waiter] = None
         return waiter
+
+    def queues(self) -> list[str]:
+        """Names of the queues with parked pops."""
+        return list(self._by_queue)
 
     def unregister(self, waiter: Waiter) -> None:
         """Remove a waiter. A wildcard waiter that leaves with a wake it did not act on (woken while its

@@ -528,7 +528,10 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         return Response(orjson.dumps({
             "uptime": round(time.time() - broker.started_at, 3), "worker_id": worker_id, "pid": os.getpid(),
             "database": {"poolSize": pool.get_size(), "idleConnections": pool.get_idle_size()},
-            "fusion": fusions, "longPoll": {"parked": len(engine.waiters)},
+            "fusion": fusions, "longPoll": {
+                "parked": len(engine.waiters), "remoteWaitingQueues": len(engine.remote_waiting_queues),
+                "notificationsSent": engine.notifications_sent,
+                "notificationsSkipped": engine.notifications_skipped},
         }), media_type="application/json", headers=CORS_HEADERS)
 
     async def status_buffers(_request: Request) -> Response:

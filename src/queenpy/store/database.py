@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
@@ -124,14 +124,16 @@ class Database:
             result: str = await connection.fetchval(statement, payload)
         return result
 
-    async def notify(self, channel: str, payloads: list[str]) -> None:
-        """NOTIFY ``channel`` once per payload, in one transaction on a dedicated connection that commits
+    async def notify(self, notifications: list[tuple[str, str]]) -> None:
+        """NOTIFY each ``(channel, payload)``, in one transaction on a dedicated connection that commits
         without waiting for the WAL flush (``synchronous_commit = off``: the notification carries no data
         that must survive a crash), so PostgreSQL's global notify lock is held only for an instant."""
         if self._notifier is None or self._notifier.is_closed():
             self._notifier = await asyncpg.connect(self.url, server_settings={
                 "synchronous_commit": "off", "application_name": "queenpy-notify"})
-        await self._notifier.execute("SELECT pg_notify($1, p) FROM unnest($2::text[]) p", channel, payloads)
+        await self._notifier.execute("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)",
+                                     [channel for channel, _ in notifications],
+                                     [payload for _, payload in notifications])
 
     async def fetchval(self, query: str, *args: Any) -> Any:
         """One value of a fixed query (queries live in the procedures; ``query`` is a call of one)."""
@@ -151,20 +153,27 @@ class Database:
         except Exception:  # noqa: BLE001 - any failure means unhealthy
             return False
 
-    async def listen(self, channel: str, callback: Callable[[str], None]) -> None:
-        """LISTEN on ``channel`` on a dedicated connection; ``callback(payload)`` runs per notification,
-        except for notifications this process sent itself (:meth:`notify`): their wake-ups happened in
-        process already, and a second one would wake a second long poll for the same messages.
+    @property
+    def listening(self) -> bool:
+        """The LISTEN connection is up: notifications sent now reach this process."""
+        return self._listener is not None and not self._listener.is_closed()
+
+    async def listen(self, callbacks: Mapping[str, Callable[[str], None]],
+                     on_connected: Callable[[], None] | None = None) -> None:
+        """LISTEN on each channel of ``callbacks`` on one dedicated connection; ``callbacks[channel](payload)``
+        runs per notification, except for notifications this process sent itself (:meth:`notify`): their
+        wake-ups happened in process already, and a second one would wake a second long poll for the same
+        messages. ``on_connected()`` runs once the channels are listened to, and again after each reconnect.
 
         If that connection dies (PostgreSQL restart, network), it is re-established in the background
         with a 1 s backoff; long polls fall back to their timer meanwhile.
         """
 
-        def _on_notify(_connection: Any, pid: int, _channel: str, payload: str) -> None:
+        def _on_notify(_connection: Any, pid: int, channel: str, payload: str) -> None:
             notifier = self._notifier
             if notifier is not None and not notifier.is_closed() and pid == notifier.get_server_pid():
                 return
-            callback(payload)
+            callbacks[channel](payload)
 
         def _on_lost(_connection: Any) -> None:
             if self._pool is not None:
@@ -173,16 +182,19 @@ class Database:
         async def _connect() -> None:
             self._listener = await asyncpg.connect(self.url)
             self._listener.add_termination_listener(_on_lost)
-            await self._listener.add_listener(channel, _on_notify)
+            for channel in callbacks:
+                await self._listener.add_listener(channel, _on_notify)
+            if on_connected is not None:
+                on_connected()
 
         async def _reconnect() -> None:
             while self._pool is not None:
                 try:
                     await _connect()
-                    log.info("LISTEN %s re-established", channel)
+                    log.info("LISTEN %s re-established", ", ".join(callbacks))
                     return
                 except ConnectionErrors as exc:
-                    log.warning("LISTEN %s lost, retrying: %s", channel, exc)
+                    log.warning("LISTEN %s lost, retrying: %s", ", ".join(callbacks), exc)
                     await asyncio.sleep(1)
 
         await _connect()
