@@ -50,6 +50,7 @@ class Config:
     workdir: Path | None = None
     keep: bool = False
     checkpoint: bool = True
+    keepup_fraction: float = 0.55
     command: str = ""
 
 
@@ -86,7 +87,8 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     runs = config.runs or (1 if config.quick else 3)
     options = Options(seconds=config.seconds or (3.0 if config.quick else 10.0),
                       warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
-                      connections=config.connections, checkpoint=config.checkpoint)
+                      connections=config.connections, checkpoint=config.checkpoint,
+                      keepup_fraction=config.keepup_fraction)
     limits_used = sorted({s.limit for s in scenarios} | {"select1"}, key=list(LIMITS).index)
     per_round = len(scenarios) * (options.warmup + options.seconds + 3) + len(limits_used) * (
         options.warmup + options.seconds + 1)
@@ -241,7 +243,8 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
         "command": config.command or " ".join(sys.argv),
         "git": _git_describe(),
         "settings": {"quick": config.quick, "runs": runs, "seconds": options.seconds, "warmup": options.warmup,
-                     "push_connections": options.connections, "checkpoint_before_each": options.checkpoint},
+                     "push_connections": options.connections, "checkpoint_before_each": options.checkpoint,
+                     "keepup_share_of_push": options.keepup_fraction},
         "machine": {"cores": os.cpu_count(), "load_average_at_end": os.getloadavg(),
                     "other_cpu_share_median": median(others),
                     "other_cpu_share_max": max(others) if others else None},

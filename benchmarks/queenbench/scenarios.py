@@ -131,7 +131,8 @@ SCENARIOS: list[Scenario] = [
              "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
              connections=10, mode="handoff", quick=True, initial_rate=20_000),
     Scenario("keepup-ack", "keepup", "insert-10-40B",
-             "producer paced at 50% of push-10-40B (100 connections) while 10 connections pop 100 + /ack/batch",
+             "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
+             "10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
 ]
 
@@ -146,7 +147,7 @@ class Options:
     connections: int = 50
     checkpoint: bool = True
     long_poll_ms: int = 1000
-    keepup_fraction: float = 0.5
+    keepup_fraction: float = 0.55
 
 
 # ground truth queries (queenpy's schema: partitions.last_seq is the gap-free offset of the newest message,

@@ -75,6 +75,10 @@ KeepOption = Annotated[bool, typer.Option(
 CheckpointOption = Annotated[bool, typer.Option(
     "--checkpoint/--no-checkpoint", envvar="QUEENPY_BENCH_CHECKPOINT",
     help="CHECKPOINT before each scenario and limit, so none inherits the previous one's dirty pages.")]
+KeepupShareOption = Annotated[float, typer.Option(
+    "--keepup-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_KEEPUP_SHARE",
+    help="keepup-ack's producer rate as a share of the same round's push-10-40B figure. The bar is 0.5; the "
+         "default offers 0.55, so a producer that keeps its pace clears the bar by more than the window's noise.")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
@@ -108,6 +112,7 @@ def register(app: typer.Typer) -> None:
         workdir: WorkdirOption = None,
         keep: KeepOption = False,
         checkpoint: CheckpointOption = True,
+        keepup_share: KeepupShareOption = 0.55,
         verbose: VerboseOption = False,
     ) -> None:
         """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
@@ -126,7 +131,7 @@ def register(app: typer.Typer) -> None:
         config = queenbench.Config(
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
-            checkpoint=checkpoint, command=_command_line())
+            checkpoint=checkpoint, keepup_fraction=keepup_share, command=_command_line())
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:
