@@ -352,6 +352,37 @@ def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) 
         assert [m["data"]["n"] for m in pop(conn, "replay", None, group="g", batch=10)["messages"]] == [4]
 
 
+def test_a_replayed_dead_letter_comes_first_in_one_batch_with_new_messages_and_auto_ack_settles_both(
+        db_url: str) -> None:
+    """One pop joins the replayed dead letter (first) and the messages after the cursor; with autoAck
+    the replay is consumed too, so the next pop finds nothing."""
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "mixed", "options": {"retryLimit": 0,
+                                                                                  "retryDelay": 0}})
+        push(conn, "mixed", [{"n": 1}, {"n": 2}])
+        first = pop(conn, "mixed", None, group="g")["messages"][0]
+        assert ack(conn, first, status="failed", group="g")["dlq"] is True
+        conn.execute("SELECT queen.dlq_replay_v1(%s, %s, NULL)", (first["partitionId"], first["transactionId"]))
+        push(conn, "mixed", [{"n": 3}])
+        both = pop(conn, "mixed", None, group="g", batch=10, auto_ack=True)["messages"]
+        assert [(m["data"]["n"], m["offset"]) for m in both] == [(1, 1), (2, 2), (3, 3)]
+        assert pop(conn, "mixed", None, group="g", batch=10)["error"] == "no_available_partition"
+
+
+def test_a_pop_over_several_partitions_returns_them_one_after_another(db_url: str) -> None:
+    """``partitions`` > 1: each claimed partition's messages in offset order, partition after partition."""
+    with connect(db_url) as conn:
+        for name in ("a", "b", "c"):
+            call_procedure(conn, "push_items_v1", [
+                {"index": i, "queue": "multi", "partition": name, "payload": {"p": name, "n": i}} for i in range(3)])
+        result = pop(conn, "multi", None, batch=7, partitions=3)
+        got = [(m["partition"], m["data"]["n"]) for m in result["messages"]]
+        assert len(got) == 7 and result["partitionsClaimed"] == 3
+        order = list(dict.fromkeys(p for p, _ in got))
+        assert sorted(order) == ["a", "b", "c"]
+        assert got == [(p, n) for p in order for n in range(3)][:7]
+
+
 def test_max_size_rejects_items_beyond_capacity(db_url: str) -> None:
     with connect(db_url) as conn:
         call_procedure(conn, "configure_queue_v1", {"queue": "capped", "options": {"maxSize": 3}})

@@ -36,7 +36,7 @@ _PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 # operation type -> stored procedure (one JSONB batch in, one JSONB array out)
 _OPERATIONS = {
     "push": "push_items_v2",
-    "pop": "pop_v1",
+    "pop": "pop_v2",
     "ack": "ack_v1",
     "renew_lease": "renew_lease_v1",
 }

@@ -25,7 +25,7 @@ log = logging.getLogger("queenpy.store")
 # the engine notifies after COMMIT with :meth:`Database.notify`.
 PROCEDURES: dict[str, str] = {
     "push_items_v2": "SELECT queen.push_items_v2($1::jsonb, false, false)::text",
-    "pop_v1": "SELECT queen.pop_v1($1::jsonb)::text",
+    "pop_v2": "SELECT queen.pop_v2($1::jsonb)::text",
     "ack_v1": "SELECT queen.ack_v1($1::jsonb)::text",
     "renew_lease_v1": "SELECT queen.renew_lease_v1($1::jsonb)::text",
     "transaction_v1": "SELECT queen.transaction_v1($1::jsonb)::text",
