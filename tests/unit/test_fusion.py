@@ -218,7 +218,7 @@ def test_announcements_of_parked_pops_fit_a_notify_payload_and_bad_ones_are_igno
     assert _waiting_payloads([], probe=False) == []
 
     engine = Engine(Database("postgresql://unused"), Settings())
-    for bad in ("not json", "[1, 2]", '"text"'):
+    for bad in ("not json", "[1, 2]", '"text"', '{"queues": "orders"}'):
         engine._on_waiting_notification(bad)
     engine._on_waiting_notification('{"queues": ["orders", 5, null]}')
     assert engine.remote_waiting_queues == ["orders"]

@@ -116,9 +116,9 @@ class Engine:
         the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight.
 
         Only queues on which another process announced parked pops are notified (every queue while this
-        process is not listening, and for POP_WAIT_LISTEN_GRACE_MS after it starts to). A NOTIFY costs a transaction,
-        a signal to every listening backend and a message to every broker process: at 1 message per push
-        request it cost ~25% of the push throughput of a two-worker broker (benchmarks/RESULTS.md).
+        process is not listening, and for POP_WAIT_LISTEN_GRACE_MS after it starts to). A NOTIFY costs a
+        transaction, a signal to every listening backend and a message to every broker process: at 1 message
+        per push request it cost ~25% of the push throughput of a two-worker broker (benchmarks/RESULTS.md).
         A pop that parks for the first time on a queue may miss the wake of a push committed in the
         instant before the other processes heard its announcement; its backoff timer delivers it then.
         """
@@ -149,7 +149,9 @@ class Engine:
         try:
             message = orjson.loads(payload)
             queues, probe = message.get("queues", []), message.get("probe") is True
-        except (orjson.JSONDecodeError, AttributeError):
+            if not isinstance(queues, list):
+                raise TypeError(queues)
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
             log.warning("ignoring a malformed %s payload: %.100r", WAITING_CHANNEL, payload)
             return
         now = time.monotonic()
