@@ -164,19 +164,21 @@ class Engine:
             if isinstance(queue, str):
                 self._remote_waiting[queue] = until
         if probe:
-            self._announced.clear()
-            for queue in self.waiters.queues():
-                self._announce_waiting(queue)
+            self._announce_all_waiting()
 
     def _on_listening(self) -> None:
         """LISTEN is (re-)established: announcements made meanwhile were missed, so ask for them again
         and notify every push until the answers are in."""
         self._notify_all_until = time.monotonic() + self.settings.pop_wait_listen_grace_ms / 1000.0
         self._probe_pending = True
+        self._announce_all_waiting()
+        self._schedule_flush()
+
+    def _announce_all_waiting(self) -> None:
+        """Announce every queue with parked pops here now, whenever each was last announced."""
         self._announced.clear()
         for queue in self.waiters.queues():
             self._announce_waiting(queue)
-        self._schedule_flush()
 
     def _schedule_flush(self) -> None:
         if not (self._notify_pending or self._waiting_pending or self._probe_pending):

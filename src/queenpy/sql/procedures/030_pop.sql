@@ -86,8 +86,18 @@ BEGIN
 END;
 $$;
 
+-- JSON arrays joined in order into one array (json has no || operator). Only for the rare joins: a batch
+-- that starts with replayed dead letters, a pop over several partitions.
+CREATE OR REPLACE FUNCTION queen.json_concat_v1(p_arrays json[])
+RETURNS json
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT coalesce(json_agg(e ORDER BY a, n), '[]'::json)
+    FROM unnest(p_arrays) WITH ORDINALITY u(arr, a), json_array_elements(u.arr) WITH ORDINALITY t(e, n)
+$$;
+
 -- Try to lease one partition for a group and read up to p_limit messages after its cursor.
--- Returns {"status": "claimed"|"empty"|"lease_held"|"busy", "count": n, "messages": [...]}.
+-- OUT: o_status 'claimed'|'empty'|'lease_held'|'busy', o_count messages, o_messages their json array
+-- (NULL with lease_held and busy).
 CREATE OR REPLACE FUNCTION queen.claim_partition_v2(
     p_queue queen.queues, p_partition_id uuid, p_partition_name text, p_group text, p_limit integer,
     p_auto_ack boolean, p_lease_id text, p_mode text, p_from text, p_specific boolean,
@@ -164,10 +174,7 @@ BEGIN
        OR m.created_at <= now() - make_interval(secs => p_queue.delayed_processing);
 
     IF v_replay_count > 0 THEN
-        SELECT json_agg(e ORDER BY k, n) INTO o_messages
-        FROM (SELECT 1 AS k, e, n FROM json_array_elements(v_replayed) WITH ORDINALITY t(e, n)
-              UNION ALL
-              SELECT 2, e, n FROM json_array_elements(o_messages) WITH ORDINALITY t(e, n)) x;
+        o_messages := queen.json_concat_v1(ARRAY[v_replayed, o_messages]);
         o_count := o_count + v_replay_count;
         IF p_auto_ack THEN
             DELETE FROM queen.replays r
@@ -384,8 +391,7 @@ BEGIN
     IF v_claimed = 1 THEN
         v_messages := v_batches[1];
     ELSE  -- several partitions (request "partitions" > 1): one array, partition after partition
-        SELECT json_agg(e ORDER BY b, n) INTO v_messages
-        FROM unnest(v_batches) WITH ORDINALITY u(a, b), json_array_elements(u.a) WITH ORDINALITY t(e, n);
+        v_messages := queen.json_concat_v1(v_batches);
     END IF;
 
     RETURN json_build_object('index', v_index, 'success', true, 'queue', v_queue.name,
