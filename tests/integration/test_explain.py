@@ -201,3 +201,33 @@ def test_offset_lookup_is_a_probe_while_statistics_say_the_table_is_empty(conn: 
     nodes = explain(conn, "SELECT * FROM queen.messages WHERE partition_id = $1 AND seq = $2",
                     (("uuid", str(partition)), ("bigint", 777)), generic)
     assert scans_of(nodes, "messages") == ["Index Scan:messages_partition_seq_idx"]
+
+
+def test_consumer_rows_are_probed_in_a_session_that_planned_while_the_table_was_empty(db_url: str) -> None:
+    """A broker connection makes its plans once and keeps them. If it made them while
+    queen.partition_consumers was empty (statistics taken then say so), a sequential scan looks cheapest and
+    would read the whole table per lookup as a new group over many partitions fills it, a row per pop. Pops
+    and acks over 300 partitions in one transaction (the first calls make the plans): no sequential scan of
+    the table."""
+    with psycopg.connect(db_url, autocommit=True) as setup:
+        call_procedure(setup, "push_items_v1", [{"queue": "fresh", "partition": f"p{n}", "payload": n}
+                                                for n in range(300)])
+        setup.execute("ANALYZE queen.partition_consumers")  # reltuples = 0
+    with psycopg.connect(db_url) as conn:  # one transaction: the scans it made are in pg_stat_xact_user_tables
+        delivered = []
+        for _ in range(150):
+            message = call_procedure(conn, "pop_v1", [{"queue": "fresh", "consumerGroup": GROUP,
+                                                       "batch": 1}])[0]["messages"][0]
+            acked = call_procedure(conn, "ack_v1", [{"transactionId": message["transactionId"],
+                                                     "partitionId": message["partitionId"],
+                                                     "leaseId": message["leaseId"], "status": "completed",
+                                                     "consumerGroup": GROUP}])[0]
+            assert acked["success"] is True
+            delivered.append(message["data"])
+        for _ in range(150):
+            delivered += [m["data"] for m in call_procedure(conn, "pop_v1", [
+                {"queue": "fresh", "consumerGroup": GROUP, "batch": 1, "autoAck": True}])[0]["messages"]]
+        assert sorted(delivered) == list(range(300))
+        row = conn.execute("SELECT seq_scan FROM pg_stat_xact_user_tables "
+                           "WHERE relid = 'queen.partition_consumers'::regclass").fetchone()
+        assert row == (0,)

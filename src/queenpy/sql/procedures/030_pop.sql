@@ -453,9 +453,15 @@ BEGIN
 END;
 $$;
 
+-- enable_seqscan = off (like push_items_v2): a consumer row is found by an index probe even in a session
+-- whose cached plans were made while queen.partition_consumers was still empty or tiny. A sequential scan
+-- planned then reads the whole table per lookup once it has grown; a new group over 10,000 partitions grows
+-- it by a row per pop (lab, 10 clients, table analyzed empty: 36,000 msg/s against 96,000 with the setting).
 CREATE OR REPLACE FUNCTION queen.pop_v2(p_requests jsonb)
 RETURNS json
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     r jsonb;
     v_results json[] := '{}';

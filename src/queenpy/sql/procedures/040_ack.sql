@@ -216,9 +216,13 @@ $$;
 -- index. Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot make the call
 -- fail; no per-item subtransaction (re-locking one consumer row from many subtransactions makes PostgreSQL
 -- build ever-growing MultiXacts: quadratic in the batch size).
+-- enable_seqscan = off: index probes only, whatever size the tables had when the session cached its plans
+-- (see queen.pop_v2).
 CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     run record;
     a jsonb;
@@ -261,7 +265,9 @@ $$;
 -- max(current expiry, now + seconds); never shortens, never revives an expired lease.
 CREATE OR REPLACE FUNCTION queen.renew_lease_v1(p_items jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- as queen.ack_v1
+AS $$
 DECLARE
     e jsonb;
     v_expires timestamptz;
@@ -295,7 +301,9 @@ $$;
 -- Pushes do not NOTIFY here: the broker wakes consumers after COMMIT (see push_items_v2).
 CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off  -- as queen.ack_v1
+AS $$
 DECLARE
     v_txid uuid := gen_random_uuid();
     v_results jsonb[] := '{}';
