@@ -114,7 +114,7 @@ SCENARIOS: list[Scenario] = [
     _push(10, 40, partitions=1), _push(10, 40, partitions=10_000),
     Scenario("consume-auto", "consume", "insert-100-40B",
              "wildcard long-poll pop, batch 100, autoAck, 10 connections, 100 partitions",
-             connections=10, mode="auto", quick=True, initial_rate=60_000),
+             connections=10, mode="auto", quick=True, initial_rate=100_000),
     Scenario("consume-ack", "consume", "insert-100-40B",
              "wildcard long-poll pop, batch 100, then POST /ack/batch, 10 connections, 100 partitions",
              connections=10, mode="ack", quick=True, initial_rate=40_000),
@@ -451,15 +451,16 @@ class Bench:
 
     # consumption ----------------------------------------------------------------------------------
     def _backlog(self, scenario: Scenario, need_per_group: int) -> Backlog:
-        """The shared backlog of ``scenario.partitions`` partitions, topped up to ``need_per_group`` rows
-        (and at least one full batch per partition)."""
+        """The shared backlog of ``scenario.partitions`` partitions, topped up to ``need_per_group`` rows,
+        in whole batches per partition (at least one): a partition whose tail is a partial batch would make
+        every other pop a short one."""
         backlog = self.backlogs.get(scenario.partitions)
         if backlog is None:
             backlog = Backlog(f"backlog-p{scenario.partitions}", scenario.partitions)
             self._precreate(backlog.queue, scenario.partitions)
             backlog.per_partition = 1
             self.backlogs[scenario.partitions] = backlog
-        wanted = max(scenario.batch, math.ceil(need_per_group / scenario.partitions))
+        wanted = scenario.batch * max(1, math.ceil(need_per_group / scenario.partitions / scenario.batch))
         if wanted > backlog.per_partition:
             add = wanted - backlog.per_partition
             started = time.monotonic()
