@@ -2,7 +2,9 @@
 
 - a pop from a partition 200,000 messages deep reads through the (partition_id, seq) index;
 - a wildcard pop on a queue with 100,000 idle, fully consumed partitions and one busy partition finds
-  the busy one through the (queue_id, last_message_at) index, not by scanning the idle ones.
+  the busy one through the (queue_id, last_message_at) index, not by scanning the idle ones;
+- lookups stay index probes when the statistics were taken on a young or empty table, including in a session
+  that made its plans while consumer rows were still being created.
 Both custom plans (literal arguments) and generic plans (what PL/pgSQL caches) are checked.
 """
 
