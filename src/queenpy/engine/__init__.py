@@ -149,9 +149,9 @@ class Engine:
         try:
             message = orjson.loads(payload)
             queues, probe = message.get("queues", []), message.get("probe") is True
-            if not isinstance(queues, list):
-                raise TypeError(queues)
-        except (orjson.JSONDecodeError, AttributeError, TypeError):
+        except (orjson.JSONDecodeError, AttributeError):
+            queues, probe = None, False
+        if not isinstance(queues, list):  # not JSON, not an object, or "queues" not a list
             log.warning("ignoring a malformed %s payload: %.100r", WAITING_CHANNEL, payload)
             return
         now = time.monotonic()
