@@ -21,7 +21,25 @@ import asyncpg
 
 from queenbench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
 
-__all__ = ["BenchError", "PgbenchRun", "PrivatePostgres", "Sql", "run_pgbench"]
+__all__ = ["BenchError", "PgbenchRun", "PrivatePostgres", "Sql", "postgres_process_kind", "run_pgbench"]
+
+# PostgreSQL's auxiliary processes, by the title they set (``postgres: <title>``); anything else is a backend
+_AUXILIARY = ("autovacuum worker", "autovacuum launcher", "walwriter", "checkpointer", "background writer",
+              "logical replication launcher", "archiver", "walsender")
+
+
+def postgres_process_kind(pid: int) -> str:
+    """What a process of a PostgreSQL tree is, from its title: ``postmaster``, one of the auxiliary kinds
+    (``autovacuum worker``, ``walwriter``, ``checkpointer``, ...) or ``backend`` (client connections and
+    anything unrecognised); ``gone`` when the process ended before we looked."""
+    try:
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    except OSError:
+        return "gone"
+    if not title.startswith("postgres: "):
+        return "postmaster"
+    rest = title[len("postgres: "):]
+    return next((kind for kind in _AUXILIARY if rest.startswith(kind)), "backend")
 
 
 class BenchError(RuntimeError):

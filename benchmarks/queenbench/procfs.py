@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,9 +23,12 @@ __all__ = [
     "TICKS_PER_SECOND",
     "MachineCpu",
     "MemorySampler",
+    "TreeTicks",
+    "cpu_by_kind_s",
     "machine_cpu",
     "tree_cpu_s",
     "tree_of",
+    "tree_ticks",
 ]
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
@@ -64,6 +68,34 @@ def tree_cpu_s(roots: list[int], stats: dict[int, ProcStat] | None = None) -> fl
     stats = _all_stats() if stats is None else stats
     ticks = sum(p.own_ticks + p.reaped_children_ticks for root in roots for p in tree_of(root, stats))
     return ticks / TICKS_PER_SECOND
+
+
+@dataclass(frozen=True)
+class TreeTicks:
+    """A snapshot of a process tree's CPU: ``live`` maps each live pid to (kind, own ticks); ``reaped`` is
+    the ticks of children that exited and were waited for."""
+
+    live: dict[int, tuple[str, int]]
+    reaped: int
+
+
+def tree_ticks(root: int, kind_of: Callable[[int], str]) -> TreeTicks:
+    """The CPU ticks of the tree under ``root`` per live process, each labelled by ``kind_of(pid)``."""
+    tree = tree_of(root)
+    return TreeTicks({p.pid: (kind_of(p.pid), p.own_ticks) for p in tree},
+                     sum(p.reaped_children_ticks for p in tree))
+
+
+def cpu_by_kind_s(start: TreeTicks, end: TreeTicks) -> dict[str, float]:
+    """CPU seconds per kind between two snapshots of one tree. Processes that ended in between are
+    counted under ``exited`` (the part of their time not yet seen in ``start``); the kinds sum to the
+    tree's CPU (:func:`tree_cpu_s`) over the same interval."""
+    out: dict[str, int] = {}
+    for pid, (kind, ticks) in end.live.items():
+        out[kind] = out.get(kind, 0) + ticks - start.live.get(pid, (kind, 0))[1]
+    seen_of_gone = sum(ticks for pid, (_, ticks) in start.live.items() if pid not in end.live)
+    out["exited"] = end.reaped - start.reaped - seen_of_gone
+    return {kind: ticks / TICKS_PER_SECOND for kind, ticks in out.items()}
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ from typing import Any
 from queenbench import procfs
 from queenbench.broker import Broker
 from queenbench.parsing import percentile
-from queenbench.postgres import PrivatePostgres, Sql, WaitSampler, run_pgbench
+from queenbench.postgres import PrivatePostgres, Sql, WaitSampler, postgres_process_kind, run_pgbench
 from queenbench.wrk import WrkRun, render_script, run_wrk
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Scenario", "payload"]
@@ -202,6 +202,7 @@ class CpuMark:
     postgres_s: float
     machine: procfs.MachineCpu
     harness_s: float
+    postgres_ticks: procfs.TreeTicks
 
 
 @dataclass
@@ -278,7 +279,8 @@ class Bench:
     def _mark(self) -> CpuMark:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]), procfs.tree_cpu_s([self.pg.pid]),
-                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime)
+                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime,
+                       procfs.tree_ticks(self.pg.pid, postgres_process_kind))
 
     def _checkpoint(self) -> None:
         if self.options.checkpoint:
@@ -305,6 +307,9 @@ class Bench:
             "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
             "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s},
             "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s), "wrk": per(wrk_s)},
+            # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
+            "postgres_cpu_s_by_kind": {kind: seconds for kind, seconds in sorted(
+                procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds},
             "cpu_share_of_machine": {"broker": broker_s / total, "postgres": postgres_s / total,
                                      "wrk": wrk_s / total, "other": max(0.0, busy - ours) / total,
                                      "idle": max(0.0, total - busy) / total},

@@ -185,3 +185,16 @@ def test_scenario_selection() -> None:
 def test_lua_literals() -> None:
     assert lua_literal({"a": 1, "b": True, "c": ["x", ""]}) == '{a = 1, b = true, c = {[[x]], [[]]}}'
     assert lua_literal('{"v":"]]"}') == '[=[{"v":"]]"}]=]'
+
+
+def test_cpu_by_kind_sums_to_the_tree() -> None:
+    from queenbench.procfs import TICKS_PER_SECOND, TreeTicks, cpu_by_kind_s
+
+    start = TreeTicks({1: ("postmaster", 5), 2: ("backend", 100), 3: ("autovacuum worker", 40)}, reaped=7)
+    # pid 3 exited after 60 ticks in all (20 since start), pid 4 is a backend started in between
+    end = TreeTicks({1: ("postmaster", 6), 2: ("backend", 150), 4: ("backend", 30)}, reaped=7 + 60)
+    split = {kind: seconds * TICKS_PER_SECOND for kind, seconds in cpu_by_kind_s(start, end).items()}
+    assert split == pytest.approx({"postmaster": 1, "backend": 80, "exited": 20})
+    total_before = 5 + 100 + 40 + 7
+    total_after = 6 + 150 + 30 + 67
+    assert sum(split.values()) == pytest.approx(total_after - total_before)
