@@ -4,7 +4,8 @@
 - a wildcard pop on a queue with 100,000 idle, fully consumed partitions and one busy partition finds
   the busy one through the (queue_id, last_message_at) index, not by scanning the idle ones;
 - lookups stay index probes when the statistics were taken on a young or empty table, including in a session
-  that made its plans while consumer rows were still being created.
+  that made its plans while consumer rows were still being created;
+- a pop plans its statements once per session (generic plans), not on every call.
 Both custom plans (literal arguments) and generic plans (what PL/pgSQL caches) are checked.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 import psycopg
 import pytest
 
@@ -233,3 +235,35 @@ def test_consumer_rows_are_probed_in_a_session_that_planned_while_the_table_was_
         row = conn.execute("SELECT seq_scan FROM pg_stat_xact_user_tables "
                            "WHERE relid = 'queen.partition_consumers'::regclass").fetchone()
         assert row == (0,)
+
+
+def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
+    """PL/pgSQL caches each statement's plan, but PostgreSQL's plan cache may still choose a fresh custom plan
+    on every call when it rates the generic plan costlier; it did so for the wildcard candidate scan over
+    10,000 partitions (planning cost more than executing). pop_v2 forces generic plans: after a session's
+    first pops, a pop plans nothing. Counted with log_planner_stats, which reports every planning to the
+    client at LOG level; the one planning per call left is the top-level SELECT, sent unprepared."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": n}
+                                               for n in range(10_000)])
+        conn.execute("ANALYZE")
+        plannings: list[str] = []
+        conn.add_notice_handler(lambda d: plannings.append(d.message_primary or "")
+                                if "PLANNER STATISTICS" in (d.message_primary or "") else None)
+        conn.execute("SET log_planner_stats = on")
+        conn.execute("SET client_min_messages = log")
+
+        def pops(count: int, group: str) -> int:
+            plannings.clear()
+            delivered = 0
+            request = orjson.dumps([{"index": 0, "queue": "wide", "consumerGroup": group, "batch": 10,
+                                     "autoAck": True}]).decode()
+            for _ in range(count):
+                row = conn.execute("SELECT queen.pop_v2(%s::jsonb)::text", (request,), prepare=False).fetchone()
+                assert row is not None
+                delivered += len(orjson.loads(row[0])[0]["messages"])
+            assert delivered == count  # one message per partition: each pop meets a new partition
+            return len(plannings)
+
+        assert pops(10, "warm-up") > 10  # the session's first calls plan the procedure's statements
+        assert pops(20, "measured") == 20  # only the top-level SELECT of each call

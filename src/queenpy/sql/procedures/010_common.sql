@@ -9,7 +9,8 @@
 -- partition_id in second place). Consumer rows need no such care: migration 007 made the group index a
 -- one-row probe too. The entry points of the hot paths (push_items_v2, pop_v2, ack_v1, renew_lease_v1,
 -- transaction_v1) also run with enable_seqscan = off, so no table's size at planning time can make a
--- sequential scan look cheapest. tests/integration/test_explain.py checks all three.
+-- sequential scan look cheapest. tests/integration/test_explain.py checks all three. pop_v2 also forces
+-- generic plans (see there): its candidate scan was re-planned on every call otherwise.
 
 -- UUIDv7 (RFC 9562 section 5.7): 48-bit Unix milliseconds, version 7, variant 10, random rest.
 -- Order inside one millisecond is random; queen orders by the per-partition offset `seq`, not by id.
