@@ -476,11 +476,18 @@ SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    r jsonb;
-    v_results json[] := '{}';
+    r record;
+    v_results json[] := array_fill(NULL::json, ARRAY[jsonb_array_length(p_requests)]);
 BEGIN
-    FOR r IN SELECT e FROM jsonb_array_elements(p_requests) e LOOP
-        v_results := array_append(v_results, queen.pop_one_v2(r));
+    -- Lock order, so that two fused calls cannot deadlock: the pops of a named partition come first, sorted
+    -- by (queue, partition, group); they may wait for a cursor row, but hold no lock of this call's wildcard
+    -- pops while they wait. Wildcard (and namespace/task) pops come last: they skip locked rows instead of
+    -- waiting. In request order, a call could lease partition A by a wildcard pop and then wait for B while
+    -- another call leased B and waited for A. Results stay in request order.
+    FOR r IN SELECT t.e, t.n FROM jsonb_array_elements(p_requests) WITH ORDINALITY t(e, n)
+             ORDER BY (t.e->>'queue' IS NULL OR t.e->>'partition' IS NULL), t.e->>'queue', t.e->>'partition',
+                      t.e->>'consumerGroup', t.n LOOP
+        v_results[r.n] := queen.pop_one_v2(r.e);
     END LOOP;
     RETURN array_to_json(v_results);
 END;
