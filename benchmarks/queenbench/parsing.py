@@ -63,6 +63,7 @@ class WrkResult:
     latency_us: dict[float, float] = field(default_factory=dict)
     latency_mean_us: float | None = None
     latency_max_us: float | None = None
+    over_10ms: int | None = None
     sample: str | None = None
     counters: dict[str, float] = field(default_factory=dict)
 
@@ -118,6 +119,8 @@ def parse_wrk(output: str) -> WrkResult:
             result.latency_mean_us = float(data.pop("latency_mean_us"))
         if "latency_max_us" in data:
             result.latency_max_us = float(data.pop("latency_max_us"))
+        if "over_10ms" in data:
+            result.over_10ms = int(data.pop("over_10ms"))
         sample = data.pop("sample", None)
         result.sample = sample if isinstance(sample, str) else None
         result.counters = {k: float(v) for k, v in data.items()}

@@ -164,6 +164,26 @@ Q_ALL_ROWS = "SELECT coalesce(sum(last_seq), 0)::bigint FROM queen.partitions"
 Q_INSERTS = ("SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
              "WHERE schemaname = 'queen' AND relname = 'messages'")
 Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+# WAL written (exact, from the insert position), full-page images and WAL fsyncs (pg_stat_wal: each backend
+# publishes its counts at most once a second, so these two lag the window's edges by up to a second)
+Q_WAL = ("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi, wal_sync "
+         "FROM pg_stat_wal")
+
+
+@dataclass(frozen=True)
+class WalMark:
+    """WAL counters at one moment: bytes written so far, full-page images, fsyncs of the WAL."""
+
+    bytes: int
+    fpi: int
+    syncs: int
+
+    def per_message(self, before: WalMark, messages: float) -> dict[str, float | None]:
+        """WAL bytes, full-page images and fsyncs per message since ``before``."""
+        if messages <= 0:
+            return {"bytes": None, "fpi": None, "syncs": None}
+        return {"bytes": (self.bytes - before.bytes) / messages, "fpi": (self.fpi - before.fpi) / messages,
+                "syncs": (self.syncs - before.syncs) / messages}
 
 BULK_LOAD = """
 WITH parts AS (
@@ -203,6 +223,7 @@ class CpuMark:
     machine: procfs.MachineCpu
     harness_s: float
     postgres_ticks: procfs.TreeTicks
+    wal: WalMark
 
 
 @dataclass
@@ -280,7 +301,11 @@ class Bench:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]), procfs.tree_cpu_s([self.pg.pid]),
                        procfs.machine_cpu(), usage.ru_utime + usage.ru_stime,
-                       procfs.tree_ticks(self.pg.pid, postgres_process_kind))
+                       procfs.tree_ticks(self.pg.pid, postgres_process_kind), self._wal())
+
+    def _wal(self) -> WalMark:
+        row = self.sql.fetch(Q_WAL)[0]
+        return WalMark(int(row[0]), int(row[1]), int(row[2]))
 
     def _checkpoint(self) -> None:
         if self.options.checkpoint:
@@ -316,6 +341,7 @@ class Bench:
             "broker_rss_mb_peak": rss / 2**20, "broker_pss_mb_peak": pss / 2**20, "broker_processes": processes,
             "checkpoints_in_window": checkpoints,
             "pg_waits": self.waits.shares(),
+            "wal_per_msg": end.wal.per_message(start.wal, messages),
         })
         if latency_from is not None:
             result = latency_from.result
@@ -323,6 +349,9 @@ class Bench:
             run["latency_ms"] = {f"{k:g}": v / 1000 for k, v in result.latency_us.items()}
             if result.latency_mean_us is not None:
                 run["latency_ms"]["mean"] = result.latency_mean_us / 1000
+            if result.over_10ms is not None:  # a disk's fsync stall delays about one request per connection
+                run["requests_over_10ms"] = {"count": result.over_10ms,
+                                             "per_s": result.over_10ms / window if window > 0 else 0.0}
         if checkpoints:
             run["notes"].append(f"{checkpoints} checkpoint(s) during the window")
 
@@ -369,13 +398,14 @@ class Bench:
         self._checkpoint()
         if self.options.warmup >= 1:
             run_pgbench(self.pg, script, limit.clients, self.options.warmup)
-        before = procfs.tree_cpu_s([self.pg.pid])
+        before, wal_before = procfs.tree_cpu_s([self.pg.pid]), self._wal()
         self.waits.mark()
         started = time.monotonic()
         run = run_pgbench(self.pg, script, limit.clients, self.options.seconds,
                           log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
         wall = time.monotonic() - started
         postgres_s = procfs.tree_cpu_s([self.pg.pid]) - before
+        wal_after = self._wal()
         rate = run.result.tps * limit.rows
         rows = rate * self.options.seconds
         figures: dict[str, Any] = {
@@ -385,10 +415,13 @@ class Bench:
                                "pgbench": run.client_cpu_s / rows * 1e6 if rows else None},
             "valid": run.result.failed == 0,
             "pg_waits": self.waits.shares(),
+            "wal_per_msg": wal_after.per_message(wal_before, rows),  # pgbench's connection setup included
         }
         if run.latencies_us:
             figures["latency_ms"] = {"50": (percentile(run.latencies_us, 50) or 0) / 1000,
                                      "99": (percentile(run.latencies_us, 99) or 0) / 1000}
+            slow = sum(1 for us in run.latencies_us if us > 10_000)
+            figures["requests_over_10ms"] = {"count": slow, "per_s": slow / wall if wall > 0 else 0.0}
         elif run.result.latency_avg_ms is not None:
             figures["latency_ms"] = {"mean": run.result.latency_avg_ms}
         self.limit_results[(round_no, limit.key)] = figures

@@ -113,6 +113,14 @@ def test_wrk_counter_line_with_a_sample_of_an_unexpected_response() -> None:
     assert parse_wrk(WRK_WITH_COUNTERS).sample is None
 
 
+def test_wrk_counter_line_with_the_count_of_slow_requests() -> None:
+    result = parse_wrk('QUEENBENCH {"requests":4000,"duration_us":10000000,"status_errors":0,"p99":87000,'
+                       '"over_10ms":52,"queued":4000}')
+    assert result.over_10ms == 52
+    assert result.counters == {"queued": 4000}
+    assert parse_wrk(WRK_WITH_COUNTERS).over_10ms is None
+
+
 def test_wrk_text_only_with_errors() -> None:
     result = parse_wrk(WRK_PLAIN_WITH_ERRORS)
     assert result.requests == 11000
