@@ -141,7 +141,8 @@ class Sql:
 
     def __init__(self, url: str) -> None:
         self._loop = asyncio.new_event_loop()
-        self._conn: asyncpg.Connection = self._loop.run_until_complete(asyncpg.connect(url))
+        self._conn: asyncpg.Connection = self._loop.run_until_complete(
+            asyncpg.connect(url, server_settings={"application_name": "queenbench"}))
 
     def execute(self, query: str, *args: Any) -> None:
         self._loop.run_until_complete(self._conn.execute(query, *args))

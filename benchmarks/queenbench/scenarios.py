@@ -301,7 +301,19 @@ class Bench:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]), procfs.tree_cpu_s([self.pg.pid]),
                        procfs.machine_cpu(), usage.ru_utime + usage.ru_stime,
-                       procfs.tree_ticks(self.pg.pid, postgres_process_kind), self._wal())
+                       procfs.tree_ticks(self.pg.pid, self._process_kind()), self._wal())
+
+    def _process_kind(self) -> Callable[[int], str]:
+        """Labels for the PostgreSQL processes: client backends by application_name (``backend:queenpy``
+        for the broker's, ``backend:pgbench``, ``backend:queenbench`` and ``backend:queenbench-waits`` for
+        the harness), the others by their title (:func:`postgres_process_kind`)."""
+        apps = {int(row[0]): str(row[1] or "?") for row in self.sql.fetch(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'")}
+
+        def kind_of(pid: int) -> str:
+            kind = postgres_process_kind(pid)
+            return f"backend:{apps.get(pid, '?')}" if kind == "backend" else kind
+        return kind_of
 
     def _wal(self) -> WalMark:
         row = self.sql.fetch(Q_WAL)[0]
