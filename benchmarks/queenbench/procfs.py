@@ -78,6 +78,11 @@ class TreeTicks:
     live: dict[int, tuple[str, int]]
     reaped: int
 
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the tree, as :func:`tree_cpu_s` counts them."""
+        return (sum(ticks for _, ticks in self.live.values()) + self.reaped) / TICKS_PER_SECOND
+
 
 def tree_ticks(root: int, kind_of: Callable[[int], str]) -> TreeTicks:
     """The CPU ticks of the tree under ``root`` per live process, each labelled by ``kind_of(pid)``."""

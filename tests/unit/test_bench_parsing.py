@@ -206,3 +206,4 @@ def test_cpu_by_kind_sums_to_the_tree() -> None:
     total_before = 5 + 100 + 40 + 7
     total_after = 6 + 150 + 30 + 67
     assert sum(split.values()) == pytest.approx(total_after - total_before)
+    assert (end.cpu_s - start.cpu_s) * TICKS_PER_SECOND == pytest.approx(total_after - total_before)
