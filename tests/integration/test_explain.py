@@ -5,7 +5,7 @@
   the busy one through the (queue_id, last_message_at) index, not by scanning the idle ones;
 - lookups stay index probes when the statistics were taken on a young or empty table, including in a session
   that made its plans while consumer rows were still being created;
-- a pop plans its statements once per session (generic plans), not on every call.
+- a pop and a push plan their statements once per session (generic plans), not on every call.
 Both custom plans (literal arguments) and generic plans (what PL/pgSQL caches) are checked.
 """
 
@@ -187,6 +187,35 @@ def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partit
     assert all(buffers < 100 for buffers in figures.values()), figures
 
 
+def test_partition_lookup_is_a_probe_when_statistics_saw_one_partition_per_queue(
+        conn: psycopg.Connection[Any]) -> None:
+    """Push and a named pop look a partition up by (queue_id, name). Statistics taken while every queue had one
+    partition rate queue_id as selective as the unique key; the generic plans then probed the smaller
+    (queue_id, last_message_at) index by queue_id and filtered every partition of the queue on name (migration
+    008 keeps that index out of such lookups). Here a queue has 20,000 partitions, all holding a message;
+    each call is measured after one warm-up call, in buffers it touched."""
+    call_procedure(conn, "push_items_v1", [{"queue": f"solo{n}", "payload": n} for n in range(300)])
+    conn.execute("ANALYZE queen.partitions")  # n_distinct(queue_id) = every row
+    call_procedure(conn, "configure_queue_v1", {"queue": "broad"})
+    conn.execute("""
+        INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
+        SELECT q.id, 'b' || s, 0, now() FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'broad'""")
+
+    def push() -> int:
+        return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(
+            [{"index": 0, "queue": "broad", "partition": "b19999", "payload": "one more"}]),))
+
+    def pop() -> int:
+        return procedure_buffers(conn, "SELECT queen.pop_v2(%s::jsonb)", (json.dumps(
+            [{"index": 0, "queue": "broad", "partition": "b19999", "batch": 1, "autoAck": True}]),))
+
+    for measure in (push, pop):
+        measure()  # plans made (catalog reads are counted too)
+    figures = {"push": push(), "pop": pop()}
+    # the queue's 20,000 partitions span over a hundred pages of each index; a probe touches a few
+    assert all(buffers < 100 for buffers in figures.values()), figures
+
+
 @pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
 def test_offset_lookup_is_a_probe_while_statistics_say_the_table_is_empty(conn: psycopg.Connection[Any],
                                                                           generic: bool) -> None:
@@ -267,3 +296,37 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
 
         assert pops(10, "warm-up") > 10  # the session's first calls plan the procedure's statements
         assert pops(20, "measured") == 20  # only the top-level SELECT of each call
+
+
+def test_push_plans_its_statements_once_per_session(db_url: str) -> None:
+    """The bench's trap: after the heavy push scenarios, the plan cache of a broker connection went over to
+    custom plans for push_items_v2 and re-planned on every one-message push (perf: parser and planner symbols
+    10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then statistics of the
+    grown table, do the same. push_items_v2 forces generic plans: a push then plans nothing but the top-level
+    SELECT (counted as in the pop test above)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        plannings: list[str] = []
+        conn.add_notice_handler(lambda d: plannings.append(d.message_primary or "")
+                                if "PLANNER STATISTICS" in (d.message_primary or "") else None)
+
+        def pushes(count: int, size: int) -> int:
+            conn.execute("SET log_planner_stats = on")
+            conn.execute("SET client_min_messages = log")
+            plannings.clear()
+            for n in range(count):
+                request = orjson.dumps([{"index": i, "queue": "burst", "partition": f"p{(n * size + i) % 100}",
+                                         "payload": i} for i in range(size)]).decode()
+                row = conn.execute("SELECT queen.push_items_v2(%s::jsonb, false, false)::text", (request,),
+                                   prepare=False).fetchone()
+                assert row is not None
+                assert [r["status"] for r in orjson.loads(row[0])] == ["queued"] * size
+            conn.execute("RESET log_planner_stats")
+            conn.execute("RESET client_min_messages")
+            return len(plannings)
+
+        pushes(1, 100)  # creates the partitions
+        pushes(20, 1)  # the plan cache's first custom plans are a one-message push's
+        pushes(100, 1000)  # the burst: 100,000 messages
+        conn.execute("ANALYZE")  # statistics of the grown table; the cached plans are invalidated
+        assert pushes(20, 1) > 20  # the session's first calls after it plan the procedure's statements
+        assert pushes(20, 1) == 20  # only the top-level SELECT of each call (40 without forced generic plans)

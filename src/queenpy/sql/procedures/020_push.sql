@@ -17,54 +17,70 @@
 -- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
 -- p_notify: NOTIFY queen_message_available per touched (queue, partition) at commit.
 --
--- enable_seqscan = off: every lookup of a queue or partition by name must be an index probe. Pushes update
+-- Plans: PL/pgSQL caches a plan per statement. force_generic_plan makes each once per session; left to
+-- itself, the plan cache went over to custom plans after a burst of big batches and then re-planned every
+-- statement on every call (perf: parser and planner 10-12% of a one-connection push's CPU). So no statement
+-- may depend on its arguments' values for a good plan: a partition is looked up by name once per distinct
+-- (queue, partition) of the batch, through nested LATERAL ... LIMIT 1 (a probe of the (queue_id, name) index
+-- on both columns; a plain join let a generic plan probe by name alone and walk every queue's partitions of
+-- that name), and the other statements find it by id in the arrays that lookup fills.
+-- enable_seqscan = off: every lookup of a queue or partition must be an index probe. Pushes update
 -- their partitions' rows (not HOT: last_message_at is indexed), so under load a table of 100 partitions
 -- spans a hundred pages of dead versions that cannot be pruned yet, while its statistics still call it
--- tiny; the cached generic plans then chose sequential scans that read all of them, once per item.
+-- tiny; generic plans then chose sequential scans that read all of them, once per item.
 CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz;
     v_result jsonb;
     v_duplicate text;
     v_all_exist boolean;
+    v_created boolean := false;
     v_capped boolean;
     v_room jsonb;  -- {queue name: messages it may still take} for the queues with a maxSize
+    -- the distinct (queue, partition) pairs of the batch, and each one's partition id (NULL: none yet)
+    v_queue_names text[];
+    v_partition_names text[];
+    v_partition_ids uuid[];
 BEGIN
     -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
-    -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped).
-    -- (LATERAL ... LIMIT 1: one index probe per partition named, never a hash join over all partitions)
-    SELECT bool_and(x.id IS NOT NULL), coalesce(bool_or(x.max_queue_size > 0), false)
-    INTO v_all_exist, v_capped
-    FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
-          FROM jsonb_array_elements(p_items) e) w
-    LEFT JOIN LATERAL (
-        SELECT p.id, q.max_queue_size FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id
-        WHERE q.name = w.queue_name AND p.name = w.partition_name LIMIT 1) x ON true;
+    -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped). After
+    -- creating the missing ones, the same read runs once more (a fresh snapshot sees them).
+    LOOP
+        SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
+               coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
+        INTO v_queue_names, v_partition_names, v_partition_ids, v_all_exist, v_capped
+        FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
+              FROM jsonb_array_elements(p_items) e) w
+        LEFT JOIN LATERAL (
+            SELECT p.id, q.max_queue_size FROM queen.queues q
+            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
+                                WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
+            WHERE q.name = w.queue_name) x ON true;
+        EXIT WHEN v_all_exist OR v_created;
 
-    IF NOT coalesce(v_all_exist, false) THEN
         INSERT INTO queen.queues (name, namespace, task)
-        SELECT DISTINCT e->>'queue', queen.default_namespace(e->>'queue'), queen.default_task(e->>'queue')
-        FROM jsonb_array_elements(p_items) e
+        SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
+        FROM unnest(v_queue_names) t(queue_name)
         ORDER BY 1
         ON CONFLICT (name) DO NOTHING;
 
         INSERT INTO queen.partitions (queue_id, name)
-        SELECT DISTINCT q.id, coalesce(e->>'partition', 'Default')
-        FROM jsonb_array_elements(p_items) e JOIN queen.queues q ON q.name = e->>'queue'
+        SELECT q.id, t.partition_name
+        FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
+        CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
         ORDER BY 1, 2
         ON CONFLICT (queue_id, name) DO NOTHING;
-        v_capped := true;  -- a queue configured with a maxSize meanwhile is counted
-    END IF;
+        v_created := true;
+    END LOOP;
 
     -- 2. lock the touched partitions in id order (no deadlock between concurrent batches)
     PERFORM 1 FROM queen.partitions p
-    WHERE p.id IN (SELECT p2.id FROM jsonb_array_elements(p_items) e
-                   JOIN queen.queues q ON q.name = e->>'queue'
-                   JOIN queen.partitions p2 ON p2.queue_id = q.id AND p2.name = coalesce(e->>'partition', 'Default'))
+    WHERE p.id = ANY (v_partition_ids)
     ORDER BY p.id
     FOR UPDATE;
 
@@ -76,7 +92,7 @@ BEGIN
         INTO v_room
         FROM queen.queues q
         WHERE q.max_queue_size > 0
-          AND q.name IN (SELECT DISTINCT e->>'queue' FROM jsonb_array_elements(p_items) e);
+          AND q.name = ANY (v_queue_names);
     END IF;
 
     v_now := clock_timestamp();
@@ -93,10 +109,10 @@ BEGIN
                coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
         FROM jsonb_array_elements(p_items) e
     ), identified AS (
-        SELECT i.*, p.id AS partition_id, queen.uuid_v7(v_now) AS new_id
+        SELECT i.*, t.partition_id, queen.uuid_v7(v_now) AS new_id
         FROM input i
-        JOIN queen.queues q ON q.name = i.queue_name
-        JOIN queen.partitions p ON p.queue_id = q.id AND p.name = i.partition_name
+        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+          ON t.queue_name = i.queue_name AND t.partition_name = i.partition_name
     ), resolved AS (
         -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
         -- transaction_id index grows at its right edge instead of at random pages
@@ -172,11 +188,9 @@ BEGIN
     IF NOT p_notify THEN
         RETURN coalesce(v_result, '[]'::jsonb);
     END IF;
-    PERFORM pg_notify('queen_message_available', q.name || '/' || p.name)
-    FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
-          FROM jsonb_array_elements(p_items) e) t
-    JOIN queen.queues q ON q.name = t.queue_name
-    JOIN queen.partitions p ON p.queue_id = q.id AND p.name = t.partition_name;
+    PERFORM pg_notify('queen_message_available', t.queue_name || '/' || t.partition_name)
+    FROM unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+    WHERE t.partition_id IS NOT NULL;
 
     RETURN coalesce(v_result, '[]'::jsonb);
 END;
