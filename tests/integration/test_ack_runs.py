@@ -162,6 +162,17 @@ def test_runs_the_fast_path_does_not_take(conn: psycopg.Connection[Any]) -> None
     assert_same_as_item_by_item(conn, [item(m) for m in batch[:3]] + [item(batch[1])], one_pass=True)  # a duplicate
 
 
+def test_several_runs_each_in_offset_order(conn: psycopg.Connection[Any]) -> None:
+    """What consumers send: each run's items in offset order. ack_v1 hands a run's results back as they are
+    only when the call is that one run; here the other run's results must be there too."""
+    push(conn, "a", 3)
+    push(conn, "b", 3)
+    items = [item(m) for partition in ("a", "b") for m in pop(conn, partition, 3)]
+    results = assert_same_as_item_by_item(conn, items, one_pass=True)
+    assert [r["index"] for r in results] == list(range(6))
+    assert sum(r["leaseReleased"] for r in results) == 2
+
+
 def test_several_partitions_and_groups_in_one_call(conn: psycopg.Connection[Any]) -> None:
     push(conn, "a", 4)
     push(conn, "b", 4)

@@ -232,7 +232,10 @@ BEGIN
     FOR run IN
         SELECT min(e->>'partitionId') AS partition_text, min(k.consumer_group) AS consumer_group,
                jsonb_agg(e ORDER BY m.seq, (e->>'index')::int) AS items, count(m.seq)::int AS found,
-               min(m.seq) AS min_seq, max(m.seq) AS max_seq
+               min(m.seq) AS min_seq, max(m.seq) AS max_seq,
+               count(*) OVER () AS runs,
+               array_agg((e->>'index')::int ORDER BY m.seq, (e->>'index')::int)
+                   = array_agg((e->>'index')::int ORDER BY (e->>'index')::int) AS in_index_order
         FROM jsonb_array_elements(p_items) e
         CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
         -- LATERAL ... LIMIT 1: one probe of the unique transaction_id index per item (migrations 005, 006)
@@ -249,7 +252,9 @@ BEGIN
             v_run := queen.ack_run_v1(run.partition_text::uuid, run.consumer_group, run.items, run.found,
                                       run.min_seq, run.max_seq);
         END IF;
-        IF v_run IS NOT NULL THEN
+        IF v_run IS NOT NULL AND run.runs = 1 AND run.in_index_order THEN
+            RETURN v_run;  -- the whole call was one run, acknowledged in index order: its results as they are
+        ELSIF v_run IS NOT NULL THEN
             v_results := v_results || ARRAY(SELECT jsonb_array_elements(v_run));
         ELSE
             FOR a IN SELECT x FROM jsonb_array_elements(run.items) x LOOP
