@@ -137,6 +137,26 @@ def procedure_buffers(conn: psycopg.Connection[Any], sql: str, params: tuple[Any
     return int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
 
 
+class Plannings:
+    """Counts the statements PostgreSQL plans for ``conn``: log_planner_stats reports every planning, and
+    client_min_messages = log sends the report to the client as a notice. ``since()`` is the count since the
+    previous call."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._count = self._seen = 0
+        conn.add_notice_handler(self._on_notice)
+        conn.execute("SET log_planner_stats = on")
+        conn.execute("SET client_min_messages = log")
+
+    def _on_notice(self, diagnostic: psycopg.errors.Diagnostic) -> None:
+        if "PLANNER STATISTICS" in (diagnostic.message_primary or ""):
+            self._count += 1
+
+    def since(self) -> int:
+        count, self._seen = self._count - self._seen, self._count
+        return count
+
+
 def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partition(
         conn: psycopg.Connection[Any]) -> None:
     """Push and ack look a message up by (partition, transactionId), pop and ack a consumer row by
@@ -276,14 +296,10 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
         call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": n}
                                                for n in range(10_000)])
         conn.execute("ANALYZE")
-        plannings: list[str] = []
-        conn.add_notice_handler(lambda d: plannings.append(d.message_primary or "")
-                                if "PLANNER STATISTICS" in (d.message_primary or "") else None)
-        conn.execute("SET log_planner_stats = on")
-        conn.execute("SET client_min_messages = log")
+        plannings = Plannings(conn)
 
         def pops(count: int, group: str) -> int:
-            plannings.clear()
+            plannings.since()
             delivered = 0
             request = orjson.dumps([{"index": 0, "queue": "wide", "consumerGroup": group, "batch": 10,
                                      "autoAck": True}]).decode()
@@ -292,7 +308,7 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
                 assert row is not None
                 delivered += len(orjson.loads(row[0])[0]["messages"])
             assert delivered == count  # one message per partition: each pop meets a new partition
-            return len(plannings)
+            return plannings.since()
 
         assert pops(10, "warm-up") > 10  # the session's first calls plan the procedure's statements
         assert pops(20, "measured") == 20  # only the top-level SELECT of each call
@@ -305,14 +321,10 @@ def test_push_plans_its_statements_once_per_session(db_url: str) -> None:
     grown table, do the same. push_items_v2 forces generic plans: a push then plans nothing but the top-level
     SELECT (counted as in the pop test above)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        plannings: list[str] = []
-        conn.add_notice_handler(lambda d: plannings.append(d.message_primary or "")
-                                if "PLANNER STATISTICS" in (d.message_primary or "") else None)
+        plannings = Plannings(conn)
 
         def pushes(count: int, size: int) -> int:
-            conn.execute("SET log_planner_stats = on")
-            conn.execute("SET client_min_messages = log")
-            plannings.clear()
+            plannings.since()
             for n in range(count):
                 request = orjson.dumps([{"index": i, "queue": "burst", "partition": f"p{(n * size + i) % 100}",
                                          "payload": i} for i in range(size)]).decode()
@@ -320,9 +332,7 @@ def test_push_plans_its_statements_once_per_session(db_url: str) -> None:
                                    prepare=False).fetchone()
                 assert row is not None
                 assert [r["status"] for r in orjson.loads(row[0])] == ["queued"] * size
-            conn.execute("RESET log_planner_stats")
-            conn.execute("RESET client_min_messages")
-            return len(plannings)
+            return plannings.since()
 
         pushes(1, 100)  # creates the partitions
         pushes(20, 1)  # the plan cache's first custom plans are a one-message push's
