@@ -36,7 +36,7 @@ end
 local function follow_up(body, ids)
   local lease = string.match(body, '"leaseId"%s*:%s*"([^"]+)"')
   local partition_id = nil
-  for pid in string.gmatch(body, '"partitionId"%s*:%s*"([^"]+)"') do
+  for _, pid in ipairs(json_strings(body, "partitionId")) do
     if partition_id == nil then
       partition_id = pid
     elseif pid ~= partition_id then
@@ -75,8 +75,8 @@ function response(status, headers, body)
   end
   local first = string.match(body, "^%s*(.)")
   if first == "[" then                                      -- ack/batch: one result per item
-    acked = acked + count(body, '"success"%s*:%s*true')
-    local failed = count(body, '"success"%s*:%s*false')
+    acked = acked + count_json(body, "success", "true")
+    local failed = count_json(body, "success", "false")
     ack_failed = ack_failed + failed
     if failed > 0 then keep_sample(status, body) end
     return
@@ -87,13 +87,12 @@ function response(status, headers, body)
       keep_sample(status, body)
     else
       tx_ok = tx_ok + 1
-      handed = handed + count(body, '"type"%s*:%s*"push"')
+      handed = handed + count_json(body, "type", '"push"')
     end
     return
   end
   pops = pops + 1                                           -- pop
-  local ids = {}
-  for id in string.gmatch(body, '"transactionId"%s*:%s*"([^"]+)"') do ids[#ids + 1] = id end
+  local ids = json_strings(body, "transactionId")
   if #ids == 0 then
     empty_pops = empty_pops + 1
     return

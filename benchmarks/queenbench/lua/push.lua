@@ -60,7 +60,7 @@ function response(status, headers, body)
     keep_sample(status, body)
     return
   end
-  local n = count(body, '"queued"')
+  local n = count_json(body, "status", '"queued"')
   queued = queued + n
   not_queued = not_queued + (P.per_request - n)
   if n < P.per_request then keep_sample(status, body) end
