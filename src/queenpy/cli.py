@@ -5,6 +5,8 @@ Every option can also come from the environment variable named in its ``--help``
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 from queenpy.settings import Settings
@@ -16,16 +18,20 @@ app = typer.Typer(help="queenpy: Queen MQ, the partitioned message queue on Post
 db_app = typer.Typer(help="Database schema: print or apply the SQL.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
+# the database options of ``serve`` and ``db migrate`` (both resolve the database the same way)
+DatabaseUrlOption = Annotated[str, typer.Option(
+    "--database-url", envvar="DATABASE_URL", help="PostgreSQL URL; empty: PG_* variables, else the embedded server.")]
+DataDirOption = Annotated[str, typer.Option(
+    "--data-dir", envvar="QUEENPY_DATA_DIR", help="Data directory of the embedded PostgreSQL (default: user data dir).")]
+
 
 @app.command()
 def serve(
     host: str = typer.Option("0.0.0.0", envvar="HOST", help="Listen address."),
     port: int = typer.Option(6632, envvar="PORT", help="Listen port."),
     workers: int = typer.Option(0, envvar="NUM_WORKERS", help="Worker processes (0: one per core)."),
-    database_url: str = typer.Option("", envvar="DATABASE_URL",
-                                     help="PostgreSQL URL; empty: PG_* variables, else the embedded server."),
-    data_dir: str = typer.Option("", envvar="QUEENPY_DATA_DIR",
-                                 help="Data directory of the embedded PostgreSQL (default: user data dir)."),
+    database_url: DatabaseUrlOption = "",
+    data_dir: DataDirOption = "",
 ) -> None:
     """Run the broker (HTTP API v1 on PORT), on the embedded PostgreSQL unless one is configured."""
     from queenpy.errors import QueenError
@@ -50,8 +56,8 @@ def db_sql() -> None:
 
 @db_app.command("migrate")
 def db_migrate(
-    database_url: str = typer.Option("", envvar="DATABASE_URL", help="PostgreSQL URL (default: embedded)."),
-    data_dir: str = typer.Option("", envvar="QUEENPY_DATA_DIR", help="Embedded PostgreSQL data directory."),
+    database_url: DatabaseUrlOption = "",
+    data_dir: DataDirOption = "",
 ) -> None:
     """Apply migrations and procedures now, and say what changed."""
     from queenpy.server.process import migrate, resolve_database
