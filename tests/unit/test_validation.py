@@ -56,6 +56,27 @@ def test_ack_validation() -> None:
     assert batch[0]["consumerGroup"] == "top"
 
 
+PARTITION = "6F1E1B1C-0000-4000-8000-00000000000A"  # not canonical: PostgreSQL's form is lower case
+
+
+def test_ack_batch_checks_a_shared_partition_id_once_and_still_names_the_bad_item() -> None:
+    acks = [{"transactionId": f"t{i}", "partitionId": PARTITION, "leaseId": "", "consumerGroup": None}
+            for i in range(3)]
+    batch = v.validate_ack_batch({"acknowledgments": acks})
+    assert [a["partitionId"] for a in batch] == [PARTITION.lower()] * 3
+    assert [(a["leaseId"], a["consumerGroup"]) for a in batch] == [("", "__QUEUE_MODE__")] * 3
+
+    bad_id = [*acks[:2], {"transactionId": "t2", "partitionId": PARTITION[:-1] + "G"}]
+    with pytest.raises(InvalidRequest, match=r"^acknowledgments\[2\]\.partitionId must be a UUID"):
+        v.validate_ack_batch({"acknowledgments": bad_id})
+    for field, value, message in [("transactionId", "", "must not be empty"),
+                                  ("transactionId", "t" * 256, "is longer than 255 characters"),
+                                  ("leaseId", "l\x00", "must not contain NUL characters"),
+                                  ("consumerGroup", "g" * 256, "is longer than 255 characters")]:
+        with pytest.raises(InvalidRequest, match=rf"^acknowledgments\[1\]\.{field} {message}"):
+            v.validate_ack_batch({"acknowledgments": [acks[0], {**acks[1], field: value}]})
+
+
 def test_configure_option_types() -> None:
     clean = v.validate_configure({"queue": "q", "options": {"leaseTime": 10, "encryptionEnabled": True,
                                                             "unknown": 1}})
