@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import asyncpg
 
 from queenbench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
+from queenbench.procfs import SamplerThread
 
 __all__ = ["BenchError", "PgbenchRun", "PrivatePostgres", "Sql", "postgres_process_kind", "run_pgbench"]
 
@@ -76,7 +76,7 @@ class PrivatePostgres:
         self._server.cleanup()
 
 
-class WaitSampler:
+class WaitSampler(SamplerThread):
     """What PostgreSQL's client backends are doing, sampled from ``pg_stat_activity`` every ``interval_s``
     in a thread (own connection): per active backend either ``CPU`` (no wait event) or
     ``<wait_event_type>:<wait_event>`` (``IO:WALSync`` is fsync of the WAL, ``Lock:transactionid`` a row
@@ -90,21 +90,10 @@ class WaitSampler:
              "WHERE backend_type = 'client backend' AND state = 'active' AND pid <> pg_backend_pid()")
 
     def __init__(self, url: str, interval_s: float = 0.05) -> None:
+        super().__init__("queenbench-waits", interval_s)
         self.url = url
-        self.interval_s = interval_s
         self._counts: collections.Counter[str] = collections.Counter()
         self._samples = 0
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="queenbench-waits", daemon=True)
-
-    def start(self) -> WaitSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def mark(self) -> None:
         with self._lock:
@@ -118,7 +107,7 @@ class WaitSampler:
             found["active_backends"] = total / self._samples if self._samples else 0.0
             return found
 
-    def _run(self) -> None:
+    def run(self) -> None:
         asyncio.run(self._loop())
 
     async def _loop(self) -> None:

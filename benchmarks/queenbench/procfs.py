@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from queenbench.parsing import ProcStat, parse_cpu_line, parse_proc_stat
 
@@ -23,6 +24,7 @@ __all__ = [
     "TICKS_PER_SECOND",
     "MachineCpu",
     "MemorySampler",
+    "SamplerThread",
     "TreeTicks",
     "cpu_by_kind_s",
     "machine_cpu",
@@ -127,7 +129,29 @@ def _pss_bytes(pid: int) -> int:
     return 0
 
 
-class MemorySampler:
+class SamplerThread:
+    """A daemon thread that runs :meth:`run` (a subclass's sampling loop) until :meth:`stop`. The loop
+    checks ``_stop`` and keeps its window's figures under ``_lock``, which the reading methods take too."""
+
+    def __init__(self, name: str, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self.run, name=name, daemon=True)
+
+    def start(self) -> Self:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class MemorySampler(SamplerThread):
     """Samples the resident memory of the tree under ``root`` every ``interval_s`` in a thread.
 
     ``mark()`` starts a new window; ``peak()`` gives the highest (RSS sum, PSS sum, process count) seen in
@@ -135,20 +159,9 @@ class MemorySampler:
     """
 
     def __init__(self, root: int, interval_s: float = 0.2) -> None:
+        super().__init__("queenbench-memory", interval_s)
         self.root = root
-        self.interval_s = interval_s
-        self._lock = threading.Lock()
         self._peak = (0, 0, 0)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="queenbench-memory", daemon=True)
-
-    def start(self) -> MemorySampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
 
     def mark(self) -> None:
         with self._lock:
@@ -170,7 +183,7 @@ class MemorySampler:
             elif pss > self._peak[1]:
                 self._peak = (self._peak[0], pss, self._peak[2])
 
-    def _loop(self) -> None:
+    def run(self) -> None:
         while not self._stop.wait(self.interval_s):
             try:
                 self.sample()
