@@ -29,6 +29,9 @@ function wrk.format(method, path, headers, body) return method .. " " .. path ..
 
 COMPACT = {"separators": (",", ":")}
 SPACED = {"indent": 2, "separators": (", ", " : ")}
+# consume.lua's parameters for pops followed by POST /ack/batch, in queue mode
+ACK_CONSUMER = {"queue": "q", "groups": [""], "batch": 100, "mode": "ack", "timeout_ms": 1000, "target": "",
+                "payload": "{}"}
 
 
 def load(name: str, params: dict[str, Any], tmp_path: Path) -> Any:
@@ -69,8 +72,7 @@ def test_helpers_read_compact_and_spaced_json(dump: dict[str, Any], tmp_path: Pa
 
 @pytest.mark.parametrize("dump", [COMPACT, SPACED], ids=["compact", "spaced"])
 def test_consumer_acks_every_popped_message(dump: dict[str, Any], tmp_path: Path) -> None:
-    lua = load("consume", {"queue": "q", "groups": [""], "batch": 100, "mode": "ack", "timeout_ms": 1000,
-                           "target": "", "payload": "{}"}, tmp_path)
+    lua = load("consume", ACK_CONSUMER, tmp_path)
     g = lua.globals()
     g.init(None)
     body, ids, partition_id, lease = pop_response(60, **dump)
@@ -93,8 +95,7 @@ def test_consumer_acks_every_popped_message(dump: dict[str, Any], tmp_path: Path
 
 
 def test_a_pop_of_two_partitions_is_a_parse_error_not_a_wrong_ack(tmp_path: Path) -> None:
-    lua = load("consume", {"queue": "q", "groups": [""], "batch": 100, "mode": "ack", "timeout_ms": 1000,
-                           "target": "", "payload": "{}"}, tmp_path)
+    lua = load("consume", ACK_CONSUMER, tmp_path)
     g = lua.globals()
     g.init(None)
     body, _, partition_id, _ = pop_response(3, **COMPACT)
