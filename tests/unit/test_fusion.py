@@ -8,7 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from queenpy.engine import Engine, _waiting_payloads
+from queenpy.engine import Engine
+from queenpy.engine.engine import _waiting_payloads
 from queenpy.engine.fusion import Fusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings

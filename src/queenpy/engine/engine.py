@@ -1,0 +1,291 @@
+"""The :class:`Engine` of one broker process: fusion queues per operation type, long-poll waiters, and the
+cross-process wake-ups through PostgreSQL LISTEN/NOTIFY."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit
+from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
+from queenpy.settings import Settings
+from queenpy.store.database import Database
+
+__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine"]
+
+log = logging.getLogger("queenpy.engine")
+
+NOTIFY_CHANNEL = "queen_message_available"
+
+# Long-poll interest (see Engine.announce). A process with pops parked on a queue says so on WAITING_CHANNEL
+# (payload {"queues": [name, ...]}) when the first one parks and every POP_WAIT_ANNOUNCE_INTERVAL_MS while
+# any stays parked; the other processes NOTIFY the queue's pushes while they heard it within three
+# intervals (plus one retry interval). A process that starts listening asks the others to say it again at
+# once (payload {"probe": true}) and notifies every push for POP_WAIT_LISTEN_GRACE_MS meanwhile.
+WAITING_CHANNEL = "queen_long_poll_waiting"
+_PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
+
+# operation type -> stored procedure (one JSONB batch in, one JSONB array out)
+_OPERATIONS = {
+    "push": "push_items_v2",
+    "pop": "pop_v2",
+    "ack": "ack_v1",
+    "renew_lease": "renew_lease_v1",
+}
+
+
+def _partition_key(item: dict[str, Any]) -> str:
+    return f"{item['queue']}/{item.get('partition') or 'Default'}"
+
+
+class Engine:
+    """Fusion queues and long-poll waiters of one process, over one :class:`Database`."""
+
+    def __init__(self, database: Database, settings: Settings) -> None:
+        self.database = database
+        self.settings = settings
+        self.waiters = WaiterRegistry()
+        self.fusions: dict[str, Fusion | LanedFusion] = {}
+        for op, procedure in _OPERATIONS.items():
+            fusion_settings = settings.fusion_for(op)
+            if op == "push":
+                # one lane per allowed call in flight; see LanedFusion for why pushes are laned
+                self.fusions[op] = LanedFusion(op, self._caller(procedure), fusion_settings.max_batch_size,
+                                               fusion_settings.max_concurrent, _partition_key)
+                continue
+            limit: StaticLimit | VegasLimit
+            if settings.concurrency_mode == "vegas":
+                limit = VegasLimit(initial=max(1, fusion_settings.max_concurrent // 2),
+                                   min_limit=settings.vegas_min_limit,
+                                   max_limit=fusion_settings.max_concurrent,
+                                   alpha=settings.vegas_alpha, beta=settings.vegas_beta)
+            else:
+                limit = StaticLimit(fusion_settings.max_concurrent)
+            self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
+                                      fusion_settings.max_hold_ms)
+        self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
+        self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
+        self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
+        self._probe_pending = False
+        self._notify_task: asyncio.Task[None] | None = None
+        # queue -> time.monotonic() until which another process is known to have pops parked on it
+        self._remote_waiting: dict[str, float] = {}
+        self._notify_all_until = 0.0  # and while not listening: notify every push
+        self._announced: dict[str, float] = {}  # queue -> when this process last announced its waiters
+        self._announce_interval_s = settings.pop_wait_announce_interval_ms / 1000.0
+        # a parked pop renews at its next retry, at most pop_wait_max_interval_ms after the renewal was due
+        self._waiting_ttl_s = 3 * self._announce_interval_s + settings.pop_wait_max_interval_ms / 1000.0
+        self._next_prune = 0.0
+        self.notifications_sent = 0
+        self.notifications_skipped = 0
+
+    def _caller(self, procedure: str) -> Any:
+        async def call(payload: str) -> str:
+            return await self.database.call(procedure, payload)
+
+        return call
+
+    async def start(self) -> None:
+        """Subscribe to push notifications and long-poll interest from every broker process."""
+        await self.database.listen({NOTIFY_CHANNEL: self.waiters.wake_notification,
+                                    WAITING_CHANNEL: self._on_waiting_notification},
+                                   on_connected=self._on_listening)
+
+    @property
+    def remote_waiting_queues(self) -> list[str]:
+        """Queues on which another process has announced parked pops (within the TTL)."""
+        now = time.monotonic()
+        return sorted(queue for queue, until in self._remote_waiting.items() if until > now)
+
+    async def stop(self) -> None:
+        for fusion in self.fusions.values():
+            await fusion.drain()
+        if self._notify_task is not None:
+            await asyncio.gather(self._notify_task, return_exceptions=True)
+
+    def announce(self, keys: set[tuple[str, str]]) -> None:
+        """Messages were committed on these (queue, partition)s: wake this process's long polls now, and
+        the other processes' and brokers' through NOTIFY, coalesced while a NOTIFY is in flight.
+
+        Only queues on which another process announced parked pops are notified (every queue while this
+        process is not listening, and for POP_WAIT_LISTEN_GRACE_MS after it starts to). A NOTIFY costs a
+        transaction, a signal to every listening backend and a message to every broker process: at 1 message
+        per push request it cost ~25% of the push throughput of a two-worker broker (benchmarks/RESULTS.md).
+        A pop that parks for the first time on a queue may miss the wake of a push committed in the
+        instant before the other processes heard its announcement; its backoff timer delivers it then.
+        """
+        now = time.monotonic()
+        everything = now < self._notify_all_until or not self.database.listening
+        for queue, partition in keys:
+            self.waiters.wake(queue, partition)
+            if everything or self._remote_waiting.get(queue, 0.0) > now:
+                self._notify_pending.add(f"{queue}/{partition}")
+                self.notifications_sent += 1
+            else:
+                self.notifications_skipped += 1
+        self._schedule_flush()
+
+    def _announce_waiting(self, queue: str) -> None:
+        """A pop is parked on ``queue`` here: tell the other processes, unless done within the interval."""
+        now = time.monotonic()
+        last = self._announced.get(queue)
+        if last is not None and last + self._announce_interval_s > now:
+            return
+        self._announced[queue] = now
+        self._waiting_pending.add(queue)
+        self._schedule_flush()
+
+    def _on_waiting_notification(self, payload: str) -> None:
+        """Another process announced parked pops (``{"queues": [...]}``) or asks for announcements
+        (``{"probe": true}``)."""
+        try:
+            message = orjson.loads(payload)
+            queues, probe = message.get("queues", []), message.get("probe") is True
+        except (orjson.JSONDecodeError, AttributeError):
+            queues, probe = None, False
+        if not isinstance(queues, list):  # not JSON, not an object, or "queues" not a list
+            log.warning("ignoring a malformed %s payload: %.100r", WAITING_CHANNEL, payload)
+            return
+        now = time.monotonic()
+        if now >= self._next_prune:  # forget queues nobody waits on any more
+            self._next_prune = now + self._waiting_ttl_s
+            self._remote_waiting = {q: until for q, until in self._remote_waiting.items() if until > now}
+            self._announced = {q: at for q, at in self._announced.items() if at + self._announce_interval_s > now}
+        until = now + self._waiting_ttl_s
+        for queue in queues:
+            if isinstance(queue, str):
+                self._remote_waiting[queue] = until
+        if probe:
+            self._announce_all_waiting()
+
+    def _on_listening(self) -> None:
+        """LISTEN is (re-)established: announcements made meanwhile were missed, so ask for them again
+        and notify every push until the answers are in."""
+        self._notify_all_until = time.monotonic() + self.settings.pop_wait_listen_grace_ms / 1000.0
+        self._probe_pending = True
+        self._announce_all_waiting()
+        self._schedule_flush()
+
+    def _announce_all_waiting(self) -> None:
+        """Announce every queue with parked pops here now, whenever each was last announced."""
+        self._announced.clear()
+        for queue in self.waiters.queues():
+            self._announce_waiting(queue)
+
+    def _schedule_flush(self) -> None:
+        if not (self._notify_pending or self._waiting_pending or self._probe_pending):
+            return
+        if self._notify_task is None or self._notify_task.done():
+            self._notify_task = asyncio.get_running_loop().create_task(self._flush_notifications())
+
+    async def _flush_notifications(self) -> None:
+        while self._notify_pending or self._waiting_pending or self._probe_pending:
+            notifications = [(NOTIFY_CHANNEL, payload) for payload in sorted(self._notify_pending)]
+            notifications += [(WAITING_CHANNEL, payload)
+                              for payload in _waiting_payloads(sorted(self._waiting_pending), self._probe_pending)]
+            self._notify_pending, self._waiting_pending, self._probe_pending = set(), set(), False
+            try:
+                await self.database.notify(notifications)
+            except Exception as exc:  # noqa: BLE001 - other processes fall back to their poll timer
+                log.warning("NOTIFY failed (other processes will poll): %s", exc)
+
+    async def push(self, items: list[dict[str, Any]]) -> list[Any]:
+        """Fused push; announces every queue/partition that got a message (see :meth:`announce`)."""
+        results = await self.fusions["push"].submit(items)
+        keys = {(item["queue"], item.get("partition") or "Default")
+                for item, result in zip(items, results)
+                if isinstance(result, dict) and result.get("status") == "queued"}
+        if keys:
+            self.announce(keys)
+        return results
+
+    async def pop(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One fused pop attempt (no waiting)."""
+        results = await self.fusions["pop"].submit([request])
+        return results[0] or {"success": False, "error": "no result"}
+
+    async def ack(self, items: list[dict[str, Any]]) -> list[Any]:
+        return await self.fusions["ack"].submit(items)
+
+    async def renew_lease(self, items: list[dict[str, Any]]) -> list[Any]:
+        return await self.fusions["renew_lease"].submit(items)
+
+    async def transaction(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A client transaction: never fused with another one (one PostgreSQL transaction each)."""
+        async with self._transactions:
+            text = await self.database.call("transaction_v1", orjson.dumps(request).decode())
+        result: dict[str, Any] = orjson.loads(text)
+        if result.get("success"):
+            keys = {(item["queue"], item.get("partition") or "Default")
+                    for op in request.get("operations", []) if op.get("type") == "push"
+                    for item in op.get("items", [])}
+            if keys:
+                self.announce(keys)
+        return result
+
+    async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,
+                        disconnected: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
+        """Pop, and with ``wait`` park until messages arrive or ``timeout_ms`` passes.
+
+        ``disconnected`` is checked before every attempt after the first: a client that went away never
+        gets a lease taken on its behalf. Returns the pop result; on timeout (or disconnect) Queen's
+        long-poll timeout body (API.md 5.3).
+        """
+        if not wait:
+            return await self.pop(request)
+        settings = self.settings
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_ms / 1000.0
+        waiter = self.waiters.register(request["queue"], request.get("partition"), request.get("consumerGroup"))
+        self._announce_waiting(request["queue"])
+        attempt = 0  # consecutive empty attempts: drives the backoff
+        tries = 0
+        try:
+            while True:
+                waiter.event.clear()
+                if tries and disconnected is not None and await disconnected():
+                    break
+                tries += 1
+                result = await self.pop(request)
+                if result.get("messages"):
+                    return result
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                attempt += 1
+                self._announce_waiting(request["queue"])  # renewed while the pop stays parked
+                delay = backoff_ms(attempt, settings.pop_wait_initial_interval_ms,
+                                   settings.pop_wait_backoff_threshold, settings.pop_wait_backoff_multiplier,
+                                   settings.pop_wait_max_interval_ms) / 1000.0
+                try:
+                    await asyncio.wait_for(waiter.event.wait(), timeout=min(delay, remaining))
+                    attempt = 0  # woken by a push: start the schedule over
+                except TimeoutError:
+                    pass
+        finally:
+            self.waiters.unregister(waiter)
+        return {"success": True, "queue": request["queue"], "partition": request.get("partition") or "",
+                "partitionId": None, "leaseId": None, "consumerGroup": request.get("consumerGroup"),
+                "messages": []}
+
+
+def _waiting_payloads(queues: list[str], probe: bool) -> list[str]:
+    """WAITING_CHANNEL payloads announcing ``queues`` (and a probe): JSON, each under _PAYLOAD_BYTES."""
+    payloads: list[str] = []
+    chunk: list[str] = []
+    size = 0
+    for queue in queues:
+        length = len(orjson.dumps(queue)) + 1  # a name is at most 255 characters, escaped at most 6 bytes each
+        if chunk and size + length > _PAYLOAD_BYTES:
+            payloads.append(orjson.dumps({"queues": chunk}).decode())
+            chunk, size = [], 0
+        chunk.append(queue)
+        size += length
+    if chunk or probe:
+        payloads.append(orjson.dumps({"queues": chunk, "probe": True} if probe else {"queues": chunk}).decode())
+    return payloads
