@@ -1,4 +1,4 @@
-"""The benchmark's wrk scripts (benchmarks/queenbench/lua), run by LuaJIT 2.1 (wrk's Lua) through lupa.
+"""The benchmark's wrk scripts (src/queenpy/bench/lua), run by LuaJIT 2.1 (wrk's Lua) through lupa.
 
 The scripts are assembled exactly as the suite hands them to wrk (``render_script``). Only wrk's own table
 is provided here: ``wrk.format`` returns ``"<method> <path>\\n<body>"`` so a follow-up request can be read
@@ -9,16 +9,13 @@ the helpers must read through their pattern fallback.
 from __future__ import annotations
 
 import json
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from queenbench.wrk import render_script
+from queenpy.bench.wrk import render_script
 
 luajit = pytest.importorskip("lupa.luajit21", reason="lupa (a test dependency) ships LuaJIT 2.1, wrk's Lua")
 

@@ -1,18 +1,13 @@
-"""The benchmark suite's pure helpers (benchmarks/queenbench/parsing.py): wrk, pgbench and /proc text.
+"""The benchmark suite's pure helpers (src/queenpy/bench/parsing.py): wrk, pgbench and /proc text.
 
 The suite itself never runs in the test suite; these tests only read text samples captured from real runs.
 """
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-
-from queenbench.parsing import (
+from queenpy.bench.parsing import (
     median,
     parse_cpu_line,
     parse_duration_us,
@@ -24,7 +19,7 @@ from queenbench.parsing import (
     pgbench_log_latencies_us,
     select_names,
 )
-from queenbench.wrk import lua_literal
+from queenpy.bench.wrk import lua_literal
 
 WRK_WITH_COUNTERS = """\
 Running 3s test @ http://127.0.0.1:45007
@@ -196,7 +191,7 @@ def test_lua_literals() -> None:
 
 
 def test_cpu_by_kind_sums_to_the_tree() -> None:
-    from queenbench.procfs import TICKS_PER_SECOND, TreeTicks, cpu_by_kind_s
+    from queenpy.bench.procfs import TICKS_PER_SECOND, TreeTicks, cpu_by_kind_s
 
     start = TreeTicks({1: ("postmaster", 5), 2: ("backend", 100), 3: ("autovacuum worker", 40)}, reaped=7)
     # pid 3 exited after 60 ticks in all (20 since start), pid 4 is a backend started in between

@@ -684,7 +684,7 @@ async def test_close_stops_running_consumers() -> None:
 def test_cli_push_honours_a_partition_key_per_json_line() -> None:
     import pytest
 
-    from queenpy.client.cli import _partition_runs
+    from queenpy.cli.messages import _partition_runs
 
     items = [{"data": 1, "partition": "a"}, {"data": 2, "partition": "a"}, {"x": 3}, {"data": 4, "partition": "b"}]
     assert _partition_runs(items, None) == [("a", items[:2]), (None, [items[2]]), ("b", [items[3]])]

@@ -13,7 +13,7 @@
 
 Modules: :mod:`.offsets` (pure offset arithmetic), :mod:`.options`, :mod:`.schema`, :mod:`.broker` (HTTP),
 :mod:`.reader`, :mod:`.writer`, :mod:`.source` (the DataSource), :mod:`.session`, :mod:`.progress`,
-:mod:`.cli`. Needs the ``spark`` extra (``pip install 'queenpy[spark]'``); without it, names that need PySpark
+(the ``queenpy spark run`` command is :mod:`queenpy.cli.spark`). Needs the ``spark`` extra (``pip install 'queenpy[spark]'``); without it, names that need PySpark
 raise ImportError with that one-line hint.
 """
 

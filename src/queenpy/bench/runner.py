@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from queenbench import report
-from queenbench.broker import Broker
-from queenbench.parsing import median, select_names
-from queenbench.postgres import BenchError, PrivatePostgres, Sql
-from queenbench.scenarios import LIMITS, SCENARIOS, Bench, Options, Scenario, environment_facts
-from queenbench.wrk import find_wrk
+from queenpy.bench import report
+from queenpy.bench.broker import Broker
+from queenpy.bench.parsing import median, select_names
+from queenpy.bench.postgres import BenchError, PrivatePostgres, Sql
+from queenpy.bench.scenarios import LIMITS, SCENARIOS, Bench, Options, Scenario, environment_facts
+from queenpy.bench.wrk import find_wrk
 
 __all__ = ["BenchError", "Config", "run", "scenario_names"]
 

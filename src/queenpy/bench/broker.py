@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from queenbench.postgres import BenchError
+from queenpy.bench.postgres import BenchError
 
 __all__ = ["Broker"]
 

@@ -71,7 +71,7 @@ def run(
 ) -> None:
     """Run PIPELINE (a Python script) on Spark; extra arguments go to the script."""
     try:
-        from .session import MASTER_ENV, build_session, prepare_environment
+        from queenpy.spark.session import MASTER_ENV, build_session, prepare_environment
     except ImportError:
         typer.echo("error: the Spark connector needs the spark extra: pip install 'queenpy[spark]'", err=True)
         raise typer.Exit(2) from None
@@ -81,7 +81,7 @@ def run(
     prepare_environment(master, quiet=not verbose)
     spark = build_session(master, app_name=pipeline.stem, quiet=not verbose)
     if progress:
-        from .progress import ProgressPrinter
+        from queenpy.spark.progress import ProgressPrinter
 
         spark.streams.addListener(ProgressPrinter())
     code: int = 0
@@ -115,6 +115,3 @@ def register(app: typer.Typer) -> None:
     """Add ``queenpy spark ...`` to ``app``."""
     app.add_typer(spark_app, name="spark")
 
-
-if __name__ == "__main__":
-    spark_app()

@@ -1,47 +1,18 @@
-"""``queenpy bench``: the benchmark suite of ``benchmarks/queenbench`` (DESIGN.md section 12).
-
-The suite lives in the repository's ``benchmarks/`` folder, not in the installed package: this module finds
-it (``QUEENPY_BENCHMARKS_DIR``, else the checkout this package was installed from in editable mode, else
-``./benchmarks``) and imports it by path. It needs ``wrk`` (``apt-get install wrk``) and, for the chart,
-matplotlib (``pip install 'queenpy[bench]'``).
+"""``queenpy bench``: the benchmark suite of :mod:`queenpy.bench` (DESIGN.md section 12), shipped in the
+package with its wrk Lua scripts, so it runs from any directory after ``pip install``. It needs ``wrk``
+(``apt-get install wrk``) and, for the chart, matplotlib (``pip install 'queenpy[bench]'``).
 """
 
 from __future__ import annotations
 
-import os
 import shlex
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-__all__ = ["find_benchmarks_dir", "register"]
-
-
-def find_benchmarks_dir() -> Path | None:
-    """The folder that holds the ``queenbench`` package, or None."""
-    candidates = []
-    if os.environ.get("QUEENPY_BENCHMARKS_DIR"):
-        candidates.append(Path(os.environ["QUEENPY_BENCHMARKS_DIR"]))
-    candidates += [Path(__file__).resolve().parents[2] / "benchmarks", Path.cwd() / "benchmarks"]
-    for candidate in candidates:
-        if (candidate / "queenbench" / "__init__.py").is_file():
-            return candidate
-    return None
-
-
-def _import_queenbench() -> Any:
-    folder = find_benchmarks_dir()
-    if folder is None:
-        typer.echo("queenpy bench needs the repository's benchmarks/ folder: run it from a queenpy checkout "
-                   "(pip install -e .) or set QUEENPY_BENCHMARKS_DIR to that folder.", err=True)
-        raise typer.Exit(2)
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-    import importlib
-
-    return importlib.import_module("queenbench")
+__all__ = ["register"]
 
 
 QuickOption = Annotated[bool, typer.Option(
@@ -119,7 +90,8 @@ def register(app: typer.Typer) -> None:
 
         Starts a private PostgreSQL (fsync on) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
         """
-        queenbench = _import_queenbench()
+        import queenpy.bench as queenbench
+
         if list_scenarios:
             for scenario in queenbench.SCENARIOS:
                 typer.echo(f"{scenario.name:<22} {'quick ' if scenario.quick else '      '}{scenario.description}")

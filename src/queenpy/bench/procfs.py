@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from queenbench.parsing import ProcStat, parse_cpu_line, parse_proc_stat
+from queenpy.bench.parsing import ProcStat, parse_cpu_line, parse_proc_stat
 
 __all__ = [
     "PAGE_SIZE",

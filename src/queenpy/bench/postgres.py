@@ -18,8 +18,8 @@ from typing import Any
 
 import asyncpg
 
-from queenbench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
-from queenbench.procfs import SamplerThread
+from queenpy.bench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
+from queenpy.bench.procfs import SamplerThread
 
 __all__ = ["BenchError", "PgbenchRun", "PrivatePostgres", "Sql", "postgres_process_kind", "run_pgbench"]
 

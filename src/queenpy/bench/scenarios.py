@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from queenbench import procfs
-from queenbench.broker import Broker
-from queenbench.parsing import percentile
-from queenbench.postgres import PrivatePostgres, Sql, WaitSampler, postgres_process_kind, run_pgbench
-from queenbench.wrk import WrkRun, render_script, run_wrk
+from queenpy.bench import procfs
+from queenpy.bench.broker import Broker
+from queenpy.bench.parsing import percentile
+from queenpy.bench.postgres import PrivatePostgres, Sql, WaitSampler, postgres_process_kind, run_pgbench
+from queenpy.bench.wrk import WrkRun, render_script, run_wrk
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Scenario", "payload"]
 

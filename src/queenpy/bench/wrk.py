@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from queenbench.parsing import WrkResult, parse_wrk
-from queenbench.postgres import BenchError
+from queenpy.bench.parsing import WrkResult, parse_wrk
+from queenpy.bench.postgres import BenchError
 
 __all__ = ["WrkRun", "find_wrk", "lua_literal", "render_script", "run_wrk"]
 

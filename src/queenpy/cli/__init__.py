@@ -1,0 +1,54 @@
+"""The ``queenpy`` command line, one module per command group: ``serve``, ``db``, the client commands
+(``push``/``pop``/``consume`` in :mod:`.messages`, ``configure``/``queues``, ``groups``, ``dlq``), ``bench`` and
+``spark``. Every option can also come from the environment variable named in its ``--help``; errors are one
+plain sentence on stderr and a non-zero exit (``-v`` shows the traceback). Modules import their heavy parts
+(the server, Spark, the benchmark suite) inside the command, so ``queenpy --help`` stays fast.
+
+Layering: this package sits on top (it may import ``client``, ``server``, ``spark``, ``bench``); nothing in
+queenpy imports it.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+
+from queenpy.cli import bench, db, dlq, groups, messages, queues, serve, spark
+
+__all__ = ["app", "main"]
+
+
+def _version() -> str:
+    try:
+        return version("queenpy")
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"queenpy {_version()}")
+        raise typer.Exit()
+
+
+app = typer.Typer(help="queenpy: Queen MQ, the partitioned message queue on PostgreSQL.", no_args_is_help=True,
+                  pretty_exceptions_enable=False)
+
+
+@app.callback()
+def _root(
+    _version_flag: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="Print the version and exit.")] = False,
+) -> None:
+    """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
+
+
+for _area in (serve, db, messages, queues, groups, dlq, bench, spark):
+    _area.register(app)
+
+
+def main() -> None:
+    """Console entry point."""
+    app()

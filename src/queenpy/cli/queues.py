@@ -1,0 +1,295 @@
+"""``queenpy configure`` and ``queenpy queues`` (list, describe, delete)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from queenpy.cli._common import (
+    DEFAULT_URL,
+    JsonOption,
+    TokenOption,
+    UrlOption,
+    VerboseOption,
+    connect,
+    parse_payload,
+    print_json,
+    stdout,
+    table,
+)
+from queenpy.client import Queen
+
+__all__ = ["register"]
+
+
+def configure(
+    queue: Annotated[str, typer.Argument(help="Queue to create or reconfigure (a full overwrite).")],
+    namespace: Annotated[str | None, typer.Option(envvar="QUEEN_NAMESPACE", help="Namespace.")] = None,
+    task: Annotated[str | None, typer.Option(envvar="QUEEN_TASK", help="Task.")] = None,
+    lease_time_s: Annotated[
+        int | None, typer.Option("--lease-time-s", envvar="QUEEN_LEASE_TIME_S", help="Lease time (s).")
+    ] = None,
+    retry_limit: Annotated[
+        int | None, typer.Option(envvar="QUEEN_RETRY_LIMIT", help="Failed acks before the DLQ.")
+    ] = None,
+    retry_delay_ms: Annotated[
+        int | None,
+        typer.Option("--retry-delay-ms", envvar="QUEEN_RETRY_DELAY_MS", help="Redelivery delay (ms)."),
+    ] = None,
+    dead_letter_queue: Annotated[
+        bool | None,
+        typer.Option(
+            "--dead-letter-queue/--no-dead-letter-queue",
+            envvar="QUEEN_DEAD_LETTER_QUEUE",
+            help="Dead-letter queue on.",
+        ),
+    ] = None,
+    max_size: Annotated[
+        int | None, typer.Option(envvar="QUEEN_MAX_SIZE", help="Max messages (0: none).")
+    ] = None,
+    priority: Annotated[int | None, typer.Option(envvar="QUEEN_PRIORITY", help="Priority.")] = None,
+    delayed_processing_s: Annotated[
+        int | None,
+        typer.Option(
+            "--delayed-processing-s", envvar="QUEEN_DELAYED_PROCESSING_S", help="Delay before delivery (s)."
+        ),
+    ] = None,
+    window_buffer_s: Annotated[
+        int | None,
+        typer.Option(
+            "--window-buffer-s",
+            envvar="QUEEN_WINDOW_BUFFER_S",
+            help="Quiet time before a partition is delivered (s).",
+        ),
+    ] = None,
+    retention_s: Annotated[
+        int | None,
+        typer.Option("--retention-s", envvar="QUEEN_RETENTION_S", help="Delete messages after (s)."),
+    ] = None,
+    completed_retention_s: Annotated[
+        int | None,
+        typer.Option(
+            "--completed-retention-s",
+            envvar="QUEEN_COMPLETED_RETENTION_S",
+            help="Delete consumed messages after (s).",
+        ),
+    ] = None,
+    encryption: Annotated[
+        bool | None,
+        typer.Option(
+            "--encryption/--no-encryption", envvar="QUEEN_ENCRYPTION", help="Encrypt payloads at rest."
+        ),
+    ] = None,
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            envvar="QUEEN_OPTIONS",
+            help="Any other option as key=JSON value (camelCase key).",
+        ),
+    ] = None,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Create or reconfigure a queue (POST /api/v1/configure); options not given get broker defaults."""
+    with connect(url, token, verbose) as client:
+        options: dict[str, Any] = {
+            key: value
+            for key, value in {
+                "leaseTime": lease_time_s,
+                "retryLimit": retry_limit,
+                "retryDelay": retry_delay_ms,
+                "deadLetterQueue": dead_letter_queue,
+                "dlqAfterMaxRetries": dead_letter_queue,
+                "maxSize": max_size,
+                "priority": priority,
+                "delayedProcessing": delayed_processing_s,
+                "windowBuffer": window_buffer_s,
+                "retentionSeconds": retention_s,
+                "completedRetentionSeconds": completed_retention_s,
+                "encryptionEnabled": encryption,
+            }.items()
+            if value is not None
+        }
+        if retention_s or completed_retention_s:
+            options["retentionEnabled"] = True
+        for pair in option or []:
+            key, separator, value = pair.partition("=")
+            if not separator or not key:
+                raise typer.BadParameter(f"--option needs key=value, got {pair!r}")
+            options[key] = parse_payload(value)
+        builder = client.queue(queue).config(options)
+        if namespace is not None:
+            builder = builder.namespace(namespace)
+        if task is not None:
+            builder = builder.task(task)
+        answer = builder.create()
+        if json_output:
+            print_json(answer)
+            return
+        shown = answer.get("options") or options
+        table(f"queue {queue} configured", ["option", "value"], sorted(shown.items()))
+
+
+def _queues_list(client: Queen, json_output: bool) -> None:
+    queues = client.queues()
+    if json_output:
+        print_json(queues)
+        return
+    rows = []
+    for queue in queues:
+        counts = queue.get("messages") or {}
+        rows.append(
+            [
+                queue.get("name"),
+                queue.get("namespace"),
+                queue.get("task"),
+                queue.get("partitions"),
+                counts.get("total"),
+                counts.get("pending"),
+                counts.get("processing"),
+            ]
+        )
+    table("queues", ["queue", "namespace", "task", "partitions", "total", "pending", "processing"], rows)
+
+
+def _queue_groups(client: Queen, name: str) -> dict[str, list[dict[str, Any]]]:
+    """Per consumer group that reads queue ``name``: its partitions with lag (from the group detail)."""
+    groups = sorted(
+        {
+            str(row.get("name"))
+            for row in client.consumer_groups()
+            if row.get("queueName") == name or name in (row.get("topics") or [])
+        }
+    )
+    result: dict[str, list[dict[str, Any]]] = {}
+    for group in groups:
+        detail = client.consumer_group(group).get(name) or {}
+        result[group] = list(detail.get("partitions") or [])
+    return result
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``configure`` and ``queues`` to ``app``."""
+    app.command("configure")(configure)
+    queues_app = typer.Typer(help="List and describe queues.", invoke_without_command=True)
+
+    @queues_app.callback()
+    def queues_default(
+        ctx: typer.Context,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+        json_output: JsonOption = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """List queues with partition and message counts (default command)."""
+        if ctx.invoked_subcommand is None:
+            with connect(url, token, verbose) as client:
+                _queues_list(client, json_output)
+
+    @queues_app.command("list")
+    def queues_list(
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+        json_output: JsonOption = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """List queues with partition and message counts."""
+        with connect(url, token, verbose) as client:
+            _queues_list(client, json_output)
+
+    @queues_app.command("describe")
+    def queues_describe(
+        name: Annotated[str, typer.Argument(help="Queue name.")],
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+        json_output: JsonOption = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """Partitions of a queue with their depth, and the lag of every consumer group per partition."""
+        with connect(url, token, verbose) as client:
+            queue = client.describe_queue(name)
+            groups = _queue_groups(client, name)
+            if json_output:
+                print_json({"queue": queue, "groups": groups})
+                return
+            rows = []
+            for partition in queue.get("partitions") or []:
+                stats = partition.get("stats") or {}
+                rows.append(
+                    [
+                        partition.get("name"),
+                        stats.get("total"),
+                        stats.get("pending"),
+                        stats.get("processing"),
+                        stats.get("completed"),
+                        stats.get("failed"),
+                        stats.get("deadLetter"),
+                        partition.get("oldestMessage"),
+                        partition.get("newestMessage"),
+                    ]
+                )
+            title = f"queue {name}" + (
+                f" ({queue['namespace']}/{queue.get('task') or ''})" if queue.get("namespace") else ""
+            )
+            table(
+                title,
+                [
+                    "partition",
+                    "total",
+                    "pending",
+                    "processing",
+                    "completed",
+                    "failed",
+                    "dead letter",
+                    "oldest",
+                    "newest",
+                ],
+                rows,
+            )
+            lag_rows = [
+                [
+                    group,
+                    row.get("partition"),
+                    row.get("offsetLag"),
+                    row.get("timeLagSeconds"),
+                    row.get("leaseActive"),
+                    row.get("lastConsumedAt"),
+                ]
+                for group, partitions in groups.items()
+                for row in partitions
+            ]
+            table(
+                "consumer group lag",
+                ["group", "partition", "offset lag", "time lag (s)", "leased", "last consumed"],
+                lag_rows,
+            )
+
+    @queues_app.command("delete")
+    def queues_delete(
+        name: Annotated[str, typer.Argument(help="Queue name.")],
+        yes: Annotated[bool, typer.Option("--yes", "-y", envvar="QUEEN_YES", help="Do not ask.")] = False,
+        url: UrlOption = DEFAULT_URL,
+        token: TokenOption = None,
+        json_output: JsonOption = False,
+        verbose: VerboseOption = False,
+    ) -> None:
+        """Delete a queue with all its partitions, messages, cursors and dead letters."""
+        if not yes:
+            typer.confirm(f"delete queue {name} and all its messages?", abort=True)
+        with connect(url, token, verbose) as client:
+            answer = client.queue(name).delete()
+            if json_output:
+                print_json(answer)
+            else:
+                stdout().print(
+                    f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}"
+                )
+
+    app.add_typer(queues_app, name="queues")
+
+
