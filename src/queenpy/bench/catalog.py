@@ -1,0 +1,121 @@
+"""The catalogue: Queen's standard scenarios and the PostgreSQL limits they are compared with. A new kind of
+scenario adds its :class:`Scenario` rows here and its runner in :mod:`queenpy.bench.kinds`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["LIMITS", "SCENARIOS", "Limit", "Options", "Scenario", "payload"]
+
+
+def payload(size: int) -> str:
+    """A JSON object of exactly ``size`` bytes (at least 33)."""
+    head, tail = '{"kind":"bench","n":12345,"v":"', '"}'
+    return head + "x" * max(0, size - len(head) - len(tail)) + tail
+
+
+def _size_name(size: int) -> str:
+    return f"{size // 1024}KB" if size % 1024 == 0 else f"{size}B"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A PostgreSQL limit measured with pgbench on the same server: ``insert`` writes ``rows`` rows per
+    INSERT into ``bench.messages`` (``LIKE queen.messages INCLUDING ALL``, ids from ``gen_random_uuid()``);
+    ``select1`` is ``SELECT 1``. ``log_latency``: per-transaction latencies (p50/p99) from pgbench's log."""
+
+    key: str
+    kind: str
+    rows: int = 1
+    payload_bytes: int = 40
+    clients: int = 50
+    log_latency: bool = False
+    description: str = ""
+
+
+def _insert_limit(rows: int, size: int, clients: int = 50) -> Limit:
+    suffix = "" if clients == 50 else f"-{clients}client"
+    return Limit(f"insert-{rows}-{_size_name(size)}{suffix}", "insert", rows, size, clients, clients == 1,
+                 f"pgbench, {clients} client(s), INSERT of {rows} row(s) of {_size_name(size)} per statement")
+
+
+LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
+    _insert_limit(1, 40, clients=1),
+    *(_insert_limit(rows, size) for size in (40, 1024) for rows in (1, 10, 100)),
+    Limit("select1", "select1", description="pgbench, 50 clients, SELECT 1 (prepared)"),
+]}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup``; ``mode`` (consume): ``auto``
+    (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
+    second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
+
+    name: str
+    kind: str
+    limit: str
+    description: str
+    per_request: int = 1
+    payload_bytes: int = 40
+    partitions: int = 100
+    connections: int = 50
+    threads: int = 2
+    mode: str = "auto"
+    groups: int = 1
+    batch: int = 100
+    quick: bool = False
+    initial_rate: float = 50_000.0  # msg/s guess that sizes the backlog until a run has measured it
+
+
+def _push(per_request: int, size: int, partitions: int = 100, quick: bool = False) -> Scenario:
+    name = f"push-{per_request}-{_size_name(size)}" + ("" if partitions == 100 else f"-p{partitions}")
+    return Scenario(name, "push", f"insert-{per_request}-{_size_name(size)}",
+                    f"push {per_request} msg/request of {_size_name(size)}, 50 connections, "
+                    f"one random partition of {partitions} per request",
+                    per_request=per_request, payload_bytes=size, partitions=partitions, quick=quick)
+
+
+SCENARIOS: list[Scenario] = [
+    Scenario("latency-1conn", "push", "insert-1-40B-1client",
+             "push 1 msg/request of 40B, 1 connection, no other load (latency)", connections=1, threads=1,
+             quick=True),
+    _push(1, 40, quick=True), _push(10, 40, quick=True), _push(100, 40, quick=True),
+    _push(1, 1024), _push(10, 1024), _push(100, 1024, quick=True),
+    _push(10, 40, partitions=1), _push(10, 40, partitions=10_000),
+    Scenario("consume-auto", "consume", "insert-100-40B",
+             "wildcard long-poll pop, batch 100, autoAck, 10 connections, 100 partitions",
+             connections=10, mode="auto", quick=True, initial_rate=100_000),
+    Scenario("consume-ack", "consume", "insert-100-40B",
+             "wildcard long-poll pop, batch 100, then POST /ack/batch, 10 connections, 100 partitions",
+             connections=10, mode="ack", quick=True, initial_rate=40_000),
+    Scenario("consume-auto-p10000", "consume", "insert-100-40B",
+             "wildcard long-poll pop, batch 100, autoAck, 10 connections, 10,000 partitions",
+             connections=10, mode="auto", partitions=10_000, initial_rate=60_000),
+    Scenario("fanout-5", "consume", "insert-100-40B",
+             "5 consumer groups each read everything: pop batch 100 autoAck, 10 connections round-robin",
+             connections=10, mode="auto", groups=5, quick=True, initial_rate=60_000),
+    Scenario("fanout-10", "consume", "insert-100-40B",
+             "10 consumer groups each read everything: pop batch 100 autoAck, 10 connections round-robin",
+             connections=10, mode="auto", groups=10, initial_rate=60_000),
+    Scenario("handoff-tx", "consume", "insert-100-40B",
+             "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
+             connections=10, mode="handoff", quick=True, initial_rate=20_000),
+    Scenario("keepup-ack", "keepup", "insert-10-40B",
+             "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
+             "10 connections pop 100 + /ack/batch",
+             per_request=10, connections=10, mode="ack", initial_rate=10_000),
+]
+
+
+@dataclass
+class Options:
+    """How long and how hard: seconds of the measured window and of the warm-up, client connections of the
+    push scenarios, whether to CHECKPOINT before each scenario."""
+
+    seconds: float = 10.0
+    warmup: float = 3.0
+    connections: int = 50
+    checkpoint: bool = True
+    long_poll_ms: int = 1000
+    keepup_fraction: float = 0.55

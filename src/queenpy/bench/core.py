@@ -1,0 +1,347 @@
+"""The measuring core every scenario kind shares: ground-truth queries, CPU and WAL marks, limits, the
+settle loop.
+
+Every run: a warm-up, then a measured window; the figures come from PostgreSQL (rows and cursors
+before/after the window), the load comes from wrk, the CPU from /proc. A run is INVALID when wrk saw a
+non-2xx response or a socket error (timeouts included), when a response reported a failed item, or when the
+client's counts and PostgreSQL's disagree beyond what can be in flight when wrk stops (lost or duplicated
+messages).
+
+Consumption (consume, fan-out, handoff) reads a shared backlog queue: each run is its own consumer group
+reading the queue from the beginning (subscription mode ``all``), so one backlog serves every round; in
+queenpy queue mode is the group ``__QUEUE_MODE__`` on the same code path. Backlogs are loaded by one SQL
+statement that writes the rows the push procedure writes (partitions created by the procedure itself),
+because the procedure is too slow a loader for a two-minute quick run; the push scenarios measure push.
+Loaded rows get time-ordered ids (UUIDv7 layout) and transaction ids ``b<offset>-<partition>``: ordered keys
+load about 1.6 times faster than random ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from queenpy.bench import procfs
+from queenpy.bench.broker import Broker
+from queenpy.bench.catalog import Limit, Options, Scenario, payload
+from queenpy.bench.parsing import percentile
+from queenpy.bench.postgres import PrivatePostgres, Sql, WaitSampler, postgres_process_kind, run_pgbench
+from queenpy.bench.wrk import WrkRun
+
+__all__ = ["BenchCore", "environment_facts"]
+
+
+# ground truth queries (queenpy's schema: partitions.last_seq is the gap-free offset of the newest message,
+# partition_consumers.last_consumed_seq the cursor; so a sum of cursors counts consumed messages)
+Q_QUEUE_ROWS = ("SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1")
+Q_QUEUE_COUNT = ("SELECT count(*) FROM queen.messages m WHERE m.partition_id IN "
+                 "(SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)")
+Q_CURSORS = ("SELECT pc.consumer_group, coalesce(sum(pc.last_consumed_seq), 0)::bigint "
+             "FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id "
+             "JOIN queen.queues q ON q.id = p.queue_id "
+             "WHERE q.name = $1 AND pc.consumer_group = ANY($2::text[]) GROUP BY 1")
+Q_ALL_ROWS = "SELECT coalesce(sum(last_seq), 0)::bigint FROM queen.partitions"
+Q_INSERTS = ("SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
+             "WHERE schemaname = 'queen' AND relname = 'messages'")
+Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+# WAL written (exact, from the insert position), full-page images and WAL fsyncs (pg_stat_wal: each backend
+# publishes its counts at most once a second, so these two lag the window's edges by up to a second)
+Q_WAL = ("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi, wal_sync "
+         "FROM pg_stat_wal")
+
+
+@dataclass(frozen=True)
+class WalMark:
+    """WAL counters at one moment: bytes written so far, full-page images, fsyncs of the WAL."""
+
+    bytes: int
+    fpi: int
+    syncs: int
+
+    def per_message(self, before: WalMark, messages: float) -> dict[str, float | None]:
+        """WAL bytes, full-page images and fsyncs per message since ``before``."""
+        if messages <= 0:
+            return {"bytes": None, "fpi": None, "syncs": None}
+        return {"bytes": (self.bytes - before.bytes) / messages, "fpi": (self.fpi - before.fpi) / messages,
+                "syncs": (self.syncs - before.syncs) / messages}
+
+BULK_LOAD = """
+WITH parts AS (
+    SELECT p.id, p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+    WHERE q.name = $1 ORDER BY p.id FOR UPDATE OF p
+), inserted AS (
+    INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
+    SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7'
+            || substr(h, 1, 3) || '8' || substr(h, 4, 15))::uuid,
+           'b' || (parts.last_seq + g) || '-' || left(parts.id::text, 8),
+           parts.id, parts.last_seq + g, $3::jsonb, clock_timestamp()
+    FROM parts CROSS JOIN generate_series(1, $2::int) g CROSS JOIN LATERAL md5(parts.id::text || g) h
+    ORDER BY parts.id, g
+    RETURNING partition_id, seq, id, created_at
+)
+UPDATE queen.partitions p
+SET last_seq = m.seq, last_message_id = m.id, last_message_at = m.created_at, last_activity = m.created_at
+FROM (SELECT DISTINCT ON (partition_id) partition_id, seq, id, created_at FROM inserted
+      ORDER BY partition_id, seq DESC) m
+WHERE p.id = m.partition_id
+"""
+
+LIMIT_SCHEMA = [
+    "CREATE SCHEMA IF NOT EXISTS bench",
+    "CREATE TABLE IF NOT EXISTS bench.messages (LIKE queen.messages INCLUDING ALL)",
+    "CREATE SEQUENCE IF NOT EXISTS bench.seq",
+    ("CREATE OR REPLACE FUNCTION bench.partition_uuid(p int) RETURNS uuid LANGUAGE sql IMMUTABLE AS "
+     "$$ SELECT ('00000000-0000-4000-8000-' || lpad(p::text, 12, '0'))::uuid $$"),
+]
+
+
+@dataclass
+class CpuMark:
+    at: float
+    broker_s: float
+    machine: procfs.MachineCpu
+    harness_s: float
+    postgres_ticks: procfs.TreeTicks
+    wal: WalMark
+
+    @property
+    def postgres_s(self) -> float:
+        return self.postgres_ticks.cpu_s
+
+
+@dataclass
+class Backlog:
+    """A shared backlog queue: ``rows`` messages in each of ``partitions`` partitions, read by groups."""
+
+    queue: str
+    partitions: int
+    per_partition: int = 0
+
+
+@dataclass
+class BenchCore:
+    """The state of one benchmark session: server, broker, harness SQL connection, memory sampler,
+    rate estimates that size the backlogs, and the n_tup_ins ledger."""
+
+    pg: PrivatePostgres
+    broker: Broker
+    sql: Sql
+    workdir: Path
+    options: Options
+    log: Callable[[str], None]
+    memory: procfs.MemorySampler = field(init=False)
+    waits: WaitSampler = field(init=False)
+    estimates: dict[str, float] = field(default_factory=dict)
+    backlogs: dict[int, Backlog] = field(default_factory=dict)
+    inserts_start: tuple[int, int] = (0, 0)  # (n_tup_ins, rows) when the session started
+    limit_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+    scenario_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.memory = procfs.MemorySampler(self.broker.pid).start()
+        self.waits = WaitSampler(self.pg.url).start()
+        for statement in LIMIT_SCHEMA:
+            self.sql.execute(statement)
+        self.inserts_start = self.inserts_ledger()
+
+    def close(self) -> None:
+        self.memory.stop()
+        self.waits.stop()
+
+    # --- helpers ----------------------------------------------------------------------------------
+    def inserts_ledger(self) -> tuple[int, int]:
+        """(n_tup_ins of queen.messages, rows stored in it), read now."""
+        return int(self.sql.fetchval(Q_INSERTS) or 0), int(self.sql.fetchval(Q_ALL_ROWS))
+
+    def check_inserts(self, wait_s: float = 12.0) -> dict[str, Any]:
+        """Whole-run ledger: the inserts PostgreSQL counted in ``pg_stat_user_tables.n_tup_ins`` since the
+        start equal the rows stored since the start. A backend publishes its counts up to 10 s after it goes
+        idle (PGSTAT_IDLE_INTERVAL), hence the wait; more inserts than rows means aborted inserts."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            inserts, rows = self.inserts_ledger()
+            counted, stored = inserts - self.inserts_start[0], rows - self.inserts_start[1]
+            if counted == stored or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        verdict = ("equal" if counted == stored else
+                   "more inserts than rows (aborted inserts)" if counted > stored else
+                   f"n_tup_ins still behind after {wait_s:g} s (statistics not flushed)")
+        return {"n_tup_ins_delta": counted, "rows_delta": stored, "verdict": verdict}
+
+    def _settled(self, read: Callable[[], Any], max_s: float = 20.0) -> Any:
+        """``read()`` once two reads 0.3 s apart agree (work still in flight when wrk stopped has landed)."""
+        previous, deadline = read(), time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            current = read()
+            if current == previous:
+                return current
+            previous = current
+        return previous
+
+    def _mark(self) -> CpuMark:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]),
+                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime,
+                       procfs.tree_ticks(self.pg.pid, self._process_kind()), self._wal())
+
+    def _process_kind(self) -> Callable[[int], str]:
+        """Labels for the PostgreSQL processes: client backends by application_name (``backend:queenpy``
+        for the broker's, ``backend:pgbench``, ``backend:queenbench`` and ``backend:queenbench-waits`` for
+        the harness), the others by their title (:func:`postgres_process_kind`)."""
+        apps = {int(row[0]): str(row[1] or "?") for row in self.sql.fetch(
+            "SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'")}
+
+        def kind_of(pid: int) -> str:
+            kind = postgres_process_kind(pid)
+            return f"backend:{apps.get(pid, '?')}" if kind == "backend" else kind
+        return kind_of
+
+    def _wal(self) -> WalMark:
+        row = self.sql.fetch(Q_WAL)[0]
+        return WalMark(int(row[0]), int(row[1]), int(row[2]))
+
+    def _checkpoint(self) -> None:
+        if self.options.checkpoint:
+            self.sql.execute("CHECKPOINT")
+
+    def _new_run(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
+        return {"scenario": scenario.name, "round": round_no, "valid": True, "problems": [], "notes": [],
+                "ground_truth": {}, "limit": scenario.limit}
+
+    def _fill_window(self, run: dict[str, Any], messages: int, start: CpuMark, end: CpuMark,
+                     wrk_runs: list[WrkRun], latency_from: WrkRun | None, checkpoints: int) -> None:
+        window = end.at - start.at
+        broker_s = end.broker_s - start.broker_s
+        postgres_s = end.postgres_s - start.postgres_s
+        wrk_s = sum(w.cpu_s for w in wrk_runs)
+        busy = end.machine.busy_s - start.machine.busy_s
+        total = max(1e-9, end.machine.total_s - start.machine.total_s)
+        ours = broker_s + postgres_s + wrk_s + (end.harness_s - start.harness_s)
+        def per(seconds: float) -> float | None:
+            return seconds / messages * 1e6 if messages > 0 else None
+
+        rss, pss, processes = self.memory.peak()
+        run.update({
+            "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
+            "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s},
+            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s), "wrk": per(wrk_s)},
+            # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
+            "postgres_cpu_s_by_kind": {kind: seconds for kind, seconds in sorted(
+                procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds},
+            "cpu_share_of_machine": {"broker": broker_s / total, "postgres": postgres_s / total,
+                                     "wrk": wrk_s / total, "other": max(0.0, busy - ours) / total,
+                                     "idle": max(0.0, total - busy) / total},
+            "broker_rss_mb_peak": rss / 2**20, "broker_pss_mb_peak": pss / 2**20, "broker_processes": processes,
+            "checkpoints_in_window": checkpoints,
+            "pg_waits": self.waits.shares(),
+            "wal_per_msg": end.wal.per_message(start.wal, messages),
+        })
+        if latency_from is not None:
+            result = latency_from.result
+            run["requests_per_s"] = result.requests / window if window > 0 else 0.0
+            run["latency_ms"] = {f"{k:g}": v / 1000 for k, v in result.latency_us.items()}
+            if result.latency_mean_us is not None:
+                run["latency_ms"]["mean"] = result.latency_mean_us / 1000
+            if result.over_10ms is not None:  # a disk's fsync stall delays about one request per connection
+                run["requests_over_10ms"] = {"count": result.over_10ms,
+                                             "per_s": result.over_10ms / window if window > 0 else 0.0}
+        if checkpoints:
+            run["notes"].append(f"{checkpoints} checkpoint(s) during the window")
+
+    @staticmethod
+    def _check_wrk(run: dict[str, Any], wrk: WrkRun, label: str) -> None:
+        result = wrk.result
+        run.setdefault("wrk", {})[label] = {"requests": result.requests, "non_2xx": result.non_2xx,
+                                            "socket_errors": result.socket_errors, "counters": result.counters}
+        if result.non_2xx:
+            run["problems"].append(f"{label}: {result.non_2xx} non-2xx responses")
+        errors = {k: v for k, v in result.socket_errors.items() if v}
+        if errors:
+            run["problems"].append(f"{label}: socket errors {errors}")
+        failures = [name for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors")
+                    if result.counters.get(name)]
+        for name in failures:
+            run["problems"].append(f"{label}: {name} = {int(result.counters[name])}")
+        if result.sample and (result.non_2xx or failures):
+            run["problems"].append(f"{label}: first unexpected response: {result.sample}")
+
+    def _precreate(self, queue: str, partitions: int) -> None:
+        """Create the queue's partitions through the push procedure (one message each)."""
+        for start in range(0, partitions, 2000):
+            items = [{"queue": queue, "partition": f"p{i}", "payload": {"precreate": i}}
+                     for i in range(start, min(partitions, start + 2000))]
+            self.sql.fetchval("SELECT queen.push_messages_v3($1::jsonb)::text", json.dumps(items))
+
+    # --- limits -----------------------------------------------------------------------------------
+    def measure_limit(self, limit: Limit, round_no: int) -> dict[str, Any]:
+        """Run pgbench for one limit (warm-up, then the measured window) and return its figures."""
+        if (round_no, limit.key) in self.limit_results:
+            return self.limit_results[(round_no, limit.key)]
+        script = self.workdir / f"limit-{limit.key}.sql"
+        if limit.kind == "select1":
+            script.write_text("SELECT 1;\n")
+        else:
+            body = payload(limit.payload_bytes).replace("'", "''")
+            script.write_text(
+                "\\set p random(0, 99)\n"
+                "INSERT INTO bench.messages (id, transaction_id, partition_id, seq, payload, created_at) "
+                "SELECT gen_random_uuid(), gen_random_uuid()::text, bench.partition_uuid(:p), "
+                f"nextval('bench.seq'), '{body}'::jsonb, clock_timestamp() "
+                f"FROM generate_series(1, {limit.rows});\n")
+        self._checkpoint()
+        if self.options.warmup >= 1:
+            run_pgbench(self.pg, script, limit.clients, self.options.warmup)
+        before, wal_before = procfs.tree_cpu_s([self.pg.pid]), self._wal()
+        self.waits.mark()
+        started = time.monotonic()
+        run = run_pgbench(self.pg, script, limit.clients, self.options.seconds,
+                          log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
+        wall = time.monotonic() - started
+        postgres_s = procfs.tree_cpu_s([self.pg.pid]) - before
+        wal_after = self._wal()
+        rate = run.result.tps * limit.rows
+        rows = rate * self.options.seconds
+        figures: dict[str, Any] = {
+            "limit": limit.key, "round": round_no, "description": limit.description,
+            "msg_per_s": rate, "tps": run.result.tps, "failed": run.result.failed, "wall_s": wall,
+            "cpu_us_per_msg": {"postgres": postgres_s / rows * 1e6 if rows else None,
+                               "pgbench": run.client_cpu_s / rows * 1e6 if rows else None},
+            "valid": run.result.failed == 0,
+            "pg_waits": self.waits.shares(),
+            "wal_per_msg": wal_after.per_message(wal_before, rows),  # pgbench's connection setup included
+        }
+        if run.latencies_us:
+            figures["latency_ms"] = {"50": (percentile(run.latencies_us, 50) or 0) / 1000,
+                                     "99": (percentile(run.latencies_us, 99) or 0) / 1000}
+            slow = sum(1 for us in run.latencies_us if us > 10_000)
+            figures["requests_over_10ms"] = {"count": slow, "per_s": slow / wall if wall > 0 else 0.0}
+        elif run.result.latency_avg_ms is not None:
+            figures["latency_ms"] = {"mean": run.result.latency_avg_ms}
+        self.limit_results[(round_no, limit.key)] = figures
+        return figures
+
+    # --- scenarios --------------------------------------------------------------------------------
+
+    def _cursors(self, queue: str, groups: list[str]) -> dict[str, int]:
+        found = {row[0]: int(row[1]) for row in self.sql.fetch(Q_CURSORS, queue, groups)}
+        return {group: found.get(group, 0) for group in groups}
+
+
+def environment_facts(sql: Sql) -> dict[str, Any]:
+    """PostgreSQL version and the settings that decide its speed."""
+    names = ["fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers",
+             "max_connections", "max_wal_size", "checkpoint_timeout", "wal_buffers", "commit_delay"]
+    facts: dict[str, Any] = {"version": str(sql.fetchval("SELECT version()")).split(",")[0]}
+    for name in names:
+        facts[name] = sql.fetchval("SELECT current_setting($1)", name)
+    facts["cores"] = os.cpu_count()
+    return facts
