@@ -96,7 +96,7 @@ class StreamsRuns(ConsumeRuns):
             "consumed_in_window": consumed1 - consumed0, "cycles_in_window": cycles,
             "emitted_in_window": emitted, "consumed_after_settle": consumed2 - consumed0,
             "cycles_after_settle": cycles2 - cycles0, "client_cycles": client_cycles, "client_acked": client_acked,
-            "client_emitted": client_emitted, "sink_window_counts": int(emitted_count) - sink_rows0,
+            "client_emitted": client_emitted, "sink_window_counts": int(emitted_count),
             "open_window_counts": open_count, "cursor_total": consumed2})
         slack = scenario.connections  # cycles in flight when wrk stops: committed, the answer never read
         if not client_cycles <= cycles2 - cycles0 <= client_cycles + slack:
