@@ -57,15 +57,15 @@ def db(broker: BrokerProcess) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextlib.asynccontextmanager
-async def running(stream: Stream, query_id: str, broker: BrokerProcess, **options: Any) -> AsyncIterator[Any]:
-    """``stream.run(...)`` with a short long-poll; the runner is stopped on exit. Cycle errors are kept in
-    ``runner.errors`` (the SDK logs and goes on)."""
+async def running(stream: Stream, query_id: str, broker: BrokerProcess,
+                  **options: Any) -> AsyncIterator[tuple[Any, list[str]]]:
+    """``stream.run(...)`` with a short long-poll: (the runner, the cycle errors it reported; the SDK logs
+    them and goes on). The runner is stopped on exit."""
     errors: list[str] = []
     runner = await stream.run(query_id=query_id, url=broker.url, max_wait_millis=200,
                               on_error=lambda err, ctx: errors.append(f"{ctx}: {err}"), **options)
-    runner.errors = errors
     try:
-        yield runner
+        yield runner, errors
     finally:
         await runner.stop()
 
@@ -133,12 +133,12 @@ async def test_a_stateless_map_and_filter_reach_the_sink_once_in_order(
               .filter(lambda m: m["data"]["n"] % 3 != 0)
               .map(lambda m: {"n": m["data"]["n"], "square": m["data"]["n"] ** 2, "from": m["data"]["p"]})
               .to(q.queue(target)))
-    async with running(stream, query, broker) as runner:
+    async with running(stream, query, broker) as (_, errors):
         await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 16,
                          "the source consumed and 16 records in the sink")
     expected = [(p, {"n": n, "square": n * n, "from": p}) for p in ("p1", "p2") for n in range(12) if n % 3]
     assert sink(db, target) == expected  # same partition names, source order, each once
-    assert runner.errors == []
+    assert errors == []
     assert state_keys(db, query) == []  # stateless: no state rows
 
 
@@ -207,7 +207,7 @@ async def test_event_time_windows_reduce_to_exactly_the_expected_results(
     stream = event_time_window(Stream.from_(q.queue(source)).key_by(lambda m: m["data"]["k"]), kind)
     stream = stream.reduce(lambda acc, value: acc + value["x"], 0).map(window_record).to(q.queue(target))
     expected = expected_event_time(kind)
-    async with running(stream, query, broker) as runner:
+    async with running(stream, query, broker) as (runner, errors):
         await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= len(expected),
                          f"{len(expected)} windows in the sink")
         await push(q, source, [{"k": "a", "ts": BASE_MS + 1_500, "x": 1000}])  # late: dropped
@@ -216,7 +216,7 @@ async def test_event_time_windows_reduce_to_exactly_the_expected_results(
         await eventually(lambda: runner.metrics()["lateEventsTotal"] == late, "the late event counted")
     got = sorted((payload for _, payload in sink(db, target)), key=lambda r: (r["key"], r["start"]))
     assert got == expected
-    assert runner.errors == []
+    assert errors == []
     assert all("zz" in key or key == "__wm__" for key in state_keys(db, query))  # only the open window left
 
 
@@ -260,7 +260,7 @@ async def test_processing_time_windows_aggregate_what_arrived_together(
         {name: agg[name] for name in ("count", "sum", "max")}, ctx)).to(q.queue(target))
     first = [{"k": "a", "x": 1}, {"k": "b", "x": 10}, {"k": "a", "x": 5}, {"k": "a", "x": 3}]
     second = [{"k": "b", "x": 7}, {"k": "c", "x": 2}]
-    async with running(stream, query, broker) as runner:
+    async with running(stream, query, broker) as (_, errors):
         await push(q, source, first)
         created_first = await eventually(lambda: created_ms(db, source), "the first push stored")
         expected = expected_processing_time(kind, created_first[0], first)
@@ -272,7 +272,7 @@ async def test_processing_time_windows_aggregate_what_arrived_together(
         await eventually(lambda: state_keys(db, query) == [], "no open window left")
     got = sorted((payload for _, payload in sink(db, target)), key=lambda r: (r["start"], r["key"]))
     assert got == sorted(expected, key=lambda r: (r["start"], r["key"]))
-    assert runner.errors == []
+    assert errors == []
 
 
 # -- gate ----------------------------------------------------------------------------------------------------
@@ -286,13 +286,13 @@ async def test_the_token_bucket_gate_throttles_and_keeps_order(
     await q.queue(source).config({"leaseTime": 1}).create()
     await push(q, source, [{"n": n} for n in range(14)], "p1")
     stream = Stream.from_(q.queue(source)).gate(token_bucket_gate(capacity=4, refill_per_sec=4)).to(q.queue(target))
-    async with running(stream, query, broker) as runner:
+    async with running(stream, query, broker) as (runner, errors):
         await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 14,
                          "all 14 through the gate")
         metrics = runner.metrics()
     assert sink(db, target) == [("p1", {"n": n}) for n in range(14)]
     assert metrics["gateAllowsTotal"] == 14 and metrics["gateDenialsTotal"] > 0
-    assert runner.errors == []
+    assert errors == []
     bucket = db.execute("SELECT s.value FROM queen_streams.state s JOIN queen_streams.queries q "
                         "ON q.id = s.query_id WHERE q.name = %s", (query,)).fetchall()
     assert len(bucket) == 1 and bucket[0][0]["allowedTotal"] == 14
@@ -312,7 +312,9 @@ async def test_a_changed_operator_chain_is_refused_unless_reset_which_wipes_the_
     group = f"streams.{query}"
     ten, twenty = summing(q, source, target, 10), summing(q, source, target, 20)
 
-    async with running(ten, query, broker):  # window [0, 10 s) of key a stays open
+    reported: list[str] = []
+    async with running(ten, query, broker) as (_, errors):  # window [0, 10 s) of key a stays open
+        reported += errors
         await push(q, source, [{"k": "a", "ts": BASE_MS + 1_000, "x": 1}, {"k": "a", "ts": BASE_MS + 2_000, "x": 2}])
         await eventually(lambda: consumed(db, source, group), "the first events consumed")
     kept = state_keys(db, query)
@@ -322,20 +324,23 @@ async def test_a_changed_operator_chain_is_refused_unless_reset_which_wipes_the_
         await twenty.run(query_id=query, url=broker.url, max_wait_millis=200)
     assert state_keys(db, query) == kept
 
-    async with running(ten, query, broker):  # the same chain again: the state is still there
+    async with running(ten, query, broker) as (_, errors):  # the same chain again: the state is still there
+        reported += errors
         await push(q, source, [{"k": "a", "ts": BASE_MS + 3_000, "x": 4}, {"k": "z", "ts": BASE_MS + 100_000, "x": 0}])
         await eventually(lambda: len(sink(db, target)) >= 1 and consumed(db, source, group), "window [0, 10 s)")
     assert [payload for _, payload in sink(db, target)] == [
         {"key": "a", "start": BASE_MS, "end": BASE_MS + 10_000, "value": 7}]
     assert any(key.startswith(f"tumb:10{SEP}") and key.endswith(f"{SEP}z") for key in state_keys(db, query))
 
-    async with running(twenty, query, broker, reset=True):  # z's open 10 s window is wiped, not emitted
+    async with running(twenty, query, broker, reset=True) as (_, errors):  # z's open 10 s window: wiped
+        reported += errors
         assert not any(key.startswith(f"tumb:10{SEP}") for key in state_keys(db, query))
         await push(q, source, [{"k": "a", "ts": BASE_MS + 121_000, "x": 16}, {"k": "z", "ts": BASE_MS + 300_000, "x": 0}])
         await eventually(lambda: len(sink(db, target)) >= 2 and consumed(db, source, group), "window [120, 140 s)")
     assert [payload for _, payload in sink(db, target)] == [
         {"key": "a", "start": BASE_MS, "end": BASE_MS + 10_000, "value": 7},
         {"key": "a", "start": BASE_MS + 120_000, "end": BASE_MS + 140_000, "value": 16}]
+    assert reported == []
 
 
 # -- recovery ------------------------------------------------------------------------------------------------
