@@ -136,7 +136,7 @@ BEGIN
                coalesce(e->'payload', 'null'::jsonb) AS payload,
                nullif(e->>'transactionId', '') AS client_transaction_id,
                (e->>'traceId')::uuid AS trace_id,
-               e->>'producerSub' AS producer_sub,
+               nullif(e->>'producerSub', '') AS producer_sub,  -- empty or absent: NULL (as Queen)
                coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
         FROM jsonb_array_elements(p_items) e
     ), identified AS (
