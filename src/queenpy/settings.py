@@ -118,6 +118,8 @@ _FUSION_DEFAULTS = {
     "ack": (500, 4),
     "transaction": (1, 4),
     "renew_lease": (100, 2),
+    # Queen Streams cycles: never fused (one PostgreSQL transaction each, as transactions)
+    "streams_cycle": (1, 8),
 }
 
 
