@@ -3,12 +3,23 @@
 
 from __future__ import annotations
 
-from queenpy.server.routes import dlq, groups, messages, queues, spark, system, traces
+from queenpy.server.routes import (
+    analytics,
+    browse,
+    dlq,
+    groups,
+    maintenance,
+    messages,
+    queues,
+    spark,
+    system,
+    traces,
+)
 from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, messages, queues, groups, dlq, traces, spark)
+AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, analytics)
 
 
 def endpoints() -> list[Endpoint]:
