@@ -68,6 +68,7 @@ class _Agg:
 class QueueCounters:
     """One queue's numbers of one minute in this process."""
 
+    push_requests: int = 0
     push_messages: int = 0
     pop_count: int = 0
     pop_messages: int = 0
@@ -75,12 +76,14 @@ class QueueCounters:
     ack_failed: int = 0
     lag_sum_ms: float = 0.0
     lag_max_ms: float = 0.0
+    lag_samples: int = 0
     parked_max: int = 0
 
     def wire(self, queue: str) -> dict[str, Any]:
-        return {"queue": queue, "pushMessages": self.push_messages, "popCount": self.pop_count,
-                "popMessages": self.pop_messages, "ackMessages": self.ack_messages, "ackFailed": self.ack_failed,
-                "lagSumMs": round(self.lag_sum_ms, 3), "lagMaxMs": round(self.lag_max_ms, 3),
+        return {"queue": queue, "pushRequests": self.push_requests, "pushMessages": self.push_messages,
+                "popCount": self.pop_count, "popMessages": self.pop_messages, "ackMessages": self.ack_messages,
+                "ackFailed": self.ack_failed, "lagSumMs": round(self.lag_sum_ms, 3),
+                "lagMaxMs": round(self.lag_max_ms, 3), "lagSamples": self.lag_samples,
                 "parkedMax": self.parked_max}
 
 
@@ -117,7 +120,7 @@ class WorkerMetrics:
     def __init__(self, broker: Broker, instruments: WorkerInstruments) -> None:
         self.broker = broker
         self.instruments = instruments
-        self.hostname = socket.gethostname()
+        self.hostname = f"{socket.gethostname()}:{broker.settings.port}"  # the broker instance
         self.pid = os.getpid()
         self.sample_s = broker.settings.metrics_sample_interval_ms / 1000.0
         self.flush_s = broker.settings.metrics_aggregate_interval_s
@@ -139,9 +142,14 @@ class WorkerMetrics:
     def pushed(self, items: list[dict[str, Any]], results: list[Any]) -> None:
         queues = self._current.queues
         stored = 0
+        seen: set[str] = set()
         for item, result in zip(items, results):
             if isinstance(result, dict) and result.get("status") == "queued":
-                queues[item["queue"]].push_messages += 1
+                counters = queues[item["queue"]]
+                counters.push_messages += 1
+                if item["queue"] not in seen:
+                    seen.add(item["queue"])
+                    counters.push_requests += 1
                 stored += 1
         self.totals["pushed"] += stored
 
@@ -157,6 +165,7 @@ class WorkerMetrics:
             lag = max(0.0, time.time() * 1000.0 - created)
             counters.lag_sum_ms += lag
             counters.lag_max_ms = max(counters.lag_max_ms, lag)
+            counters.lag_samples += 1
 
     def acked(self, results: list[Any]) -> None:
         queues = self._current.queues
@@ -236,7 +245,7 @@ class WorkerMetrics:
         counts = dict(minute.counts)
         return {
             "bucket": minute.bucket.isoformat(), "hostname": self.hostname, "pid": self.pid,
-            "workerId": self.broker.worker_id, "port": self.broker.settings.port,
+            "workerId": str(self.broker.worker_id),
             "sampleCount": minute.system["cpuPercent"].count,
             "system": {key: agg.wire() for key, agg in minute.system.items()},
             "worker": {**counts, "fusion": {op: dict(d) for op, d in minute.fusion.items()},

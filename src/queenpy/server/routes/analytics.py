@@ -66,7 +66,7 @@ async def _process_rows(request: Request, table: str) -> tuple[datetime, datetim
     q = request.query_params
     start, end, minutes = time_range(request)
     hostname = v.query_name(q, "hostname")
-    worker_id = v.query_int(q, "workerId", -1, minimum=0) if q.get("workerId") else None
+    worker_id = v.query_name(q, "workerId")
     rows = orjson.loads(await broker_of(request).database.fetchval(
         "SELECT queen.process_metrics_v1($1, $2, $3, $4, $5)::text", table, start, end, hostname, worker_id))
     return start, end, minutes, rows
@@ -83,22 +83,22 @@ async def system_metrics(request: Request) -> Response:
     eventLoop: {lagMs}, longPoll: {parked}}], replicas: [{hostname, workerId, pid, lastSeen}]}``."""
     start, end, minutes, rows = await _process_rows(request, "system")
     grouped: dict[tuple[str, str, int], list[dict[str, Any]]] = defaultdict(list)
-    replicas: dict[tuple[str, int], dict[str, Any]] = {}
+    replicas: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
-        grouped[(_bucket_of(row["bucket"], minutes), row["hostname"], row["pid"])].append(row)
-        replicas[(row["hostname"], row["pid"])] = {"hostname": row["hostname"], "workerId": row["workerId"],
-                                                   "pid": row["pid"], "lastSeen": row["bucket"]}
+        grouped[(_bucket_of(row["bucket"], minutes), row["hostname"], row["workerId"])].append(row)
+        replicas[(row["hostname"], row["workerId"])] = {"hostname": row["hostname"], "workerId": row["workerId"],
+                                                        "pid": row["pid"], "lastSeen": row["bucket"]}
     series = []
-    for (bucket, hostname, pid), minute_rows in sorted(grouped.items()):
-        point: dict[str, Any] = {"timestamp": bucket, "hostname": hostname, "workerId": minute_rows[0]["workerId"],
-                                 "pid": pid, "sampleCount": sum(r["sampleCount"] for r in minute_rows)}
+    for (bucket, hostname, worker_id), minute_rows in sorted(grouped.items()):
+        point: dict[str, Any] = {"timestamp": bucket, "hostname": hostname, "workerId": worker_id,
+                                 "pid": minute_rows[-1]["pid"], "sampleCount": sum(r["sampleCount"] for r in minute_rows)}
         for group, keys in _SYSTEM_GROUPS.items():
             point[group] = {out: _merge([(r["sampleCount"], r["metrics"].get(key, {})) for r in minute_rows])
                             for out, key in keys.items()}
         series.append(point)
     return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
                           "pointCount": len(series), "series": series,
-                          "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["pid"]))},
+                          "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"]))},
                          empty_as_body=True)
 
 
@@ -109,13 +109,14 @@ async def _queue_ops(request: Request, start: datetime, end: datetime, minutes: 
     return rows
 
 
-_OP_KEYS = ("pushMessages", "popCount", "popMessages", "ackMessages", "ackFailed")
+_OP_KEYS = ("pushRequests", "pushMessages", "popCount", "popMessages", "ackMessages", "ackFailed")
 
 
 def _sum_ops(rows: list[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = {key: sum(r[key] for r in rows) for key in _OP_KEYS}
-    lag_sum = sum(r["avgLagMs"] * r["popCount"] for r in rows)
-    total["avgLagMs"] = round(lag_sum / total["popCount"], 3) if total["popCount"] else 0
+    samples = sum(r["lagSamples"] for r in rows)
+    total["lagSamples"] = samples
+    total["avgLagMs"] = round(sum(r["avgLagMs"] * r["lagSamples"] for r in rows) / samples, 3) if samples else 0
     total["maxLagMs"] = max((r["maxLagMs"] for r in rows), default=0)
     return total
 
@@ -129,7 +130,7 @@ async def worker_metrics(request: Request) -> Response:
     ops = await _queue_ops(request, start, end, minutes, None)
     points: dict[str, dict[str, Any]] = defaultdict(lambda: {"requests": 0, "errors": 0, "fusion": defaultdict(
         lambda: {"calls": 0.0, "items": 0.0, "busyMs": 0.0, "maxBatch": 0.0})})
-    workers: dict[tuple[str, int], dict[str, Any]] = {}
+    workers: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         point = points[_bucket_of(row["bucket"], minutes)]
         metrics = row["metrics"]
@@ -140,12 +141,12 @@ async def worker_metrics(request: Request) -> Response:
             for key in ("calls", "items", "busyMs"):
                 acc[key] += f.get(key, 0)
             acc["maxBatch"] = max(acc["maxBatch"], f.get("maxBatch", 0))
-        worker = workers.setdefault((row["hostname"], row["pid"]), {
+        worker = workers.setdefault((row["hostname"], row["workerId"]), {
             "hostname": row["hostname"], "workerId": row["workerId"], "pid": row["pid"], "requests": 0,
             "errors": 0})
         worker["requests"] += metrics.get("requests", 0)
         worker["errors"] += metrics.get("errors", 0)
-        worker["lastSeen"] = row["bucket"]
+        worker["lastSeen"], worker["pid"] = row["bucket"], row["pid"]
     by_bucket: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in ops:
@@ -165,7 +166,7 @@ async def worker_metrics(request: Request) -> Response:
                **_sum_ops(ops), "workers": len(workers), "queues": len(queues)}
     return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
                           "pointCount": len(series), "timeSeries": series,
-                          "workers": sorted(workers.values(), key=lambda w: (w["hostname"], w["pid"])),
+                          "workers": sorted(workers.values(), key=lambda w: (w["hostname"], w["workerId"])),
                           "queues": queues, "summary": summary}, empty_as_body=True)
 
 
@@ -199,13 +200,13 @@ async def parked_replicas(request: Request) -> Response:
     start, end, minutes = time_range(request)
     rows = await _queue_ops(request, start, end, minutes, v.query_name(request.query_params, "queue"))
     _, _, _, processes = await _process_rows(request, "system")
-    replicas = {(r["hostname"], r["pid"]): {"hostname": r["hostname"], "workerId": r["workerId"], "pid": r["pid"],
-                                            "lastSeen": r["bucket"]} for r in processes}
+    replicas = {(r["hostname"], r["workerId"]): {"hostname": r["hostname"], "workerId": r["workerId"],
+                                                 "pid": r["pid"], "lastSeen": r["bucket"]} for r in processes}
     series = [{"bucketTime": r["bucketTime"], "queueName": r["queueName"], "parked": r["parkedMax"]}
               for r in rows if r["parkedMax"]]
     return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
-                          "series": series, "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"],
-                                                                                                 r["pid"]))},
+                          "series": series,
+                          "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"]))},
                          empty_as_body=True)
 
 

@@ -1,52 +1,59 @@
--- The operators' API (API.md sections 11 and 12): per-process metrics written by every broker worker, and
+-- The operators' API (API.md sections 11 and 12): the metrics time series every broker worker writes, and
 -- the maintenance switches in queen.system_state.
 --
--- Every worker process samples its own numbers once a second and upserts the row of the current minute for
--- itself (hostname, pid) every METRICS_AGGREGATE_INTERVAL_S, so a row is rewritten while its minute lasts
--- and then stays: one row per (minute, process). `metrics` holds the minute's aggregates (see
--- server/metrics.py for the keys). Analytics read these tables by time range (the bucket indexes).
+-- system_metrics, worker_metrics and queue_lag_metrics belong to migration 009 (background services, which
+-- trims them). They are created here too, identically and only if missing, so this migration also works on a
+-- branch without 009; where 009 ran first these statements change nothing. Each worker upserts its rows of
+-- the current minute (sampled_at / bucket_time = the minute; hostname = "<host>:<port>", the broker
+-- instance; worker_id = the worker's index) every METRICS_AGGREGATE_INTERVAL_S, so a row is rewritten while
+-- its minute lasts (see server/metrics.py for the jsonb keys).
 
-CREATE TABLE queen.system_metrics (
-    bucket        timestamptz NOT NULL,          -- the minute (date_trunc('minute', ...))
+CREATE TABLE IF NOT EXISTS queen.system_metrics (
+    id            bigserial PRIMARY KEY,
+    sampled_at    timestamptz NOT NULL,
     hostname      text NOT NULL,
-    pid           integer NOT NULL,
-    worker_id     integer NOT NULL,
-    port          integer NOT NULL DEFAULT 0,
-    sample_count  integer NOT NULL DEFAULT 0,
-    metrics       jsonb NOT NULL,                -- {cpu, memory, database, eventLoop, ...}: {avg, min, max, last}
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (bucket, hostname, pid)
+    worker_id     text NOT NULL,
+    pid           integer,
+    sample_count  integer NOT NULL DEFAULT 1,
+    metrics       jsonb NOT NULL,
+    UNIQUE (sampled_at, hostname, worker_id)
 );
 
-CREATE TABLE queen.worker_metrics (
-    bucket        timestamptz NOT NULL,
+CREATE TABLE IF NOT EXISTS queen.worker_metrics (
+    id            bigserial PRIMARY KEY,
+    sampled_at    timestamptz NOT NULL,
     hostname      text NOT NULL,
-    pid           integer NOT NULL,
-    worker_id     integer NOT NULL,
-    metrics       jsonb NOT NULL,                -- {requests, errors, push, pop, ack, fusion: {op: ...}, longPoll}
-    updated_at    timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (bucket, hostname, pid)
+    worker_id     text NOT NULL,
+    pid           integer,
+    sample_count  integer NOT NULL DEFAULT 1,
+    metrics       jsonb NOT NULL,
+    UNIQUE (sampled_at, hostname, worker_id)
 );
 
--- Per queue and process per minute: messages pushed, popped and acknowledged, pops, and the pop lag (time
--- from a message's creation to its delivery, taken from the oldest message of each pop), parked long polls.
-CREATE TABLE queen.queue_lag_metrics (
-    bucket          timestamptz NOT NULL,
-    hostname        text NOT NULL,
-    pid             integer NOT NULL,
-    queue_name      varchar(255) NOT NULL,
-    push_messages   bigint NOT NULL DEFAULT 0,
-    pop_count       bigint NOT NULL DEFAULT 0,
-    pop_messages    bigint NOT NULL DEFAULT 0,
-    ack_messages    bigint NOT NULL DEFAULT 0,
-    ack_failed      bigint NOT NULL DEFAULT 0,
-    lag_sum_ms      double precision NOT NULL DEFAULT 0,
-    lag_max_ms      double precision NOT NULL DEFAULT 0,
-    parked_max      integer NOT NULL DEFAULT 0,
-    updated_at      timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (bucket, hostname, pid, queue_name)
+CREATE TABLE IF NOT EXISTS queen.queue_lag_metrics (
+    bucket_time    timestamptz NOT NULL,
+    hostname       text NOT NULL,
+    worker_id      text NOT NULL,
+    queue_name     varchar(255) NOT NULL,
+    push_requests  bigint NOT NULL DEFAULT 0,
+    push_messages  bigint NOT NULL DEFAULT 0,
+    pop_requests   bigint NOT NULL DEFAULT 0,
+    pop_messages   bigint NOT NULL DEFAULT 0,
+    ack_messages   bigint NOT NULL DEFAULT 0,
+    ack_failed     bigint NOT NULL DEFAULT 0,
+    lag_sum_ms     double precision NOT NULL DEFAULT 0,
+    lag_max_ms     double precision NOT NULL DEFAULT 0,
+    lag_samples    bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (bucket_time, hostname, worker_id, queue_name)
 );
-CREATE INDEX queue_lag_metrics_queue_idx ON queen.queue_lag_metrics (queue_name, bucket);
+CREATE INDEX IF NOT EXISTS queue_lag_metrics_queue_idx ON queen.queue_lag_metrics (queue_name, bucket_time);
+
+-- ours: long polls parked on the queue in that process (the most seen at once in the minute)
+ALTER TABLE queen.queue_lag_metrics ADD COLUMN IF NOT EXISTS parked_max integer NOT NULL DEFAULT 0;
+-- the analytics read the process tables by time
+CREATE INDEX IF NOT EXISTS system_metrics_sampled_idx ON queen.system_metrics (sampled_at);
+CREATE INDEX IF NOT EXISTS worker_metrics_sampled_idx ON queen.worker_metrics (sampled_at);
+CREATE INDEX IF NOT EXISTS queue_lag_metrics_bucket_idx ON queen.queue_lag_metrics (bucket_time);
 
 -- Maintenance switches (API.md section 12): {"enabled": bool}. Changed only through
 -- queen.set_system_state_v1, which notifies every broker process (channel queen_system_state).

@@ -355,35 +355,38 @@ $$;
 -- Worker metrics ------------------------------------------------------------------------------------------
 
 -- One worker's rows of one minute (server/metrics.py), rewritten while the minute lasts:
--- {bucket, hostname, pid, workerId, port, sampleCount, system: {...}, worker: {...}, queues: [{queue,
--- pushMessages, popCount, popMessages, ackMessages, ackFailed, lagSumMs, lagMaxMs, parkedMax}]}.
+-- {bucket, hostname, pid, workerId, sampleCount, system: {...}, worker: {...}, queues: [{queue, pushRequests,
+-- pushMessages, popCount, popMessages, ackMessages, ackFailed, lagSumMs, lagMaxMs, lagSamples, parkedMax}]}.
 CREATE OR REPLACE FUNCTION queen.metrics_flush_v1(p jsonb)
 RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
     v_bucket timestamptz := (p->>'bucket')::timestamptz;
     v_host text := p->>'hostname';
+    v_worker text := p->>'workerId';
     v_pid integer := (p->>'pid')::int;
 BEGIN
-    INSERT INTO queen.system_metrics AS t (bucket, hostname, pid, worker_id, port, sample_count, metrics)
-    VALUES (v_bucket, v_host, v_pid, (p->>'workerId')::int, coalesce((p->>'port')::int, 0),
-            coalesce((p->>'sampleCount')::int, 0), coalesce(p->'system', '{}'))
-    ON CONFLICT (bucket, hostname, pid) DO UPDATE
-    SET sample_count = EXCLUDED.sample_count, metrics = EXCLUDED.metrics, updated_at = now();
-    INSERT INTO queen.worker_metrics AS t (bucket, hostname, pid, worker_id, metrics)
-    VALUES (v_bucket, v_host, v_pid, (p->>'workerId')::int, coalesce(p->'worker', '{}'))
-    ON CONFLICT (bucket, hostname, pid) DO UPDATE SET metrics = EXCLUDED.metrics, updated_at = now();
-    INSERT INTO queen.queue_lag_metrics AS t (bucket, hostname, pid, queue_name, push_messages, pop_count,
-        pop_messages, ack_messages, ack_failed, lag_sum_ms, lag_max_ms, parked_max)
-    SELECT v_bucket, v_host, v_pid, q->>'queue', (q->>'pushMessages')::bigint, (q->>'popCount')::bigint,
-           (q->>'popMessages')::bigint, (q->>'ackMessages')::bigint, (q->>'ackFailed')::bigint,
-           (q->>'lagSumMs')::float8, (q->>'lagMaxMs')::float8, (q->>'parkedMax')::int
+    INSERT INTO queen.system_metrics AS t (sampled_at, hostname, worker_id, pid, sample_count, metrics)
+    VALUES (v_bucket, v_host, v_worker, v_pid, coalesce((p->>'sampleCount')::int, 0), coalesce(p->'system', '{}'))
+    ON CONFLICT (sampled_at, hostname, worker_id) DO UPDATE
+    SET pid = EXCLUDED.pid, sample_count = EXCLUDED.sample_count, metrics = EXCLUDED.metrics;
+    INSERT INTO queen.worker_metrics AS t (sampled_at, hostname, worker_id, pid, sample_count, metrics)
+    VALUES (v_bucket, v_host, v_worker, v_pid, coalesce((p->>'sampleCount')::int, 0), coalesce(p->'worker', '{}'))
+    ON CONFLICT (sampled_at, hostname, worker_id) DO UPDATE
+    SET pid = EXCLUDED.pid, sample_count = EXCLUDED.sample_count, metrics = EXCLUDED.metrics;
+    INSERT INTO queen.queue_lag_metrics AS t (bucket_time, hostname, worker_id, queue_name, push_requests,
+        push_messages, pop_requests, pop_messages, ack_messages, ack_failed, lag_sum_ms, lag_max_ms, lag_samples,
+        parked_max)
+    SELECT v_bucket, v_host, v_worker, q->>'queue', (q->>'pushRequests')::bigint, (q->>'pushMessages')::bigint,
+           (q->>'popCount')::bigint, (q->>'popMessages')::bigint, (q->>'ackMessages')::bigint,
+           (q->>'ackFailed')::bigint, (q->>'lagSumMs')::float8, (q->>'lagMaxMs')::float8,
+           (q->>'lagSamples')::bigint, (q->>'parkedMax')::int
     FROM jsonb_array_elements(coalesce(p->'queues', '[]')) q
-    ON CONFLICT (bucket, hostname, pid, queue_name) DO UPDATE
-    SET push_messages = EXCLUDED.push_messages, pop_count = EXCLUDED.pop_count,
-        pop_messages = EXCLUDED.pop_messages, ack_messages = EXCLUDED.ack_messages,
-        ack_failed = EXCLUDED.ack_failed, lag_sum_ms = EXCLUDED.lag_sum_ms, lag_max_ms = EXCLUDED.lag_max_ms,
-        parked_max = EXCLUDED.parked_max, updated_at = now();
+    ON CONFLICT (bucket_time, hostname, worker_id, queue_name) DO UPDATE
+    SET push_requests = EXCLUDED.push_requests, push_messages = EXCLUDED.push_messages,
+        pop_requests = EXCLUDED.pop_requests, pop_messages = EXCLUDED.pop_messages,
+        ack_messages = EXCLUDED.ack_messages, ack_failed = EXCLUDED.ack_failed, lag_sum_ms = EXCLUDED.lag_sum_ms,
+        lag_max_ms = EXCLUDED.lag_max_ms, lag_samples = EXCLUDED.lag_samples, parked_max = EXCLUDED.parked_max;
 END;
 $$;
 
@@ -405,42 +408,44 @@ CREATE OR REPLACE FUNCTION queen.queue_ops_v1(p_from timestamptz, p_to timestamp
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT coalesce(jsonb_agg(jsonb_build_object(
-        'queueName', queue_name, 'bucketTime', queen.iso_ms(b), 'pushMessages', push, 'popCount', pops,
-        'popMessages', popped, 'ackMessages', acked, 'ackFailed', failed,
-        'avgLagMs', CASE WHEN pops > 0 THEN round((lag_sum / pops)::numeric, 3) ELSE 0 END,
+        'queueName', queue_name, 'bucketTime', queen.iso_ms(b), 'pushRequests', push_requests,
+        'pushMessages', push, 'popCount', pops, 'popMessages', popped, 'ackMessages', acked, 'ackFailed', failed,
+        'lagSamples', samples,
+        'avgLagMs', CASE WHEN samples > 0 THEN round((lag_sum / samples)::numeric, 3) ELSE 0 END,
         'maxLagMs', round(lag_max::numeric, 3), 'parkedMax', parked) ORDER BY queue_name, b), '[]'::jsonb)
-    FROM (SELECT queue_name, date_bin(make_interval(mins => p_bucket_minutes), bucket, timestamptz '2000-01-01')
-                     AS b,
-                 sum(push_messages) AS push, sum(pop_count) AS pops, sum(pop_messages) AS popped,
-                 sum(ack_messages) AS acked, sum(ack_failed) AS failed, sum(lag_sum_ms) AS lag_sum,
-                 max(lag_max_ms) AS lag_max, max(parked_max) AS parked
+    FROM (SELECT queue_name,
+                 date_bin(make_interval(mins => p_bucket_minutes), bucket_time, timestamptz '2000-01-01') AS b,
+                 sum(push_requests) AS push_requests, sum(push_messages) AS push, sum(pop_requests) AS pops,
+                 sum(pop_messages) AS popped, sum(ack_messages) AS acked, sum(ack_failed) AS failed,
+                 sum(lag_sum_ms) AS lag_sum, sum(lag_samples) AS samples, max(lag_max_ms) AS lag_max,
+                 max(parked_max) AS parked
           FROM queen.queue_lag_metrics
-          WHERE bucket >= date_trunc('minute', p_from) AND bucket < p_to
+          WHERE bucket_time >= date_trunc('minute', p_from) AND bucket_time < p_to
             AND (p_queue IS NULL OR queue_name = p_queue)
           GROUP BY 1, 2) t
 $$;
 
 -- The minute rows of system_metrics / worker_metrics in a range (the server folds them into buckets).
 CREATE OR REPLACE FUNCTION queen.process_metrics_v1(p_table text, p_from timestamptz, p_to timestamptz,
-                                                    p_hostname text, p_worker_id integer)
+                                                    p_hostname text, p_worker_id text)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
     v_rows jsonb;
 BEGIN
     IF p_table = 'system' THEN
-        SELECT coalesce(jsonb_agg(jsonb_build_object('bucket', queen.iso_ms(bucket), 'hostname', hostname,
-                   'pid', pid, 'workerId', worker_id, 'port', port, 'sampleCount', sample_count,
-                   'metrics', metrics) ORDER BY bucket, hostname, pid), '[]'::jsonb) INTO v_rows
+        SELECT coalesce(jsonb_agg(jsonb_build_object('bucket', queen.iso_ms(sampled_at), 'hostname', hostname,
+                   'pid', pid, 'workerId', worker_id, 'sampleCount', sample_count, 'metrics', metrics)
+                   ORDER BY sampled_at, hostname, worker_id), '[]'::jsonb) INTO v_rows
         FROM queen.system_metrics
-        WHERE bucket >= date_trunc('minute', p_from) AND bucket < p_to
+        WHERE sampled_at >= date_trunc('minute', p_from) AND sampled_at < p_to
           AND (p_hostname IS NULL OR hostname = p_hostname) AND (p_worker_id IS NULL OR worker_id = p_worker_id);
     ELSE
-        SELECT coalesce(jsonb_agg(jsonb_build_object('bucket', queen.iso_ms(bucket), 'hostname', hostname,
-                   'pid', pid, 'workerId', worker_id, 'metrics', metrics) ORDER BY bucket, hostname, pid),
-                   '[]'::jsonb) INTO v_rows
+        SELECT coalesce(jsonb_agg(jsonb_build_object('bucket', queen.iso_ms(sampled_at), 'hostname', hostname,
+                   'pid', pid, 'workerId', worker_id, 'sampleCount', sample_count, 'metrics', metrics)
+                   ORDER BY sampled_at, hostname, worker_id), '[]'::jsonb) INTO v_rows
         FROM queen.worker_metrics
-        WHERE bucket >= date_trunc('minute', p_from) AND bucket < p_to
+        WHERE sampled_at >= date_trunc('minute', p_from) AND sampled_at < p_to
           AND (p_hostname IS NULL OR hostname = p_hostname) AND (p_worker_id IS NULL OR worker_id = p_worker_id);
     END IF;
     RETURN v_rows;
@@ -549,10 +554,10 @@ CREATE OR REPLACE FUNCTION queen.prometheus_snapshot_v1()
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     WITH ops AS (
-        SELECT queue_name, sum(push_messages) AS push, sum(pop_messages) AS popped, sum(pop_count) AS pops,
+        SELECT queue_name, sum(push_messages) AS push, sum(pop_messages) AS popped, sum(lag_samples) AS pops,
                sum(ack_messages) AS acked, sum(lag_sum_ms) AS lag_sum, max(lag_max_ms) AS lag_max,
                max(parked_max) AS parked
-        FROM queen.queue_lag_metrics WHERE bucket = date_trunc('minute', now()) - interval '1 minute'
+        FROM queen.queue_lag_metrics WHERE bucket_time = date_trunc('minute', now()) - interval '1 minute'
         GROUP BY queue_name
     ), dlq AS (
         SELECT pt.queue_id, count(*) AS n FROM queen.dead_letter_queue d
@@ -588,8 +593,8 @@ LANGUAGE sql STABLE AS $$
         'queueCount', (SELECT count(*) FROM queen.queues),
         'partitionCount', (SELECT count(*) FROM queen.partitions),
         'dlqTotal', (SELECT count(*) FROM queen.dead_letter_queue),
-        'metricsAgeSeconds', (SELECT extract(epoch FROM now() - max(updated_at)) FROM queen.queue_lag_metrics
-                              WHERE bucket >= date_trunc('minute', now()) - interval '2 minutes'),
+        -- the per-minute rates are those of the minute that ended this long ago
+        'metricsAgeSeconds', extract(epoch FROM now() - date_trunc('minute', now())),
         'queues', coalesce((SELECT jsonb_agg(jsonb_build_object(
             'queue', pq.name, 'partitions', pq.partitions, 'depth', pq.depth, 'processing', pq.processing,
             'dlq', coalesce(d.n, 0), 'pushPerMinute', coalesce(o.push, 0), 'popPerMinute', coalesce(o.popped, 0),
