@@ -14,6 +14,7 @@ import httpx
 
 from queenpy.errors import BrokerError, QueenError
 
+from ._admin import AdminCalls
 from ._buffering import PushBuffers
 from ._builders import (
     AckableMessage,
@@ -58,7 +59,7 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
-class AsyncQueen:
+class AsyncQueen(AdminCalls):
     """Client of one Queen broker, or of several with failover.
 
     Args:
