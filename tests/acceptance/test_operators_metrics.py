@@ -163,3 +163,17 @@ def test_retention_and_postgres_stats_shapes(http: httpx.Client) -> None:
             "tableSizes"} <= set(stats)
     assert "messages" in {t["table"] for t in stats["tableSizes"]}
     assert stats["database"]["commits"] > 0
+
+
+def test_the_grafana_dashboard_uses_served_series(http: httpx.Client) -> None:
+    """Every ``queen_*`` series a panel of docs/grafana-queenpy.json queries is in the exposition."""
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-queenpy.json").read_text())
+    wanted = {name for panel in dashboard["panels"] for target in panel["targets"]
+              for name in re.findall(r"\bqueen_[a-z_]+", target["expr"])}
+    fill(http, unique("grafana"))
+    served = set(scrape(http))
+    assert len(wanted) >= 20 and sorted(wanted - served) == []
