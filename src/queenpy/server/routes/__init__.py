@@ -12,6 +12,7 @@ from queenpy.server.routes import (
     messages,
     queues,
     spark,
+    status,
     system,
     traces,
 )
@@ -19,7 +20,7 @@ from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, analytics)
+AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, status, analytics)
 
 
 def endpoints() -> list[Endpoint]:
