@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,23 +15,11 @@ from queen import Queen
 
 from helpers import unique
 
-FAST = {"METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"}
-
-
-@pytest.fixture(scope="module")
-def served(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from conftest import launch_broker
-
-    url = pg_server.url(pg_server.create_database(template_db))
-    process = launch_broker(url, tmp_path_factory.mktemp("admin"), workers=2, extra_env=FAST)
-    yield process
-    process.stop()
-
 
 @pytest.fixture
-async def q(served: Any) -> AsyncIterator[Queen]:
+async def q(metrics_broker: Any) -> AsyncIterator[Queen]:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(served.url)
+    client = Queen(metrics_broker.url)
     try:
         yield client
     finally:
@@ -50,7 +38,7 @@ async def until(probe: Any, accept: Any, seconds: float = 15.0) -> Any:
         await asyncio.sleep(0.1)
 
 
-async def test_messages_traces_groups_seek_and_maintenance(q: Queen, served: Any) -> None:
+async def test_messages_traces_groups_seek_and_maintenance(q: Queen, metrics_broker: Any) -> None:
     admin = q.admin
     queue = unique("admin")
     await q.queue(queue).partition("p").push([{"data": {"n": n}, "transactionId": f"t{n}"} for n in range(4)])
@@ -75,7 +63,7 @@ async def test_messages_traces_groups_seek_and_maintenance(q: Queen, served: Any
     deleted = await admin.delete_message(partition_id, "t3")
     assert deleted["success"] is True and deleted["message"] == "Message deleted successfully"
 
-    async with httpx.AsyncClient(base_url=served.url) as http:
+    async with httpx.AsyncClient(base_url=metrics_broker.url) as http:
         traced = await http.post("/api/v1/traces", json={"transactionId": "t0", "partitionId": partition_id,
                                                          "traceNames": ["admin-trace"], "data": {"step": 1}})
         assert traced.json()["success"] is True

@@ -3,7 +3,7 @@ their metrics rows every 0.2 s (``METRICS_AGGREGATE_INTERVAL_S``), checked again
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -12,22 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers import unique, wait_until
 
-FAST_METRICS = {"METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"}
-
-
-@pytest.fixture(scope="module")
-def fast(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from conftest import launch_broker
-
-    url = pg_server.url(pg_server.create_database(template_db))
-    process = launch_broker(url, tmp_path_factory.mktemp("metrics"), workers=2, extra_env=FAST_METRICS)
-    yield process
-    process.stop()
-
 
 @pytest.fixture
-def http(fast: Any) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=fast.url, timeout=30) as client:
+def http(metrics_broker: Any) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=metrics_broker.url, timeout=30) as client:
         yield client
 
 
