@@ -1,11 +1,12 @@
-"""Per-process state of the broker: database, fusion engine, failover buffer, payload cipher and the
-queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
+"""Per-process state of the broker: database, fusion engine, failover buffer, payload cipher, background
+services and the queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import socket
 import time
 from typing import Any
 
@@ -15,6 +16,7 @@ from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
+from queenpy.services import Services
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -38,14 +40,18 @@ class Broker:
             settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
             max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
             flush_ms=settings.file_buffer_flush_ms)
+        holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
+        self.services = Services(self.database, settings.services, holder)
 
     async def start(self) -> None:
         await self.database.open()
         await self.engine.start()
         await self.failover.drain_once()  # leftovers of a previous run are stored before serving
         self.failover.start()
+        await self.services.start()
 
     async def stop(self) -> None:
+        await self.services.stop()
         await self.failover.stop()
         await self.engine.stop()
         await self.database.close()
