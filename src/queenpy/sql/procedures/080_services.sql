@@ -1,6 +1,14 @@
 -- Background services (migration 009 describes the tables): the triggers that keep the counters, retention
 -- and eviction in bounded steps, partition cleanup, history trimming, the stats job, the services' records.
 
+-- Indexes for the deletes of retention and eviction. Deleting a message cascades to its traces and replays,
+-- found by message_id, and deleting a trace to its names, found by trace_id; without these indexes every
+-- deleted message scanned message_traces and replays whole (tests/integration/test_explain_services.py).
+-- Here rather than in migration 009 (released before they were found); IF NOT EXISTS keeps it idempotent.
+CREATE INDEX IF NOT EXISTS message_traces_message_id_idx ON queen.message_traces (message_id);
+CREATE INDEX IF NOT EXISTS message_trace_names_trace_idx ON queen.message_trace_names (trace_id);
+CREATE INDEX IF NOT EXISTS replays_message_idx ON queen.replays (message_id);
+
 -- Counters -------------------------------------------------------------------------------------------------
 
 -- A new partition gets its counters and stats rows in the creating statement (push, configure, SQL), so every
@@ -70,13 +78,19 @@ BEGIN
 END;
 $$;
 
+-- A dead letter leaving the DLQ (replayed, or deleted) while its message stays: completed retention spared
+-- the message, so its floor goes back below it, and the message goes once every group has consumed it.
 CREATE OR REPLACE FUNCTION queen.dead_letters_removed_v1()
 RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE queen.partition_counters c
-    SET dlq_messages = greatest(c.dlq_messages - r.n, 0), updated_at = now()
-    FROM (SELECT partition_id, count(*) AS n FROM removed GROUP BY partition_id) r
+    SET dlq_messages = greatest(c.dlq_messages - r.n, 0),
+        completed_seq = least(c.completed_seq, coalesce(r.first_kept - 1, c.completed_seq)),
+        updated_at = now()
+    FROM (SELECT d.partition_id, count(*) AS n, min(m.seq) AS first_kept
+          FROM removed d LEFT JOIN queen.messages m ON m.id = d.message_id
+          GROUP BY d.partition_id) r
     WHERE c.partition_id = r.partition_id;
     RETURN NULL;
 END;
@@ -316,12 +330,17 @@ $$;
 -- Partition cleanup: at most p_limit partitions with no message, created and last pushed to before the idle
 -- cutoff, whose consumer rows (if any) hold no live lease and saw no activity since then, are deleted with
 -- their consumer rows (cascade). Candidates are found by a scan of queen.partitions (once per retention run);
--- each is checked by index probes (messages by (partition_id, seq), consumer rows by partition) and locked
--- with SKIP LOCKED, so a partition a push is writing to is left alone; a push that finds its partition gone
--- when it locks creates it again (push_items_v2). One retention_history row per queue.
+-- each is checked by an index probe of messages, and locked with SKIP LOCKED, so a partition a push is
+-- writing to is left alone; a push that finds its partition gone when it locks creates it again
+-- (push_items_v2). One retention_history row per queue.
+-- enable_seqscan = off also holds for the cascades of the deletes (the foreign keys' own queries, planned
+-- once per session): planned while dead_letter_queue or replays was small, they scanned the whole table for
+-- every deleted partition (tests/integration/test_explain_services.py).
 CREATE OR REPLACE FUNCTION queen.partition_cleanup_v1(p_idle_seconds double precision, p_limit integer)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_cutoff timestamptz := now() - make_interval(secs => p_idle_seconds);
     v_deleted integer;
@@ -330,12 +349,13 @@ BEGIN
     WITH doomed AS (
         SELECT p.id FROM queen.partitions p
         WHERE p.last_activity < v_cutoff AND p.created_at < v_cutoff
-          AND NOT EXISTS (SELECT 1 FROM queen.messages m WHERE m.partition_id = p.id)
-          AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
-                          WHERE pc.partition_id = p.id
-                            AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
-                                 OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff))
-        ORDER BY p.id
+          -- scalar subqueries, not NOT EXISTS: probes per candidate, never an anti-join over a whole table
+          AND (SELECT m.seq FROM queen.messages m WHERE m.partition_id = p.id LIMIT 1) IS NULL
+          AND (SELECT true FROM queen.partition_consumers pc
+               WHERE pc.partition_id = p.id
+                 AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
+                      OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff)
+               LIMIT 1) IS NULL
         LIMIT p_limit
         FOR UPDATE OF p SKIP LOCKED
     ), gone AS (
@@ -360,10 +380,14 @@ $$;
 -- (then by row address). METRICS_RETENTION_DAYS: retention_history, messages_consumed, system_metrics,
 -- worker_metrics, queue_lag_metrics, service_runs; STATS_HISTORY_RETENTION_DAYS: queue_throughput.
 -- Returns {"<table>": rows deleted}; the caller repeats while any table reached p_limit.
+-- enable_seqscan = off: with half a table older than the cutoff, "LIMIT n" looked cheap by a sequential scan,
+-- which then read the young half first (rows are stored in time order).
 CREATE OR REPLACE FUNCTION queen.trim_history_v1(p_metrics_before timestamptz, p_stats_before timestamptz,
                                                  p_limit integer)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_result jsonb := '{}'::jsonb;
     v_n integer;
