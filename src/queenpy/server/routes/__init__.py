@@ -11,6 +11,7 @@ from queenpy.server.routes import (
     maintenance,
     messages,
     queues,
+    resources,
     spark,
     status,
     system,
@@ -20,7 +21,7 @@ from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, status, analytics)
+AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, status, analytics)
 
 
 def endpoints() -> list[Endpoint]:
