@@ -277,8 +277,9 @@ LANGUAGE sql STABLE AS $$
         'leases', (SELECT jsonb_build_object('active', active, 'partitionsWithLeases', partitions,
                                              'totalBatchSize', batch, 'totalAcked', acked) FROM leases),
         'deadLetterQueue', jsonb_build_object('totalMessages', coalesce(sum(st.dead_letter), 0),
-            'affectedPartitions', (SELECT count(*) FROM queen.partition_stats ps JOIN scope ON scope.id = ps.queue_id
-                                   WHERE ps.dead_letter > 0),
+            'affectedPartitions', (SELECT count(DISTINCT d.partition_id) FROM queen.dead_letter_queue d
+                                   JOIN queen.partitions pt ON pt.id = d.partition_id
+                                   JOIN scope ON scope.id = pt.queue_id),
             'topErrors', coalesce((SELECT jsonb_agg(jsonb_build_object('error', e, 'count', n) ORDER BY n DESC, e)
                 FROM (SELECT coalesce(d.error_message, '') AS e, count(*) AS n FROM queen.dead_letter_queue d
                       JOIN queen.partitions pt ON pt.id = d.partition_id JOIN scope ON scope.id = pt.queue_id
