@@ -10,6 +10,8 @@ import subprocess
 import sys
 from typing import Any
 
+import httpx
+
 from queenpy.client import Queen
 
 from helpers import run_queenpy as queenpy
@@ -137,6 +139,7 @@ def test_configure_retention_options_and_queues_shows_them_with_the_depth(broker
             configured["maxWaitTimeSeconds"], configured["maxSize"], configured["retentionEnabled"]) == (
         3600, 60, 90, 5, True)
     queenpy(broker, "push", "-q", queue, "1", "2")
+    httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60)  # counts come from the stats job
     [row] = [r for r in json.loads(queenpy(broker, "queues", "--json").stdout) if r["name"] == queue]
     assert row["messages"]["total"] == 2 and row["options"]["maxWaitTimeSeconds"] == 90
     line = next(line for line in queenpy(broker, "queues").stdout.splitlines() if queue in line)

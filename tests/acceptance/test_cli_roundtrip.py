@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from helpers import run_queenpy, unique
 
 queenpy = functools.partial(run_queenpy, timeout_s=60)
@@ -23,8 +25,14 @@ PER_PARTITION = 2_500
 TOTAL = PER_PARTITION * len(PARTITIONS)
 
 
+def refresh_stats(broker: Any) -> None:
+    """Counts come from the stats job (every STATS_INTERVAL_MS): run it now."""
+    assert httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60).status_code == 200
+
+
 def listed_counts(broker: Any, queue: str) -> dict[str, int]:
     """The ``messages`` counts of ``queue`` in ``queenpy queues --json``."""
+    refresh_stats(broker)
     rows = [row for row in json.loads(queenpy(broker, "queues", "--json").stdout) if row["name"] == queue]
     assert len(rows) == 1, f"{queue} listed {len(rows)} times"
     return rows[0]["messages"]
@@ -32,6 +40,7 @@ def listed_counts(broker: Any, queue: str) -> dict[str, int]:
 
 def table_row(broker: Any, queue: str) -> list[str]:
     """The cells of ``queue``'s row in the human-readable ``queenpy queues`` table."""
+    refresh_stats(broker)
     rows = [line for line in queenpy(broker, "queues").stdout.splitlines() if f" {queue} " in line]
     assert len(rows) == 1, f"{queue} not in the table exactly once: {rows}"
     return [cell.strip() for cell in rows[0].strip("│┃| \n").replace("┃", "│").split("│")]
@@ -39,6 +48,7 @@ def table_row(broker: Any, queue: str) -> list[str]:
 
 def depths(broker: Any, queue: str) -> dict[str, Any]:
     """Per partition and in total, ``pending`` from ``queenpy queues describe <queue> --json``."""
+    refresh_stats(broker)
     described = json.loads(queenpy(broker, "queues", "describe", queue, "--json").stdout)["queue"]
     per_partition = {p["name"]: p["stats"]["pending"] for p in described["partitions"]}
     return {"partitions": per_partition, "total": described["totals"]["pending"]}
