@@ -1,0 +1,264 @@
+/* queenpy console: the views, one Alpine.js component each (templates in index.html).
+ *
+ * Every view loads through QC.api (app.js) and refreshes with QC.poll on the store's period. Lists are paged:
+ * by the broker where the route takes limit/offset (DLQ, traces, messages, status/queues), in the browser
+ * where the route answers the whole list (consumer groups, a queue's partitions).
+ */
+"use strict";
+
+/* A section of a view that loads on its own: `data`, `error`, and `run(fn)`, which keeps the last good data
+ * when a refresh fails and says why. */
+QC.section = function () {
+  return {
+    data: null,
+    error: "",
+    loaded: false,
+    async run(fn) {
+      try {
+        this.data = await fn();
+        this.error = "";
+      } catch (err) {
+        this.error = err.status === 404 ? "not served by this broker" : err.message;
+      } finally {
+        this.loaded = true;
+      }
+    },
+  };
+};
+
+/* The queues of the broker, one page: {rows: [{name, namespace, task, partitions, total, pending, processing,
+ * deadLetter}], total}. `sort` is "depth" (pending, largest first) or "name"; `search` a substring of the name. */
+QC.queuePage = async function ({ offset, limit, search, sort }) {
+  const answer = (await QC.get("/api/v1/resources/queues")) || { queues: [] };
+  let rows = answer.queues.map((q) => ({
+    name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
+    total: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
+    processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
+  }));
+  if (search) rows = rows.filter((r) => r.name.toLowerCase().includes(search.toLowerCase()));
+  if (sort === "name") rows.sort((a, b) => a.name.localeCompare(b.name));
+  else rows.sort((a, b) => (b.pending ?? 0) - (a.pending ?? 0) || a.name.localeCompare(b.name));
+  return { rows: rows.slice(offset, offset + limit), total: rows.length };
+};
+
+/* A throughput chart (uPlot) in `el`: messages per second ingested and processed. */
+QC.chart = function (el) {
+  const options = {
+    width: Math.max(320, el.clientWidth || 640), height: 220,
+    scales: { x: { time: true } },
+    series: [{}, { label: "ingested/s", stroke: "#2f6fdf", width: 2 }, { label: "processed/s", stroke: "#1a9a5a", width: 2 }],
+    axes: [{}, { size: 60 }],
+  };
+  const plot = new uPlot(options, [[], [], []], el);
+  const resize = () => plot.setSize({ width: Math.max(320, el.clientWidth), height: 220 });
+  window.addEventListener("resize", resize);
+  return {
+    plot,
+    set(points) {
+      plot.setData([points.map((p) => p.t), points.map((p) => p.ingested), points.map((p) => p.processed)]);
+    },
+    destroy() { window.removeEventListener("resize", resize); plot.destroy(); },
+  };
+};
+
+document.addEventListener("alpine:init", () => {
+  /* ---------------- overview ---------------- */
+  Alpine.data("overview", () => ({
+    totals: QC.section(), queues: QC.section(), health: QC.section(), buffers: QC.section(),
+    metrics: QC.section(), groups: QC.section(),
+    page: { offset: 0, limit: 25 },
+    points: [],
+    renderMs: null,
+    init() {
+      this.stop = QC.poll(() => this.load());
+      this.$nextTick(() => { this.chart = QC.chart(this.$refs.chart); });
+    },
+    destroy() { this.stop(); this.chart?.destroy(); },
+    async load() {
+      await Promise.all([
+        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" })),
+        this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
+        this.buffers.run(() => QC.get("/api/v1/status/buffers")),
+        this.metrics.run(() => QC.get("/metrics")),
+        this.groups.run(async () => (await QC.get("/api/v1/consumer-groups")) || []),
+      ]);
+      Alpine.store("app").updated();
+    },
+    move(delta) {
+      this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
+      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" }));
+    },
+    laggingGroups() {
+      return (this.groups.data || []).filter((g) => g.partitionsWithLag > 0)
+        .sort((a, b) => (b.maxTimeLag ?? 0) - (a.maxTimeLag ?? 0)).slice(0, 10);
+    },
+    fusionRows() {
+      const fusion = this.metrics.data?.fusion || {};
+      return Object.entries(fusion).map(([name, f]) => ({ name, ...f }));
+    },
+  }));
+
+  /* ---------------- queues ---------------- */
+  Alpine.data("queues", () => ({
+    list: QC.section(),
+    search: "", sort: "depth",
+    page: { offset: 0, limit: 50 },
+    init() {
+      this.search = Alpine.store("app").route.query.search || "";
+      this.sort = Alpine.store("app").route.query.sort || "depth";
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    load() {
+      return this.list.run(() => QC.queuePage({ ...this.page, search: this.search, sort: this.sort }));
+    },
+    refilter() { this.page.offset = 0; this.load(); },
+    move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
+  }));
+
+  Alpine.data("queueDetail", () => ({
+    queue: QC.section(), groups: QC.section(),
+    name: "", partitionPager: QC.pager(50),
+    init() {
+      this.name = Alpine.store("app").route.args[0];
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    async load() {
+      await Promise.all([
+        this.queue.run(() => QC.get(`/api/v1/resources/queues/${QC.seg(this.name)}`)),
+        this.groups.run(async () => {
+          const all = (await QC.get("/api/v1/consumer-groups")) || [];
+          const mine = all.filter((g) => g.queueName === this.name);
+          const details = await Promise.all(mine.map((g) => QC.get(`/api/v1/consumer-groups/${QC.seg(g.name)}`)));
+          return mine.map((g, i) => {
+            const parts = details[i]?.[this.name]?.partitions || [];
+            return { ...g, offsetLag: parts.reduce((sum, p) => sum + (Number(p.offsetLag) || 0), 0), parts };
+          });
+        }),
+      ]);
+      Alpine.store("app").updated();
+    },
+    partitions() { return this.queue.data?.partitions || []; },
+    options() { return Object.entries(this.queue.data?.options || this.queue.data?.config || {}); },
+    async remove() {
+      if (!confirm(`Delete queue ${this.name} and every message in it?`)) return;
+      if (await QC.act(`queue ${this.name} deleted`, () => QC.api("DELETE", `/api/v1/resources/queues/${QC.seg(this.name)}`))) {
+        QC.go("queues");
+      }
+    },
+  }));
+
+  /* ---------------- DLQ ---------------- */
+  Alpine.data("dlq", () => ({
+    list: QC.section(),
+    queue: "", group: "", selected: {},
+    page: { offset: 0, limit: 50 },
+    init() {
+      this.queue = Alpine.store("app").route.query.queue || "";
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    load() {
+      return this.list.run(() => QC.get(QC.url("/api/v1/dlq", {
+        queue: this.queue, consumerGroup: this.group, limit: this.page.limit, offset: this.page.offset })));
+    },
+    rows() { return this.list.data?.messages || []; },
+    total() { return this.list.data?.total ?? this.rows().length; },
+    key(m) { return `${m.partitionId}/${m.transactionId}/${m.consumerGroup}`; },
+    refilter() { this.page.offset = 0; this.selected = {}; this.load(); },
+    move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
+    selectedRows() { return this.rows().filter((m) => this.selected[this.key(m)]); },
+    toggleAll(on) { for (const m of this.rows()) this.selected[this.key(m)] = on; },
+    replayOne(m) {
+      return QC.api("POST", `/api/v1/messages/${QC.seg(m.partitionId)}/${QC.seg(m.transactionId)}/retry`,
+        { consumerGroup: m.consumerGroup });
+    },
+    async replay(rows) {
+      const done = await QC.act(`${rows.length} message(s) replayed`, async () => {
+        for (const m of rows) await this.replayOne(m);
+      });
+      if (done) { this.selected = {}; await this.load(); }
+    },
+  }));
+
+  /* ---------------- consumer groups ---------------- */
+  Alpine.data("groups", () => ({
+    list: QC.section(), search: "", pager: QC.pager(50),
+    init() { this.stop = QC.poll(() => this.list.run(async () => (await QC.get("/api/v1/consumer-groups")) || [])); },
+    destroy() { this.stop(); },
+    rows() {
+      const s = this.search.toLowerCase();
+      return (this.list.data || []).filter((g) => !s || g.name.toLowerCase().includes(s) || g.queueName.toLowerCase().includes(s));
+    },
+  }));
+
+  Alpine.data("groupDetail", () => ({
+    detail: QC.section(), name: "", seekAt: {},
+    init() {
+      this.name = Alpine.store("app").route.args[0];
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    load() { return this.detail.run(async () => (await QC.get(`/api/v1/consumer-groups/${QC.seg(this.name)}`)) || {}); },
+    queues() {
+      return Object.entries(this.detail.data || {}).map(([queue, value]) => ({
+        queue, partitions: value.partitions || [],
+        offsetLag: (value.partitions || []).reduce((s, p) => s + (Number(p.offsetLag) || 0), 0),
+      }));
+    },
+    async seek(queue, toEnd) {
+      const body = toEnd ? { toEnd: true } : { timestamp: QC.isoFromLocal(this.seekAt[queue]) };
+      if (!toEnd && !body.timestamp) { Alpine.store("app").notify("choose a time to seek to", "error"); return; }
+      const what = toEnd ? "the end" : QC.time(body.timestamp);
+      if (!confirm(`Move ${this.name}'s cursors on ${queue} to ${what}?`)) return;
+      await QC.act(`${this.name} on ${queue} moved to ${what}`, () => QC.api("POST",
+        `/api/v1/consumer-groups/${QC.seg(this.name)}/queues/${QC.seg(queue)}/seek`, body));
+      await this.load();
+    },
+    async remove(queue) {
+      const where = queue ? ` on ${queue}` : "";
+      if (!confirm(`Delete consumer group ${this.name}${where}?`)) return;
+      const path = `/api/v1/consumer-groups/${QC.seg(this.name)}` + (queue ? `/queues/${QC.seg(queue)}` : "");
+      if (await QC.act(`consumer group ${this.name}${where} deleted`, () => QC.api("DELETE", path))) {
+        if (queue) await this.load(); else QC.go("groups");
+      }
+    },
+  }));
+
+  /* ---------------- traces ---------------- */
+  Alpine.data("traces", () => ({
+    names: QC.section(), byName: QC.section(), name: "",
+    namesPage: { offset: 0, limit: 50 }, tracesPage: { offset: 0, limit: 50 },
+    init() {
+      this.name = Alpine.store("app").route.args[0] || "";
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    async load() {
+      await this.names.run(() => QC.get(QC.url("/api/v1/traces/names", this.namesPage)));
+      if (this.name) {
+        await this.byName.run(() => QC.get(QC.url(`/api/v1/traces/by-name/${QC.seg(this.name)}`, this.tracesPage)));
+      }
+    },
+    open(name) { this.name = name; this.tracesPage.offset = 0; QC.go("traces", [name]); this.load(); },
+    moveNames(delta) { this.namesPage.offset = Math.max(0, this.namesPage.offset + delta * this.namesPage.limit); this.load(); },
+    moveTraces(delta) { this.tracesPage.offset = Math.max(0, this.tracesPage.offset + delta * this.tracesPage.limit); this.load(); },
+  }));
+
+  /* ---------------- system ---------------- */
+  Alpine.data("system", () => ({
+    health: QC.section(), metrics: QC.section(), buffers: QC.section(),
+    init() { this.stop = QC.poll(() => this.load()); },
+    destroy() { this.stop(); },
+    async load() {
+      await Promise.all([
+        this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
+        this.metrics.run(() => QC.get("/metrics")),
+        this.buffers.run(() => QC.get("/api/v1/status/buffers")),
+      ]);
+      Alpine.store("app").updated();
+    },
+    fusionRows() { return Object.entries(this.metrics.data?.fusion || {}).map(([name, f]) => ({ name, ...f })); },
+  }));
+});

@@ -1,0 +1,177 @@
+"""The console in Chromium against the session broker: each view shows what the API answers, and its buttons
+change what the API then answers (replay a dead letter, seek a group, ...)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from helpers import unique
+
+pytestmark = pytest.mark.browser
+
+
+def push(client: httpx.Client, queue: str, count: int, partition: str = "Default", prefix: str = "m") -> None:
+    items = [{"queue": queue, "partition": partition, "payload": {"n": i}, "transactionId": f"{prefix}-{i}"}
+             for i in range(count)]
+    results = client.post("/api/v1/push", json={"items": items}).json()
+    assert [r["status"] for r in results] == ["queued"] * count, results
+
+
+def pop(client: httpx.Client, queue: str, batch: int, group: str | None = None) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"batch": batch, "wait": "false"}
+    if group:
+        params["consumerGroup"] = group
+    answer = client.get(f"/api/v1/pop/queue/{queue}", params=params)
+    return list(answer.json()["messages"]) if answer.content else []
+
+
+def queue_row(api_client: httpx.Client, queue: str) -> dict[str, Any]:
+    queues = api_client.get("/api/v1/resources/queues").json()["queues"]
+    return next(q for q in queues if q["name"] == queue)
+
+
+def test_the_overview_lists_a_queue_with_its_depth(broker: Any, console: Callable[..., Any],
+                                                   api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue = unique("overview")
+    push(client, queue, 42)
+    assert queue_row(client, queue)["messages"]["pending"] == 42
+
+    page = console(broker, "/")
+    row = page.locator(f"[data-test=overview-queues] tr[data-queue='{queue}']")
+    expect(row.locator("[data-col=depth]")).to_have_text("42")
+    expect(row.locator("[data-col=total]")).to_have_text("42")
+    expect(row.locator("[data-col=inflight]")).to_have_text("0")
+    expect(page.locator("[data-test=db-health]")).to_have_text("connected")
+    assert page.console_errors == []
+
+
+def test_queue_search_sort_and_detail(broker: Any, console: Callable[..., Any],
+                                      api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    prefix = unique("sort")
+    depths = {f"{prefix}-a": 3, f"{prefix}-b": 7, f"{prefix}-c": 5}
+    for name, depth in depths.items():
+        push(client, name, depth)
+    consumed = pop(client, f"{prefix}-b", 2, group="billing")
+    for message in consumed:
+        client.post("/api/v1/ack", json={"transactionId": message["transactionId"],
+                                         "partitionId": message["partitionId"], "status": "completed",
+                                         "consumerGroup": "billing"})
+
+    page = console(broker, "/#/queues")
+    page.fill("[data-test=queue-search]", prefix)
+    rows = page.locator("[data-test=queues] tbody tr")
+    expect(rows).to_have_count(3)
+    expect(rows.locator("td:first-child")).to_have_text([f"{prefix}-b", f"{prefix}-c", f"{prefix}-a"])
+    page.select_option("[data-test=queue-sort]", "name")
+    expect(rows.locator("td:first-child")).to_have_text([f"{prefix}-a", f"{prefix}-b", f"{prefix}-c"])
+
+    rows.filter(has_text=f"{prefix}-b").locator("a").click()
+    expect(page.locator("[data-view=queue] h1")).to_have_text(f"Queue {prefix}-b")
+    detail = client.get(f"/api/v1/resources/queues/{prefix}-b").json()
+    expect(page.locator("[data-test=total-total]")).to_have_text(str(detail["totals"]["total"]))
+    expect(page.locator("[data-test=total-pending]")).to_have_text(str(detail["totals"]["pending"]))
+    expect(page.locator("[data-test=partitions] tbody tr")).to_have_count(len(detail["partitions"]))
+    group_detail = client.get("/api/v1/consumer-groups/billing").json()[f"{prefix}-b"]["partitions"]
+    expected_lag = sum(int(p["offsetLag"]) for p in group_detail)
+    assert expected_lag == 5
+    expect(page.locator("[data-test=queue-groups] tr[data-group=billing] [data-col=lag]")).to_have_text(
+        str(expected_lag))
+
+
+def test_replay_a_dead_letter(broker: Any, console: Callable[..., Any],
+                              api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue = unique("dlq")
+    push(client, queue, 3)
+    messages = pop(client, queue, 3, group="workers")
+    for message in messages[:2]:
+        client.post("/api/v1/ack", json={"transactionId": message["transactionId"], "status": "dlq",
+                                         "partitionId": message["partitionId"], "consumerGroup": "workers",
+                                         "error": f"boom {message['transactionId']}"})
+    client.post("/api/v1/ack", json={"transactionId": messages[2]["transactionId"], "status": "completed",
+                                     "partitionId": messages[2]["partitionId"], "consumerGroup": "workers"})
+    listed = client.get("/api/v1/dlq", params={"queue": queue}).json()
+    assert listed["total"] == 2
+
+    page = console(broker, f"/#/dlq?queue={queue}")
+    rows = page.locator("[data-test=dlq] tbody tr")
+    expect(rows).to_have_count(2)
+    expect(page.locator("[data-test=dlq-total]")).to_have_text("2 dead letters")
+    expect(rows.filter(has_text="m-0").locator("td.err")).to_have_text("boom m-0")
+
+    rows.filter(has_text="m-0").locator("[data-test=replay]").click()
+    expect(page.locator("[data-test=toast]").first).to_have_text("1 message(s) replayed")
+    expect(rows).to_have_count(1)
+    assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 1
+    again = pop(client, queue, 10, group="workers")
+    assert [m["transactionId"] for m in again] == ["m-0"]
+
+    # replay the rest by selection
+    client.post("/api/v1/ack", json={"transactionId": "m-0", "partitionId": again[0]["partitionId"],
+                                     "status": "completed", "consumerGroup": "workers"})
+    page.locator("[data-test=dlq] thead input[type=checkbox]").check()
+    expect(page.locator("[data-test=replay-selected]")).to_have_text("replay selected (1)")
+    page.locator("[data-test=replay-selected]").click()
+    expect(rows).to_have_count(0)
+    assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 0
+
+
+def test_seek_a_consumer_group_to_the_end(broker: Any, console: Callable[..., Any],
+                                          api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue, group = unique("seek"), unique("grp")
+    push(client, queue, 10)
+    for message in pop(client, queue, 3, group=group):
+        client.post("/api/v1/ack", json={"transactionId": message["transactionId"], "status": "completed",
+                                         "partitionId": message["partitionId"], "consumerGroup": group})
+
+    def lag() -> int:
+        return sum(int(p["offsetLag"]) for p in client.get(f"/api/v1/consumer-groups/{group}").json()[queue][
+            "partitions"])
+
+    assert lag() == 7
+    page = console(broker, f"/#/group/{group}")
+    card = page.locator(f"[data-view=group] .card[data-queue='{queue}']")
+    expect(card.locator("[data-test=group-lag]")).to_have_text("7")
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("[data-test=seek-end]").click()
+    expect(card.locator("[data-test=group-lag]")).to_have_text("0")
+    assert lag() == 0
+    assert pop(client, queue, 10, group=group) == []
+
+
+def test_traces_by_name(broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue, name = unique("traced"), unique("order")
+    push(client, queue, 2)
+    for message in pop(client, queue, 2):
+        client.post("/api/v1/traces", json={"transactionId": message["transactionId"],
+                                            "partitionId": message["partitionId"], "eventType": "step",
+                                            "data": {"seen": message["transactionId"]}, "traceNames": [name]})
+    traced = client.get(f"/api/v1/traces/by-name/{name}").json()
+    assert traced["total"] == 2
+
+    page = console(broker, "/#/traces")
+    page.locator("[data-test=trace-names] a", has_text=name).click()
+    rows = page.locator("[data-test=traces] tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.locator("td:nth-child(5)")).to_have_text(
+        [re.compile(r'"seen":"m-[01]"')] * 2)
+    expect(page).to_have_url(re.compile(f"#/traces/{name}$"))
+
+
+def test_system_shows_the_workers_numbers(broker: Any, console: Callable[..., Any],
+                                          api: Callable[..., httpx.Client]) -> None:
+    metrics = api(broker).get("/metrics").json()
+    page = console(broker, "/#/system")
+    rows = page.locator("[data-test=fusion] tbody tr td:first-child")
+    expect(rows).to_have_text(list(metrics["fusion"]))
+    expect(page.locator("[data-test=pool-size]")).to_have_text(re.compile(r"^\d+$"))
