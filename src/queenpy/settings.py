@@ -155,6 +155,10 @@ class Settings:
     file_buffer_flush_ms: int = 100
     file_buffer_max_batch: int = 100
     file_buffer_events_per_file: int = 10_000
+    # every worker samples its own numbers (CPU, memory, pool, fusion, long polls) this often, and writes the
+    # current minute's aggregates to queen.system_metrics / worker_metrics / queue_lag_metrics this often
+    metrics_sample_interval_ms: int = 1000
+    metrics_aggregate_interval_s: float = 60.0
     fusion: dict[str, FusionSettings] = field(default_factory=dict)
 
     @classmethod
@@ -192,6 +196,8 @@ class Settings:
             file_buffer_flush_ms=max(10, _int(env, "FILE_BUFFER_FLUSH_MS", 100)),
             file_buffer_max_batch=max(1, _int(env, "FILE_BUFFER_MAX_BATCH", 100)),
             file_buffer_events_per_file=max(1, _int(env, "FILE_BUFFER_EVENTS_PER_FILE", 10_000)),
+            metrics_sample_interval_ms=max(50, _int(env, "METRICS_SAMPLE_INTERVAL_MS", 1000)),
+            metrics_aggregate_interval_s=max(0.1, _float(env, "METRICS_AGGREGATE_INTERVAL_S", 60.0)),
             fusion={
                 op: FusionSettings.from_env(env, op, batch, concurrent)
                 for op, (batch, concurrent) in _FUSION_DEFAULTS.items()

@@ -1,5 +1,5 @@
-"""Per-process state of the broker: database, fusion engine, failover buffer, payload cipher and the
-queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
+"""Per-process state of the broker: database, fusion engine, failover buffer, maintenance switches, payload
+cipher and the queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
+from queenpy.server.maintenance import MaintenanceState
+from queenpy.server.metrics import WorkerMetrics
+from queenpy.server.prometheus import WorkerInstruments
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -38,14 +41,23 @@ class Broker:
             settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
             max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
             flush_ms=settings.file_buffer_flush_ms)
+        self.maintenance = MaintenanceState(self.database, self.failover)
+        self.maintenance.attach(self.engine)
+        self.instruments = WorkerInstruments(worker_id)
+        self.metrics = WorkerMetrics(self, self.instruments)
+        self.engine.observe_calls(self.instruments.observe_call)
 
     async def start(self) -> None:
         await self.database.open()
         await self.engine.start()
+        await self.maintenance.start()  # before the drain: push maintenance keeps the buffer on disk
         await self.failover.drain_once()  # leftovers of a previous run are stored before serving
         self.failover.start()
+        self.metrics.start()
 
     async def stop(self) -> None:
+        await self.metrics.stop()
+        await self.maintenance.stop()
         await self.failover.stop()
         await self.engine.stop()
         await self.database.close()
@@ -72,6 +84,10 @@ class Broker:
             if item["queue"] in encrypted:
                 item["payload"] = self.cipher.encrypt(item["payload"])
                 item["isEncrypted"] = True
+
+    def cached_queue_count(self) -> int:
+        """Queues in the encryption-flag cache."""
+        return len(self._encrypted_queues)
 
     def forget_queue(self, name: str) -> None:
         self._encrypted_queues.pop(name, None)

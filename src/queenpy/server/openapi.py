@@ -37,7 +37,14 @@ _ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "pr
 
 
 # routes whose body may be empty (treated as {})
-_OPTIONAL_BODY = {"/api/v1/lease/{lease_id}/extend", "/api/v1/messages/{partition_id}/{transaction_id}/retry"}
+_OPTIONAL_BODY = {"/api/v1/lease/{lease_id}/extend", "/api/v1/messages/{partition_id}/{transaction_id}/retry",
+                  "/api/v1/messages/{partition_id}/{transaction_id}/dlq"}
+_TIME = {"type": "string", "format": "date-time"}
+_RANGE = [_param("from", schema=_TIME), _param("to", schema=_TIME)]
+_PAGE = [_param("limit", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
+         _param("offset", schema=_INT)]
+_MESSAGE = [_param("partition_id", "path"), _param("transaction_id", "path")]
+_ENABLED = {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}
 
 
 def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
@@ -51,6 +58,43 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/openapi.json"): ("This document", [], None),
     ("get", "/api/v1/status/buffers"): ("Failover buffer of this worker: pending files, database health",
                                         [], None),
+    ("get", "/metrics/prometheus"): ("Prometheus exposition (text format 0.0.4)", [], None),
+    ("get", "/api/v1/system/maintenance"): ("Push maintenance mode and the failover buffer", [], None),
+    ("post", "/api/v1/system/maintenance"): ("Turn push maintenance mode on or off (every broker)", [], _ENABLED),
+    ("get", "/api/v1/system/maintenance/pop"): ("Pop maintenance mode", [], None),
+    ("post", "/api/v1/system/maintenance/pop"): ("Turn pop maintenance mode on or off (every broker)", [],
+                                                 _ENABLED),
+    ("get", "/api/v1/system/shared-state"): ("How this worker shares state (PostgreSQL NOTIFY)", [], None),
+    ("get", "/internal/api/shared-state/stats"): ("Shared-state counters of this worker", [], None),
+    ("get", "/internal/api/inter-instance/stats"): ("Shared-state counters of this worker", [], None),
+    ("post", "/internal/api/notify"): ("Wake long polls of a queue in every broker process", [], {
+        "type": "object", "required": ["queue"], "properties": {"queue": _NAME, "partition": _NAME}}),
+    ("get", "/api/v1/messages"): ("Browse messages by time range, queue, partition, namespace, task, status", [
+        _param("queue"), _param("partition"), _param("ns"), _param("namespace"), _param("task"),
+        _param("status", schema={"type": "string", "enum": ["pending", "processing", "completed", "dead_letter"]}),
+        *_RANGE, *_PAGE], None),
+    ("get", "/api/v1/messages/{partition_id}/{transaction_id}"): ("One message with its payload (decrypted)",
+                                                                  _MESSAGE, None),
+    ("delete", "/api/v1/messages/{partition_id}/{transaction_id}"): ("Delete one message", _MESSAGE, None),
+    ("post", "/api/v1/messages/{partition_id}/{transaction_id}/dlq"): (
+        "Move the next message of a consumer group to its dead-letter queue", _MESSAGE,
+        {"type": "object", "properties": {"consumerGroup": _NAME, "errorMessage": {"type": "string"}}}),
+    ("delete", "/api/v1/queues/{queue}/clear"): ("Delete every message of a queue (or one partition)",
+                                                 [_param("queue", "path"), _param("partition")], None),
+    ("get", "/api/v1/analytics/system-metrics"): ("CPU, memory, pool, event loop per worker process over time", [
+        *_RANGE, _param("hostname"), _param("workerId", schema=_INT)], None),
+    ("get", "/api/v1/analytics/worker-metrics"): ("Requests, fusion and message rates per bucket, worker, queue",
+                                                  [*_RANGE, _param("hostname"), _param("workerId", schema=_INT)],
+                                                  None),
+    ("get", "/api/v1/analytics/queue-lag"): ("Pop lag per queue and bucket", [*_RANGE, _param("queue")], None),
+    ("get", "/api/v1/analytics/queue-ops"): ("Pushes, pops and acks per queue and bucket",
+                                             [*_RANGE, _param("queue")], None),
+    ("get", "/api/v1/analytics/queue-parked-replicas"): ("Parked long polls per queue and bucket",
+                                                         [*_RANGE, _param("queue")], None),
+    ("get", "/api/v1/analytics/retention"): ("Messages deleted by retention and eviction per bucket",
+                                             [*_RANGE, _param("queue")], None),
+    ("get", "/api/v1/analytics/postgres-stats"): ("PostgreSQL statistics: cache, tuples, sizes, activity", [],
+                                                  None),
     ("post", "/api/v1/configure"): ("Create or overwrite a queue's options", [], {
         "type": "object", "required": ["queue"], "properties": {
             "queue": _NAME, "namespace": {"type": "string"}, "task": {"type": "string"},

@@ -3,12 +3,24 @@
 
 from __future__ import annotations
 
-from queenpy.server.routes import dashboard, dlq, groups, messages, queues, spark, system, traces
+from queenpy.server.routes import (
+    analytics,
+    browse,
+    dashboard,
+    dlq,
+    groups,
+    maintenance,
+    messages,
+    queues,
+    spark,
+    system,
+    traces,
+)
 from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, messages, queues, groups, dlq, traces, spark, dashboard)
+AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, analytics, dashboard)
 
 
 def endpoints() -> list[Endpoint]:
