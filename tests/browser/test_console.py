@@ -3,6 +3,7 @@ change what the API then answers (replay a dead letter, seek a group, ...)."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from helpers import unique
+from helpers import unique, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -175,3 +176,85 @@ def test_system_shows_the_workers_numbers(broker: Any, console: Callable[..., An
     rows = page.locator("[data-test=fusion] tbody tr td:first-child")
     expect(rows).to_have_text(list(metrics["fusion"]))
     expect(page.locator("[data-test=pool-size]")).to_have_text(re.compile(r"^\d+$"))
+
+
+def test_browse_filter_open_and_delete_a_message(broker: Any, console: Callable[..., Any],
+                                                 api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue = unique("browse")
+    payload = {"order": {"id": 7, "lines": [{"sku": "a-1", "qty": 2}]}, "note": "é"}
+    items = [{"queue": queue, "partition": f"p{i % 2}", "payload": {**payload, "n": i}, "transactionId": f"t{i}"}
+             for i in range(3)]
+    assert all(r["status"] == "queued" for r in client.post("/api/v1/push", json={"items": items}).json())
+    first = pop(client, queue, 1)[0]
+    client.post("/api/v1/ack", json={"transactionId": first["transactionId"], "partitionId": first["partitionId"],
+                                     "status": "completed"})
+    client.post("/api/v1/traces", json={"transactionId": "t2", "partitionId": client.get(
+        "/api/v1/messages", params={"queue": queue, "partition": "p0", "limit": 10}).json()["messages"][0][
+        "partitionId"], "data": {"step": "checked"}, "traceNames": ["browse-trace"]})
+    listed = client.get("/api/v1/messages", params={"queue": queue}).json()
+    completed = client.get("/api/v1/messages", params={"queue": queue, "status": "completed"}).json()
+    assert (listed["total"], completed["total"]) == (3, 1)
+
+    page = console(broker, f"/#/messages?queue={queue}")
+    rows = page.locator("[data-test=messages] tbody tr")
+    expect(rows).to_have_count(3)
+    expect(page.locator("[data-test=messages-total]")).to_have_text("1–3 of 3")
+    page.select_option("[data-test=message-filters] select[name=status]", "completed")
+    page.click("[data-test=message-filters] button[type=submit]")
+    expect(rows).to_have_count(1)
+    expect(rows.locator("a")).to_have_text(completed["messages"][0]["transactionId"])
+    page.select_option("[data-test=message-filters] select[name=status]", "")
+    page.fill("[data-test=message-filters] input[name=partition]", "p0")
+    page.click("[data-test=message-filters] button[type=submit]")
+    expect(rows).to_have_count(2)  # t0 and t2
+
+    rows.filter(has_text="t2").locator("a").click()
+    expect(page.locator("[data-view=message] h1")).to_have_text("Message t2")
+    stored = client.get(f"/api/v1/messages/{listed['messages'][0]['partitionId']}/t2").json()
+    expect(page.locator("[data-test=payload]")).to_have_text(json.dumps(stored["payload"], indent=2,
+                                                                         ensure_ascii=False))
+    expect(page.locator("[data-test=message-status]")).to_have_text(stored["status"])
+    expect(page.locator("[data-test=message-traces] tbody tr")).to_have_count(1)
+    expect(page.locator("[data-test=message-traces] tbody tr")).to_contain_text('"step":"checked"')
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("[data-test=delete]")
+    expect(page.locator("[data-test=message-deleted]")).to_be_visible()
+    gone = client.get(f"/api/v1/messages/{stored['partitionId']}/t2").json()
+    assert gone == {"error": "Message not found"}
+    assert client.get("/api/v1/messages", params={"queue": queue}).json()["total"] == 2
+
+
+def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], console: Callable[..., Any],
+                            api: Callable[..., httpx.Client]) -> None:
+    own = start_broker(db_url, workers=2)  # its own broker: maintenance is global to a database
+    client = api(own)
+    queue = unique("maint")
+    page = console(own, "/#/system")
+    push_button = page.locator("[data-test=maintenance-push]")
+    expect(push_button).to_have_text("push maintenance: off (turn on)")
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    push_button.click()
+    expect(push_button).to_have_text("push maintenance: ON (turn off)")
+    assert client.get("/api/v1/system/maintenance").json()["maintenanceMode"] is True
+    pushed = client.post("/api/v1/push", json={"items": [{"queue": queue, "payload": 1, "transactionId": "b1"}]})
+    assert pushed.json()[0]["status"] == "buffered"
+
+    page.once("dialog", lambda dialog: dialog.accept())
+    push_button.click()
+    expect(push_button).to_have_text("push maintenance: off (turn on)")
+    assert client.get("/api/v1/system/maintenance").json()["maintenanceMode"] is False
+    wait_until(lambda: [m["transactionId"] for m in pop(client, queue, 10)] == ["b1"], timeout_s=30,
+               message="the buffered push replayed")
+
+    pop_button = page.locator("[data-test=maintenance-pop]")
+    page.once("dialog", lambda dialog: dialog.accept())
+    pop_button.click()
+    expect(pop_button).to_have_text("pop maintenance: ON (turn off)")
+    assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is True
+    page.once("dialog", lambda dialog: dialog.accept())
+    pop_button.click()
+    expect(pop_button).to_have_text("pop maintenance: off (turn on)")
+    assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is False

@@ -227,6 +227,10 @@ document.addEventListener("alpine:init", () => {
         }
       };
       const read = await status("GET", "/api/v1/status/buffers");
+      if (read.status === 200 && !QC.token()) { // answered without a token: authentication is off
+        Object.assign(this, { level: QC.LEVELS.admin, authEnabled: false, needToken: false, initialized: true });
+        return;
+      }
       if (read.status === 401 || read.status === 403) {
         this.level = QC.LEVELS.none;
         this.needToken = true;
@@ -238,8 +242,9 @@ document.addEventListener("alpine:init", () => {
       const write = await status("POST", "/api/v1/lease/queenpy-console-probe/extend", {});
       const admin = await status("GET", "/api/v1/system/maintenance");
       const refused = (r) => r.status === 401 || r.status === 403;
-      this.authEnabled = Boolean(QC.token()); // without a token the read above passed: authentication is off
-      this.level = refused(write) ? QC.LEVELS["read-only"] : refused(admin) ? QC.LEVELS["read-write"] : QC.LEVELS.admin;
+      this.authEnabled = true;
+      // admin only when the admin read answered (a broker without that route gets no admin buttons)
+      this.level = refused(write) ? QC.LEVELS["read-only"] : admin.status === 200 ? QC.LEVELS.admin : QC.LEVELS["read-write"];
       this.needToken = false;
       this.initialized = true;
     },

@@ -246,18 +246,89 @@ document.addEventListener("alpine:init", () => {
     moveTraces(delta) { this.tracesPage.offset = Math.max(0, this.tracesPage.offset + delta * this.tracesPage.limit); this.load(); },
   }));
 
+  /* ---------------- messages ---------------- */
+  Alpine.data("messages", () => ({
+    list: QC.section(),
+    filter: { queue: "", partition: "", status: "", from: "", to: "" },
+    page: { offset: 0, limit: 50 },
+    init() {
+      const query = Alpine.store("app").route.query;
+      for (const key of Object.keys(this.filter)) this.filter[key] = query[key] || "";
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    load() {
+      const f = this.filter;
+      return this.list.run(() => QC.get(QC.url("/api/v1/messages", {
+        queue: f.queue, partition: f.partition, status: f.status, from: QC.isoFromLocal(f.from),
+        to: QC.isoFromLocal(f.to), limit: this.page.limit, offset: this.page.offset })));
+    },
+    rows() { return this.list.data?.messages || []; },
+    total() { return this.list.data?.total ?? this.rows().length; },
+    refilter() {
+      this.page.offset = 0;
+      history.replaceState(null, "", QC.href("messages", [], { ...this.filter }));
+      this.load();
+    },
+    move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
+  }));
+
+  Alpine.data("message", () => ({
+    message: QC.section(), traces: QC.section(), partitionId: "", transactionId: "", deleted: false,
+    init() {
+      [this.partitionId, this.transactionId] = Alpine.store("app").route.args;
+      this.stop = QC.poll(() => this.load());
+    },
+    destroy() { this.stop(); },
+    path() { return `/api/v1/messages/${QC.seg(this.partitionId)}/${QC.seg(this.transactionId)}`; },
+    async load() {
+      if (this.deleted) return;
+      await Promise.all([
+        this.message.run(() => QC.get(this.path())),
+        this.traces.run(async () => (await QC.get(`/api/v1/traces/${QC.seg(this.partitionId)}/${QC.seg(this.transactionId)}`))?.traces || []),
+      ]);
+    },
+    async remove() {
+      if (!confirm(`Delete message ${this.transactionId}?`)) return;
+      const answer = await QC.act(`message ${this.transactionId} deleted`, () => QC.api("DELETE", this.path()));
+      if (answer) {
+        this.deleted = true;
+        this.message.data = null;
+      }
+    },
+    async retry() {
+      await QC.act(`message ${this.transactionId} replayed from the dead-letter queue`,
+        () => QC.api("POST", this.path() + "/retry", {}));
+      await this.load();
+    },
+  }));
+
   /* ---------------- system ---------------- */
   Alpine.data("system", () => ({
-    health: QC.section(), metrics: QC.section(), buffers: QC.section(),
+    health: QC.section(), metrics: QC.section(), buffers: QC.section(), maintenance: QC.section(),
+    postgres: QC.section(),
     init() { this.stop = QC.poll(() => this.load()); },
     destroy() { this.stop(); },
     async load() {
+      const admin = Alpine.store("app").can("admin");
       await Promise.all([
         this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
         this.metrics.run(() => QC.get("/metrics")),
         this.buffers.run(() => QC.get("/api/v1/status/buffers")),
+        admin ? this.maintenance.run(() => QC.get("/api/v1/system/maintenance")) : null,
+        this.postgres.run(() => QC.get("/api/v1/analytics/postgres-stats")),
       ]);
       Alpine.store("app").updated();
+    },
+    /* kind: "push" (pushes buffered to disk, replayed when turned off) or "pop" (pops answer 204) */
+    async toggle(kind) {
+      const key = kind === "pop" ? "popMaintenanceMode" : "maintenanceMode";
+      const enabled = !this.maintenance.data?.[key];
+      const path = kind === "pop" ? "/api/v1/system/maintenance/pop" : "/api/v1/system/maintenance";
+      const verb = enabled ? "on" : "off";
+      if (!confirm(`Turn ${kind} maintenance ${verb}?`)) return;
+      await QC.act(`${kind} maintenance ${verb}`, () => QC.api("POST", path, { enabled }));
+      await this.maintenance.run(() => QC.get("/api/v1/system/maintenance"));
     },
     fusionRows() { return Object.entries(this.metrics.data?.fusion || {}).map(([name, f]) => ({ name, ...f })); },
   }));
