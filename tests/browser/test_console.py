@@ -49,6 +49,8 @@ def test_the_overview_lists_a_queue_with_its_depth(broker: Any, console: Callabl
     expect(row.locator("[data-col=depth]")).to_have_text("42")
     expect(row.locator("[data-col=total]")).to_have_text("42")
     expect(row.locator("[data-col=inflight]")).to_have_text("0")
+    expect(row.locator("[data-col=dlq]")).to_have_text(str(client.get(
+        "/api/v1/dlq", params={"queue": queue}).json()["total"]))
     expect(page.locator("[data-test=db-health]")).to_have_text("connected")
     assert page.console_errors == []
 

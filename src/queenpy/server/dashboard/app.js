@@ -239,8 +239,8 @@ document.addEventListener("alpine:init", () => {
         this.initialized = true;
         return;
       }
-      const write = await status("POST", "/api/v1/lease/queenpy-console-probe/extend", {});
-      const admin = await status("GET", "/api/v1/system/maintenance");
+      const [write, admin] = await Promise.all([status("POST", "/api/v1/lease/queenpy-console-probe/extend", {}),
+                                                status("GET", "/api/v1/system/maintenance")]);
       const refused = (r) => r.status === 401 || r.status === 403;
       this.authEnabled = true;
       // admin only when the admin read answered (a broker without that route gets no admin buttons)

@@ -38,24 +38,32 @@ QC.queuePage = async function ({ offset, limit, search, sort }) {
   if (search) rows = rows.filter((r) => r.name.toLowerCase().includes(search.toLowerCase()));
   if (sort === "name") rows.sort((a, b) => a.name.localeCompare(b.name));
   else rows.sort((a, b) => (b.pending ?? 0) - (a.pending ?? 0) || a.name.localeCompare(b.name));
-  return { rows: rows.slice(offset, offset + limit), total: rows.length };
+  const page = rows.slice(offset, offset + limit);
+  // the listing has no dead-letter count: ask the DLQ route for the total of each queue on this page only
+  await Promise.all(page.filter((r) => r.deadLetter === null).map(async (r) => {
+    r.deadLetter = (await QC.get(QC.url("/api/v1/dlq", { queue: r.name, limit: 0 })))?.total ?? null;
+  }));
+  return { rows: page, total: rows.length };
 };
 
 /* A throughput chart (uPlot) in `el`: messages per second ingested and processed. */
 QC.chart = function (el) {
   const options = {
     width: Math.max(320, el.clientWidth || 640), height: 220,
-    scales: { x: { time: true } },
-    series: [{}, { label: "ingested/s", stroke: "#2f6fdf", width: 2 }, { label: "processed/s", stroke: "#1a9a5a", width: 2 }],
+    scales: { x: { time: true, range: () => { const now = Date.now() / 1000; return [now - 3600, now]; } },
+              y: { range: (_u, _min, max) => [0, Math.max(1, max * 1.1)] } },
+    series: [{}, { label: "ingested/s", stroke: "#2f6fdf", width: 2 }, { label: "processed/s", stroke: "#1a9a5a", width: 2 },
+      { label: "popped/s", stroke: "#b7791f", width: 1, dash: [4, 4] }],
     axes: [{}, { size: 60 }],
   };
-  const plot = new uPlot(options, [[], [], []], el);
+  const plot = new uPlot(options, [[], [], [], []], el);
   const resize = () => plot.setSize({ width: Math.max(320, el.clientWidth), height: 220 });
   window.addEventListener("resize", resize);
   return {
     plot,
     set(points) {
-      plot.setData([points.map((p) => p.t), points.map((p) => p.ingested), points.map((p) => p.processed)]);
+      plot.setData([points.map((p) => p.t), points.map((p) => p.ingested), points.map((p) => p.processed),
+        points.map((p) => p.popped)]);
     },
     destroy() { window.removeEventListener("resize", resize); plot.destroy(); },
   };
@@ -64,14 +72,11 @@ QC.chart = function (el) {
 document.addEventListener("alpine:init", () => {
   /* ---------------- overview ---------------- */
   Alpine.data("overview", () => ({
-    totals: QC.section(), queues: QC.section(), health: QC.section(), buffers: QC.section(),
-    metrics: QC.section(), groups: QC.section(),
+    queues: QC.section(), health: QC.section(), buffers: QC.section(),
+    metrics: QC.section(), groups: QC.section(), workers: QC.section(),
     page: { offset: 0, limit: 25 },
-    points: [],
-    renderMs: null,
     init() {
       this.stop = QC.poll(() => this.load());
-      this.$nextTick(() => { this.chart = QC.chart(this.$refs.chart); });
     },
     destroy() { this.stop(); this.chart?.destroy(); },
     async load() {
@@ -81,8 +86,29 @@ document.addEventListener("alpine:init", () => {
         this.buffers.run(() => QC.get("/api/v1/status/buffers")),
         this.metrics.run(() => QC.get("/metrics")),
         this.groups.run(async () => (await QC.get("/api/v1/consumer-groups")) || []),
+        // per-minute numbers every worker flushes to PostgreSQL (the last hour): a few rows, no scan of messages
+        this.workers.run(() => QC.get("/api/v1/analytics/worker-metrics")),
       ]);
+      this.draw();
       Alpine.store("app").updated();
+    },
+    /* ingested = messages pushed, processed = messages acknowledged (autoAck pops included), popped =
+     * messages handed out, each per second over its minute bucket */
+    draw() {
+      const data = this.workers.data;
+      if (!data || !this.$refs.chart) return;
+      if (!this.chart) this.chart = QC.chart(this.$refs.chart);
+      const seconds = 60 * (data.bucketMinutes || 1);
+      this.chart.set((data.timeSeries || []).map((b) => ({
+        t: Date.parse(b.timestamp) / 1000, ingested: b.pushMessages / seconds,
+        processed: b.ackMessages / seconds, popped: b.popMessages / seconds,
+      })));
+    },
+    lastRates() {
+      const series = this.workers.data?.timeSeries || [];
+      const seconds = 60 * (this.workers.data?.bucketMinutes || 1);
+      const last = series.length > 1 ? series[series.length - 2] : series[series.length - 1]; // last full minute
+      return last ? { ingested: last.pushMessages / seconds, processed: last.ackMessages / seconds } : null;
     },
     move(delta) {
       this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
