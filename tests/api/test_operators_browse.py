@@ -151,3 +151,14 @@ def test_clear_deletes_every_message_and_moves_cursors_to_the_end(http: httpx.Cl
     assert sorted(m["transactionId"] for m in pop(http, queue, 10)["messages"]) == ["new0", "new1"]
     assert http.delete(f"/api/v1/queues/{unique('none')}/clear").json() == {"success": False,
                                                                           "error": "Queue not found"}
+
+
+def test_status_queue_messages_is_a_paged_array(http: httpx.Client) -> None:
+    queue = unique("statusmsg")
+    push(http, queue, "p", 5)
+    page = http.get(f"/api/v1/status/queues/{queue}/messages", params={"limit": 2, "offset": 1}).json()
+    assert [m["transactionId"] for m in page] == ["t3", "t2"]
+    assert set(page[0]) == {"id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status",
+                            "createdAt"}
+    assert len(http.get(f"/api/v1/status/queues/{queue}/messages").json()) == 5
+    assert http.get(f"/api/v1/status/queues/{queue}/messages", params={"offset": "x"}).status_code == 400

@@ -150,6 +150,16 @@ def test_seek_a_consumer_group_to_the_end(broker: Any, console: Callable[..., An
     assert lag() == 0
     assert pop(client, queue, 10, group=group) == []
 
+    # back to a time before the first message: the whole queue is unconsumed again
+    before = client.get("/api/v1/messages", params={"queue": queue, "limit": 10}).json()["messages"][-1]["createdAt"]
+    local = page.evaluate("""(iso) => { const d = new Date(Date.parse(iso) - 60000);
+        return new Date(d - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19); }""", before)
+    card.locator("[data-test=seek-time]").fill(local)
+    page.once("dialog", lambda dialog: dialog.accept())
+    card.locator("[data-test=seek-time-go]").click()
+    expect(card.locator("[data-test=group-lag]")).to_have_text("10")
+    assert lag() == 10
+
 
 def test_traces_by_name(broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]) -> None:
     client = api(broker)

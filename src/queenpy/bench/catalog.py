@@ -48,7 +48,7 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup``; ``mode`` (consume): ``auto``
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``operators``; ``mode`` (consume): ``auto``
     (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
     second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
 
@@ -101,6 +101,11 @@ SCENARIOS: list[Scenario] = [
     Scenario("handoff-tx", "consume", "insert-100-40B",
              "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
              connections=10, mode="handoff", quick=True, initial_rate=20_000),
+    # operators: ``groups`` = queues seeded, ``partitions`` = partitions seeded over them (kinds/operators.py)
+    Scenario("operators-10k", "operators", "insert-10-40B",
+             "status routes and a Prometheus scrape at 10,000 queues / 100,000 partitions; push 10 msg/request "
+             "without and with a scraper polling /metrics/prometheus every second",
+             per_request=10, partitions=100_000, groups=10_000, initial_rate=10_000),
     Scenario("keepup-ack", "keepup", "insert-10-40B",
              "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
              "10 connections pop 100 + /ack/batch",

@@ -81,6 +81,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         {"type": "object", "properties": {"consumerGroup": _NAME, "errorMessage": {"type": "string"}}}),
     ("delete", "/api/v1/queues/{queue}/clear"): ("Delete every message of a queue (or one partition)",
                                                  [_param("queue", "path"), _param("partition")], None),
+    ("get", "/api/v1/status/queues/{queue}/messages"): ("Messages of a queue, newest first (an array)",
+                                                        [_param("queue", "path"), *_PAGE], None),
     ("get", "/api/v1/analytics/system-metrics"): ("CPU, memory, pool, event loop per worker process over time", [
         *_RANGE, _param("hostname"), _param("workerId", schema=_INT)], None),
     ("get", "/api/v1/analytics/worker-metrics"): ("Requests, fusion and message rates per bucket, worker, queue",

@@ -170,19 +170,24 @@ class SnapshotCollector(Collector):
         yield _gauge("queen_queue_metrics_age_seconds", "Age of the newest per-queue minute rates", [],
                      [([], s.get("metricsAgeSeconds") or 0)])
         queues = s.get("queues") or []
-        for key, name, doc in (
-            ("depth", "queen_queue_depth", "Messages not yet consumed (queue mode, else the slowest group)"),
-            ("processing", "queen_queue_processing", "Messages under a live lease"),
-            ("messages", "queen_queue_messages", "Messages stored"),
-            ("partitions", "queen_queue_partitions", "Partitions of the queue"),
-            ("oldestAgeSeconds", "queen_queue_oldest_message_age_seconds", "Age of the oldest unconsumed message"),
-            ("dlq", "queen_dlq_depth_by_queue", "Messages in the queue's dead-letter queue"),
-            ("pushPerMinute", "queen_queue_push_per_minute", "Messages pushed in the last full minute"),
-            ("popPerMinute", "queen_queue_pop_per_minute", "Messages popped in the last full minute"),
-            ("ackPerMinute", "queen_queue_ack_per_minute", "Acknowledgments in the last full minute"),
-            ("parked", "queen_queue_parked_consumers", "Long polls parked in the last full minute (max)"),
+        # every queue: partitions, depth, DLQ depth; only where not zero (a scrape at 10,000 mostly idle
+        # queues stays small): messages in flight, per-minute rates, parked long polls
+        for key, name, doc, sparse in (
+            ("partitions", "queen_queue_partitions", "Partitions of the queue", False),
+            ("depth", "queen_queue_depth", "Messages not yet consumed (queue mode, else the slowest group)",
+             False),
+            ("dlq", "queen_dlq_depth_by_queue", "Messages in the queue's dead-letter queue", False),
+            ("messages", "queen_queue_messages", "Messages stored", False),
+            ("oldestAgeSeconds", "queen_queue_oldest_message_age_seconds", "Age of the oldest unconsumed message",
+             True),
+            ("processing", "queen_queue_processing", "Messages under a live lease (left out when none)", True),
+            ("pushPerMinute", "queen_queue_push_per_minute", "Messages pushed in the last full minute", True),
+            ("popPerMinute", "queen_queue_pop_per_minute", "Messages popped in the last full minute", True),
+            ("ackPerMinute", "queen_queue_ack_per_minute", "Acknowledgments in the last full minute", True),
+            ("parked", "queen_queue_parked_consumers", "Long polls parked in the last full minute (max)", True),
         ):
-            yield _gauge(name, doc, ["queue"], [([q["queue"]], q[key]) for q in queues if q.get(key) is not None])
+            yield _gauge(name, doc, ["queue"], [([q["queue"]], q[key]) for q in queues
+                                                if q.get(key) is not None and (q[key] or not sparse)])
         lag = GaugeMetricFamily("queen_queue_pop_lag_milliseconds",
                                 "Age of messages when popped, last full minute", labels=["queue", "stat"])
         for q in queues:
@@ -195,5 +200,6 @@ class SnapshotCollector(Collector):
                      ["queue", "group"], [([g["queue"], g["group"]], g["lagMessages"]) for g in groups])
         yield _gauge("queen_consumer_group_lag_seconds", "Age of the oldest message a group has not consumed",
                      ["queue", "group"], [([g["queue"], g["group"]], g["lagSeconds"]) for g in groups])
-        yield _gauge("queen_consumer_group_partitions_lagging", "Partitions where a group is behind",
-                     ["queue", "group"], [([g["queue"], g["group"]], g["partitionsLagging"]) for g in groups])
+        yield _gauge("queen_consumer_group_partitions_lagging", "Partitions where a group is behind (left out "
+                     "when none)", ["queue", "group"],
+                     [([g["queue"], g["group"]], g["partitionsLagging"]) for g in groups if g["partitionsLagging"]])

@@ -13,6 +13,7 @@ from queenpy.server.routes import (
     messages,
     queues,
     spark,
+    status,
     system,
     traces,
 )
@@ -20,7 +21,7 @@ from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, analytics, dashboard)
+AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, status, analytics, dashboard)
 
 
 def endpoints() -> list[Endpoint]:

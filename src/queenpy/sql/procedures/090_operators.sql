@@ -566,28 +566,38 @@ LANGUAGE sql STABLE AS $$
         SELECT pc.consumer_group, pt.queue_id, pt.id AS partition_id, pt.last_seq, pc.last_consumed_seq,
                pc.lease_expires_at, pc.batch_size, pc.acked_count
         FROM queen.partition_consumers pc JOIN queen.partitions pt ON pt.id = pc.partition_id
-    ), per_queue AS (
-        SELECT q.id, q.name, count(pt.id) AS partitions,
-               coalesce(sum(greatest(pt.last_seq - coalesce(c.cursor, 0), 0)), 0) AS depth,
-               coalesce(sum(c.processing), 0) AS processing
+    ), per_partition AS (
+        SELECT q.id, q.name, pt.id AS partition_id, pt.last_seq, c.qm_cursor, c.min_cursor, c.processing
         FROM queen.queues q
         LEFT JOIN queen.partitions pt ON pt.queue_id = q.id
         LEFT JOIN LATERAL (
-            SELECT coalesce(max(x.last_consumed_seq) FILTER (WHERE x.consumer_group = '__QUEUE_MODE__'),
-                            min(x.last_consumed_seq)) AS cursor,
+            SELECT max(x.last_consumed_seq) FILTER (WHERE x.consumer_group = '__QUEUE_MODE__') AS qm_cursor,
+                   min(x.last_consumed_seq) AS min_cursor,
                    sum(greatest(x.batch_size - x.acked_count, 0)) FILTER (
                        WHERE x.consumer_group = '__QUEUE_MODE__' AND x.lease_expires_at > now()) AS processing
             FROM queen.partition_consumers x WHERE x.partition_id = pt.id) c ON true
-        GROUP BY q.id, q.name
+    ), per_queue AS (
+        -- depth: not yet consumed in queue mode when the queue is read in queue mode anywhere (a partition
+        -- it never read counts whole), else by the slowest group
+        SELECT id, name, count(partition_id) AS partitions,
+               coalesce(sum(greatest(last_seq - CASE WHEN qm THEN coalesce(qm_cursor, 0)
+                                                     ELSE coalesce(min_cursor, 0) END, 0)), 0) AS depth,
+               coalesce(sum(processing), 0) AS processing
+        FROM (SELECT *, bool_or(qm_cursor IS NOT NULL) OVER (PARTITION BY id) AS qm FROM per_partition) pp
+        GROUP BY id, name
     ), groups AS (
-        SELECT c.queue_id, c.consumer_group, sum(greatest(c.last_seq - c.last_consumed_seq, 0)) AS lag,
-               count(*) FILTER (WHERE c.last_seq > c.last_consumed_seq) AS lagging,
+        -- a group that reads a queue lags on every partition of it, also on those it has not read yet
+        SELECT g.queue_id, g.consumer_group,
+               sum(greatest(pt.last_seq - coalesce(pc.last_consumed_seq, 0), 0)) AS lag,
+               count(*) FILTER (WHERE pt.last_seq > coalesce(pc.last_consumed_seq, 0)) AS lagging,
                coalesce(extract(epoch FROM now() - min(o.created_at)), 0) AS lag_seconds
-        FROM consumers c
+        FROM (SELECT DISTINCT queue_id, consumer_group FROM consumers) g
+        JOIN queen.partitions pt ON pt.queue_id = g.queue_id
+        LEFT JOIN queen.partition_consumers pc ON pc.partition_id = pt.id AND pc.consumer_group = g.consumer_group
         LEFT JOIN LATERAL (SELECT m.created_at FROM queen.messages m
-                           WHERE c.last_seq > c.last_consumed_seq AND m.partition_id = c.partition_id
-                             AND m.seq > c.last_consumed_seq ORDER BY m.seq LIMIT 1) o ON true
-        GROUP BY c.queue_id, c.consumer_group
+                           WHERE pt.last_seq > coalesce(pc.last_consumed_seq, 0) AND m.partition_id = pt.id
+                             AND m.seq > coalesce(pc.last_consumed_seq, 0) ORDER BY m.seq LIMIT 1) o ON true
+        GROUP BY g.queue_id, g.consumer_group
     )
     SELECT jsonb_build_object(
         'queueCount', (SELECT count(*) FROM queen.queues),
