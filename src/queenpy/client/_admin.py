@@ -8,7 +8,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from urllib.parse import quote
 
-from ._builders import _expect_object, format_timestamp
+from ._wire import expect_object as _expect_object
+from ._wire import format_timestamp
 
 __all__ = ["AdminCalls"]
 
