@@ -26,25 +26,45 @@ QC.section = function () {
   };
 };
 
-/* The queues of the broker, one page: {rows: [{name, namespace, task, partitions, total, pending, processing,
- * deadLetter}], total}. `sort` is "depth" (pending, largest first) or "name"; `search` a substring of the name. */
-QC.queuePage = async function ({ offset, limit, search, sort }) {
-  const answer = (await QC.get("/api/v1/resources/queues")) || { queues: [] };
-  let rows = answer.queues.map((q) => ({
-    name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
-    total: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
-    processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
-  }));
+/* The broker's queue listing (/api/v1/resources/queues: every queue, unpaged, the only listing Queen's API sorts
+ * nothing for), kept in the browser: a refresh asks for it again only when it is older than `maxAgeMs`, and
+ * search, sort and paging reuse it. Rows: {name, namespace, task, partitions, total, pending, processing}. */
+QC.listing = { rows: null, at: 0, pending: null };
+QC.queueRows = async function (maxAgeMs) {
+  const listing = QC.listing;
+  if (listing.rows && Date.now() - listing.at < maxAgeMs) return listing.rows;
+  if (!listing.pending) {
+    listing.pending = QC.get("/api/v1/resources/queues").then((answer) => {
+      listing.rows = ((answer || {}).queues || []).map((q) => ({
+        name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
+        total: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
+        processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
+      }));
+      listing.at = Date.now();
+      return listing.rows;
+    }).finally(() => { listing.pending = null; });
+  }
+  return listing.pending;
+};
+
+/* One page of queues: {rows, total}. `sort` is "depth" (pending, largest first) or "name"; `search` a substring of
+ * the name; `maxAgeMs` how old the listing may be (a refresh: the refresh period, at least 10 s; a click: any);
+ * `deadLetters`: also ask the DLQ route for the dead-letter total of each queue on the page (limit=0). */
+QC.queuePage = async function ({ offset, limit, search, sort, maxAgeMs, deadLetters }) {
+  let rows = await QC.queueRows(maxAgeMs ?? Infinity);
   if (search) rows = rows.filter((r) => r.name.toLowerCase().includes(search.toLowerCase()));
+  rows = [...rows];
   if (sort === "name") rows.sort((a, b) => a.name.localeCompare(b.name));
   else rows.sort((a, b) => (b.pending ?? 0) - (a.pending ?? 0) || a.name.localeCompare(b.name));
-  const page = rows.slice(offset, offset + limit);
-  // the listing has no dead-letter count: ask the DLQ route for the total of each queue on this page only
-  await Promise.all(page.filter((r) => r.deadLetter === null).map(async (r) => {
-    r.deadLetter = (await QC.get(QC.url("/api/v1/dlq", { queue: r.name, limit: 0 })))?.total ?? null;
-  }));
+  const page = rows.slice(offset, offset + limit).map((r) => ({ ...r }));
+  if (deadLetters) {
+    await Promise.all(page.filter((r) => r.deadLetter === null).map(async (r) => {
+      r.deadLetter = (await QC.get(QC.url("/api/v1/dlq", { queue: r.name, limit: 0 })))?.total ?? null;
+    }));
+  }
   return { rows: page, total: rows.length };
 };
+QC.refreshAge = () => Math.max(10_000, Alpine.store("app").refreshMs);
 
 /* A throughput chart (uPlot) in `el`: messages per second ingested and processed. */
 QC.chart = function (el) {
@@ -81,7 +101,7 @@ document.addEventListener("alpine:init", () => {
     destroy() { this.stop(); this.chart?.destroy(); },
     async load() {
       await Promise.all([
-        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" })),
+        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", maxAgeMs: QC.refreshAge(), deadLetters: true })),
         this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
         this.buffers.run(() => QC.get("/api/v1/status/buffers")),
         this.metrics.run(() => QC.get("/metrics")),
@@ -112,7 +132,7 @@ document.addEventListener("alpine:init", () => {
     },
     move(delta) {
       this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
-      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" }));
+      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", deadLetters: true }));
     },
     laggingGroups() {
       return (this.groups.data || []).filter((g) => g.partitionsWithLag > 0)
@@ -132,11 +152,11 @@ document.addEventListener("alpine:init", () => {
     init() {
       this.search = Alpine.store("app").route.query.search || "";
       this.sort = Alpine.store("app").route.query.sort || "depth";
-      this.stop = QC.poll(() => this.load());
+      this.stop = QC.poll(() => this.load(QC.refreshAge()));
     },
     destroy() { this.stop(); },
-    load() {
-      return this.list.run(() => QC.queuePage({ ...this.page, search: this.search, sort: this.sort }));
+    load(maxAgeMs) {
+      return this.list.run(() => QC.queuePage({ ...this.page, search: this.search, sort: this.sort, maxAgeMs }));
     },
     refilter() { this.page.offset = 0; this.load(); },
     move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
@@ -170,6 +190,7 @@ document.addEventListener("alpine:init", () => {
     async remove() {
       if (!confirm(`Delete queue ${this.name} and every message in it?`)) return;
       if (await QC.act(`queue ${this.name} deleted`, () => QC.api("DELETE", `/api/v1/resources/queues/${QC.seg(this.name)}`))) {
+        QC.listing.at = 0; // the listing in the browser still has it
         QC.go("queues");
       }
     },
