@@ -262,11 +262,44 @@ def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], conso
                message="the buffered push replayed")
 
     pop_button = page.locator("[data-test=maintenance-pop]")
+    overview = console(own, "/")  # every page sees the switch through /health
+    banner = overview.locator("[data-test=maintenance-banner]")
+    expect(banner).to_be_hidden()
     page.once("dialog", lambda dialog: dialog.accept())
     pop_button.click()
     expect(pop_button).to_have_text("pop maintenance: ON (turn off)")
     assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is True
+    expect(banner).to_have_text("Maintenance mode: pops answer 204")
     page.once("dialog", lambda dialog: dialog.accept())
     pop_button.click()
     expect(pop_button).to_have_text("pop maintenance: off (turn on)")
     assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is False
+
+
+def test_replay_from_the_message_view_and_delete_a_group(broker: Any, console: Callable[..., Any],
+                                                          api: Callable[..., httpx.Client]) -> None:
+    client = api(broker)
+    queue, group = unique("msgdlq"), unique("grp")
+    push(client, queue, 2)
+    first, second = pop(client, queue, 2, group=group)
+    client.post("/api/v1/ack", json={"transactionId": "m-0", "partitionId": first["partitionId"], "status": "dlq",
+                                     "consumerGroup": group, "error": "poisoned"})
+    client.post("/api/v1/ack", json={"transactionId": "m-1", "partitionId": second["partitionId"],
+                                     "status": "completed", "consumerGroup": group})
+    assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 1
+
+    page = console(broker, f"/#/message/{first['partitionId']}/m-0")
+    expect(page.locator("[data-test=message-details]")).to_contain_text("poisoned")
+    page.click("[data-test=retry]")
+    expect(page.locator("[data-test=toast]").first).to_have_text("message m-0 replayed from the dead-letter queue")
+    assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 0
+    assert [m["transactionId"] for m in pop(client, queue, 10, group=group)] == ["m-0"]
+
+    page.goto(broker.url + f"/#/group/{group}")
+    expect(page.locator(f"[data-view=group] .card[data-queue='{queue}']")).to_be_visible()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("[data-view=group] .toolbar >> text=delete group")
+    expect(page).to_have_url(re.compile("#/groups$"))
+    assert not client.get(f"/api/v1/consumer-groups/{group}").content  # {} -> empty body: no such group
+    listed = client.get("/api/v1/consumer-groups")
+    assert group not in {g["name"] for g in (listed.json() if listed.content else [])}
