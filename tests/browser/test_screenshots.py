@@ -33,7 +33,7 @@ VIEWS = [("overview", "/", "[data-test=overview-queues] tbody tr"),
          ("group", "/#/group/{group}", "[data-test=group-lag]"),
          ("messages", "/#/messages?queue={orders}", "[data-test=messages] tbody tr"),
          ("traces", "/#/traces/{trace}", "[data-test=traces] tbody tr"),
-         ("system", "/#/system", "[data-test=fusion] tbody tr")]
+         ("system", "/#/system", "[data-test=maintenance-push]:enabled")]
 
 
 def traffic(client: httpx.Client) -> dict[str, str]:

@@ -39,9 +39,14 @@ QC.api = async function (method, path, body) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
+  return QC.answer(fetch(path, init));
+};
+
+/* The JSON of a fetch() in flight, with QC.api's errors (also for the listing index.html asks for early). */
+QC.answer = async function (pending) {
   let response;
   try {
-    response = await fetch(path, init);
+    response = await pending;
   } catch (err) {
     throw new ApiError(0, "broker unreachable: " + err.message, null);
   }
@@ -149,12 +154,14 @@ QC.poll = function (load) {
   };
   const reschedule = () => { clearTimeout(timer); schedule(); };
   window.addEventListener("queenpy:refresh-changed", reschedule);
+  window.addEventListener("queenpy:signed-in", run); // a new token: load again at once
   run();
   schedule();
   return () => {
     stopped = true;
     clearTimeout(timer);
     window.removeEventListener("queenpy:refresh-changed", reschedule);
+    window.removeEventListener("queenpy:signed-in", run);
   };
 };
 
@@ -172,6 +179,9 @@ QC.pager = function (size) {
 };
 
 /* ---------- the shared store ---------- */
+let resolveSignedIn;
+QC.signedIn = new Promise((resolve) => { resolveSignedIn = resolve; }); // resolved once the role is known
+
 document.addEventListener("alpine:init", () => {
   Alpine.store("app", {
     route: QC.parseHash(),
@@ -229,6 +239,7 @@ document.addEventListener("alpine:init", () => {
       const read = await status("GET", "/api/v1/status/buffers");
       if (read.status === 200 && !QC.token()) { // answered without a token: authentication is off
         Object.assign(this, { level: QC.LEVELS.admin, authEnabled: false, needToken: false, initialized: true });
+        resolveSignedIn();
         return;
       }
       if (read.status === 401 || read.status === 403) {
@@ -247,6 +258,7 @@ document.addEventListener("alpine:init", () => {
       this.level = refused(write) ? QC.LEVELS["read-only"] : admin.status === 200 ? QC.LEVELS.admin : QC.LEVELS["read-write"];
       this.needToken = false;
       this.initialized = true;
+      resolveSignedIn();
     },
     can(levelName) { return this.level !== null && this.level >= QC.LEVELS[levelName]; },
     why(levelName) { return this.can(levelName) ? "" : `needs the ${levelName} role`; },

@@ -34,7 +34,9 @@ QC.queueRows = async function (maxAgeMs) {
   const listing = QC.listing;
   if (listing.rows && Date.now() - listing.at < maxAgeMs) return listing.rows;
   if (!listing.pending) {
-    listing.pending = QC.get("/api/v1/resources/queues").then((answer) => {
+    const early = window.QC_EARLY_LISTING; // asked for by index.html while the scripts loaded
+    window.QC_EARLY_LISTING = null;
+    listing.pending = (early ? QC.answer(early) : QC.get("/api/v1/resources/queues")).then((answer) => {
       listing.rows = ((answer || {}).queues || []).map((q) => ({
         name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
         total: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
@@ -48,21 +50,24 @@ QC.queueRows = async function (maxAgeMs) {
 };
 
 /* One page of queues: {rows, total}. `sort` is "depth" (pending, largest first) or "name"; `search` a substring of
- * the name; `maxAgeMs` how old the listing may be (a refresh: the refresh period, at least 10 s; a click: any);
- * `deadLetters`: also ask the DLQ route for the dead-letter total of each queue on the page (limit=0). */
-QC.queuePage = async function ({ offset, limit, search, sort, maxAgeMs, deadLetters }) {
+ * the name; `maxAgeMs` how old the listing may be (a refresh: the refresh period, at least 10 s; a click: any). */
+QC.queuePage = async function ({ offset, limit, search, sort, maxAgeMs }) {
   let rows = await QC.queueRows(maxAgeMs ?? Infinity);
   if (search) rows = rows.filter((r) => r.name.toLowerCase().includes(search.toLowerCase()));
   rows = [...rows];
   if (sort === "name") rows.sort((a, b) => a.name.localeCompare(b.name));
   else rows.sort((a, b) => (b.pending ?? 0) - (a.pending ?? 0) || a.name.localeCompare(b.name));
-  const page = rows.slice(offset, offset + limit).map((r) => ({ ...r }));
-  if (deadLetters) {
-    await Promise.all(page.filter((r) => r.deadLetter === null).map(async (r) => {
-      r.deadLetter = (await QC.get(QC.url("/api/v1/dlq", { queue: r.name, limit: 0 })))?.total ?? null;
-    }));
+  return { rows: rows.slice(offset, offset + limit).map((r) => ({ ...r })), total: rows.length };
+};
+
+/* The listing has no dead-letter count: ask the DLQ route for the total of each queue of `rows` (reactive rows
+ * of a page already on screen, filled in as the answers come; limit=0 sends no message). */
+QC.fillDeadLetters = function (rows) {
+  for (const row of rows || []) {
+    if (row.deadLetter !== null) continue;
+    QC.get(QC.url("/api/v1/dlq", { queue: row.name, limit: 0 }))
+      .then((answer) => { row.deadLetter = answer?.total ?? null; }).catch(() => {});
   }
-  return { rows: page, total: rows.length };
 };
 QC.refreshAge = () => Math.max(10_000, Alpine.store("app").refreshMs);
 
@@ -101,7 +106,8 @@ document.addEventListener("alpine:init", () => {
     destroy() { this.stop(); this.chart?.destroy(); },
     async load() {
       await Promise.all([
-        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", maxAgeMs: QC.refreshAge(), deadLetters: true })),
+        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", maxAgeMs: QC.refreshAge() }))
+          .then(() => QC.fillDeadLetters(this.queues.data?.rows)),
         this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
         this.buffers.run(() => QC.get("/api/v1/status/buffers")),
         this.metrics.run(() => QC.get("/metrics")),
@@ -132,7 +138,8 @@ document.addEventListener("alpine:init", () => {
     },
     move(delta) {
       this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
-      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", deadLetters: true }));
+      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" }))
+        .then(() => QC.fillDeadLetters(this.queues.data?.rows));
     },
     laggingGroups() {
       return (this.groups.data || []).filter((g) => g.partitionsWithLag > 0)
@@ -357,6 +364,7 @@ document.addEventListener("alpine:init", () => {
     init() { this.stop = QC.poll(() => this.load()); },
     destroy() { this.stop(); },
     async load() {
+      await QC.signedIn; // whether to ask for the maintenance state (admin) depends on the role
       const admin = Alpine.store("app").can("admin");
       await Promise.all([
         this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
