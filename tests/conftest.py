@@ -8,6 +8,7 @@ Fixtures:
     db_url        function: URL of a fresh database copied from the template
     new_database  function: factory making more fresh databases
     broker        session: a running ``queenpy serve`` (2 workers) on its own database; ``broker.url``
+    metrics_broker  session: another one whose workers sample every 0.1 s and write metrics every 0.2 s
     start_broker  function: factory starting extra brokers (stopped after the test)
 """
 
@@ -153,6 +154,17 @@ def broker(pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempP
     """One broker for the whole session (tests use unique queue names)."""
     url = pg_server.url(pg_server.create_database(template_db))
     process = launch_broker(url, tmp_path_factory.mktemp("broker"))
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def metrics_broker(pg_server: PgServer, template_db: str,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker for the operators' metrics tests: rows of queen.system_metrics etc. every 0.2 s."""
+    url = pg_server.url(pg_server.create_database(template_db))
+    process = launch_broker(url, tmp_path_factory.mktemp("metrics-broker"), extra_env={
+        "METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"})
     yield process
     process.stop()
 

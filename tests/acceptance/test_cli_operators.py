@@ -53,3 +53,20 @@ def test_maintenance_on_off(db_url: str, start_broker: Callable[..., Any]) -> No
     assert json.loads(run_queenpy(broker, "maintenance", "off", "--json").stdout)["maintenanceMode"] is False
     off = json.loads(run_queenpy(broker, "maintenance", "off", "--pop", "--json").stdout)
     assert off == {"popMaintenanceMode": False, "message": "Pop maintenance mode disabled"}
+
+
+def test_status_tables_json_and_watch(broker: Any) -> None:
+    queue = unique("cli-status")
+    with httpx.Client(base_url=broker.url, timeout=30) as http:
+        http.post("/api/v1/push", json={"items": [{"queue": queue, "payload": n} for n in range(4)]})
+        http.post("/api/v1/stats/refresh")
+    snapshot = json.loads(run_queenpy(broker, "status", "--json", "--limit", "10000").stdout)
+    assert snapshot["overview"]["messages"]["total"] >= 4
+    rows = [q for q in snapshot["queues"]["queues"] if q["name"] == queue]
+    assert rows and rows[0]["messages"]["total"] == 4
+    tables = run_queenpy(broker, "status", "--limit", "10000").stdout
+    assert "queues" in tables and queue in tables
+    lines = run_queenpy(broker, "status", "--watch", "0.5", "--iterations", "2", "--json").stdout.splitlines()
+    assert len(lines) == 2 and all("overview" in json.loads(line) for line in lines)
+    watched = run_queenpy(broker, "status", "--watch", "0.5", "--iterations", "2").stdout
+    assert watched.count("pending") >= 1

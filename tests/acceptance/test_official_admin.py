@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,23 +15,11 @@ from queen import Queen
 
 from helpers import unique
 
-FAST = {"METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"}
-
-
-@pytest.fixture(scope="module")
-def served(pg_server: Any, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from conftest import launch_broker
-
-    url = pg_server.url(pg_server.create_database(template_db))
-    process = launch_broker(url, tmp_path_factory.mktemp("admin"), workers=2, extra_env=FAST)
-    yield process
-    process.stop()
-
 
 @pytest.fixture
-async def q(served: Any) -> AsyncIterator[Queen]:
+async def q(metrics_broker: Any) -> AsyncIterator[Queen]:
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(served.url)
+    client = Queen(metrics_broker.url)
     try:
         yield client
     finally:
@@ -50,7 +38,7 @@ async def until(probe: Any, accept: Any, seconds: float = 15.0) -> Any:
         await asyncio.sleep(0.1)
 
 
-async def test_messages_traces_groups_seek_and_maintenance(q: Queen, served: Any) -> None:
+async def test_messages_traces_groups_seek_and_maintenance(q: Queen, metrics_broker: Any) -> None:
     admin = q.admin
     queue = unique("admin")
     await q.queue(queue).partition("p").push([{"data": {"n": n}, "transactionId": f"t{n}"} for n in range(4)])
@@ -75,7 +63,7 @@ async def test_messages_traces_groups_seek_and_maintenance(q: Queen, served: Any
     deleted = await admin.delete_message(partition_id, "t3")
     assert deleted["success"] is True and deleted["message"] == "Message deleted successfully"
 
-    async with httpx.AsyncClient(base_url=served.url) as http:
+    async with httpx.AsyncClient(base_url=metrics_broker.url) as http:
         traced = await http.post("/api/v1/traces", json={"transactionId": "t0", "partitionId": partition_id,
                                                          "traceNames": ["admin-trace"], "data": {"step": 1}})
         assert traced.json()["success"] is True
@@ -125,13 +113,37 @@ async def test_system_worker_and_postgres_metrics(q: Queen) -> None:
     assert stats["database"]["name"] and stats["tableSizes"]
 
 
-STATS_METHODS = ("get_overview", "get_namespaces", "get_tasks", "list_queues", "get_queue", "get_partitions",
-                 "get_status", "get_queue_stats", "get_queue_detail", "get_analytics", "refresh_consumer_stats")
-
-
-@pytest.mark.skip(reason="the stats-based routes (resources overview/namespaces/tasks/partitions, status, "
-                         "status/queues, status/analytics, stats/refresh) wait for the stats tables and job of "
-                         "the services branch (issue 18), not merged yet")
 async def test_stats_based_methods(q: Queen) -> None:
-    for method in STATS_METHODS:
-        assert hasattr(q.admin, method)
+    """Overview, namespaces, tasks, queues, queue, partitions, status, queue stats and detail, analytics and
+    the stats refresh, after the test's own pushes and pops."""
+    admin = q.admin
+    namespace = unique("adminns").replace("-", "")
+    queue = f"{namespace}.jobs"
+    await q.queue(queue).partition("x").push([{"data": {"n": n}} for n in range(5)])
+    await q.queue(queue).partition("y").push([{"data": {"n": n}} for n in range(3)])
+    popped = await q.queue(queue).partition("x").batch(2).wait(False).pop()
+    await q.ack(popped, True)
+    refreshed = await admin.refresh_consumer_stats()
+    assert refreshed["partitions"] >= 2
+
+    overview = await admin.get_overview()
+    assert overview["messages"]["total"] >= 8 and overview["partitions"] >= 2
+    namespaces = (await admin.get_namespaces())["namespaces"]
+    assert [n["messages"]["total"] for n in namespaces if n["namespace"] == namespace] == [8]
+    tasks = (await admin.get_tasks())["tasks"]
+    assert any(t["task"] == "jobs" and t["messages"]["total"] >= 8 for t in tasks)
+    listed = await admin.list_queues(namespace=namespace)
+    assert listed["total"] == 1 and listed["queues"][0]["messages"]["pending"] == 6
+    detail = await admin.get_queue(queue)
+    assert detail["totals"]["completed"] == 2 and detail["totals"]["total"] == 8
+    partitions = await admin.get_partitions(queue=queue)
+    assert [(p["name"], p["messages"]["total"]) for p in partitions["partitions"]] == [("x", 5), ("y", 3)]
+    status = await admin.get_status(queue=queue)
+    assert sum(point["ingested"] for point in status["throughput"]) == 8
+    stats = await admin.get_queue_stats(namespace=namespace)
+    assert stats["queues"][0]["name"] == queue
+    queue_detail = await admin.get_queue_detail(queue)
+    assert queue_detail["totals"]["messages"]["total"] == 8
+    assert sum(p["cursor"]["totalConsumed"] for p in queue_detail["partitions"]) == 2
+    analytics = await admin.get_analytics(queue=queue, interval="minute", **{"from": status["timeRange"]["from"]})
+    assert sum(point["messages"] for point in analytics["dataPoints"]) == 8

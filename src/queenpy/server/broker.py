@@ -1,11 +1,13 @@
 """Per-process state of the broker: database, fusion engine, failover buffer, maintenance switches, payload
-cipher and the queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
+cipher, metrics, background services and the queue-configuration cache. One :class:`Broker` per worker process,
+built by ``create_app``."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import socket
 import time
 from typing import Any
 
@@ -18,6 +20,7 @@ from queenpy.server.encryption import PayloadCipher
 from queenpy.server.maintenance import MaintenanceState
 from queenpy.server.metrics import WorkerMetrics
 from queenpy.server.prometheus import WorkerInstruments
+from queenpy.services import Services
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -46,6 +49,8 @@ class Broker:
         self.instruments = WorkerInstruments(worker_id)
         self.metrics = WorkerMetrics(self, self.instruments)
         self.engine.observe_calls(self.instruments.observe_call)
+        holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
+        self.services = Services(self.database, settings.services, holder)
 
     async def start(self) -> None:
         await self.database.open()
@@ -54,8 +59,10 @@ class Broker:
         await self.failover.drain_once()  # leftovers of a previous run are stored before serving
         self.failover.start()
         self.metrics.start()
+        await self.services.start()
 
     async def stop(self) -> None:
+        await self.services.stop()
         await self.metrics.stop()
         await self.maintenance.stop()
         await self.failover.stop()

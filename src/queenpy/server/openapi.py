@@ -38,7 +38,7 @@ _ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "pr
 
 # routes whose body may be empty (treated as {})
 _OPTIONAL_BODY = {"/api/v1/lease/{lease_id}/extend", "/api/v1/messages/{partition_id}/{transaction_id}/retry",
-                  "/api/v1/messages/{partition_id}/{transaction_id}/dlq"}
+                  "/api/v1/messages/{partition_id}/{transaction_id}/dlq", "/api/v1/stats/refresh"}
 _TIME = {"type": "string", "format": "date-time"}
 _RANGE = [_param("from", schema=_TIME), _param("to", schema=_TIME)]
 _PAGE = [_param("limit", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
@@ -120,8 +120,25 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
             "requiredLeases": {"type": "array"}}}),
     ("post", "/api/v1/lease/{lease_id}/extend"): ("Extend a lease", [_param("lease_id", "path")], {
         "type": "object", "properties": {"seconds": {"type": "integer", "minimum": 1, "maximum": 86400}}}),
-    ("get", "/api/v1/resources/queues"): ("List queues", [], None),
-    ("get", "/api/v1/resources/queues/{queue}"): ("Describe a queue", [_param("queue", "path")], None),
+    ("get", "/api/v1/resources/queues"): ("List queues with their message counts (stats)", [
+        _param("namespace"), _param("task"), *_PAGE], None),
+    ("get", "/api/v1/resources/queues/{queue}"): ("Describe a queue and its partitions (stats)",
+                                                  [_param("queue", "path"), *_PAGE], None),
+    ("get", "/api/v1/resources/overview"): ("Counts, lag and throughput of the whole broker (stats)", [], None),
+    ("get", "/api/v1/resources/namespaces"): ("Namespaces with their queues and counts", _PAGE, None),
+    ("get", "/api/v1/resources/tasks"): ("Tasks with their queues and counts", _PAGE, None),
+    ("get", "/api/v1/resources/partitions"): ("Partitions with their counts", [_param("queue"), *_PAGE], None),
+    ("get", "/api/v1/status"): ("Throughput per bucket, queues, messages, leases, DLQ, workers", [
+        *_RANGE, _param("queue"), _param("namespace"), _param("ns"), _param("task")], None),
+    ("get", "/api/v1/status/queues"): ("Queues with their counts", [
+        _param("namespace"), _param("ns"), _param("task"), *_PAGE], None),
+    ("get", "/api/v1/status/queues/{queue}"): ("One queue: config, partitions, totals",
+                                               [_param("queue", "path"), *_PAGE], None),
+    ("get", "/api/v1/status/analytics"): ("Messages created per minute, hour or day", [
+        _param("interval", schema={"type": "string", "enum": ["minute", "hour", "day"]}), *_RANGE,
+        _param("queue"), _param("namespace"), _param("ns"), _param("task")], None),
+    ("post", "/api/v1/stats/refresh"): ("Run the stats job now", [], {
+        "type": "object", "properties": {"full": {"type": "boolean"}}}),
     ("delete", "/api/v1/resources/queues/{queue}"): ("Delete a queue and everything in it",
                                                      [_param("queue", "path")], None),
     ("get", "/api/v1/dlq"): ("List dead-letter messages", [

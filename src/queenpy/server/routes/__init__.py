@@ -12,6 +12,7 @@ from queenpy.server.routes import (
     maintenance,
     messages,
     queues,
+    resources,
     spark,
     status,
     system,
@@ -21,7 +22,8 @@ from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, maintenance, messages, browse, queues, groups, dlq, traces, spark, status, analytics, dashboard)
+AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, status, analytics,
+         dashboard)
 
 
 def endpoints() -> list[Endpoint]:

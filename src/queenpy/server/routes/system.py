@@ -30,6 +30,9 @@ async def health(request: Request) -> Response:
         "server": "queenpy (Python Queen broker)", "worker_id": broker.worker_id, "version": VERSION,
         "pid": os.getpid(), "shared_state": shared_state(broker),
         "queen": {"worker_id": broker.worker_id, "status": "active"},
+        "services": await broker.services.status() if healthy else {
+            "enabled": bool(broker.services.jobs), "holder": broker.services.holder,
+            "jobs": broker.services.local_status()},
     }
     return Response(orjson.dumps(body), status_code=200 if healthy else 503, media_type="application/json",
                     headers=CORS_HEADERS)
