@@ -55,6 +55,7 @@ def traffic(client: httpx.Client) -> dict[str, str]:
                                             "partitionId": message["partitionId"], "eventType": "step",
                                             "data": {"stage": "charged" if index >= 3 else "failed"},
                                             "traceNames": [names["trace"]]}).raise_for_status()
+    client.post("/api/v1/stats/refresh").raise_for_status()
     return names
 
 

@@ -26,48 +26,52 @@ QC.section = function () {
   };
 };
 
-/* The broker's queue listing (/api/v1/resources/queues: every queue, unpaged, the only listing Queen's API sorts
- * nothing for), kept in the browser: a refresh asks for it again only when it is older than `maxAgeMs`, and
- * search, sort and paging reuse it. Rows: {name, namespace, task, partitions, total, pending, processing}. */
-QC.listing = { rows: null, at: 0, pending: null };
+/* A queue of the listings (resources/queues, status/queues, status's deepest queues) as a table row. Depth is
+ * the number of messages stored (as in `queenpy queues` and the Prometheus depth gauge), pending those the
+ * queue-mode group has not consumed yet, in flight those under a lease. */
+QC.queueRow = (q) => ({
+  name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
+  depth: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
+  processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
+  lagSeconds: q.lagSeconds ?? null,
+});
+
+/* Every queue of the broker (/api/v1/resources/queues, from the stats tables, 10,000 a page), kept in the
+ * browser because Queen's listing neither searches nor sorts: a refresh asks again only when the copy is older
+ * than `maxAgeMs`; search, sort and paging reuse it. */
+QC.listing = { rows: null, at: 0, pending: null, statsAge: null };
+QC.LISTING_PAGE = 10000;
 QC.queueRows = async function (maxAgeMs) {
   const listing = QC.listing;
   if (listing.rows && Date.now() - listing.at < maxAgeMs) return listing.rows;
   if (!listing.pending) {
-    const early = window.QC_EARLY_LISTING; // asked for by index.html while the scripts loaded
-    window.QC_EARLY_LISTING = null;
-    listing.pending = (early ? QC.answer(early) : QC.get("/api/v1/resources/queues")).then((answer) => {
-      listing.rows = ((answer || {}).queues || []).map((q) => ({
-        name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
-        total: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
-        processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
-      }));
+    listing.pending = (async () => {
+      const rows = [];
+      for (let offset = 0; ; offset += QC.LISTING_PAGE) {
+        const answer = (await QC.get(QC.url("/api/v1/resources/queues", { limit: QC.LISTING_PAGE, offset }))) || {};
+        rows.push(...(answer.queues || []).map(QC.queueRow));
+        listing.statsAge = answer.statsAge ?? null;
+        if (!(answer.queues || []).length || rows.length >= (answer.total ?? 0)) break;
+      }
+      listing.rows = rows;
       listing.at = Date.now();
-      return listing.rows;
-    }).finally(() => { listing.pending = null; });
+      return rows;
+    })().finally(() => { listing.pending = null; });
   }
   return listing.pending;
 };
 
-/* One page of queues: {rows, total}. `sort` is "depth" (pending, largest first) or "name"; `search` a substring of
- * the name; `maxAgeMs` how old the listing may be (a refresh: the refresh period, at least 10 s; a click: any). */
+/* One page of queues: {rows, total}. `sort` is "depth" (messages stored), "pending" (largest first) or "name";
+ * `search` a substring of the name; `maxAgeMs` how old the copy may be (a refresh: the refresh period, at least
+ * 10 s, the stats job's period; a click: any). */
 QC.queuePage = async function ({ offset, limit, search, sort, maxAgeMs }) {
   let rows = await QC.queueRows(maxAgeMs ?? Infinity);
   if (search) rows = rows.filter((r) => r.name.toLowerCase().includes(search.toLowerCase()));
   rows = [...rows];
+  const by = sort === "pending" ? "pending" : "depth";
   if (sort === "name") rows.sort((a, b) => a.name.localeCompare(b.name));
-  else rows.sort((a, b) => (b.pending ?? 0) - (a.pending ?? 0) || a.name.localeCompare(b.name));
+  else rows.sort((a, b) => (b[by] ?? 0) - (a[by] ?? 0) || a.name.localeCompare(b.name));
   return { rows: rows.slice(offset, offset + limit).map((r) => ({ ...r })), total: rows.length };
-};
-
-/* The listing has no dead-letter count: ask the DLQ route for the total of each queue of `rows` (reactive rows
- * of a page already on screen, filled in as the answers come; limit=0 sends no message). */
-QC.fillDeadLetters = function (rows) {
-  for (const row of rows || []) {
-    if (row.deadLetter !== null) continue;
-    QC.get(QC.url("/api/v1/dlq", { queue: row.name, limit: 0 }))
-      .then((answer) => { row.deadLetter = answer?.total ?? null; }).catch(() => {});
-  }
 };
 QC.refreshAge = () => Math.max(10_000, Alpine.store("app").refreshMs);
 
@@ -97,49 +101,41 @@ QC.chart = function (el) {
 document.addEventListener("alpine:init", () => {
   /* ---------------- overview ---------------- */
   Alpine.data("overview", () => ({
-    queues: QC.section(), health: QC.section(), buffers: QC.section(),
-    metrics: QC.section(), groups: QC.section(), workers: QC.section(),
-    page: { offset: 0, limit: 25 },
+    status: QC.section(), overview: QC.section(), health: QC.section(), buffers: QC.section(),
+    metrics: QC.section(), groups: QC.section(),
+    pager: QC.pager(25),
     init() {
       this.stop = QC.poll(() => this.load());
     },
     destroy() { this.stop(); this.chart?.destroy(); },
+    /* Every number here but the answering worker's own (/metrics) and the groups' lag comes from the stats
+     * tables, which the broker's stats job refreshes every STATS_INTERVAL_MS: the last hour per minute, the
+     * deepest hundred queues, workers, dead letters, lag. */
     async load() {
       await Promise.all([
-        this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth", maxAgeMs: QC.refreshAge() }))
-          .then(() => QC.fillDeadLetters(this.queues.data?.rows)),
+        this.status.run(() => QC.get("/api/v1/status")).then(() => this.draw()),
+        this.overview.run(() => QC.get("/api/v1/resources/overview")),
         this.health.run(() => QC.api("GET", "/health").catch((e) => e.body || Promise.reject(e))),
         this.buffers.run(() => QC.get("/api/v1/status/buffers")),
         this.metrics.run(() => QC.get("/metrics")),
         this.groups.run(async () => (await QC.get("/api/v1/consumer-groups")) || []),
-        // per-minute numbers every worker flushes to PostgreSQL (the last hour): a few rows, no scan of messages
-        this.workers.run(() => QC.get("/api/v1/analytics/worker-metrics")),
       ]);
-      this.draw();
       Alpine.store("app").updated();
     },
-    /* ingested = messages pushed, processed = messages acknowledged (autoAck pops included), popped =
-     * messages handed out, each per second over its minute bucket */
     draw() {
-      const data = this.workers.data;
-      if (!data || !this.$refs.chart) return;
+      if (!this.status.data || !this.$refs.chart) return;
       if (!this.chart) this.chart = QC.chart(this.$refs.chart);
-      const seconds = 60 * (data.bucketMinutes || 1);
-      this.chart.set((data.timeSeries || []).map((b) => ({
-        t: Date.parse(b.timestamp) / 1000, ingested: b.pushMessages / seconds,
-        processed: b.ackMessages / seconds, popped: b.popMessages / seconds,
+      this.chart.set((this.status.data.throughput || []).map((b) => ({
+        t: Date.parse(b.timestamp) / 1000, ingested: b.ingestedPerSecond, processed: b.processedPerSecond,
+        popped: b.popPerSecond,
       })));
     },
+    /* the deepest queues, in the broker's order (messages stored, then name) */
+    queueRows() { return (this.status.data?.queues || []).map(QC.queueRow); },
     lastRates() {
-      const series = this.workers.data?.timeSeries || [];
-      const seconds = 60 * (this.workers.data?.bucketMinutes || 1);
+      const series = this.status.data?.throughput || [];
       const last = series.length > 1 ? series[series.length - 2] : series[series.length - 1]; // last full minute
-      return last ? { ingested: last.pushMessages / seconds, processed: last.ackMessages / seconds } : null;
-    },
-    move(delta) {
-      this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
-      this.queues.run(() => QC.queuePage({ ...this.page, sort: "depth" }))
-        .then(() => QC.fillDeadLetters(this.queues.data?.rows));
+      return last ? { ingested: last.ingestedPerSecond, processed: last.processedPerSecond } : null;
     },
     laggingGroups() {
       return (this.groups.data || []).filter((g) => g.partitionsWithLag > 0)
@@ -171,7 +167,7 @@ document.addEventListener("alpine:init", () => {
 
   Alpine.data("queueDetail", () => ({
     queue: QC.section(), groups: QC.section(),
-    name: "", partitionPager: QC.pager(50),
+    name: "", page: { offset: 0, limit: 50 },
     init() {
       this.name = Alpine.store("app").route.args[0];
       this.stop = QC.poll(() => this.load());
@@ -179,7 +175,7 @@ document.addEventListener("alpine:init", () => {
     destroy() { this.stop(); },
     async load() {
       await Promise.all([
-        this.queue.run(() => QC.get(`/api/v1/resources/queues/${QC.seg(this.name)}`)),
+        this.queue.run(() => QC.get(QC.url(`/api/v1/resources/queues/${QC.seg(this.name)}`, this.page))),
         this.groups.run(async () => {
           const all = (await QC.get("/api/v1/consumer-groups")) || [];
           const mine = all.filter((g) => g.queueName === this.name);
@@ -193,11 +189,16 @@ document.addEventListener("alpine:init", () => {
       Alpine.store("app").updated();
     },
     partitions() { return this.queue.data?.partitions || []; },
+    partitionTotal() { return this.queue.data?.total ?? this.partitions().length; },
+    move(delta) {
+      this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit);
+      this.queue.run(() => QC.get(QC.url(`/api/v1/resources/queues/${QC.seg(this.name)}`, this.page)));
+    },
     options() { return Object.entries(this.queue.data?.options || this.queue.data?.config || {}); },
     async remove() {
       if (!confirm(`Delete queue ${this.name} and every message in it?`)) return;
       if (await QC.act(`queue ${this.name} deleted`, () => QC.api("DELETE", `/api/v1/resources/queues/${QC.seg(this.name)}`))) {
-        QC.listing.at = 0; // the listing in the browser still has it
+        QC.listing.at = 0; // the copy of the listing in the browser still has it
         QC.go("queues");
       }
     },
