@@ -86,15 +86,18 @@ QC.chart = function (el) {
     axes: [{}, { size: 60 }],
   };
   const plot = new uPlot(options, [[], [], [], []], el);
-  const resize = () => plot.setSize({ width: Math.max(320, el.clientWidth), height: 220 });
-  window.addEventListener("resize", resize);
+  // follow the card's width (it may have none yet when the chart is made)
+  const observer = new ResizeObserver(() => {
+    if (el.clientWidth > 0) plot.setSize({ width: el.clientWidth, height: 220 });
+  });
+  observer.observe(el);
   return {
     plot,
     set(points) {
       plot.setData([points.map((p) => p.t), points.map((p) => p.ingested), points.map((p) => p.processed),
         points.map((p) => p.popped)]);
     },
-    destroy() { window.removeEventListener("resize", resize); plot.destroy(); },
+    destroy() { observer.disconnect(); plot.destroy(); },
   };
 };
 
