@@ -11,6 +11,8 @@ import subprocess
 import sys
 from typing import Any
 
+import httpx
+
 from queenpy.client import Queen
 
 from helpers import run_queenpy as queenpy
@@ -133,18 +135,19 @@ def test_configure_then_queues_list_and_describe(broker: Any) -> None:
 
 def test_configure_retention_options_and_queues_shows_them_with_the_depth(broker: Any) -> None:
     queue = unique("cli-retention")
-    configured = json.loads(queenpy(broker, "configure", queue, "--retention-s", "3600", "--completed-retention-s",
+    configured = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--completed-retention-s",
                                     "60", "--max-wait-time-s", "90", "--max-size", "5", "--json").stdout)["options"]
     assert (configured["retentionSeconds"], configured["completedRetentionSeconds"],
             configured["maxWaitTimeSeconds"], configured["maxSize"], configured["retentionEnabled"]) == (
         3600, 60, 90, 5, True)
     queenpy(broker, "push", "-q", queue, "1", "2")
+    httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60)  # counts come from the stats job
     [row] = [r for r in json.loads(queenpy(broker, "queues", "--json").stdout) if r["name"] == queue]
     assert row["messages"]["total"] == 2 and row["options"]["maxWaitTimeSeconds"] == 90
     line = next(line for line in queenpy(broker, "queues").stdout.splitlines() if queue in line)
     assert [cell.strip() for cell in line.strip("│ ").split("│")][4:] == ["2", "2", "0", "1 h", "1 min", "90 s",
                                                                          "5"]
-    off = json.loads(queenpy(broker, "configure", queue, "--retention-s", "3600", "--no-retention-enabled",
+    off = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--no-retention-enabled",
                              "--json").stdout)["options"]
     assert (off["retentionSeconds"], off["retentionEnabled"]) == (3600, False)
 

@@ -3,6 +3,7 @@ their metrics rows every 0.2 s (``METRICS_AGGREGATE_INTERVAL_S``), checked again
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -74,7 +75,10 @@ def test_the_exposition_parses_and_counts_what_was_done(http: httpx.Client) -> N
     assert value(families, "queen_consumer_group_lag_messages", queue=queue, group="g") == 0
     assert value(families, "queen_consumer_group_lag_messages", queue=queue, group="__QUEUE_MODE__") == 2
     assert value(families, "queen_consumer_group_partitions_lagging", queue=queue, group="__QUEUE_MODE__") == 1
-    assert value(families, "queen_queue_oldest_message_age_seconds", queue=queue) > 0
+    oldest = value(families, "queen_queue_oldest_unconsumed_timestamp_seconds", queue=queue)
+    assert 0 < time.time() - oldest < 120
+    assert value(families, "queen_consumer_group_oldest_unconsumed_timestamp_seconds", queue=queue,
+                 group="__QUEUE_MODE__") == oldest
     assert value(families, "queen_maintenance_mode_enabled") == 0
     assert value(families, "queen_file_buffer_db_healthy") == 1
     push_route = [s for s in families["queen_http_request_duration_seconds"]
@@ -170,3 +174,16 @@ def test_the_grafana_dashboard_uses_served_series(http: httpx.Client) -> None:
     fill(http, unique("grafana"))
     served = set(scrape(http))
     assert len(wanted) >= 20 and sorted(wanted - served) == []
+
+
+def test_the_per_queue_numbers_follow_each_stats_run(http: httpx.Client) -> None:
+    """The rendered per-queue families are kept between stats runs (SnapshotCache) and renewed by the next."""
+    queue = unique("cache")
+    http.post("/api/v1/push", json={"items": [{"queue": queue, "payload": 1}]})
+    http.post("/api/v1/stats/refresh")
+    for _ in range(3):  # several scrapes, both workers, same numbers
+        assert value(scrape(http), "queen_queue_messages", queue=queue) == 1
+    http.post("/api/v1/push", json={"items": [{"queue": queue, "payload": n} for n in range(4)]})
+    http.post("/api/v1/stats/refresh")
+    for _ in range(3):
+        assert value(scrape(http), "queen_queue_messages", queue=queue) == 5

@@ -48,8 +48,8 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``operators``; ``mode`` (consume): ``auto``
-    (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``soak`` | ``operators``; ``mode``
+    (consume): ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
     second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
 
     name: str
@@ -66,6 +66,7 @@ class Scenario:
     batch: int = 100
     quick: bool = False
     initial_rate: float = 50_000.0  # msg/s guess that sizes the backlog until a run has measured it
+    default: bool = True  # in the default selection (soak runs only when named: --only soak)
 
 
 def _push(per_request: int, size: int, partitions: int = 100, quick: bool = False) -> Scenario:
@@ -110,13 +111,18 @@ SCENARIOS: list[Scenario] = [
              "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
              "10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
+    Scenario("soak", "soak", "insert-10-40B",
+             "producer paced at half of push-10-40B (--soak-share), 10 connections pop 100 + /ack/batch, "
+             "completedRetentionSeconds 5, for --duration (default 10 min): table size, broker RSS and the "
+             "services' cost on push/consume (only with --only soak)",
+             per_request=10, connections=10, mode="ack", initial_rate=10_000, default=False),
 ]
 
 
 @dataclass
 class Options:
     """How long and how hard: seconds of the measured window and of the warm-up, client connections of the
-    push scenarios, whether to CHECKPOINT before each scenario."""
+    push scenarios, whether to CHECKPOINT before each scenario, the soak's duration and producer share."""
 
     seconds: float = 10.0
     warmup: float = 3.0
@@ -124,3 +130,5 @@ class Options:
     checkpoint: bool = True
     long_poll_ms: int = 1000
     keepup_fraction: float = 0.55
+    soak_duration_s: float = 600.0
+    soak_share: float = 0.5

@@ -19,7 +19,7 @@ from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
 from queenpy.server.maintenance import MaintenanceState
 from queenpy.server.metrics import WorkerMetrics
-from queenpy.server.prometheus import WorkerInstruments
+from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
 from queenpy.services import Services
 from queenpy.settings import Settings
 from queenpy.store.database import Database
@@ -49,6 +49,7 @@ class Broker:
         self.instruments = WorkerInstruments(worker_id)
         self.metrics = WorkerMetrics(self, self.instruments)
         self.engine.observe_calls(self.instruments.observe_call)
+        self.snapshot_cache = SnapshotCache()
         holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
         self.services = Services(self.database, settings.services, holder)
 

@@ -15,6 +15,9 @@ Two sources, one exposition:
 Family names follow Queen's where they exist (``queen_db_pool_*``, ``queen_file_buffer_*``,
 ``queen_maintenance_mode_enabled``, ``queen_dlq_depth``, ``queen_dlq_depth_by_queue``, ``queen_queue_*{queue}``,
 ``queen_queue_pop_lag_milliseconds{queue,stat}``, ``queen_worker_*{hostname,worker_id,pid}``).
+
+The snapshot's families are rendered once per change of the stats (:class:`SnapshotCache`), so ages are given
+as timestamps (``*_timestamp_seconds``: the age is ``time() - x`` in PromQL), which stay true while cached.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE", "SnapshotCollector", "WorkerInstruments", "multiprocess_dir"]
+__all__ = ["CONTENT_TYPE", "LocalCollector", "SnapshotCache", "SnapshotCollector", "WorkerInstruments",
+           "multiprocess_dir", "render_collector"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -115,16 +119,35 @@ class WorkerInstruments:
         self.worker_pool.set(numbers["poolActive"])
         self.worker_parked.set(numbers["parked"])
 
-    def render(self, snapshot: SnapshotCollector) -> bytes:
-        """The exposition text: every worker's metrics (or this process's) and the snapshot."""
+    def render(self, local: Collector) -> bytes:
+        """The exposition text of every worker's metrics (or this process's) and ``local``."""
         registry = CollectorRegistry(auto_describe=False)
         if self.multiprocess:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         else:
             assert self.registry is not None
             registry.register(_Forward(self.registry))
-        registry.register(snapshot)
+        registry.register(local)
         return generate_latest(registry)
+
+
+def render_collector(collector: Collector) -> bytes:
+    """The exposition text of one collector's families."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    return generate_latest(registry)
+
+
+class SnapshotCache:
+    """The rendered snapshot families of this process, kept while the stats and the minute are the same (the
+    per-queue numbers only change when the stats job runs, every ``STATS_INTERVAL_MS``, and the per-minute rates
+    when a minute ends): a scraper polling every second re-renders the per-queue families once per stats run,
+    not once per scrape."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.body = b""
+        self.renders = 0
 
 
 class _Forward(Collector):
@@ -142,12 +165,10 @@ def _gauge(name: str, doc: str, labels: list[str], rows: list[tuple[list[str], f
     return family
 
 
-class SnapshotCollector(Collector):
-    """Families read from PostgreSQL (``snapshot``: ``queen.prometheus_snapshot_v1()``) plus the answering
-    process's maintenance switches and failover buffer (``local``)."""
+class LocalCollector(Collector):
+    """The answering process's maintenance switches and failover buffer (``local``)."""
 
-    def __init__(self, snapshot: dict[str, Any], local: dict[str, float]) -> None:
-        self.snapshot = snapshot
+    def __init__(self, local: dict[str, float]) -> None:
         self.local = local
 
     def collect(self) -> Iterator[Metric]:
@@ -162,13 +183,24 @@ class SnapshotCollector(Collector):
                      "replaying them", [], [([], local["bufferFailed"])])
         yield _gauge("queen_file_buffer_db_healthy", "The failover buffer's view of the database (1 healthy)",
                      [], [([], local["bufferHealthy"])])
+
+
+class SnapshotCollector(Collector):
+    """Families read from PostgreSQL (``snapshot``: ``queen.prometheus_snapshot_v1()``)."""
+
+    def __init__(self, snapshot: dict[str, Any]) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[Metric]:
         s = self.snapshot
         yield _gauge("queen_queues", "Queues", [], [([], s.get("queueCount", 0))])
         yield _gauge("queen_partitions", "Partitions", [], [([], s.get("partitionCount", 0))])
         yield _gauge("queen_dlq_depth", "Messages in dead-letter queues", ["scope"],
                      [(["cluster"], s.get("dlqTotal", 0))])
-        yield _gauge("queen_queue_metrics_age_seconds", "Age of the newest per-queue minute rates", [],
+        yield _gauge("queen_queue_metrics_age_seconds", "Age of the per-queue minute rates (their minute's end)", [],
                      [([], s.get("metricsAgeSeconds") or 0)])
+        yield _gauge("queen_stats_age_seconds", "Age of the per-queue numbers (the stats job's last run)", [],
+                     [([], s.get("statsAgeSeconds") or 0)])
         queues = s.get("queues") or []
         # every queue: partitions, depth, DLQ depth; only where not zero (a scrape at 10,000 mostly idle
         # queues stays small): messages in flight, per-minute rates, parked long polls
@@ -178,8 +210,8 @@ class SnapshotCollector(Collector):
              False),
             ("dlq", "queen_dlq_depth_by_queue", "Messages in the queue's dead-letter queue", False),
             ("messages", "queen_queue_messages", "Messages stored", False),
-            ("oldestAgeSeconds", "queen_queue_oldest_message_age_seconds", "Age of the oldest unconsumed message",
-             True),
+            ("oldestUnconsumedAt", "queen_queue_oldest_unconsumed_timestamp_seconds",
+             "Creation time (Unix seconds) of the oldest unconsumed message; its age is time() minus this", True),
             ("processing", "queen_queue_processing", "Messages under a live lease (left out when none)", True),
             ("pushPerMinute", "queen_queue_push_per_minute", "Messages pushed in the last full minute", True),
             ("popPerMinute", "queen_queue_pop_per_minute", "Messages popped in the last full minute", True),
@@ -198,8 +230,10 @@ class SnapshotCollector(Collector):
         groups = s.get("groups") or []
         yield _gauge("queen_consumer_group_lag_messages", "Messages a consumer group has not consumed",
                      ["queue", "group"], [([g["queue"], g["group"]], g["lagMessages"]) for g in groups])
-        yield _gauge("queen_consumer_group_lag_seconds", "Age of the oldest message a group has not consumed",
-                     ["queue", "group"], [([g["queue"], g["group"]], g["lagSeconds"]) for g in groups])
+        yield _gauge("queen_consumer_group_oldest_unconsumed_timestamp_seconds",
+                     "Creation time (Unix seconds) of the oldest message a group has not consumed; its time lag is "
+                     "time() minus this", ["queue", "group"],
+                     [([g["queue"], g["group"]], g["oldestUnconsumedAt"]) for g in groups if g["oldestUnconsumedAt"]])
         yield _gauge("queen_consumer_group_partitions_lagging", "Partitions where a group is behind (left out "
                      "when none)", ["queue", "group"],
                      [([g["queue"], g["group"]], g["partitionsLagging"]) for g in groups if g["partitionsLagging"]])

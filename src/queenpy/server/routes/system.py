@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server.openapi import openapi_document
-from queenpy.server.prometheus import CONTENT_TYPE, SnapshotCollector
+from queenpy.server.prometheus import CONTENT_TYPE, LocalCollector, SnapshotCollector, render_collector
 from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, broker_of, json_response
 from queenpy.server.routes.maintenance import shared_state
 
@@ -63,13 +63,19 @@ async def metrics(request: Request) -> Response:
 async def prometheus(request: Request) -> Response:
     """Queen's families in the Prometheus text format (see ``server/prometheus.py``)."""
     broker = broker_of(request)
-    snapshot = orjson.loads(await broker.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text"))
+    cache = broker.snapshot_cache
+    key = await broker.database.fetchval("SELECT queen.prometheus_snapshot_key_v1()")
+    if key is None or key != cache.key:  # None: the stats job has not run yet; do not cache
+        snapshot = orjson.loads(await broker.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text"))
+        cache.body = await asyncio.to_thread(render_collector, SnapshotCollector(snapshot))
+        cache.key = key
+        cache.renders += 1
     buffer = await asyncio.to_thread(broker.failover.stats)
     local = {"maintenance": float(broker.maintenance.push), "popMaintenance": float(broker.maintenance.pop),
              "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
              "bufferHealthy": float(broker.failover.db_healthy)}
-    body = await asyncio.to_thread(broker.instruments.render, SnapshotCollector(snapshot, local))
-    return Response(body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
+    body = await asyncio.to_thread(broker.instruments.render, LocalCollector(local))
+    return Response(body + cache.body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
 
 
 async def status_buffers(request: Request) -> Response:

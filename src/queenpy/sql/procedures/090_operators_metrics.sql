@@ -201,11 +201,22 @@ $$;
 
 -- Prometheus ------------------------------------------------------------------------------------------------
 
+-- What the snapshot below depends on: the newest change of the per-queue stats rows (each stats run rewrites
+-- the rows whose numbers changed), the number of queues, and the current minute (the per-minute rates). A
+-- broker process re-renders the snapshot's families only when this changes. A scan of queue_stats.
+CREATE OR REPLACE FUNCTION queen.prometheus_snapshot_key_v1()
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT concat_ws('|', (SELECT max(computed_at)::text || count(*)::text FROM queen.queue_stats),
+                     (SELECT max(computed_at)::text || count(*)::text FROM queen.queue_group_stats),
+                     date_trunc('minute', now())::text)
+$$;
+
 -- Everything /metrics/prometheus reads from PostgreSQL, in one call, from the stats job's tables (009) and the
 -- workers' minute rows: {queueCount, partitionCount, dlqTotal, metricsAgeSeconds, statsAgeSeconds, queues:
--- [{queue, partitions, depth (unconsumed), messages (stored), processing (in flight), oldestAgeSeconds, dlq,
--- pushPerMinute, popPerMinute, ackPerMinute, parked, popLagAvgMs, popLagMaxMs}], groups: [{queue, group,
--- lagMessages, lagSeconds, partitionsLagging}]}. Rates are the last full minute of queue_lag_metrics. A scan of
+-- [{queue, partitions, depth (unconsumed), messages (stored), processing (in flight), oldestUnconsumedAt (Unix
+-- seconds), dlq, pushPerMinute, popPerMinute, ackPerMinute, parked, popLagAvgMs, popLagMaxMs}], groups:
+-- [{queue, group, lagMessages, oldestUnconsumedAt, partitionsLagging}]}. Rates are the last full minute of queue_lag_metrics. A scan of
 -- queue_stats and queue_group_stats: no partition and no message is read.
 CREATE OR REPLACE FUNCTION queen.prometheus_snapshot_v1()
 RETURNS jsonb
@@ -227,7 +238,7 @@ LANGUAGE sql STABLE AS $$
         'queues', coalesce((SELECT jsonb_agg(jsonb_build_object(
             'queue', q.name, 'partitions', s.partitions, 'depth', s.unconsumed, 'messages', s.depth,
             'processing', s.in_flight, 'dlq', s.dead_letter,
-            'oldestAgeSeconds', round(extract(epoch FROM now() - s.oldest_unconsumed_at)::numeric, 3),
+            'oldestUnconsumedAt', round(extract(epoch FROM s.oldest_unconsumed_at)::numeric, 3),
             'pushPerMinute', coalesce(o.push, 0), 'popPerMinute', coalesce(o.popped, 0),
             'ackPerMinute', coalesce(o.acked, 0), 'parked', coalesce(o.parked, 0),
             'popLagAvgMs', CASE WHEN o.pops > 0 THEN round((o.lag_sum / o.pops)::numeric, 3) END,
@@ -236,7 +247,7 @@ LANGUAGE sql STABLE AS $$
             LEFT JOIN ops o ON o.queue_name = q.name), '[]'::jsonb),
         'groups', coalesce((SELECT jsonb_agg(jsonb_build_object('queue', q.name, 'group', g.consumer_group,
             'lagMessages', g.offset_lag, 'partitionsLagging', g.partitions_with_lag,
-            'lagSeconds', coalesce(round(extract(epoch FROM now() - g.oldest_unconsumed_at)::numeric, 3), 0))
+            'oldestUnconsumedAt', round(extract(epoch FROM g.oldest_unconsumed_at)::numeric, 3))
             ORDER BY q.name, g.consumer_group)
             FROM queen.queue_group_stats g JOIN queen.queues q ON q.id = g.queue_id), '[]'::jsonb))
 $$;

@@ -22,7 +22,9 @@ LANGUAGE sql STABLE AS $$
         'failed', coalesce(s.dead_lettered, 0), 'deadLetter', coalesce(s.dead_letter, 0))
 $$;
 
--- One queue in the lists of resources/queues and status/queues.
+-- One queue in the lists of resources/queues and status/queues: Queen's {id, name, namespace, task, createdAt,
+-- partitions, messages: {total, pending, processing}} plus ours (priority, consumerGroups, completed,
+-- deadLetter, options, oldest/newest message, lagSeconds).
 CREATE OR REPLACE FUNCTION queen.queue_row_v1(q queen.queues, s queen.queue_stats)
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
@@ -30,9 +32,9 @@ LANGUAGE sql STABLE AS $$
         'priority', q.priority, 'createdAt', queen.iso_ms(q.created_at), 'partitions', coalesce(s.partitions, 0),
         'consumerGroups', coalesce(s.consumer_groups, 0),
         'messages', jsonb_build_object('total', coalesce(s.depth, 0), 'pending', coalesce(s.pending, 0),
-                                       'processing', coalesce(s.in_flight, 0), 'completed', coalesce(s.completed, 0),
-                                       'deadLetter', coalesce(s.dead_letter, 0)),
-        'oldestMessage', queen.iso_ms(s.oldest_at), 'newestMessage', queen.iso_ms(s.newest_at),
+                                       'processing', coalesce(s.in_flight, 0)),
+        'completed', coalesce(s.completed, 0), 'deadLetter', coalesce(s.dead_letter, 0),
+        'options', queen.queue_options_json(q), 'oldestMessage', queen.iso_ms(s.oldest_at), 'newestMessage', queen.iso_ms(s.newest_at),
         'lagSeconds', coalesce(round(extract(epoch FROM now() - s.oldest_unconsumed_at)::numeric, 3), 0))
 $$;
 
@@ -277,8 +279,9 @@ LANGUAGE sql STABLE AS $$
         'leases', (SELECT jsonb_build_object('active', active, 'partitionsWithLeases', partitions,
                                              'totalBatchSize', batch, 'totalAcked', acked) FROM leases),
         'deadLetterQueue', jsonb_build_object('totalMessages', coalesce(sum(st.dead_letter), 0),
-            'affectedPartitions', (SELECT count(*) FROM queen.partition_stats ps JOIN scope ON scope.id = ps.queue_id
-                                   WHERE ps.dead_letter > 0),
+            'affectedPartitions', (SELECT count(DISTINCT d.partition_id) FROM queen.dead_letter_queue d
+                                   JOIN queen.partitions pt ON pt.id = d.partition_id
+                                   JOIN scope ON scope.id = pt.queue_id),
             'topErrors', coalesce((SELECT jsonb_agg(jsonb_build_object('error', e, 'count', n) ORDER BY n DESC, e)
                 FROM (SELECT coalesce(d.error_message, '') AS e, count(*) AS n FROM queen.dead_letter_queue d
                       JOIN queen.partitions pt ON pt.id = d.partition_id JOIN scope ON scope.id = pt.queue_id
