@@ -60,7 +60,7 @@ def test_the_overview_lists_a_queue_with_its_depth(broker: Any, console: Callabl
     expect(row.locator("[data-col=depth]")).to_have_text("42")
     expect(row.locator("[data-col=pending]")).to_have_text("42")
     expect(row.locator("[data-col=inflight]")).to_have_text("0")
-    expect(row.locator("[data-col=dlq]")).to_have_text(str(listed["deadLetter"]))
+    expect(row.locator("[data-col=dlq]")).to_have_text(str(queue_row(client, queue)["deadLetter"]))
     expect(page.locator("[data-test=db-health]")).to_have_text("connected")
     overview = client.get("/api/v1/resources/overview").json()
     expect(page.locator("[data-test=queue-count]")).to_have_text(f"{overview['queues']:,}")
@@ -100,6 +100,12 @@ def test_queue_search_sort_and_detail(broker: Any, console: Callable[..., Any],
     assert expected_lag == 5
     expect(page.locator("[data-test=queue-groups] tr[data-group=billing] [data-col=lag]")).to_have_text(
         str(expected_lag))
+
+    # another queue in the same view (the fragment changes, the component stays): its own numbers
+    page.evaluate("(name) => { location.hash = '#/queue/' + name; }", f"{prefix}-a")
+    expect(page.locator("[data-view=queue] h1")).to_have_text(f"Queue {prefix}-a")
+    expect(page.locator("[data-test=total-total]")).to_have_text(
+        str(client.get(f"/api/v1/resources/queues/{prefix}-a").json()["totals"]["total"]))
 
 
 def test_replay_a_dead_letter(broker: Any, console: Callable[..., Any],

@@ -255,6 +255,12 @@ document.addEventListener("alpine:init", () => {
         this.initialized = true;
         return;
       }
+      if (read.status !== 200) { // unreachable or failing: the views say so; actions stay off until it answers
+        Object.assign(this, { level: QC.LEVELS.none, authEnabled: Boolean(QC.token()), initialized: true });
+        resolveSignedIn();
+        setTimeout(() => this.probe(), 5000);
+        return;
+      }
       const [write, admin] = await Promise.all([status("POST", "/api/v1/lease/queenpy-console-probe/extend", {}),
                                                 status("GET", "/api/v1/system/maintenance")]);
       const refused = (r) => r.status === 401 || r.status === 403;

@@ -32,7 +32,7 @@ QC.section = function () {
 QC.queueRow = (q) => ({
   name: q.name, namespace: q.namespace, task: q.task, partitions: q.partitions, createdAt: q.createdAt,
   depth: q.messages?.total ?? null, pending: q.messages?.pending ?? null,
-  processing: q.messages?.processing ?? null, deadLetter: q.messages?.deadLetter ?? null,
+  processing: q.messages?.processing ?? null, deadLetter: q.deadLetter ?? q.messages?.deadLetter ?? null,
   lagSeconds: q.lagSeconds ?? null,
 });
 
@@ -99,6 +99,13 @@ QC.chart = function (el) {
     },
     destroy() { observer.disconnect(); plot.destroy(); },
   };
+};
+
+/* Calls `fn(route)` when the URL fragment names another object of the same view (#/queue/a -> #/queue/b keeps
+ * the component, so it must load the new one itself). */
+QC.followRoute = function (component, fn) {
+  const view = Alpine.store("app").route.view;
+  component.$watch("$store.app.route", (route) => { if (route.view === view) fn(route); });
 };
 
 document.addEventListener("alpine:init", () => {
@@ -174,6 +181,7 @@ document.addEventListener("alpine:init", () => {
     init() {
       this.name = Alpine.store("app").route.args[0];
       this.stop = QC.poll(() => this.load());
+      QC.followRoute(this, (route) => { this.name = route.args[0]; this.page.offset = 0; this.load(); });
     },
     destroy() { this.stop(); },
     async load() {
@@ -256,6 +264,7 @@ document.addEventListener("alpine:init", () => {
     init() {
       this.name = Alpine.store("app").route.args[0];
       this.stop = QC.poll(() => this.load());
+      QC.followRoute(this, (route) => { this.name = route.args[0]; this.load(); });
     },
     destroy() { this.stop(); },
     load() { return this.detail.run(async () => (await QC.get(`/api/v1/consumer-groups/${QC.seg(this.name)}`)) || {}); },
@@ -336,6 +345,11 @@ document.addEventListener("alpine:init", () => {
     init() {
       [this.partitionId, this.transactionId] = Alpine.store("app").route.args;
       this.stop = QC.poll(() => this.load());
+      QC.followRoute(this, (route) => {
+        [this.partitionId, this.transactionId] = route.args;
+        this.deleted = false;
+        this.load();
+      });
     },
     destroy() { this.stop(); },
     path() { return `/api/v1/messages/${QC.seg(this.partitionId)}/${QC.seg(this.transactionId)}`; },
