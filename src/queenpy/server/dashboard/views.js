@@ -1,8 +1,9 @@
 /* queenpy console: the views, one Alpine.js component each (templates in index.html).
  *
  * Every view loads through QC.api (app.js) and refreshes with QC.poll on the store's period. Lists are paged:
- * by the broker where the route takes limit/offset (DLQ, traces, messages, status/queues), in the browser
- * where the route answers the whole list (consumer groups, a queue's partitions).
+ * by the broker where the route takes limit/offset (DLQ, traces, messages, a queue's partitions), in the
+ * browser where the route answers a whole list (consumer groups, a group's partitions, the overview's deepest
+ * hundred queues) or where Queen's API cannot search or sort (the queue listing).
  */
 "use strict";
 
@@ -168,8 +169,10 @@ document.addEventListener("alpine:init", () => {
       this.stop = QC.poll(() => this.load(QC.refreshAge()));
     },
     destroy() { this.stop(); },
-    load(maxAgeMs) {
-      return this.list.run(() => QC.queuePage({ ...this.page, search: this.search, sort: this.sort, maxAgeMs }));
+    statsAge: null,
+    async load(maxAgeMs) {
+      await this.list.run(() => QC.queuePage({ ...this.page, search: this.search, sort: this.sort, maxAgeMs }));
+      this.statsAge = QC.listing.statsAge;
     },
     refilter() { this.page.offset = 0; this.load(); },
     move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
