@@ -226,15 +226,25 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
             "query_id": _UUID, "partition_id": _UUID, "keys": {"type": "array", "items": {"type": "string"}},
             "key_prefix": {"type": "string"},
             "ripe_at_or_before": {"type": "number", "description": "epoch milliseconds"}}}),
+    ("get", "/"): ("The web console (HTML page; public, no authentication)", [], None),
+    ("get", "/ui/{path}"): ("A static file of the web console (script, style, vendored library); public",
+                            [_param("path", "path")], None),
 }
+
+# operations that answer something other than JSON: (method, path) -> responses
+_STATIC = {"200": {"description": "The file",
+                   "content": {"text/html": {}, "text/javascript": {}, "text/css": {}}},
+           "304": {"description": "Not modified (ETag / Last-Modified revalidation)"},
+           "404": {"description": "No such file", "content": _ERROR["content"]}}
+_RESPONSES: dict[tuple[str, str], dict[str, Any]] = {("get", "/"): _STATIC, ("get", "/ui/{path}"): _STATIC}
 
 
 def openapi_document(version: str) -> dict[str, Any]:
     """The OpenAPI 3.0 document (a plain dict)."""
     paths: dict[str, dict[str, Any]] = {}
     for (method, path), (summary, parameters, body) in OPERATIONS.items():
-        operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
-                                     "responses": {"200": _JSON, "400": _ERROR}}
+        responses = _RESPONSES.get((method, path), {"200": _JSON, "400": _ERROR})
+        operation: dict[str, Any] = {"summary": summary, "parameters": parameters, "responses": responses}
         if body is not None:
             operation["requestBody"] = _body(body, required=path not in _OPTIONAL_BODY)
         paths.setdefault(path, {})[method] = operation

@@ -6,6 +6,7 @@ from __future__ import annotations
 from queenpy.server.routes import (
     analytics,
     browse,
+    dashboard,
     dlq,
     groups,
     maintenance,
@@ -23,7 +24,7 @@ from queenpy.server.routes._base import Endpoint
 __all__ = ["AREAS", "endpoints"]
 
 AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, streams, status,
-         analytics)
+         analytics, dashboard)
 
 
 def endpoints() -> list[Endpoint]:
