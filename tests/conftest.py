@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ import httpx
 import psycopg
 import pytest
 
-from helpers import free_port, wait_until
+from helpers import free_port, official_client, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -182,3 +182,10 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     for process in started:
         process.stop()
 
+
+
+@pytest.fixture
+async def q(broker: BrokerProcess) -> AsyncIterator[Any]:
+    """The official ``queen-mq`` client on the session broker."""
+    async with official_client(broker.url) as client:
+        yield client

@@ -5,7 +5,6 @@ test pushed and consumed."""
 from __future__ import annotations
 
 import asyncio
-import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,19 +12,14 @@ import httpx
 import pytest
 from queen import Queen
 
-from helpers import unique
+from helpers import official_client, unique
 
 
 @pytest.fixture
 async def q(metrics_broker: Any) -> AsyncIterator[Queen]:
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(metrics_broker.url)
-    try:
+    """The official client on the broker that writes metrics often."""
+    async with official_client(metrics_broker.url) as client:
         yield client
-    finally:
-        await client.close()
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 async def until(probe: Any, accept: Any, seconds: float = 15.0) -> Any:
