@@ -96,6 +96,18 @@ BEGIN
 END;
 $$;
 
+-- Consumer rows deleted (a consumer group's deletion; not on any hot path): their partitions become candidates
+-- of the next stats run, which drops the group's stats rows.
+CREATE OR REPLACE FUNCTION queen.consumers_removed_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queen.partition_counters c SET updated_at = now()
+    WHERE c.partition_id IN (SELECT DISTINCT r.partition_id FROM removed r);
+    RETURN NULL;
+END;
+$$;
+
 -- maxSize: the stored count of one queue, recomputed exactly: its partitions are share-locked first (a push in
 -- flight commits before, the next waits), then the count row (a deleter in flight commits before), and the sum
 -- is read by a later statement, which sees both. Lock order as in push_items_v2: partitions, then the count.
@@ -148,6 +160,9 @@ CREATE TRIGGER dead_letters_added AFTER INSERT ON queen.dead_letter_queue
 DROP TRIGGER IF EXISTS dead_letters_removed ON queen.dead_letter_queue;
 CREATE TRIGGER dead_letters_removed AFTER DELETE ON queen.dead_letter_queue
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.dead_letters_removed_v1();
+DROP TRIGGER IF EXISTS consumers_removed ON queen.partition_consumers;
+CREATE TRIGGER consumers_removed AFTER DELETE ON queen.partition_consumers
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_removed_v1();
 DROP TRIGGER IF EXISTS queue_capacity_created ON queen.queues;
 CREATE TRIGGER queue_capacity_created AFTER INSERT ON queen.queues
     FOR EACH ROW WHEN (NEW.max_queue_size > 0) EXECUTE FUNCTION queen.queue_capacity_changed_v1();
@@ -426,18 +441,30 @@ $$;
 
 -- Statistics ------------------------------------------------------------------------------------------------
 
--- One run of the stats job (migration 009 defines the numbers). Recomputes every partition's and every
--- consumer row's numbers from partitions, partition_consumers and partition_counters (a pass over those
--- tables, never over messages), rewrites the rows whose numbers changed, probes messages only for the
--- partitions and cursors that moved (oldest message; first message after a cursor), re-aggregates the queues
--- and (queue, group) pairs those belong to, and adds what the offsets and totals grew by to the current
--- minute of queue_throughput. p_full: rewrite and re-probe everything, re-aggregate every queue (the
--- reconcile, every STATS_RECONCILE_INTERVAL_MS). One transaction; a transaction-level advisory lock keeps two
--- runs from interleaving (a run's increases are computed from the rows it overwrites).
--- Returns {"partitions", "consumers", "queues", "groups": rows rewritten, "full"}.
+-- One run of the stats job (migration 009 defines the numbers). Looks at the partitions that may have changed
+-- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
+-- deletions, dead letters, retention), or with a consumer row that consumed, leased, was created, saw its lease
+-- expire or a retry delay start since then. "Since" is the previous run's bound: no write transaction in flight
+-- then had started before it (pg_stat_activity, as in queen.advance_scan_floor_v1), and every timestamp above
+-- is taken inside its writing transaction, so nothing that commits later is missed. For those partitions it
+-- recomputes the numbers from partitions, partition_consumers and partition_counters, rewrites the rows whose
+-- numbers changed, probes messages only for the partitions and cursors that moved (oldest message; first
+-- message after a cursor), re-aggregates the queues and (queue, group) pairs they belong to, and adds what the
+-- offsets and totals grew by to the current minute of queue_throughput. Cost: three filtered scans of those
+-- tables plus index work per changed partition; never a pass over messages.
+-- p_full (the reconcile, every STATS_RECONCILE_INTERVAL_MS, and the first run): every partition is a candidate
+-- (rows are still rewritten and messages probed only where the numbers changed) and every queue and (queue,
+-- group) pair is re-aggregated; it also catches what carries no timestamp (a seek, a failed or 'retry' ack of a queue without
+-- retryDelay). A consumer group's deletion marks its partitions (trigger on partition_consumers). One transaction; a transaction-level advisory lock keeps two runs from
+-- interleaving (a run's increases are computed from the rows it overwrites).
+-- plan_cache_mode = force_custom_plan: each statement is planned with this run's candidate list (a handful of
+-- partitions, or all of them), once per run (every few seconds).
+-- Returns {"partitions", "consumers", "queues", "groups": rows rewritten, "candidates", "full"}.
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v1(p_full boolean DEFAULT false)
 RETURNS jsonb
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET plan_cache_mode = force_custom_plan
+AS $$
 DECLARE
     v_bucket timestamptz := date_trunc('minute', now());
     v_partitions integer;
@@ -446,9 +473,20 @@ DECLARE
     v_groups integer;
     v_changed_queues uuid[];
     v_consumer_queues uuid[];
+    v_since timestamptz;
+    v_bound timestamptz;
+    v_full boolean := p_full;
+    v_candidates uuid[];
 BEGIN
     PERFORM pg_advisory_xact_lock(737013);
-    IF p_full THEN  -- repair: rows the creation trigger did not make (partitions created before it existed)
+    -- first the bound (before any write transaction in flight began), then, in later statements, the reads
+    SELECT least(statement_timestamp(),
+                 (SELECT min(a.xact_start) FROM pg_stat_activity a
+                  WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()))
+    INTO v_bound;
+    SELECT (s.value->>'since')::timestamptz INTO v_since FROM queen.system_state s WHERE s.key = 'stats_refresh';
+    v_full := v_full OR v_since IS NULL;
+    IF v_full THEN  -- repair: rows the creation trigger did not make (partitions created before it existed)
         INSERT INTO queen.partition_counters (partition_id)
         SELECT p.id FROM queen.partitions p
         WHERE NOT EXISTS (SELECT 1 FROM queen.partition_counters c WHERE c.partition_id = p.id)
@@ -457,15 +495,28 @@ BEGIN
         SELECT p.id, p.queue_id FROM queen.partitions p
         WHERE NOT EXISTS (SELECT 1 FROM queen.partition_stats s WHERE s.partition_id = p.id)
         ON CONFLICT DO NOTHING;
+        SELECT coalesce(array_agg(p.id), '{}') INTO v_candidates FROM queen.partitions p;
+    ELSE
+        SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_candidates FROM (
+            SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
+            UNION ALL
+            SELECT c.partition_id FROM queen.partition_counters c WHERE c.updated_at >= v_since
+            UNION ALL
+            SELECT pc.partition_id FROM queen.partition_consumers pc
+            WHERE pc.last_consumed_at >= v_since OR pc.lease_acquired_at >= v_since OR pc.created_at >= v_since
+               OR (pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now())
+               OR pc.retry_available_at >= v_since) x;
     END IF;
 
     -- 1. partitions
-    WITH groups AS (
+    WITH candidates AS (
+        SELECT DISTINCT k.id FROM unnest(v_candidates) AS k(id)
+    ), groups AS (
         SELECT pc.partition_id, count(*) AS groups, min(pc.last_consumed_seq) AS min_cursor,
                max(CASE WHEN pc.lease_expires_at > now() THEN greatest(pc.batch_size - pc.acked_count, 0)
                         ELSE 0 END) AS in_flight,
                sum(pc.total_messages_consumed) AS consumed
-        FROM queen.partition_consumers pc
+        FROM candidates k JOIN queen.partition_consumers pc ON pc.partition_id = k.id
         GROUP BY pc.partition_id
     ), cur AS (
         SELECT p.id, p.queue_id, p.last_seq, p.last_message_at,
@@ -479,15 +530,15 @@ BEGIN
                s.in_flight AS s_in_flight, s.consumed_total AS s_consumed, s.trimmed_seq AS s_trimmed,
                s.depth AS s_depth, s.unconsumed AS s_unconsumed, s.oldest_seq AS s_oldest_seq,
                s.oldest_at AS s_oldest_at, s.oldest_unconsumed_at AS s_oldest_unconsumed_at
-        FROM queen.partitions p
+        FROM candidates k
+        JOIN queen.partitions p ON p.id = k.id
         JOIN queen.partition_counters c ON c.partition_id = p.id
         JOIN queen.partition_stats s ON s.partition_id = p.id
         LEFT JOIN groups g ON g.partition_id = p.id
     ), changed AS (
         SELECT cur.*, least(greatest(cur.last_seq - greatest(cur.min_cursor, cur.trimmed), 0), cur.depth) AS unconsumed
         FROM cur
-        WHERE p_full
-           OR (cur.last_seq, cur.messages_deleted, cur.dlq_messages, cur.dead_lettered, cur.groups, cur.min_cursor,
+        WHERE (cur.last_seq, cur.messages_deleted, cur.dlq_messages, cur.dead_lettered, cur.groups, cur.min_cursor,
                cur.in_flight, cur.consumed, cur.trimmed)
               IS DISTINCT FROM (cur.s_last_seq, cur.s_messages_deleted, cur.s_dead_letter, cur.s_dead_lettered,
                                 cur.s_groups, cur.s_min_cursor, cur.s_in_flight, cur.s_consumed, cur.s_trimmed)
@@ -503,14 +554,14 @@ BEGIN
             SELECT m.seq, m.created_at FROM queen.messages m
             WHERE m.partition_id = ch.id
               AND ch.depth > 0
-              AND (p_full OR ch.s_oldest_seq IS NULL OR ch.s_depth = 0
+              AND (ch.s_oldest_seq IS NULL OR ch.s_depth = 0
                    OR ch.messages_deleted <> ch.s_messages_deleted)
             ORDER BY m.seq LIMIT 1) o ON true
         LEFT JOIN LATERAL (
             SELECT m.seq, m.created_at FROM queen.messages m
             WHERE m.partition_id = ch.id AND m.seq > greatest(ch.min_cursor, ch.trimmed)
               AND ch.unconsumed > 0
-              AND (p_full OR ch.s_oldest_unconsumed_at IS NULL OR ch.s_unconsumed = 0
+              AND (ch.s_oldest_unconsumed_at IS NULL OR ch.s_unconsumed = 0
                    OR ch.min_cursor <> ch.s_min_cursor OR ch.trimmed <> ch.s_trimmed
                    OR ch.messages_deleted <> ch.s_messages_deleted)
             ORDER BY m.seq LIMIT 1) u ON true
@@ -545,8 +596,10 @@ BEGIN
     )
     SELECT count(*), array_agg(DISTINCT queue_id) INTO v_partitions, v_changed_queues FROM written;
 
-    -- 2. consumer rows (one per partition and group)
-    WITH cur AS (
+    -- 2. consumer rows (one per partition and group) of the candidate partitions
+    WITH candidates AS (
+        SELECT DISTINCT k.id FROM unnest(v_candidates) AS k(id)
+    ), cur AS (
         SELECT pc.partition_id, pc.consumer_group, p.queue_id, pc.last_consumed_seq AS cursor,
                greatest(p.last_seq - greatest(pc.last_consumed_seq, c.head_seq, c.completed_seq, c.evicted_seq), 0)
                    AS offset_lag,
@@ -555,16 +608,19 @@ BEGIN
                    AS in_flight,
                CASE WHEN pc.lease_expires_at > now() THEN pc.lease_expires_at END AS lease_expires_at,
                pc.total_messages_consumed, pc.last_consumed_at
-        FROM queen.partition_consumers pc
+        FROM candidates k
+        JOIN queen.partition_consumers pc ON pc.partition_id = k.id
         JOIN queen.partitions p ON p.id = pc.partition_id
         JOIN queen.partition_counters c ON c.partition_id = pc.partition_id
+    ), known AS (
+        SELECT s.* FROM candidates k JOIN queen.consumer_stats s ON s.partition_id = k.id
     ), joined AS (
         SELECT cur.*, s.partition_id AS s_partition_id, s.consumer_group AS s_group, s.queue_id AS s_queue_id,
                s.cursor_seq AS s_cursor, s.offset_lag AS s_offset_lag, s.in_flight AS s_in_flight,
                s.lease_expires_at AS s_lease_expires_at, s.total_consumed AS s_total,
                s.last_consumed_at AS s_last_consumed_at, s.oldest_unconsumed_seq AS s_oldest_seq,
                s.oldest_unconsumed_at AS s_oldest_at
-        FROM cur FULL JOIN queen.consumer_stats s
+        FROM cur FULL JOIN known s
              ON s.partition_id = cur.partition_id AND s.consumer_group = cur.consumer_group
     ), removed AS (
         DELETE FROM queen.consumer_stats s USING joined j
@@ -573,7 +629,7 @@ BEGIN
     ), changed AS (
         SELECT j.* FROM joined j
         WHERE j.partition_id IS NOT NULL
-          AND (p_full OR j.s_partition_id IS NULL
+          AND (j.s_partition_id IS NULL
                OR (j.cursor, j.offset_lag, j.in_flight, j.lease_expires_at, j.total_messages_consumed,
                    j.last_consumed_at)
                   IS DISTINCT FROM (j.s_cursor, j.s_offset_lag, j.s_in_flight, j.s_lease_expires_at, j.s_total,
@@ -589,7 +645,7 @@ BEGIN
             SELECT m.seq, m.created_at FROM queen.messages m
             WHERE m.partition_id = ch.partition_id AND m.seq > greatest(ch.cursor, ch.trimmed)
               AND ch.offset_lag > 0
-              AND (p_full OR ch.s_partition_id IS NULL OR ch.s_oldest_seq IS NULL OR ch.s_offset_lag = 0
+              AND (ch.s_partition_id IS NULL OR ch.s_oldest_seq IS NULL OR ch.s_offset_lag = 0
                    OR ch.cursor <> ch.s_cursor OR ch.s_oldest_seq <= ch.trimmed)
             ORDER BY m.seq LIMIT 1) u ON true
     ), written AS (
@@ -613,10 +669,10 @@ BEGIN
                                                       SELECT queue_id FROM removed) x)
     INTO v_consumers, v_consumer_queues;
 
-    -- 3. queues whose partitions or consumer rows changed (every queue when p_full; new queues always)
+    -- 3. queues whose partitions or consumer rows changed (every queue when v_full; new queues always)
     WITH targets AS (
         SELECT q.id FROM queen.queues q
-        WHERE p_full OR q.id = ANY (v_changed_queues) OR q.id = ANY (v_consumer_queues)
+        WHERE v_full OR q.id = ANY (v_changed_queues) OR q.id = ANY (v_consumer_queues)
            OR NOT EXISTS (SELECT 1 FROM queen.queue_stats x WHERE x.queue_id = q.id)
     ), agg AS (
         SELECT t.id AS queue_id, count(ps.partition_id)::integer AS partitions,
@@ -678,7 +734,7 @@ BEGIN
                sum(cs.total_consumed)::bigint AS total_consumed, max(cs.last_consumed_at) AS last_consumed_at,
                min(cs.oldest_unconsumed_at) FILTER (WHERE cs.offset_lag > 0) AS oldest_unconsumed_at
         FROM queen.consumer_stats cs
-        WHERE p_full OR cs.queue_id = ANY (v_consumer_queues)
+        WHERE v_full OR cs.queue_id = ANY (v_consumer_queues)
         GROUP BY cs.queue_id, cs.consumer_group
     ), written AS (
         INSERT INTO queen.queue_group_stats AS g (queue_id, consumer_group, partitions, partitions_with_lag,
@@ -700,15 +756,18 @@ BEGIN
         RETURNING 1
     ), removed AS (
         DELETE FROM queen.queue_group_stats g
-        WHERE (p_full OR g.queue_id = ANY (v_consumer_queues))
+        WHERE (v_full OR g.queue_id = ANY (v_consumer_queues))
           AND NOT EXISTS (SELECT 1 FROM queen.consumer_stats cs
                           WHERE cs.queue_id = g.queue_id AND cs.consumer_group = g.consumer_group)
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM written) + (SELECT count(*) FROM removed) INTO v_groups;
 
+    INSERT INTO queen.system_state (key, value, updated_at)
+    VALUES ('stats_refresh', jsonb_build_object('since', v_bound), now())
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
     RETURN jsonb_build_object('partitions', v_partitions, 'consumers', v_consumers, 'queues', v_queues,
-                              'groups', v_groups, 'full', p_full);
+                              'groups', v_groups, 'candidates', cardinality(v_candidates), 'full', v_full);
 END;
 $$;
 
