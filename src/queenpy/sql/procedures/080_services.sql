@@ -348,6 +348,9 @@ $$;
 -- each is checked by an index probe of messages, and locked with SKIP LOCKED, so a partition a push is
 -- writing to is left alone; a push that finds its partition gone when it locks creates it again
 -- (push_items_v2). One retention_history row per queue.
+-- Known limit: a pop that creates a group's first consumer row on a partition at the moment this deletes it
+-- (the partition idle and empty for PARTITION_CLEANUP_DAYS) waits for the delete and then fails its foreign
+-- key check; that pop call answers a database error and the client retries (pop_v2 is not changed here).
 -- enable_seqscan = off also holds for the cascades of the deletes (the foreign keys' own queries, planned
 -- once per session): planned while dead_letter_queue or replays was small, they scanned the whole table for
 -- every deleted partition (tests/integration/test_explain_services.py).
