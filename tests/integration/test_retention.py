@@ -346,3 +346,29 @@ def test_concurrent_pushes_never_overfill_a_capped_queue(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         stored = conn.execute("SELECT count(*) FROM queen.messages").fetchone()
     assert sum(queued) == 300 and stored == (300,)
+
+
+def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn: psycopg.Connection[Any]) -> None:
+    """The cascades of a message delete (now one set-based delete per statement, in the delete trigger): its
+    dead-letter rows, its traces with their names, its replays, and the partition's DLQ count."""
+    configure(conn, "gone", retryLimit=0)
+    push(conn, "gone", 3)
+    messages = pop(conn, "gone", 3)
+    for message in messages:
+        assert ack(conn, message, status="failed")["dlq"] is True
+        assert call_procedure(conn, "trace_record_v1", {"transactionId": message["transactionId"],
+                                                        "partitionId": message["partitionId"], "data": {"n": 1},
+                                                        "traceNames": ["t"]})["success"]
+    conn.execute("SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
+                 "WHERE m.seq = 3")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (2, 1, 3, 3)
+    conn.execute("DELETE FROM queen.messages WHERE seq >= 2")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (1, 0, 1, 1)
+    assert conn.execute("SELECT dlq_messages, dead_lettered, messages_deleted FROM queen.partition_counters c "
+                        "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'").fetchone() == (
+        1, 3, 2)
+    assert history(conn, "gone") == {"deleted": 2}

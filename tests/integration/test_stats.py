@@ -208,3 +208,26 @@ def test_full_run_repairs_missing_rows_and_sees_changes_without_a_timestamp(conn
     assert refresh(conn)["partitions"] == 0
     assert refresh(conn, full=True)["partitions"] == 1
     assert stats_of(conn, partition_id(conn, "r", "p1"))["unconsumed"] == 1
+
+
+def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
+    """A push holds its partitions' rows locked for update until it commits. The stats job writes rows for a
+    consumer row it has not seen yet while such a push is in flight: it must not wait for the push (a key check
+    of its insert would share-lock the partition row; with the pushes' locks in id order and the job's in any
+    order, a push and the job deadlocked in the soak benchmark). The job runs under a lock timeout here."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        call_procedure(conn, "push_items_v1", [{"queue": "busy", "partition": f"p{n}", "payload": n}
+                                               for n in range(3)])
+        refresh(conn)
+        call_procedure(conn, "pop_v1", [{"queue": "busy", "batch": 1, "autoAck": True, "partitions": 3}])
+        pushing = psycopg.connect(db_url)
+        try:
+            pushing.execute("SELECT 1 FROM queen.partitions FOR UPDATE")  # a push's locks, not committed
+            conn.execute("SET lock_timeout = '2s'")
+            done = refresh(conn)
+            assert done["consumers"] >= 1
+            assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (done["consumers"],)
+        finally:
+            pushing.close()
+        conn.execute("SELECT queen.delete_queue_v1('busy')")  # the stats rows of its partitions go with them
+        assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (0,)

@@ -9,6 +9,22 @@ CREATE INDEX IF NOT EXISTS message_traces_message_id_idx ON queen.message_traces
 CREATE INDEX IF NOT EXISTS message_trace_names_trace_idx ON queen.message_trace_names (trace_id);
 CREATE INDEX IF NOT EXISTS replays_message_idx ON queen.replays (message_id);
 
+-- No foreign key from consumer_stats to partitions (migration 009 made one): the stats job inserts its rows, and
+-- each insert's key check share-locked the partition row until the job's commit, in no particular order, while
+-- pushes lock partition rows for update in id order: a push and the stats job deadlocked (soak run), and pushes
+-- waited for the stats job. The rows of a deleted partition go by the trigger below instead of a cascade.
+ALTER TABLE queen.consumer_stats DROP CONSTRAINT IF EXISTS consumer_stats_partition_id_fkey;
+
+-- The dead letters, traces and replays of a deleted message go with it, as before, but by one set-based delete
+-- per deleting statement (queen.messages_deleted_v1) instead of the foreign keys' cascades, which ran three
+-- queries per deleted row: a DELETE of messages cost 36-48 us per row with them, 2-3 us without (lab, under
+-- load; retention deletes what producers push). Every writer of these tables reads the message first (ack,
+-- DLQ replay, trace_record_v1) and every reader joins the message, so a row left by a writer racing a delete of
+-- its message is never shown. Migration 009 was released before this was measured, hence here (idempotent).
+ALTER TABLE queen.dead_letter_queue DROP CONSTRAINT IF EXISTS dead_letter_queue_message_id_fkey;
+ALTER TABLE queen.message_traces DROP CONSTRAINT IF EXISTS message_traces_message_id_fkey;
+ALTER TABLE queen.replays DROP CONSTRAINT IF EXISTS replays_message_id_fkey;
+
 -- Counters -------------------------------------------------------------------------------------------------
 
 -- A new partition gets its counters and stats rows in the creating statement (push, configure, SQL), so every
@@ -27,17 +43,23 @@ BEGIN
 END;
 $$;
 
--- Every DELETE of messages, whoever runs it: the partitions' messages_deleted, the capped queues' stored
--- count, and a retention_history row per queue of type 'deleted' unless the deleting transaction set
--- queen.deletion_kind (the retention steps and partition cleanup write their own, typed history). Rows of a
--- partition deleted in the same transaction (a queue or partition deletion cascading) are not counted: their
--- counters go with them.
+-- Every DELETE of messages, whoever runs it: their dead letters, traces and replays (through the message_id
+-- indexes: enable_seqscan = off, as the plans of a trigger are made once per session), the partitions'
+-- messages_deleted, the capped queues' stored count, and a retention_history row per queue of type 'deleted'
+-- unless the deleting transaction set queen.deletion_kind (the retention steps and partition cleanup write
+-- their own, typed history). Rows of a partition deleted in the same transaction (a queue or partition deletion
+-- cascading) are not counted: their counters go with them.
 CREATE OR REPLACE FUNCTION queen.messages_deleted_v1()
 RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 DECLARE
     v_kind text := nullif(current_setting('queen.deletion_kind', true), '');
 BEGIN
+    DELETE FROM queen.dead_letter_queue d WHERE d.message_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.message_traces t WHERE t.message_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.replays r WHERE r.message_id IN (SELECT g.id FROM gone g);
     WITH per_partition AS (
         SELECT g.partition_id, p.queue_id, count(*) AS n
         FROM gone g JOIN queen.partitions p ON p.id = g.partition_id
@@ -108,6 +130,16 @@ BEGIN
 END;
 $$;
 
+-- Partitions deleted (partition cleanup, a queue's deletion; never on a hot path): their consumer_stats rows go.
+CREATE OR REPLACE FUNCTION queen.partitions_removed_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM queen.consumer_stats s WHERE s.partition_id IN (SELECT r.id FROM removed r);
+    RETURN NULL;
+END;
+$$;
+
 -- maxSize: the stored count of one queue, recomputed exactly: its partitions are share-locked first (a push in
 -- flight commits before, the next waits), then the count row (a deleter in flight commits before), and the sum
 -- is read by a later statement, which sees both. Lock order as in push_items_v2: partitions, then the count.
@@ -151,6 +183,9 @@ $$;
 DROP TRIGGER IF EXISTS partitions_created ON queen.partitions;
 CREATE TRIGGER partitions_created AFTER INSERT ON queen.partitions
     REFERENCING NEW TABLE AS created FOR EACH STATEMENT EXECUTE FUNCTION queen.partitions_created_v1();
+DROP TRIGGER IF EXISTS partitions_removed ON queen.partitions;
+CREATE TRIGGER partitions_removed AFTER DELETE ON queen.partitions
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.partitions_removed_v1();
 DROP TRIGGER IF EXISTS messages_deleted ON queen.messages;
 CREATE TRIGGER messages_deleted AFTER DELETE ON queen.messages
     REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.messages_deleted_v1();
@@ -490,14 +525,19 @@ BEGIN
     SELECT (s.value->>'since')::timestamptz INTO v_since FROM queen.system_state s WHERE s.key = 'stats_refresh';
     v_full := v_full OR v_since IS NULL;
     IF v_full THEN  -- repair: rows the creation trigger did not make (partitions created before it existed)
+        -- (in id order, as pushes lock partitions: these inserts' key checks share-lock the partition rows)
         INSERT INTO queen.partition_counters (partition_id)
         SELECT p.id FROM queen.partitions p
         WHERE NOT EXISTS (SELECT 1 FROM queen.partition_counters c WHERE c.partition_id = p.id)
+        ORDER BY p.id
         ON CONFLICT DO NOTHING;
         INSERT INTO queen.partition_stats (partition_id, queue_id)
         SELECT p.id, p.queue_id FROM queen.partitions p
         WHERE NOT EXISTS (SELECT 1 FROM queen.partition_stats s WHERE s.partition_id = p.id)
+        ORDER BY p.id
         ON CONFLICT DO NOTHING;
+        DELETE FROM queen.consumer_stats s  -- rows of partitions deleted before the trigger above existed
+        WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = s.partition_id);
         SELECT coalesce(array_agg(p.id), '{}') INTO v_candidates FROM queen.partitions p;
     ELSE
         SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_candidates FROM (
