@@ -372,3 +372,28 @@ def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn:
                         "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'").fetchone() == (
         1, 3, 2)
     assert history(conn, "gone") == {"deleted": 2}
+
+
+def test_a_retention_step_takes_no_lock_a_push_holds(db_url: str) -> None:
+    """A push holds its partitions' rows locked for update until it commits. A retention step over two of them
+    must not wait for it: a foreign key of partition_counters, checked again when the step's delete trigger
+    updated a row the step had already updated, share-locked the partition rows, and a step and a push
+    deadlocked in the soak benchmark. The step runs under a lock timeout here."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        configure(conn, "held", retentionSeconds=60)
+        for name in ("a", "b"):
+            push(conn, "held", 3, partition=name)
+            age(conn, "held", 3, partition=name)
+        queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'held'").fetchone()[0]  # type: ignore[index]
+        pushing = psycopg.connect(db_url)
+        try:
+            pushing.execute("SELECT 1 FROM queen.partitions FOR UPDATE")  # a push's locks, not committed
+            conn.execute("SET lock_timeout = '2s'")
+            step = conn.execute("SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100, now())",
+                                (queue_id,)).fetchone()
+            assert step is not None and step[0]["deleted"] == 6
+        finally:
+            pushing.close()
+        conn.execute("SELECT queen.delete_queue_v1('held')")  # counters and stats rows go with the partitions
+        for table in ("partition_counters", "partition_stats", "consumer_stats"):
+            assert conn.execute(f"SELECT count(*) FROM queen.{table}").fetchone() == (0,), table

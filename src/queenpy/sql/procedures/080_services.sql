@@ -14,6 +14,11 @@ CREATE INDEX IF NOT EXISTS replays_message_idx ON queen.replays (message_id);
 -- pushes lock partition rows for update in id order: a push and the stats job deadlocked (soak run), and pushes
 -- waited for the stats job. The rows of a deleted partition go by the trigger below instead of a cascade.
 ALTER TABLE queen.consumer_stats DROP CONSTRAINT IF EXISTS consumer_stats_partition_id_fkey;
+-- Likewise partition_counters and partition_stats: PostgreSQL checks a foreign key again when a transaction
+-- updates a row it already updated (a retention step moves a floor, then its delete trigger counts), and that
+-- check share-locked the partition row: a retention step and a push deadlocked (soak run, server log).
+ALTER TABLE queen.partition_counters DROP CONSTRAINT IF EXISTS partition_counters_partition_id_fkey;
+ALTER TABLE queen.partition_stats DROP CONSTRAINT IF EXISTS partition_stats_partition_id_fkey;
 
 -- The dead letters, traces and replays of a deleted message go with it, as before, but by one set-based delete
 -- per deleting statement (queen.messages_deleted_v1) instead of the foreign keys' cascades, which ran three
@@ -130,12 +135,17 @@ BEGIN
 END;
 $$;
 
--- Partitions deleted (partition cleanup, a queue's deletion; never on a hot path): their consumer_stats rows go.
+-- Partitions deleted (partition cleanup, a queue's deletion; never on a hot path): their counters and stats
+-- rows go (no foreign key cascades them, see above).
 CREATE OR REPLACE FUNCTION queen.partitions_removed_v1()
 RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
 BEGIN
     DELETE FROM queen.consumer_stats s WHERE s.partition_id IN (SELECT r.id FROM removed r);
+    DELETE FROM queen.partition_stats s WHERE s.partition_id IN (SELECT r.id FROM removed r);
+    DELETE FROM queen.partition_counters c WHERE c.partition_id IN (SELECT r.id FROM removed r);
     RETURN NULL;
 END;
 $$;
@@ -536,8 +546,11 @@ BEGIN
         WHERE NOT EXISTS (SELECT 1 FROM queen.partition_stats s WHERE s.partition_id = p.id)
         ORDER BY p.id
         ON CONFLICT DO NOTHING;
-        DELETE FROM queen.consumer_stats s  -- rows of partitions deleted before the trigger above existed
-        WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = s.partition_id);
+        -- rows of partitions deleted before the trigger above existed
+        DELETE FROM queen.consumer_stats s WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = s.partition_id);
+        DELETE FROM queen.partition_stats s WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = s.partition_id);
+        DELETE FROM queen.partition_counters c
+        WHERE NOT EXISTS (SELECT 1 FROM queen.partitions p WHERE p.id = c.partition_id);
         SELECT coalesce(array_agg(p.id), '{}') INTO v_candidates FROM queen.partitions p;
     ELSE
         SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_candidates FROM (
