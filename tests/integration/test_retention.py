@@ -346,3 +346,54 @@ def test_concurrent_pushes_never_overfill_a_capped_queue(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         stored = conn.execute("SELECT count(*) FROM queen.messages").fetchone()
     assert sum(queued) == 300 and stored == (300,)
+
+
+def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn: psycopg.Connection[Any]) -> None:
+    """The cascades of a message delete (now one set-based delete per statement, in the delete trigger): its
+    dead-letter rows, its traces with their names, its replays, and the partition's DLQ count."""
+    configure(conn, "gone", retryLimit=0)
+    push(conn, "gone", 3)
+    messages = pop(conn, "gone", 3)
+    for message in messages:
+        assert ack(conn, message, status="failed")["dlq"] is True
+        assert call_procedure(conn, "trace_record_v1", {"transactionId": message["transactionId"],
+                                                        "partitionId": message["partitionId"], "data": {"n": 1},
+                                                        "traceNames": ["t"]})["success"]
+    conn.execute("SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
+                 "WHERE m.seq = 3")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (2, 1, 3, 3)
+    conn.execute("DELETE FROM queen.messages WHERE seq >= 2")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (1, 0, 1, 1)
+    assert conn.execute("SELECT dlq_messages, dead_lettered, messages_deleted FROM queen.partition_counters c "
+                        "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'").fetchone() == (
+        1, 3, 2)
+    assert history(conn, "gone") == {"deleted": 2}
+
+
+def test_a_retention_step_takes_no_lock_a_push_holds(db_url: str) -> None:
+    """A push holds its partitions' rows locked for update until it commits. A retention step over two of them
+    must not wait for it: a foreign key of partition_counters, checked again when the step's delete trigger
+    updated a row the step had already updated, share-locked the partition rows, and a step and a push
+    deadlocked in the soak benchmark. The step runs under a lock timeout here."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        configure(conn, "held", retentionSeconds=60)
+        for name in ("a", "b"):
+            push(conn, "held", 3, partition=name)
+            age(conn, "held", 3, partition=name)
+        queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'held'").fetchone()[0]  # type: ignore[index]
+        pushing = psycopg.connect(db_url)
+        try:
+            pushing.execute("SELECT 1 FROM queen.partitions FOR UPDATE")  # a push's locks, not committed
+            conn.execute("SET lock_timeout = '2s'")
+            step = conn.execute("SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100, now())",
+                                (queue_id,)).fetchone()
+            assert step is not None and step[0]["deleted"] == 6
+        finally:
+            pushing.close()
+        conn.execute("SELECT queen.delete_queue_v1('held')")  # counters and stats rows go with the partitions
+        for table in ("partition_counters", "partition_stats", "consumer_stats"):
+            assert conn.execute(f"SELECT count(*) FROM queen.{table}").fetchone() == (0,), table

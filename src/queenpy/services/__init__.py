@@ -2,8 +2,9 @@
 recounts, partition cleanup, history trimming and statistics, run once across every broker process.
 
 Layering: ``server`` starts them (``Broker.start``), they use ``store``; the SQL is in
-``sql/procedures/080_services.sql`` and the tables in ``sql/migrations/009_services.sql``. Modules:
-:mod:`.leader` (who runs a job: advisory locks), :mod:`.jobs` (what a run does), :mod:`.runner` (the loops).
+``sql/procedures/080_services.sql`` (stats: ``081_stats.sql``), the tables in ``sql/migrations/009_services.sql``.
+Modules: :mod:`.leader` (who runs a job: advisory locks), :mod:`.jobs` (what a run does), :mod:`.runner` (the
+loops).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each run is a sequence of short transactions (one procedure call each, autocommit), so no run holds a lock
 for long and a run interrupted by a crash leaves consistent counters behind (every step counts its own
-deletions). The procedures are in ``sql/procedures/080_services.sql``.
+deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_stats.sql``.
 
 - :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v1``; every ``STATS_RECONCILE_INTERVAL_MS``
   a full refresh, plus a recount of every capped queue's stored count (``queen.recount_queue_capacity_v1``).

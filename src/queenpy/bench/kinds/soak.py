@@ -52,7 +52,8 @@ Q_LEDGER = ("SELECT sum(p.last_seq)::bigint, sum(c.messages_deleted)::bigint, "
             "JOIN queen.partition_counters c ON c.partition_id = p.id WHERE q.name = $1")
 Q_RUNS = ("SELECT job, count(*), coalesce(sum(rows), 0)::bigint, "
           "avg(extract(epoch FROM finished_at - started_at) * 1000), "
-          "max(extract(epoch FROM finished_at - started_at) * 1000), count(error) "
+          "max(extract(epoch FROM finished_at - started_at) * 1000), count(error), "
+          "coalesce(array_agg(DISTINCT left(error, 300)) FILTER (WHERE error IS NOT NULL), '{}') "
           "FROM queen.service_runs WHERE started_at >= now() - make_interval(secs => $1) GROUP BY job ORDER BY job")
 Q_PAUSE = ("INSERT INTO queen.system_state (key, value) VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()")
@@ -177,8 +178,12 @@ class SoakRuns(BenchCore):
                                          produced_total, consumed_total, end.at - start.at)
         run["soak"]["service_runs"] = [
             {"job": r[0], "runs": int(r[1]), "rows": int(r[2]), "mean_ms": float(r[3] or 0),
-             "max_ms": float(r[4] or 0), "errors": int(r[5])}
+             "max_ms": float(r[4] or 0), "errors": int(r[5]), "error_texts": list(r[6])}
             for r in self.sql.fetch(Q_RUNS, time.monotonic() - start.at)]
+        for job in run["soak"]["service_runs"]:
+            if job["errors"]:
+                run["problems"].append(f"services: {job['job']} failed {job['errors']} time(s): "
+                                       f"{'; '.join(job['error_texts'])}")
         self._soak_ledger(run, queue, results, produced, cursor, scenario)
         soak = run["soak"]
         if soak["throughput_on_vs_off"]["push"] is not None and soak["throughput_on_vs_off"]["push"] < 0.95:
