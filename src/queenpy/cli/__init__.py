@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from queenpy.cli import bench, db, dlq, groups, messages, queues, serve, spark
+from queenpy.cli import bench, chaos, db, dlq, groups, messages, queues, serve, spark
 
 __all__ = ["app", "main"]
 
@@ -45,7 +45,7 @@ def _root(
     """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
 
 
-for _area in (serve, db, messages, queues, groups, dlq, bench, spark):
+for _area in (serve, db, messages, queues, groups, dlq, bench, chaos, spark):
     _area.register(app)
 
 

@@ -1,0 +1,190 @@
+"""What every chaos scenario shares: the run's settings (:class:`Profile`, quick or full), its context (the
+private PostgreSQL, the work directory), the result record, and the measured load around one fault.
+
+A scenario's verdict: *lost* = ids whose push was acknowledged (``queued``, ``duplicate`` or ``buffered``)
+that no consumer completed by the end of the drain; *unexpected duplicates* = deliveries after a confirmed
+ack (:mod:`queenpy.chaos.load`) plus ids stored more than once; every scenario also has checks of its own
+(what the fault must show: pushes answered ``buffered``, the killed batch redelivered, ...). It passes when
+nothing is lost, nothing is unexpectedly duplicated and every check holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from queenpy.chaos.load import Consumer, Ledger, Producer, transport
+from queenpy.chaos.processes import ChaosPostgres
+from queenpy.errors import QueenError
+
+__all__ = ["Context", "Profile", "Result", "configure_queue", "run_under_load", "stored_ids"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Sizes and durations of a run. ``quick``: bounded for CI (the whole suite in under 5 minutes on a
+    2-core machine); full: tens of thousands of messages per scenario and the 60 s PostgreSQL outage."""
+
+    quick: bool
+    warmup_s: float
+    after_s: float  # load kept on after the repair
+    outage_s: float  # PostgreSQL stopped
+    lease_s: int
+    producers: int
+    consumers: int
+    rate: float  # messages per second over all producers
+    handoff_rate: float
+    handoff_consumers: int
+    handoff_pause_ms: int
+    drain_s: float
+
+    @classmethod
+    def of(cls, quick: bool) -> Profile:
+        if quick:
+            return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
+                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, drain_s=40)
+        return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
+                   rate=1000, handoff_rate=300, handoff_consumers=3, handoff_pause_ms=1, drain_s=120)
+
+
+@dataclass
+class Context:
+    """One run: its PostgreSQL, work directory and profile."""
+
+    postgres: ChaosPostgres
+    workdir: Path
+    profile: Profile
+    echo: Callable[[str], None]
+
+    async def new_database(self, scenario: str) -> str:
+        return await self.postgres.create_database(f"chaos_{scenario.replace('-', '_')}_{uuid.uuid4().hex[:6]}")
+
+
+@dataclass
+class Result:
+    """The figures of one scenario (one row of the table)."""
+
+    name: str
+    acknowledged: int = 0
+    consumed: int = 0
+    lost: int = 0
+    unexpected_duplicates: int = 0
+    redeliveries: int = 0
+    recovery_s: float | None = None
+    checks: list[tuple[str, bool]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return (self.error is None and self.lost == 0 and self.unexpected_duplicates == 0
+                and all(ok for _, ok in self.checks))
+
+    def check(self, text: str, ok: bool) -> None:
+        self.checks.append((text, ok))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"scenario": self.name, "passed": self.passed, "acknowledged": self.acknowledged,
+                "consumed": self.consumed, "lost": self.lost, "unexpected_duplicates": self.unexpected_duplicates,
+                "redeliveries": self.redeliveries, "recovery_s": self.recovery_s,
+                "checks": [{"check": text, "ok": ok} for text, ok in self.checks], "notes": self.notes,
+                "error": self.error, "seconds": round(self.seconds, 1)}
+
+
+async def configure_queue(url: str, queue: str, lease_s: int) -> None:
+    """Create ``queue`` with a short lease (a killed consumer's batch comes back after ``lease_s``) and room
+    for many retries (a message never reaches the dead-letter queue because of the faults)."""
+    client = transport([url])
+    try:
+        for _ in range(50):
+            try:
+                await client.request("POST", "/api/v1/configure", body={
+                    "queue": queue, "options": {"leaseTime": lease_s, "retryLimit": 1000}})
+                return
+            except QueenError:
+                await asyncio.sleep(0.2)
+    finally:
+        await client.aclose()
+
+
+async def stored_ids(database_url: str, queue: str) -> collections.Counter[str]:
+    """transactionId -> number of stored rows, over every partition of ``queue``."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch(
+            "SELECT m.transaction_id, count(*) AS n FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = $1 GROUP BY m.transaction_id", queue)
+    finally:
+        await connection.close()
+    return collections.Counter({row["transaction_id"]: row["n"] for row in rows})
+
+
+async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault: Callable[[], Awaitable[float]],
+                         result: Result, *, queue: str | None = None,
+                         consumer_urls: list[str] | None = None) -> Ledger:
+    """Producers and consumers on a fresh queue; after the warm-up, ``fault()`` runs (it breaks something,
+    repairs it and returns the ``time.monotonic()`` of the repair); the load goes on for ``after_s``, then
+    producers stop and consumers drain until every acknowledged id is completed or ``drain_s`` passed.
+    Fills ``result`` (counts, lost, duplicates, recovery from the repair) and returns the ledger."""
+    profile = ctx.profile
+    queue = queue or f"chaos-{result.name}"
+    await configure_queue(urls[0], queue, profile.lease_s)
+    ledger = Ledger()
+    run_id = uuid.uuid4().hex[:6]
+    producers = [Producer(ledger, urls, queue, f"{run_id}-{n}", batch=10, rate=profile.rate / profile.producers)
+                 for n in range(profile.producers)]
+    consumers = [Consumer(ledger, consumer_urls or urls, queue, "chaos", batch=100)
+                 for _ in range(profile.consumers)]
+    tasks = [asyncio.create_task(worker.run()) for worker in [*producers, *consumers]]
+    try:
+        await asyncio.sleep(profile.warmup_s)
+        repaired = await fault()
+        await asyncio.sleep(profile.after_s)
+        for producer in producers:
+            producer.stop(give_up_s=profile.drain_s / 2)
+        await asyncio.gather(*tasks[:len(producers)])
+        deadline = time.monotonic() + profile.drain_s
+        while not ledger.acknowledged <= ledger.confirmed and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+    finally:
+        for consumer in consumers:
+            consumer.stop()
+        for producer in producers:
+            producer.stop(give_up_s=0)
+        await asyncio.gather(*tasks, return_exceptions=True)
+    stored = await stored_ids(database_url, queue)
+    fill(result, ledger, stored)
+    result.recovery_s = ledger.recovery_s(repaired)
+    return ledger
+
+
+def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> None:
+    """Counts, loss and duplicates of ``result`` from the ledger and what PostgreSQL holds."""
+    result.acknowledged = len(ledger.acknowledged)
+    result.consumed = len(ledger.confirmed)
+    lost = ledger.acknowledged - ledger.confirmed
+    result.lost = len(lost)
+    stored_twice = [message_id for message_id, count in stored.items() if count > 1]
+    result.unexpected_duplicates = sum(ledger.unexpected.values()) + len(stored_twice)
+    result.redeliveries = ledger.redeliveries
+    not_stored = ledger.acknowledged - set(stored)
+    result.check(f"every acknowledged id is stored in PostgreSQL ({len(not_stored)} missing)", not not_stored)
+    unacknowledged = ledger.attempted - ledger.acknowledged
+    if unacknowledged:
+        result.notes.append(f"{len(unacknowledged)} id(s) never acknowledged (the producer gave up at the end; "
+                            f"{len(unacknowledged & set(stored))} of them stored anyway)")
+    if ledger.push_failures:
+        top = ", ".join(f"{text} x{count}" for text, count in ledger.push_failures.most_common(3))
+        result.notes.append(f"push answers retried: {top}")
+    if lost:
+        result.notes.append(f"lost (first ids): {sorted(lost)[:5]}")
