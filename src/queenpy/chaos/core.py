@@ -145,7 +145,8 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
                  for n in range(profile.producers)]
     consumers = [Consumer(ledger, consumer_urls or urls, queue, "chaos", batch=100)
                  for _ in range(profile.consumers)]
-    tasks = [asyncio.create_task(worker.run()) for worker in [*producers, *consumers]]
+    workers: list[Producer | Consumer] = [*producers, *consumers]
+    tasks = [asyncio.create_task(worker.run()) for worker in workers]
     try:
         await asyncio.sleep(profile.warmup_s)
         repaired = await fault()
@@ -154,7 +155,7 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
             producer.stop(give_up_s=profile.drain_s / 2)
         await asyncio.gather(*tasks[:len(producers)])
         deadline = time.monotonic() + profile.drain_s
-        while not ledger.acknowledged <= ledger.confirmed and time.monotonic() < deadline:
+        while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
     finally:
         for consumer in consumers:
@@ -169,16 +170,26 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
 
 
 def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> None:
-    """Counts, loss and duplicates of ``result`` from the ledger and what PostgreSQL holds."""
+    """Counts, loss and duplicates of ``result`` from the ledger and what PostgreSQL holds.
+
+    *consumed* = ids delivered to a consumer; *lost* = acknowledged ids never delivered. An id delivered
+    whose ack answer never came back (the broker died after committing it) was consumed: the consumer had
+    it, and the broker moved the cursor past it.
+    """
+    delivered = set(ledger.deliveries)
     result.acknowledged = len(ledger.acknowledged)
-    result.consumed = len(ledger.confirmed)
-    lost = ledger.acknowledged - ledger.confirmed
+    result.consumed = len(delivered)
+    lost = ledger.acknowledged - delivered
     result.lost = len(lost)
     stored_twice = [message_id for message_id, count in stored.items() if count > 1]
     result.unexpected_duplicates = sum(ledger.unexpected.values()) + len(stored_twice)
     result.redeliveries = ledger.redeliveries
     not_stored = ledger.acknowledged - set(stored)
     result.check(f"every acknowledged id is stored in PostgreSQL ({len(not_stored)} missing)", not not_stored)
+    unconfirmed = delivered - ledger.confirmed
+    if unconfirmed:
+        result.notes.append(f"{len(unconfirmed)} delivered id(s) whose ack answer never came (acked by a broker "
+                            f"that died before answering; not redelivered since)")
     unacknowledged = ledger.attempted - ledger.acknowledged
     if unacknowledged:
         result.notes.append(f"{len(unacknowledged)} id(s) never acknowledged (the producer gave up at the end; "

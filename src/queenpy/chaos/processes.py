@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -141,16 +140,22 @@ class BrokerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
-    def _limits(self) -> None:
-        if self.file_size_limit_bytes is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (self.file_size_limit_bytes, self.file_size_limit_bytes))
+    def _command(self) -> list[str]:
+        serve = [sys.executable, "-m", "queenpy", "serve"]
+        if self.file_size_limit_bytes is None:
+            return serve
+        # the limit is set by the new process itself before it becomes the broker (no preexec_fn: the
+        # scenarios start brokers from threads)
+        limit = self.file_size_limit_bytes
+        return [sys.executable, "-c", ("import os, resource, sys; "
+                f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
+                "os.execv(sys.executable, [sys.executable, '-m', 'queenpy', 'serve'])")]
 
     def start(self, timeout_s: float = 90) -> None:
         """Start (or restart) the broker and wait until every worker answers ``/health``."""
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "queenpy", "serve"], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=self._limits if self.file_size_limit_bytes else None)
+            self.process = subprocess.Popen(self._command(), env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            start_new_session=True)
         self.starts += 1
         self.wait_ready(timeout_s)
 

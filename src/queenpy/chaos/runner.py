@@ -51,8 +51,8 @@ def _recovery(value: float | None) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a Markdown table, then each scenario's checks and notes."""
-    lines = ["| scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered (allowed) "
-             "| recovery | result |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [("| scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered (allowed) "
+              "| recovery | result |"), "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in results:
         lines.append(f"| {r['scenario']} | {r['acknowledged']:,} | {r['consumed']:,} | {r['lost']:,} | "
                      f"{r['unexpected_duplicates']:,} | {r['redeliveries']:,} | {_recovery(r['recovery_s'])} | "

@@ -251,12 +251,12 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
             producer.stop(give_up_s=profile.drain_s / 2)
             await producer_task
             deadline = time.monotonic() + profile.drain_s
-            while not ledger.acknowledged <= ledger.confirmed and time.monotonic() < deadline:
+            while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
         finally:
-            for consumer in consumers:
-                consumer.stop()
             producer.stop(give_up_s=0)
+            for task in tasks:  # parked polls would hold the stop for up to 15 s
+                task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         same = broker.worker_pids() == pids
     fill(result, ledger, await stored_ids(database, queue))
@@ -290,7 +290,8 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
     if mount_options:
         mounted = broker.buffer_dir
         mounted.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["mount", "-t", "tmpfs", "-o", mount_options, "tmpfs", str(mounted)], check=True)
+        await asyncio.to_thread(subprocess.run, ["mount", "-t", "tmpfs", "-o", mount_options, "tmpfs", str(mounted)],
+                                check=True)
     ledger = Ledger()
     try:
         with brokers(broker):
@@ -305,17 +306,21 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
                 await task
             finally:
                 await asyncio.to_thread(ctx.postgres.start)
+            started = time.monotonic()
             consumer = Consumer(ledger, [broker.url], queue, "chaos", batch=100)
             consumer_task = asyncio.create_task(consumer.run())
             deadline = time.monotonic() + ctx.profile.drain_s
-            while not ledger.acknowledged <= ledger.confirmed and time.monotonic() < deadline:
+            while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
             consumer.stop()
             await consumer_task
     finally:
         if mounted is not None:
-            subprocess.run(["umount", str(mounted)], check=False)
+            await asyncio.to_thread(subprocess.run, ["umount", str(mounted)], check=False)
     stored = await stored_ids(database, queue)
+    first = Ledger.first_after(ledger.delivered_at, started)
+    if first is not None:  # from PostgreSQL's start to the first replayed message delivered
+        result.recovery_s = max(result.recovery_s or 0.0, first - started)
     part = Result(result.name)
     fill(part, ledger, stored)
     result.acknowledged += part.acknowledged

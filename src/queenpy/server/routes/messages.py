@@ -34,10 +34,12 @@ async def push(request: Request) -> Response:
         log.warning("push buffered to disk, database unavailable: %s", exc)
         try:
             results = await broker.failover.append(items)
-        except OSError:
-            log.exception("failover buffer write failed")
+        except OSError as write_error:
+            # nothing of this push was kept: say so per item, with the reason (disk full, read-only, ...)
+            log.error("failover buffer write failed, push refused: %s", write_error)
+            reason = write_error.strerror or str(write_error)
             results = [{"status": "failed", "queue": item["queue"], "partition": item["partition"],
-                        "error": "File buffer write failed"} for item in items]
+                        "error": f"File buffer write failed: {reason}"} for item in items]
     return json_response(results)
 
 
