@@ -188,8 +188,8 @@ def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> No
     result.check(f"every acknowledged id is stored in PostgreSQL ({len(not_stored)} missing)", not not_stored)
     unconfirmed = delivered - ledger.confirmed
     if unconfirmed:
-        result.notes.append(f"{len(unconfirmed)} delivered id(s) whose ack answer never came (acked by a broker "
-                            f"that died before answering; not redelivered since)")
+        result.notes.append(f"{len(unconfirmed)} delivered id(s) without a confirmed ack (the ack's answer was "
+                            f"lost with a killed broker, or the run ended first); not redelivered since")
     unacknowledged = ledger.attempted - ledger.acknowledged
     if unacknowledged:
         result.notes.append(f"{len(unacknowledged)} id(s) never acknowledged (the producer gave up at the end; "

@@ -54,6 +54,8 @@ class Ledger:
     buffered_at: list[float] = field(default_factory=list)
     delivered_at: list[float] = field(default_factory=list)  # each non-empty pop (sorted)
     pop_errors: collections.Counter[str] = field(default_factory=collections.Counter)
+    acknowledged_at: dict[str, float] = field(default_factory=dict)  # id -> first acknowledging answer
+    first_delivered_at: dict[str, float] = field(default_factory=dict)
 
     def record_push(self, ids: list[str], results: list[Any]) -> list[int]:
         """Record one push answer; returns the indexes of the items that were not acknowledged."""
@@ -64,6 +66,7 @@ class Ledger:
             status = result.get("status") if isinstance(result, dict) else None
             if status in ACKNOWLEDGED:
                 self.acknowledged.add(message_id)
+                self.acknowledged_at.setdefault(message_id, now)
                 if status == "buffered":
                     self.buffered.add(message_id)
                     buffered = True
@@ -83,8 +86,10 @@ class Ledger:
     def record_delivery(self, ids: list[str]) -> None:
         if not ids:
             return
-        self.delivered_at.append(time.monotonic())
+        now = time.monotonic()
+        self.delivered_at.append(now)
         for message_id in ids:
+            self.first_delivered_at.setdefault(message_id, now)
             if message_id in self.confirmed:
                 self.unexpected[message_id] += 1
             self.deliveries[message_id] += 1

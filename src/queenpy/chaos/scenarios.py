@@ -264,6 +264,15 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
     result.check("long polls delivered messages pushed after the restart",
                  Ledger.first_after(ledger.delivered_at, repaired) is not None)
     result.check("no broker process restarted (same worker pids)", same)
+    waits = sorted(ledger.first_delivered_at[m] - ledger.acknowledged_at[m] for m in ledger.acknowledged
+                   if m in ledger.first_delivered_at)
+    # a push wakes the parked polls of both workers at once (in process, and through LISTEN/NOTIFY, which
+    # must have been re-established after the restart); the long-poll timer alone answers after 100-1,000 ms
+    median = waits[len(waits) // 2] if waits else None
+    result.check(f"pushes wake parked polls after the restart: median push-to-delivery "
+                 f"{'-' if median is None else f'{median * 1000:.0f} ms'} (under 500 ms), max "
+                 f"{'-' if not waits else f'{waits[-1] * 1000:.0f} ms'} over {len(waits)} messages",
+                 median is not None and median < 0.5)
     if ledger.pop_errors:
         result.notes.append("pop answers during the restart: " + ", ".join(
             f"{text} x{n}" for text, n in ledger.pop_errors.most_common(2)))
