@@ -177,7 +177,7 @@ class _Jwks(http.server.BaseHTTPRequestHandler):
     document = b"{}"
     fetches = 0
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         type(self).fetches += 1
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
