@@ -18,7 +18,7 @@ from typing import Any
 import asyncpg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
@@ -49,6 +49,10 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator) -> Han
             return error_response(exc.message, 400)
         except QueenError as exc:
             return error_response(exc.message, exc.http_status)
+        except ClientDisconnect:
+            # the client went away (or a limit closed the connection: queenpy.server.limits) while the body
+            # was read: nothing was submitted, and nobody is there to answer
+            return Response(b"", status_code=400)
         except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             log.warning("database error on %s %s: %s", request.method, request.url.path, exc)
             return json_response({"success": False, "error": str(exc) or exc.__class__.__name__})

@@ -23,7 +23,8 @@ async def push(request: Request) -> Response:
     broker = broker_of(request)
     claims = request.state.claims
     raw = await request.body()
-    items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw)
+    items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw,
+                            max_items=broker.settings.push_max_items)
     if not items:
         return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
     await broker.encrypt_items(items)
