@@ -1,16 +1,40 @@
-"""The OpenAPI 3 document of the broker, served at ``/openapi.json`` (a test keeps it equal to the routes)."""
+"""The OpenAPI 3 document of the broker, served at ``/openapi.json``: every route with its parameters, its
+request body and its responses (tests/api/test_openapi.py keeps it equal to the routes; tests/api/test_fuzz.py
+fuzzes the broker with it, checking every response against it).
+
+Statuses (API.md 1.2): a route's result, and a failure found in the database (``{"success": false,
+"error": ...}``), answer 200; an empty result (``[]`` or ``{}``) is an empty body with the JSON content type,
+which clients read as null (API.md 22), so those results are ``nullable``. Bad input is a real 400;
+authentication 401/403 (when JWT is on); the HTTP limits 408/413/431 (:mod:`queenpy.server.limits`); a path
+parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's plain-text
+503, and ``/health`` a JSON 503 when the database is down.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from queenpy.server.openapi_shapes import RESULTS, Schema
+
 __all__ = ["OPERATIONS", "openapi_document"]
 
-_ERROR = {"description": "Invalid request", "content": {"application/json": {"schema": {
-    "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}
-_JSON = {"description": "JSON result (errors from the database appear in the body, status 200)",
-         "content": {"application/json": {"schema": {}}}}
 
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}
+
+
+_ERRORS = {
+    "400": _error("Invalid request: the error names the field; nothing was done"),
+    "401": _error("Authentication required, or the token is invalid (JWT_ENABLED)"),
+    "403": _error("The token's role does not reach this route's level (JWT_ENABLED)"),
+    "408": _error("The request's head or body did not arrive in time (HTTP_HEADER_TIMEOUT_MS, HTTP_BODY_TIMEOUT_MS)"),
+    "413": _error("The request body is larger than HTTP_MAX_BODY_BYTES"),
+    "431": _error("The request's head is larger than HTTP_MAX_HEADER_BYTES"),
+}
+_NO_ROUTE = _error("A path parameter holding '/' matches no route")
+_OVERLOADED = {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
+               "content": {"text/plain": {"schema": {"type": "string"}}}}
 
 def _param(name: str, where: str = "query", schema: dict[str, Any] | None = None,
            required: bool = False) -> dict[str, Any]:
@@ -44,7 +68,7 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-# (method, path) -> (summary, parameters, request body schema or None)
+# (method, path) -> (summary, parameters, request body schema or None); the 200 body is RESULTS[(method, path)]
 OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = {
     ("get", "/health"): ("Health: database reachable", [], None),
     ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
@@ -140,12 +164,35 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
 }
 
 
+def _responses(method: str, path: str) -> dict[str, Any]:
+    result: Schema = RESULTS[(method, path)]
+    responses: dict[str, Any] = {"200": {
+        "description": "The result; a failure found in the database is {success: false, error} with status 200; "
+                       "an empty result is an empty body", "content": {"application/json": {"schema": result}}}}
+    if path == "/api/v1/push":
+        responses["201"] = {"description": "An empty push (items: [])",
+                            "content": {"application/json": {"schema": {"type": "array", "maxItems": 0}}}}
+    public = path in ("/health", "/metrics", "/openapi.json")
+    responses.update({code: answer for code, answer in _ERRORS.items()
+                      if not (public and code in ("400", "401", "403"))})
+    if "{" in path:
+        responses["404"] = _NO_ROUTE
+    if path == "/health":
+        responses["503"] = {"description": "The database is unreachable (same body, status unhealthy), or the "
+                                           "worker is over its connection limit (plain text)",
+                            "content": {"application/json": {"schema": result},
+                                        "text/plain": {"schema": {"type": "string"}}}}
+    else:
+        responses["503"] = _OVERLOADED
+    return responses
+
+
 def openapi_document(version: str) -> dict[str, Any]:
     """The OpenAPI 3.0 document (a plain dict)."""
     paths: dict[str, dict[str, Any]] = {}
     for (method, path), (summary, parameters, body) in OPERATIONS.items():
         operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
-                                     "responses": {"200": _JSON, "400": _ERROR}}
+                                     "responses": _responses(method, path)}
         if body is not None:
             operation["requestBody"] = _body(body, required=path not in _OPTIONAL_BODY)
         paths.setdefault(path, {})[method] = operation
