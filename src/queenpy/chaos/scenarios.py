@@ -282,12 +282,25 @@ async def buffer_unwritable(ctx: Context, result: Result) -> None:
     """PostgreSQL stopped while the failover buffer cannot take everything: a disk that fills up (a 64 KiB
     tmpfs; without the right to mount one, a 256 KiB file size limit on the broker's processes) and a
     read-only directory (a read-only tmpfs; skipped, and said so, without the right to mount)."""
-    can_mount = os.geteuid() == 0
+    can_mount = await asyncio.to_thread(_may_mount, ctx.workdir / "mount-probe")
     await _unwritable(ctx, result, "full", "rw,size=64k" if can_mount else None)
     if can_mount:
         await _unwritable(ctx, result, "read-only", "ro,size=64k")
     else:
-        result.notes.append("read-only variant skipped: mounting a read-only tmpfs needs root")
+        result.notes.append("read-only variant skipped: this user may not mount a tmpfs (the disk-full variant "
+                            "used a 256 KiB file size limit instead)")
+
+
+def _may_mount(probe: Path) -> bool:
+    """Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN)."""
+    if os.geteuid() != 0:
+        return False
+    probe.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
+                             capture_output=True, check=False).returncode == 0
+    if mounted:
+        subprocess.run(["umount", str(probe)], capture_output=True, check=False)
+    return mounted
 
 
 async def _unwritable(ctx: Context, result: Result, variant: str, mount_options: str | None) -> None:
