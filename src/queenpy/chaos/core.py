@@ -45,14 +45,18 @@ class Profile:
     handoff_consumers: int
     handoff_pause_ms: int
     drain_s: float
+    buffer_kib: int  # size of the failover buffer's disk in buffer-unwritable
+    buffer_outage_s: float
 
     @classmethod
     def of(cls, quick: bool) -> Profile:
         if quick:
             return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
-                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, drain_s=40)
+                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, drain_s=40,
+                       buffer_kib=64, buffer_outage_s=6)
         return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
-                   rate=1000, handoff_rate=300, handoff_consumers=3, handoff_pause_ms=1, drain_s=120)
+                   rate=1000, handoff_rate=300, handoff_consumers=3, handoff_pause_ms=1, drain_s=120,
+                   buffer_kib=4096, buffer_outage_s=25)
 
 
 @dataclass

@@ -247,9 +247,17 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
             await asyncio.to_thread(ctx.postgres.start)
             repaired = time.monotonic()
             producer_task = asyncio.create_task(producer.run())
-            await asyncio.sleep(profile.after_s + 2)
+            await asyncio.sleep(6)  # a trickle: each push finds the polls parked (the wake-up check)
             producer.stop(give_up_s=profile.drain_s / 2)
             await producer_task
+            trickle = set(ledger.acknowledged)
+            loaders = [Producer(ledger, [broker.url], queue, f"{uuid.uuid4().hex[:6]}-{n}", batch=10,
+                                rate=profile.rate / profile.producers) for n in range(profile.producers)]
+            load_tasks = [asyncio.create_task(p.run()) for p in loaders]
+            await asyncio.sleep(profile.after_s)  # then the usual load, consumed by the same polls
+            for loader in loaders:
+                loader.stop(give_up_s=profile.drain_s / 2)
+            await asyncio.gather(*load_tasks)
             deadline = time.monotonic() + profile.drain_s
             while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
@@ -264,7 +272,7 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
     result.check("long polls delivered messages pushed after the restart",
                  Ledger.first_after(ledger.delivered_at, repaired) is not None)
     result.check("no broker process restarted (same worker pids)", same)
-    waits = sorted(ledger.first_delivered_at[m] - ledger.acknowledged_at[m] for m in ledger.acknowledged
+    waits = sorted(ledger.first_delivered_at[m] - ledger.acknowledged_at[m] for m in trickle
                    if m in ledger.first_delivered_at)
     # a push wakes the parked polls of both workers at once (in process, and through LISTEN/NOTIFY, which
     # must have been re-established after the restart); the long-poll timer alone answers after 100-1,000 ms
@@ -279,16 +287,17 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
 
 
 async def buffer_unwritable(ctx: Context, result: Result) -> None:
-    """PostgreSQL stopped while the failover buffer cannot take everything: a disk that fills up (a 64 KiB
-    tmpfs; without the right to mount one, a 256 KiB file size limit on the broker's processes) and a
-    read-only directory (a read-only tmpfs; skipped, and said so, without the right to mount)."""
+    """PostgreSQL stopped while the failover buffer cannot take everything: a disk that fills up (a tmpfs of
+    ``buffer_kib``; without the right to mount one, a file size limit of that size on the broker's processes)
+    and a read-only directory (a read-only tmpfs; skipped, and said so, without the right to mount)."""
+    size = ctx.profile.buffer_kib
     can_mount = await asyncio.to_thread(_may_mount, ctx.workdir / "mount-probe")
-    await _unwritable(ctx, result, "full", "rw,size=64k" if can_mount else None)
+    await _unwritable(ctx, result, "full", f"rw,size={size}k" if can_mount else None)
     if can_mount:
-        await _unwritable(ctx, result, "read-only", "ro,size=64k")
+        await _unwritable(ctx, result, "read-only", f"ro,size={size}k")
     else:
         result.notes.append("read-only variant skipped: this user may not mount a tmpfs (the disk-full variant "
-                            "used a 256 KiB file size limit instead)")
+                            "used a file size limit instead)")
 
 
 def _may_mount(probe: Path) -> bool:
@@ -307,7 +316,7 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
     database = await ctx.new_database(f"{result.name}-{variant}")
     queue = f"chaos-{result.name}-{variant}"
     broker = BrokerProcess(database, ctx.workdir, f"{result.name}-{variant}", workers=1,
-                           file_size_limit_bytes=None if mount_options else 256 * 1024)
+                           file_size_limit_bytes=None if mount_options else ctx.profile.buffer_kib * 1024)
     mounted: Path | None = None
     if mount_options:
         mounted = broker.buffer_dir
@@ -321,9 +330,9 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
             await asyncio.to_thread(ctx.postgres.stop_immediate)
             try:
                 producer = Producer(ledger, [broker.url], queue, f"{variant}-{uuid.uuid4().hex[:6]}", batch=20,
-                                    rate=2000)
+                                    rate=3000)
                 task = asyncio.create_task(producer.run())
-                await asyncio.sleep(min(ctx.profile.outage_s, 6))
+                await asyncio.sleep(ctx.profile.buffer_outage_s)
                 producer.stop(give_up_s=0)
                 await task
             finally:

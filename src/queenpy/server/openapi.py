@@ -36,8 +36,17 @@ _NO_ROUTE = _error("A path parameter holding '/' matches no route")
 _OVERLOADED = {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
                "content": {"text/plain": {"schema": {"type": "string"}}}}
 
+# a queue, partition, group or transaction name (validation.check_name): 1..255 characters, no NUL
+_NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00]*$"}
+_UUID = {"type": "string", "format": "uuid"}
+# path parameters by name: ids are UUIDs, the others names
+_PATH_SCHEMAS = {"partition_id": _UUID}
+
+
 def _param(name: str, where: str = "query", schema: dict[str, Any] | None = None,
            required: bool = False) -> dict[str, Any]:
+    if where == "path" and schema is None:
+        schema = _PATH_SCHEMAS.get(name, _NAME)
     return {"name": name, "in": where, "required": required or where == "path",
             "schema": schema or {"type": "string"}}
 
@@ -46,18 +55,22 @@ _INT = {"type": "integer", "minimum": 0}
 _BOOL = {"type": "string", "enum": ["true", "false", "1", "0"]}
 _POP_QUERY = [_param("batch", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
               _param("wait", schema=_BOOL), _param("timeout", schema=_INT),
-              _param("consumerGroup", schema={"type": "string", "maxLength": 255}),
+              _param("consumerGroup", schema={**_NAME, "minLength": 0}),
               _param("autoAck", schema=_BOOL), _param("partitions", schema={"type": "integer", "minimum": 1}),
               _param("subscriptionMode"), _param("subscriptionFrom")]
-_NAME = {"type": "string", "minLength": 1, "maxLength": 255}
 _PUSH_ITEM = {"type": "object", "required": ["queue"], "properties": {
-    "queue": _NAME, "partition": {"type": "string", "maxLength": 255}, "payload": {},
-    "transactionId": {"type": "string", "maxLength": 255}, "traceId": {"type": "string", "format": "uuid"}}}
+    "queue": _NAME, "partition": {**_NAME, "minLength": 0}, "payload": {},
+    "transactionId": {**_NAME, "minLength": 0}, "traceId": _UUID}}
 _ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": {
     "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
     "status": {"type": "string", "enum": ["completed", "success", "failed", "dlq", "retry"]},
-    "consumerGroup": {"type": "string", "maxLength": 255}, "leaseId": {"type": "string", "maxLength": 255},
+    "consumerGroup": {**_NAME, "minLength": 0}, "leaseId": {**_NAME, "minLength": 0},
     "error": {"type": "string"}}}
+_TRANSACTION_OP = {"oneOf": [
+    {**_ACK_ITEM, "required": ["type", "transactionId", "partitionId"],
+     "properties": {**_ACK_ITEM["properties"], "type": {"type": "string", "enum": ["ack"]}}},
+    {"type": "object", "required": ["type", "items"], "properties": {
+        "type": {"type": "string", "enum": ["push"]}, "items": {"type": "array", "items": _PUSH_ITEM}}}]}
 
 
 # routes whose body may be empty (treated as {})
@@ -86,7 +99,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/pop/queue/{queue}"): (
         "Pop from any partition of a queue", [_param("queue", "path"), *_POP_QUERY], None),
     ("get", "/api/v1/pop"): ("Pop from any queue of a namespace/task",
-                             [_param("namespace"), _param("task"), *_POP_QUERY], None),
+                             [_param("namespace", schema={**_NAME, "minLength": 0}),
+                              _param("task", schema={**_NAME, "minLength": 0}), *_POP_QUERY], None),
     ("post", "/api/v1/ack"): ("Acknowledge one message", [], _ACK_ITEM),
     ("post", "/api/v1/ack/batch"): ("Acknowledge many messages", [], {
         "type": "object", "required": ["acknowledgments"], "properties": {
@@ -94,7 +108,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
             "consumerGroup": {"type": "string", "maxLength": 255}}}),
     ("post", "/api/v1/transaction"): ("Acks and pushes in one PostgreSQL transaction", [], {
         "type": "object", "required": ["operations"], "properties": {
-            "operations": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["type"]}},
+            "operations": {"type": "array", "minItems": 1, "items": _TRANSACTION_OP},
             "requiredLeases": {"type": "array"}}}),
     ("post", "/api/v1/lease/{lease_id}/extend"): ("Extend a lease", [_param("lease_id", "path")], {
         "type": "object", "properties": {"seconds": {"type": "integer", "minimum": 1, "maximum": 86400}}}),
@@ -103,12 +117,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("delete", "/api/v1/resources/queues/{queue}"): ("Delete a queue and everything in it",
                                                      [_param("queue", "path")], None),
     ("get", "/api/v1/dlq"): ("List dead-letter messages", [
-        _param("queue"), _param("consumerGroup"), _param("partition"), _param("from"), _param("to"),
+        _param("queue", schema=_NAME), _param("consumerGroup", schema=_NAME), _param("partition", schema=_NAME),
+        _param("from", schema={"type": "string", "format": "date-time"}),
+        _param("to", schema={"type": "string", "format": "date-time"}),
         _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
     ("post", "/api/v1/messages/{partition_id}/{transaction_id}/retry"): (
         "Replay a dead-lettered message at the head of its partition for its group",
         [_param("partition_id", "path"), _param("transaction_id", "path")],
-        {"type": "object", "properties": {"consumerGroup": {"type": "string", "maxLength": 255}}}),
+        {"type": "object", "properties": {"consumerGroup": _NAME}}),
     ("get", "/api/v1/consumer-groups"): ("List consumer groups", [], None),
     ("get", "/api/v1/consumer-groups/lagging"): ("Lagging partitions",
                                                  [_param("minLagSeconds", schema=_INT)], None),
@@ -130,9 +146,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         [_param("group", "path"), _param("queue", "path"), _param("partition", "path")], None),
     ("post", "/api/v1/traces"): ("Record a trace event for a message", [], {
         "type": "object", "required": ["transactionId", "partitionId", "data"], "properties": {
-            "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
-            "consumerGroup": {"type": "string"}, "eventType": {"type": "string"}, "data": {},
-            "traceNames": {}}}),
+            "transactionId": _NAME, "partitionId": _UUID, "consumerGroup": _NAME,
+            "eventType": {"type": "string", "pattern": "^[^\\x00]*$"}, "data": {"nullable": False},
+            "traceNames": {"oneOf": [_NAME, {"type": "array", "items": _NAME}], "nullable": True}}}),
     ("get", "/api/v1/traces/names"): ("Trace names", [_param("limit", schema=_INT),
                                                       _param("offset", schema=_INT)], None),
     ("get", "/api/v1/traces/by-name/{name}"): ("Traces by name", [
@@ -140,7 +156,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/traces/{partition_id}/{transaction_id}"): (
         "Traces of one message", [_param("partition_id", "path"), _param("transaction_id", "path")], None),
     ("get", "/api/v1/spark/offsets"): ("Head offset per partition of a queue, with a group's cursor",
-                                       [_param("queue", required=True), _param("consumerGroup")], None),
+                                       [_param("queue", required=True, schema=_NAME),
+                                        _param("consumerGroup", schema=_NAME)], None),
     ("get", "/api/v1/spark/messages"): ("Messages of a partition in an offset range, without a lease", [
         _param("partitionId", required=True, schema={"type": "string", "format": "uuid"}),
         _param("after", schema=_INT), _param("upto", schema=_INT),

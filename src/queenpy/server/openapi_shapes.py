@@ -141,7 +141,8 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("delete", "/api/v1/consumer-groups/{group}"): _or_failure(_GROUP_DELETED),
     ("delete", "/api/v1/consumer-groups/{group}/queues/{queue}"): _or_failure(_GROUP_DELETED),
     ("post", "/api/v1/consumer-groups/{group}/subscription"): _or_failure(obj(
-        ["success"], success=BOOL, consumerGroup=STR, newTimestamp=TIME, rowsUpdated=INT)),
+        ["success"], success=BOOL, consumerGroup=STR, rowsUpdated=INT,
+        newTimestamp=nullable(TIME))),  # null for 0001-01-01T00:00:00Z, which asyncpg sends as -infinity
     ("post", "/api/v1/consumer-groups/{group}/queues/{queue}/seek"): _or_failure(obj(
         ["success"], success=BOOL, consumerGroup=STR, queueName=STR, seekToEnd=BOOL,
         targetTimestamp=nullable(TIME), partitionsUpdated=INT)),
