@@ -118,6 +118,8 @@ _FUSION_DEFAULTS = {
     "ack": (500, 4),
     "transaction": (1, 4),
     "renew_lease": (100, 2),
+    # Queen Streams cycles: never fused (one PostgreSQL transaction each, as transactions)
+    "streams_cycle": (1, 8),
 }
 
 
@@ -149,6 +151,7 @@ class Settings:
     encryption_key: str | None = None
     jwt: JwtSettings = field(default_factory=JwtSettings)
     log_level: str = "info"
+    access_log: bool = False  # one log line per request (QUEEN_ACCESS_LOG=true, or LOG_LEVEL debug/trace)
     data_dir: str | None = None
     file_buffer_dir: str | None = None
     file_buffer_flush_ms: int = 100
@@ -193,6 +196,7 @@ class Settings:
             encryption_key=env.get("QUEEN_ENCRYPTION_KEY") or None,
             jwt=JwtSettings.from_env(env),
             log_level=env.get("LOG_LEVEL", "info"),
+            access_log=_bool(env, "QUEEN_ACCESS_LOG", False) or env.get("LOG_LEVEL") in ("debug", "trace"),
             data_dir=env.get("QUEENPY_DATA_DIR") or None,
             file_buffer_dir=env.get("FILE_BUFFER_DIR") or None,
             file_buffer_flush_ms=max(10, _int(env, "FILE_BUFFER_FLUSH_MS", 100)),

@@ -281,3 +281,15 @@ def test_a_long_poll_whose_client_left_takes_no_lease(broker: BrokerProcess) -> 
     body = httpx.get(f"{broker.url}/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 10000},
                      timeout=15).json()
     assert [m["data"] for m in body["messages"]] == ["late"]
+
+
+def test_the_access_log_shows_each_request_when_asked_for(
+    db_url: str, start_broker: Callable[..., BrokerProcess]
+) -> None:
+    quiet = start_broker(db_url, workers=1)
+    logged = start_broker(db_url, workers=1, extra_env={"QUEEN_ACCESS_LOG": "true"})
+    for broker in (quiet, logged):
+        assert httpx.get(f"{broker.url}/api/v1/resources/queues", timeout=10).status_code == 200
+    wait_until(lambda: '"GET /api/v1/resources/queues HTTP/1.1" 200' in logged.log(), timeout_s=10,
+               message="the request's access-log line")
+    assert "GET /api/v1/resources/queues" not in quiet.log()  # off by default

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -105,6 +106,7 @@ def test_configure_then_queues_list_and_describe(broker: Any) -> None:
         queenpy(
             broker,
             "configure",
+            "-q",
             queue,
             "--lease-time-s",
             "12",
@@ -121,11 +123,11 @@ def test_configure_then_queues_list_and_describe(broker: Any) -> None:
     listed = json.loads(queenpy(broker, "queues", "--json").stdout)
     assert any(row["name"] == queue for row in listed)
     assert queue in queenpy(broker, "queues").stdout  # the table
-    described = json.loads(queenpy(broker, "queues", "describe", queue, "--json").stdout)
+    described = json.loads(queenpy(broker, "queues", "describe", "-q", queue, "--json").stdout)
     assert "p1" in {p["name"] for p in described["queue"]["partitions"]}
     [readers] = described["groups"]["readers"]
     assert (readers["partition"], readers["offsetLag"]) == ("p1", 1)
-    table = queenpy(broker, "queues", "describe", queue).stdout
+    table = queenpy(broker, "queues", "describe", "-q", queue).stdout
     assert "p1" in table and "readers" in table
 
 
@@ -160,6 +162,10 @@ def test_dlq_list_shows_dead_letters(broker: Any) -> None:
     ]
     table = queenpy(broker, "dlq", "list", "-q", queue).stdout
     assert "dead-1" in table and "cannot parse" in table
+    # the group's options reach its subcommand: one convention, -q, wherever it is written
+    inherited = json.loads(queenpy(broker, "dlq", "-q", queue, "--json", "list").stdout)
+    assert [m["transactionId"] for m in inherited["messages"]] == ["dead-1"]
+    assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", table)  # failed at, UTC, Z
 
 
 def test_dlq_replay_puts_the_message_back(broker: Any) -> None:
@@ -183,10 +189,26 @@ def test_errors_are_one_line_unless_verbose() -> None:
     url = closed_port_url()
     short = queenpy(None, "pop", "-q", "x", "--url", url, check=False)
     assert short.returncode == 1 and short.stdout == ""
-    assert short.stderr.strip().startswith("error: DatabaseUnavailable") and "Traceback" not in short.stderr
+    assert short.stderr.strip().startswith(f"error: cannot reach broker {url}") and "Traceback" not in short.stderr
+    assert "DatabaseUnavailable" not in short.stderr  # a sentence, not an exception class
     assert len(short.stderr.strip().splitlines()) == 1
     verbose = queenpy(None, "pop", "-q", "x", "--url", url, "-v", check=False)
     assert verbose.returncode == 1 and "Traceback" in verbose.stderr
+
+
+def test_seek_without_a_target_says_what_to_give(broker: Any) -> None:
+    done = queenpy(broker, "groups", "seek", unique("g"), "-q", unique("q"), check=False)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: give where to move the cursors: --to-end or --timestamp ISO-TIME (one of them)"
+
+
+def test_version_and_pop_json(broker: Any) -> None:
+    assert re.fullmatch(r"queenpy \S+\n", queenpy(None, "--version").stdout)
+    queue = unique("cli-popjson")
+    assert json.loads(queenpy(broker, "pop", "-q", queue, "--json").stdout) == []
+    queenpy(broker, "push", "-q", queue, '{"a": 1}')
+    [message] = json.loads(queenpy(broker, "pop", "-q", queue, "--json").stdout)
+    assert message["data"] == {"a": 1}
 
 
 def test_bad_input_is_reported_with_its_line(broker: Any) -> None:

@@ -39,7 +39,7 @@ def table_row(broker: Any, queue: str) -> list[str]:
 
 def depths(broker: Any, queue: str) -> dict[str, Any]:
     """Per partition and in total, ``pending`` from ``queenpy queues describe <queue> --json``."""
-    described = json.loads(queenpy(broker, "queues", "describe", queue, "--json").stdout)["queue"]
+    described = json.loads(queenpy(broker, "queues", "describe", "-q", queue, "--json").stdout)["queue"]
     per_partition = {p["name"]: p["stats"]["pending"] for p in described["partitions"]}
     return {"partitions": per_partition, "total": described["totals"]["pending"]}
 

@@ -150,6 +150,14 @@ def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: Br
                                                   "items": [{"queue": f"{queue}-sink", "payload": 1}]})
         call("POST", "/api/v1/spark/commit", json={"queryId": queue, "batchId": 1, "tokens": ["t1"]})
         call("POST", "/api/v1/spark/abort", json={"queryId": queue, "batchId": 2, "tokens": ["t2"]})
+        stream = call("POST", "/streams/v1/queries", json={"name": unique("stream"), "source_queue": queue,
+                                                           "config_hash": "h1"})
+        call("POST", "/streams/v1/cycle", json={
+            "query_id": stream["query_id"], "partition_id": partition_id,
+            "state_ops": [{"type": "upsert", "key": "k", "value": {"n": 1}}],
+            "push_items": [{"queue": f"{queue}-sink", "payload": 1}]})
+        assert call("POST", "/streams/v1/state/get", json={"query_id": stream["query_id"],
+                                                           "partition_id": partition_id})["rows"]
         call("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}",
              f"/api/v1/consumer-groups/{group}/queues/{queue}")
         call("DELETE", "/api/v1/consumer-groups/{group}", f"/api/v1/consumer-groups/{group}")

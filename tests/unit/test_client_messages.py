@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from queenpy.client import DeadLetter, Message, PushResult
-from queenpy.client._builders import ack_status, format_push_item, format_timestamp, message_reference
 from queenpy.client._messages import parse_timestamp, uuid7
+from queenpy.client._wire import ack_status, format_push_item, format_timestamp, message_reference
 
 POPPED = {
     "id": "0190c6b2-1f2e-7a00-8000-000000000001",

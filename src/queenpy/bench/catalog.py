@@ -43,12 +43,16 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
     _insert_limit(1, 40, clients=1),
     *(_insert_limit(rows, size) for size in (40, 1024) for rows in (1, 10, 100)),
     Limit("select1", "select1", description="pgbench, 50 clients, SELECT 1 (prepared)"),
+    Limit("cycle-100", "cycle", rows=100, clients=8,
+          description="pgbench, 8 clients, what a stream cycle writes per transaction (advisory lock, state "
+                      "read, upsert and delete, one sink row, a cursor update), counted as the 100 messages a "
+                      "cycle covers"),
 ]}
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup``; ``mode`` (consume): ``auto``
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``streams``; ``mode`` (consume): ``auto``
     (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
     second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
 
@@ -105,6 +109,10 @@ SCENARIOS: list[Scenario] = [
              "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
              "10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
+    Scenario("streams-tumbling", "streams", "cycle-100",
+             "Queen Streams, tumbling-window count per partition as the SDK runs it: pop 100, state/get, one "
+             "cycle (window upsert + delete, 1 sink push, ack); 8 connections, 100 partitions",
+             connections=8, threads=8, batch=100, quick=True, initial_rate=20_000),
 ]
 
 

@@ -234,6 +234,9 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                     for k in ("target_producer_msg_per_s", "producer_msg_per_s", "producer_share_of_push",
                               "consumer_msg_per_s", "backlog_growth_per_s")}
                 entry["median"]["keepup"]["keeps_up_runs"] = sum(bool(r["keepup"]["keeps_up"]) for r in measured)
+            if scenario.kind == "streams":
+                entry["median"]["streams"] = {k: median(r["streams"][k] for r in measured)
+                                              for k in ("cycles_per_s", "windows_emitted_per_s", "messages_per_cycle")}
         results.append(entry)
     others = [r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r]
     return {

@@ -8,19 +8,46 @@ import json
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from queenpy.client import DEFAULT_URL, Queen
 from queenpy.errors import QueenError
 
-__all__ = ["DEFAULT_URL", "AckOption", "BatchOption", "GroupOption", "JsonOption", "OffsetOption",
-           "OptionalQueueOption", "PartitionOption", "QueueOption", "RowsOption", "TimeoutOption", "TokenOption",
-           "UrlOption", "VerboseOption", "connect", "parse_payload", "print_json", "read_json_lines", "stderr",
-           "stdout", "table"]
+__all__ = [
+    "DEFAULT_URL",
+    "AckOption",
+    "BatchOption",
+    "GroupOption",
+    "JsonOption",
+    "OffsetOption",
+    "OptionalQueueOption",
+    "PartitionOption",
+    "QueueOption",
+    "RowsOption",
+    "TimeoutOption",
+    "TokenOption",
+    "UrlOption",
+    "VerboseOption",
+    "connect",
+    "fail",
+    "iso_z",
+    "merged",
+    "parse_payload",
+    "print_json",
+    "read_json_lines",
+    "remember",
+    "required_queue",
+    "stderr",
+    "stdout",
+    "table",
+]
 
 UrlOption = Annotated[
     str,
@@ -78,7 +105,7 @@ def connect(url: str, token: str | None, verbose: bool) -> Iterator[Queen]:
         if verbose:
             stderr().print_exception(show_locals=False)
         else:
-            stderr().print(f"[red]error:[/red] {type(exc).__name__}: {exc}", highlight=False, markup=True)
+            fail(exc.message if isinstance(exc, QueenError) else str(exc))
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -88,6 +115,54 @@ def connect(url: str, token: str | None, verbose: bool) -> Iterator[Queen]:
                 client.close()
             except QueenError as exc:  # a push buffer could not be flushed
                 stderr().print(f"error while closing: {exc}", highlight=False, markup=False)
+
+
+def fail(sentence: str) -> None:
+    """Print ``error: <sentence>`` on stderr (one line, no exception class names)."""
+    stderr().print(f"[red]error:[/red] {escape(sentence)}", highlight=False, markup=True)
+
+
+def iso_z(moment: datetime | None) -> str | None:
+    """A timestamp as the broker writes them: UTC, milliseconds, ``Z`` (``2026-11-24T22:30:49.599Z``)."""
+    if moment is None:
+        return None
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+
+
+_DEFAULTS: dict[str, Any] = {"url": DEFAULT_URL, "json_output": False, "verbose": False}
+
+
+def remember(ctx: typer.Context, **options: Any) -> None:
+    """A command group's callback keeps its options for the subcommand (``queenpy dlq -q X list``)."""
+    ctx.obj = options
+
+
+def merged(ctx: typer.Context, **options: Any) -> SimpleNamespace:
+    """A subcommand's options, each falling back to the same option given to its group when the subcommand
+    left it at its default."""
+    parent = ctx.obj if isinstance(ctx.obj, dict) else {}
+    values = {}
+    for name, value in options.items():
+        default = _DEFAULTS.get(name)
+        values[name] = parent.get(name, value) if value is None or value == default else value
+        if values[name] is None:
+            values[name] = value
+    return SimpleNamespace(**values)
+
+
+def connection_options(ctx: typer.Context, url: str, token: str | None, json_output: bool,
+                       verbose: bool) -> tuple[str, str | None, bool, bool]:
+    """``(url, token, json_output, verbose)`` of a subcommand, each falling back to its group's."""
+    o = merged(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
+    return o.url, o.token, o.json_output, o.verbose
+
+
+def required_queue(queue: str | None) -> str:
+    """The queue, which this command needs. Raises typer.BadParameter naming ``--queue``."""
+    if not queue:
+        raise typer.BadParameter("a queue is required: give --queue (-q) or QUEEN_QUEUE", param_hint="--queue")
+    return queue
 
 
 def print_json(value: Any) -> None:

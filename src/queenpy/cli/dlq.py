@@ -13,13 +13,16 @@ from queenpy.cli._common import (
     JsonOption,
     OffsetOption,
     OptionalQueueOption,
-    QueueOption,
     RowsOption,
     TokenOption,
     UrlOption,
     VerboseOption,
     connect,
+    iso_z,
+    merged,
     print_json,
+    remember,
+    required_queue,
     stdout,
     table,
 )
@@ -52,7 +55,7 @@ def _dlq_list(
                 r.consumer_group,
                 r.error_message,
                 r.retry_count,
-                r.failed_at.isoformat() if r.failed_at else None,
+                iso_z(r.failed_at),
                 json.dumps(r.data, default=str)[:60],
             ]
             for r in rows
@@ -76,16 +79,16 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
-        """List the dead letters of --queue (default command)."""
+        """List the dead letters of --queue (default command); the options also apply to a subcommand."""
+        remember(ctx, queue=queue, group=group, url=url, token=token, json_output=json_output, verbose=verbose)
         if ctx.invoked_subcommand is None:
-            if not queue:
-                raise typer.BadParameter("--queue is required", param_hint="--queue")
             with connect(url, token, verbose) as client:
-                _dlq_list(client, queue, group, limit, offset, json_output)
+                _dlq_list(client, required_queue(queue), group, limit, offset, json_output)
 
     @dlq_app.command("list")
     def dlq_list(
-        queue: QueueOption = ...,  # type: ignore[assignment]
+        ctx: typer.Context,
+        queue: OptionalQueueOption = None,
         group: GroupOption = None,
         limit: RowsOption = 100,
         offset: OffsetOption = 0,
@@ -95,15 +98,17 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """List the dead letters of a queue, newest failure first."""
-        with connect(url, token, verbose) as client:
-            _dlq_list(client, queue, group, limit, offset, json_output)
+        o = merged(ctx, queue=queue, group=group, url=url, token=token, json_output=json_output, verbose=verbose)
+        with connect(o.url, o.token, o.verbose) as client:
+            _dlq_list(client, required_queue(o.queue), o.group, limit, offset, o.json_output)
 
     @dlq_app.command("replay")
     def dlq_replay(
+        ctx: typer.Context,
         transaction_ids: Annotated[
             list[str] | None, typer.Argument(help="Transaction ids to replay (default: --all).")
         ] = None,
-        queue: QueueOption = ...,  # type: ignore[assignment]
+        queue: OptionalQueueOption = None,
         group: GroupOption = None,
         replay_all: Annotated[
             bool, typer.Option("--all", envvar="QUEEN_REPLAY_ALL", help="Replay every dead letter.")
@@ -114,30 +119,28 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Put dead letters back at the head of their partition, for their group, to be delivered again."""
+        o = merged(ctx, queue=queue, group=group, url=url, token=token, json_output=json_output, verbose=verbose)
+        name = required_queue(o.queue)
         if not transaction_ids and not replay_all:
             raise typer.BadParameter("give transaction ids or --all")
-        with connect(url, token, verbose) as client:
+        with connect(o.url, o.token, o.verbose) as client:
             wanted = set(transaction_ids or [])
             rows: list[DeadLetter] = []
             offset = 0
             while True:  # collect first: replaying changes the listing
-                page, total = _dlq_rows(client, queue, group, 500, offset)
+                page, total = _dlq_rows(client, name, o.group, 500, offset)
                 rows.extend(row for row in page if replay_all or row.transaction_id in wanted)
                 offset += len(page)
                 if not page or offset >= total:
                     break
             missing = wanted - {row.transaction_id for row in rows}
             if missing:
-                raise ValueError(f"not in the dead-letter queue of {queue}: {', '.join(sorted(missing))}")
+                raise ValueError(f"not in the dead-letter queue of {name}: {', '.join(sorted(missing))}")
             for row in rows:
                 answer = client.replay_dlq(row)
-                if json_output:
-                    print_json(
-                        {"transactionId": row.transaction_id, "partitionId": row.partition_id, **answer}
-                    )
-            if not json_output:
-                stdout().print(f"replayed {len(rows)} dead letter(s) of {queue}", highlight=False)
+                if o.json_output:
+                    print_json({"transactionId": row.transaction_id, "partitionId": row.partition_id, **answer})
+            if not o.json_output:
+                stdout().print(f"replayed {len(rows)} dead letter(s) of {name}", highlight=False)
 
     app.add_typer(dlq_app, name="dlq")
-
-

@@ -16,7 +16,10 @@ from queenpy.cli._common import (
     UrlOption,
     VerboseOption,
     connect,
+    connection_options,
+    fail,
     print_json,
+    remember,
     stdout,
     table,
 )
@@ -64,23 +67,27 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """List consumer groups per queue (default command)."""
+        remember(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
         if ctx.invoked_subcommand is None:
             with connect(url, token, verbose) as client:
                 _groups_list(client, json_output)
 
     @groups_app.command("list")
     def groups_list(
+        ctx: typer.Context,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
         """List consumer groups per queue."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             _groups_list(client, json_output)
 
     @groups_app.command("describe")
     def groups_describe(
+        ctx: typer.Context,
         group: Annotated[str, typer.Argument(help="Consumer group.")],
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
@@ -88,6 +95,7 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Cursor, lag and lease of a group on every partition it reads."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             detail = client.consumer_group(group)
             if json_output:
@@ -114,6 +122,7 @@ def register(app: typer.Typer) -> None:
 
     @groups_app.command("lag")
     def groups_lag(
+        ctx: typer.Context,
         min_lag_seconds: Annotated[
             int,
             typer.Option(
@@ -129,6 +138,7 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Lagging partitions per group, worst first."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             rows = client.lagging_consumer_groups(min_lag_seconds)
             if json_output:
@@ -152,6 +162,7 @@ def register(app: typer.Typer) -> None:
 
     @groups_app.command("seek")
     def groups_seek(
+        ctx: typer.Context,
         group: Annotated[str, typer.Argument(help="Consumer group.")],
         queue: QueueOption = ...,  # type: ignore[assignment]
         to_end: Annotated[
@@ -172,6 +183,10 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Move a group's cursors on a queue: --to-end, or --timestamp (replay from then)."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
+        if partition is None and to_end == (timestamp is not None):
+            fail("give where to move the cursors: --to-end or --timestamp ISO-TIME (one of them)")
+            raise typer.Exit(2)
         with connect(url, token, verbose) as client:
             if partition is not None and not timestamp:
                 answer = client.seek(group, queue, partition=partition)
@@ -188,6 +203,7 @@ def register(app: typer.Typer) -> None:
 
     @groups_app.command("delete")
     def groups_delete(
+        ctx: typer.Context,
         group: Annotated[str, typer.Argument(help="Consumer group.")],
         queue: OptionalQueueOption = None,
         keep_metadata: Annotated[
@@ -199,6 +215,7 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Delete a group's cursors (and subscription) on one queue or all."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             answer = client.delete_consumer_group(group, delete_metadata=not keep_metadata, queue=queue)
             if json_output:

@@ -133,9 +133,11 @@ def pop(
     ack: AckOption = True,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
+    json_output: JsonOption = False,
     verbose: VerboseOption = False,
 ) -> None:
-    """Pop once and print the messages as JSON lines (nothing when the queue has none)."""
+    """Pop once and print the messages as JSON lines (nothing when the queue has none); with --json, one JSON
+    array (``[]`` when there is none)."""
     with connect(url, token, verbose) as client:
         builder = client.queue(queue).batch(batch).wait(wait).timeout_millis(timeout_millis)
         if partition is not None:
@@ -143,8 +145,11 @@ def pop(
         if group:
             builder = builder.group(group)
         messages: list[Message] = builder.pop()
-        for message in messages:
-            print_json(message.to_wire())
+        if json_output:
+            print_json([message.to_wire() for message in messages])
+        else:
+            for message in messages:
+                print_json(message.to_wire())
         if ack and messages:
             refused = [result for result in client.ack(messages) if not result.success]
             if refused:

@@ -9,12 +9,15 @@ import typer
 from queenpy.cli._common import (
     DEFAULT_URL,
     JsonOption,
+    QueueOption,
     TokenOption,
     UrlOption,
     VerboseOption,
     connect,
+    connection_options,
     parse_payload,
     print_json,
+    remember,
     stdout,
     table,
 )
@@ -24,7 +27,7 @@ __all__ = ["register"]
 
 
 def configure(
-    queue: Annotated[str, typer.Argument(help="Queue to create or reconfigure (a full overwrite).")],
+    queue: QueueOption = ...,  # type: ignore[assignment]
     namespace: Annotated[str | None, typer.Option(envvar="QUEEN_NAMESPACE", help="Namespace.")] = None,
     task: Annotated[str | None, typer.Option(envvar="QUEEN_TASK", help="Task.")] = None,
     lease_time_s: Annotated[
@@ -187,30 +190,35 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """List queues with partition and message counts (default command)."""
+        remember(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
         if ctx.invoked_subcommand is None:
             with connect(url, token, verbose) as client:
                 _queues_list(client, json_output)
 
     @queues_app.command("list")
     def queues_list(
+        ctx: typer.Context,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
         """List queues with partition and message counts."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             _queues_list(client, json_output)
 
     @queues_app.command("describe")
     def queues_describe(
-        name: Annotated[str, typer.Argument(help="Queue name.")],
+        ctx: typer.Context,
+        name: QueueOption = ...,  # type: ignore[assignment]
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
         """Partitions of a queue with their depth, and the lag of every consumer group per partition."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             queue = client.describe_queue(name)
             groups = _queue_groups(client, name)
@@ -271,7 +279,8 @@ def register(app: typer.Typer) -> None:
 
     @queues_app.command("delete")
     def queues_delete(
-        name: Annotated[str, typer.Argument(help="Queue name.")],
+        ctx: typer.Context,
+        name: QueueOption = ...,  # type: ignore[assignment]
         yes: Annotated[bool, typer.Option("--yes", "-y", envvar="QUEEN_YES", help="Do not ask.")] = False,
         url: UrlOption = DEFAULT_URL,
         token: TokenOption = None,
@@ -279,6 +288,7 @@ def register(app: typer.Typer) -> None:
         verbose: VerboseOption = False,
     ) -> None:
         """Delete a queue with all its partitions, messages, cursors and dead letters."""
+        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         if not yes:
             typer.confirm(f"delete queue {name} and all its messages?", abort=True)
         with connect(url, token, verbose) as client:

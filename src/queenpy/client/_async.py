@@ -15,20 +15,7 @@ import httpx
 from queenpy.errors import BrokerError, QueenError
 
 from ._buffering import PushBuffers
-from ._builders import (
-    AckableMessage,
-    ConsumeOptions,
-    ErrorHandler,
-    Handler,
-    QueueBuilder,
-    StopSignal,
-    SuccessHandler,
-    TransactionBuilder,
-    _expect_object,
-    ack_status,
-    format_timestamp,
-    message_reference,
-)
+from ._builders import ConsumeOptions, QueueBuilder, TransactionBuilder
 from ._consumer import Consumer
 from ._failover import FailoverTransport
 from ._messages import (
@@ -42,6 +29,17 @@ from ._messages import (
 )
 from ._settings import RetryPolicy, Timeout
 from ._signals import SignalGuard
+from ._wire import (
+    AckableMessage,
+    ErrorHandler,
+    Handler,
+    StopSignal,
+    SuccessHandler,
+    ack_status,
+    expect_object,
+    format_timestamp,
+    message_reference,
+)
 
 __all__ = ["DEFAULT_URL", "AsyncQueen"]
 
@@ -283,7 +281,7 @@ class AsyncQueen:
         """Per-queue, per-partition detail of group ``name``: ``{queue: {"partitions": [{partition, offsetLag,
         timeLagSeconds, leaseActive, ...}]}}``; ``{}`` for an unknown group."""
         result = await self._call("GET", f"/api/v1/consumer-groups/{_q(name)}")
-        return {} if result is None else _expect_object(result, "consumer group")
+        return {} if result is None else expect_object(result, "consumer group")
 
     async def lagging_consumer_groups(self, min_lag_s: int = 3600) -> list[dict[str, Any]]:
         """Partitions whose oldest unconsumed message is older than ``min_lag_s`` seconds, worst first."""
@@ -301,7 +299,7 @@ class AsyncQueen:
             path += f"/queues/{_q(queue)}"
         params = {"deleteMetadata": "true" if delete_metadata else "false"}
         result = await self._call("DELETE", path, params=params)
-        return {"success": True} if result is None else _expect_object(result, "delete consumer group")
+        return {"success": True} if result is None else expect_object(result, "delete consumer group")
 
     async def seek(
         self,
@@ -322,18 +320,18 @@ class AsyncQueen:
             if timestamp is not None:
                 raise ValueError("a partition seek can only go to the end")
             path = f"/api/v1/consumer-groups/{_q(group)}/queues/{_q(queue)}/partitions/{_q(partition)}/seek"
-            return _expect_object(await self._call("POST", path, body={}), "seek")
+            return expect_object(await self._call("POST", path, body={}), "seek")
         if to_end == (timestamp is not None):
             raise ValueError("give exactly one of to_end=True or timestamp=...")
         body: dict[str, Any] = {"toEnd": True} if to_end else {"timestamp": format_timestamp(timestamp)}  # type: ignore[arg-type]
         path = f"/api/v1/consumer-groups/{_q(group)}/queues/{_q(queue)}/seek"
-        return _expect_object(await self._call("POST", path, body=body), "seek")
+        return expect_object(await self._call("POST", path, body=body), "seek")
 
     async def update_consumer_group_timestamp(self, group: str, timestamp: datetime | str) -> dict[str, Any]:
         """Set where group ``group`` starts on partitions it has not read yet (``.../subscription``)."""
         path = f"/api/v1/consumer-groups/{_q(group)}/subscription"
         result = await self._call("POST", path, body={"subscriptionTimestamp": format_timestamp(timestamp)})
-        return {"success": True} if result is None else _expect_object(result, "subscription update")
+        return {"success": True} if result is None else expect_object(result, "subscription update")
 
     # -- dead-letter queue, queues, health ----------------------------------------------------------------
 
@@ -356,7 +354,7 @@ class AsyncQueen:
             partition_id, transaction_id = message.partition_id, message.transaction_id
         path = f"/api/v1/messages/{_q(partition_id)}/{_q(transaction_id)}/retry"
         result = await self._call("POST", path, body={})
-        return {"success": True} if result is None else _expect_object(result, "dlq replay")
+        return {"success": True} if result is None else expect_object(result, "dlq replay")
 
     async def queues(self) -> list[dict[str, Any]]:
         """All queues: ``[{id, name, namespace, task, createdAt, partitions, messages: {total, pending,
@@ -364,7 +362,7 @@ class AsyncQueen:
         result = await self._call("GET", "/api/v1/resources/queues")
         if result is None:
             return []
-        return _expect_list(_expect_object(result, "queues").get("queues") or [], "queues")
+        return _expect_list(expect_object(result, "queues").get("queues") or [], "queues")
 
     async def describe_queue(self, name: str) -> dict[str, Any]:
         """One queue with per-partition stats: ``{name, partitions: [{name, stats: {total, pending,
@@ -373,7 +371,7 @@ class AsyncQueen:
         Raises:
             BrokerError: unknown queue (``Queue not found``).
         """
-        return _expect_object(await self._call("GET", f"/api/v1/resources/queues/{_q(name)}"), "queue")
+        return expect_object(await self._call("GET", f"/api/v1/resources/queues/{_q(name)}"), "queue")
 
     async def health(self) -> dict[str, Any]:
         """The broker's ``/health`` answer (``{status, database, ...}``). Raises DatabaseUnavailable on 503."""

@@ -7,18 +7,28 @@ unit in the name (``idle_millis``, ``timeout_millis``, ``lease_time_s``).
 
 from __future__ import annotations
 
-import asyncio
-import threading
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from queenpy.errors import BrokerError, TransactionFailed
 
 from ._buffering import BufferOptions
-from ._messages import QUEUE_MODE_GROUP, DeadLetter, DeadLetterPage, Message, PushResult, uuid7
+from ._messages import QUEUE_MODE_GROUP, DeadLetter, DeadLetterPage, Message, PushResult
+from ._wire import (
+    AckableMessage,
+    ErrorHandler,
+    Handler,
+    StopSignal,
+    SuccessHandler,
+    ack_status,
+    camel_case,
+    expect_object,
+    format_push_item,
+    format_timestamp,
+    message_reference,
+)
 
 if TYPE_CHECKING:
     from ._async import AsyncQueen
@@ -30,107 +40,12 @@ __all__ = [
     "QueueBuilder",
     "TransactionBuilder",
     "TransactionQueueBuilder",
-    "ack_status",
-    "format_timestamp",
-    "message_reference",
 ]
-
-#: A handler gets one :class:`Message` (batch 1 or ``each()``) or a list of them; sync or async.
-Handler = Callable[[Any], Any]
-#: ``on_error(message_or_list, exception)``; sync or async.
-ErrorHandler = Callable[[Any, BaseException], Any]
-#: ``on_success(message_or_list, handler_result)``; sync or async.
-SuccessHandler = Callable[[Any, Any], Any]
-StopSignal = asyncio.Event | threading.Event
-AckableMessage = Message | DeadLetter | Mapping[str, Any]
-
 
 class Fluent:
     """Marker base of every builder: the sync facade wraps objects of this type in a blocking proxy."""
 
     __slots__ = ()
-
-
-def format_timestamp(value: datetime | str) -> str:
-    """Render a timestamp for the wire: ISO 8601 in UTC with ``Z`` and milliseconds; strings pass through.
-
-    Naive datetimes are taken as UTC.
-    """
-    if isinstance(value, str):
-        return value
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def message_reference(message: AckableMessage) -> tuple[str, str, str | None, str | None]:
-    """``(transaction_id, partition_id, lease_id, consumer_group)`` of a message object or wire dict.
-
-    Raises:
-        ValueError: the message has no transaction id or no partition id.
-    """
-    if isinstance(message, Message):
-        return message.transaction_id, message.partition_id, message.lease_id, message.consumer_group
-    if isinstance(message, DeadLetter):
-        return message.transaction_id, message.partition_id, None, message.consumer_group
-    transaction_id = message.get("transactionId") or message.get("transaction_id") or message.get("id")
-    partition_id = message.get("partitionId") or message.get("partition_id")
-    if not isinstance(transaction_id, str) or not transaction_id:
-        raise ValueError("a message needs a transactionId")
-    if not isinstance(partition_id, str) or not partition_id:
-        raise ValueError("a message needs a partitionId (a transactionId is only unique per partition)")
-    lease_id = message.get("leaseId") or None
-    group = message.get("consumerGroup") or None
-    return transaction_id, partition_id, lease_id, group
-
-
-def ack_status(status: bool | str) -> str:
-    """``True`` → ``completed``, ``False`` → ``failed``, strings (``retry``, ``dlq``, ...) unchanged."""
-    if status is True:
-        return "completed"
-    if status is False:
-        return "failed"
-    if not isinstance(status, str) or not status:
-        raise ValueError("ack status must be True, False or a status string")
-    return status
-
-
-def _camel(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
-
-
-def format_push_item(item: Any, queue: str, partition: str | None) -> dict[str, Any]:
-    """One wire push item ``{queue, partition?, payload, transactionId, traceId?}`` from a user item.
-
-    An item that is a mapping with a ``data`` (or ``payload``) key supplies the payload under that key and may
-    carry ``transactionId`` and ``traceId``; any other value is the payload itself (a plain dict may still carry
-    a ``transactionId``, as in the reference client). A missing ``transactionId`` gets a fresh UUIDv7.
-
-    Raises:
-        ValueError: ``traceId`` is not a UUID or ``transactionId`` not a string.
-    """
-    transaction_id: Any = None
-    trace_id: Any = None
-    payload: Any = item
-    if isinstance(item, Mapping):
-        if "data" in item:
-            payload = item["data"]
-        elif "payload" in item:
-            payload = item["payload"]
-        transaction_id = item.get("transactionId")
-        trace_id = item.get("traceId")
-    if transaction_id is not None and not isinstance(transaction_id, str):
-        raise ValueError("transactionId must be a string")
-    wire: dict[str, Any] = {"queue": queue, "payload": payload, "transactionId": transaction_id or uuid7()}
-    if partition is not None:
-        wire["partition"] = partition
-    if trace_id:
-        try:
-            wire["traceId"] = str(uuid.UUID(str(trace_id)))
-        except ValueError:
-            raise ValueError(f"traceId must be a UUID, got {trace_id!r}") from None
-    return wire
 
 
 class ConsumeOptions:
@@ -249,7 +164,7 @@ class QueueBuilder(Fluent):
         """Queue options for ``create()``: camelCase as on the wire (``leaseTime``, ``retryLimit``,
         ``deadLetterQueue``, ...) or snake_case (``lease_time``). Units as in API.md §3.2 (seconds, ms for
         ``retryDelay``). Configure is a full overwrite: options not given get the broker's defaults."""
-        self._config.update({_camel(key): value for key, value in options.items()})
+        self._config.update({camel_case(key): value for key, value in options.items()})
         return self
 
     def _require_name(self, what: str) -> str:
@@ -273,7 +188,7 @@ class QueueBuilder(Fluent):
         if self._options.task is not None:
             body["task"] = self._options.task
         result = await self._client._call("POST", "/api/v1/configure", body=body)
-        answer = _expect_object(result, "configure")
+        answer = expect_object(result, "configure")
         options = answer.get("options") if isinstance(answer.get("options"), Mapping) else self._config
         lease_time = options.get("leaseTime") if isinstance(options, Mapping) else None
         if isinstance(lease_time, int):
@@ -289,7 +204,7 @@ class QueueBuilder(Fluent):
         result = await self._client._call("DELETE", f"/api/v1/resources/queues/{quote(name, safe='')}")
         self._client._lease_times.pop(name, None)
         return (
-            _expect_object(result, "delete queue") if result is not None else {"deleted": True, "queue": name}
+            expect_object(result, "delete queue") if result is not None else {"deleted": True, "queue": name}
         )
 
     # -- push ----------------------------------------------------------------------------------------
@@ -511,7 +426,7 @@ class DeadLetterBuilder(Fluent):
         result = await self._client._call("GET", "/api/v1/dlq", params=self._params)
         if result is None:
             return DeadLetterPage([], 0, int(self._params["limit"]), int(self._params["offset"]))
-        answer = _expect_object(result, "dlq")
+        answer = expect_object(result, "dlq")
         rows = [DeadLetter.from_wire(row) for row in answer.get("messages") or [] if isinstance(row, Mapping)]
         total = answer.get("total")
         return DeadLetterPage(
@@ -633,13 +548,3 @@ class TransactionQueueBuilder(Fluent):
         batch = items if isinstance(items, list) else [items]
         self._transaction._add_push([format_push_item(item, self._queue, self._partition) for item in batch])
         return self._transaction
-
-
-def _expect_object(result: Any, what: str) -> dict[str, Any]:
-    """Return a dict answer, raising BrokerError for ``{"error": ...}`` or a non-object answer."""
-    if isinstance(result, Mapping):
-        error = result.get("error")
-        if error and not result.get("success", False):
-            raise BrokerError(str(error), answer=dict(result))
-        return dict(result)
-    raise BrokerError(f"unexpected answer to {what}: {result!r}"[:300])

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 from queenpy.errors import AuthenticationError, InvalidRequest, PermissionDenied, QueenError
 
-from ._builders import ConsumeOptions, ErrorHandler, Handler, StopSignal, SuccessHandler
+from ._builders import ConsumeOptions
 from ._messages import Message
+from ._wire import ErrorHandler, Handler, StopSignal, SuccessHandler
 
 if TYPE_CHECKING:
     from ._async import AsyncQueen

@@ -69,6 +69,7 @@ class Engine:
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
                                       fusion_settings.max_hold_ms)
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
+        self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
         self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
         self._probe_pending = False
@@ -226,6 +227,19 @@ class Engine:
                     for item in op.get("items", [])}
             if keys:
                 self.announce(keys)
+        return result
+
+    async def stream_cycle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A Queen Streams cycle (``queen.streams_cycle_v1``: state ops, source ack and sink pushes in one
+        PostgreSQL transaction). Never fused with another one; at most ``QUEEN_STREAMS_CYCLE_MAX_CONCURRENT``
+        in flight per process. After COMMIT, wakes the long polls of every sink partition that got a message
+        (see :meth:`announce`). Returns the procedure's result without its ``touched`` list."""
+        async with self._stream_cycles:
+            text = await self.database.call("streams_cycle_v1", orjson.dumps(request).decode())
+        result: dict[str, Any] = orjson.loads(text)
+        touched = result.pop("touched", None) or []
+        if touched:
+            self.announce({(queue, partition) for queue, partition in touched})
         return result
 
     async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,

@@ -178,6 +178,31 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
             "tokens": {"type": "array", "items": _NAME}}}),
+    ("post", "/streams/v1/queries"): ("Streams: register a query (config hash; reset wipes its state)", [], {
+        "type": "object", "required": ["name", "source_queue", "config_hash"], "properties": {
+            "name": _NAME, "source_queue": _NAME, "config_hash": _NAME,
+            "sink_queue": {"type": "string", "maxLength": 255, "nullable": True},
+            "reset": {"type": "boolean"}}}),
+    ("post", "/streams/v1/cycle"): (
+        "Streams: state ops, sink pushes and the source ack in one PostgreSQL transaction", [], {
+            "type": "object", "required": ["query_id", "partition_id"], "properties": {
+                "query_id": _UUID, "partition_id": _UUID,
+                "consumer_group": {"type": "string", "maxLength": 255},
+                "state_ops": {"type": "array", "items": {
+                    "type": "object", "required": ["type", "key"], "properties": {
+                        "type": {"type": "string", "enum": ["upsert", "delete"]},
+                        "key": {"type": "string"}, "value": {}}}},
+                "push_items": {"type": "array", "items": _PUSH_ITEM},
+                "ack": {"type": "object", "nullable": True, "required": ["transactionId"], "properties": {
+                    "transactionId": _NAME, "leaseId": {"type": "string", "maxLength": 255},
+                    "status": {"type": "string", "enum": ["completed", "success", "failed", "dlq"]},
+                    "count": {"type": "integer", "minimum": 0}, "error": {"type": "string"}}},
+                "release_lease": {"type": "boolean"}}}),
+    ("post", "/streams/v1/state/get"): ("Streams: state rows of (query, partition), ordered by key", [], {
+        "type": "object", "required": ["query_id", "partition_id"], "properties": {
+            "query_id": _UUID, "partition_id": _UUID, "keys": {"type": "array", "items": {"type": "string"}},
+            "key_prefix": {"type": "string"},
+            "ripe_at_or_before": {"type": "number", "description": "epoch milliseconds"}}}),
 }
 
 

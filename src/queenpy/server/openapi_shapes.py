@@ -167,4 +167,12 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("post", "/api/v1/spark/commit"): _or_failure(obj(["success"], success=BOOL, pushed=INT, staged=INT,
                                                       duplicate=BOOL)),
     ("post", "/api/v1/spark/abort"): _or_failure(obj(["success"], success=BOOL, deleted=INT)),
+    ("post", "/streams/v1/queries"): _or_failure(obj(["success"], success=BOOL, query_id=nullable(UUID), name=STR,
+                                                     config_hash=STR, fresh=BOOL, reset=BOOL, error=STR)),
+    ("post", "/streams/v1/cycle"): _or_failure(obj(
+        ["success"], success=BOOL, query_id=UUID, partition_id=UUID, queueName=nullable(STR),
+        state_ops_applied=INT, push_results=array(PUSH_RESULT["items"]), error=nullable(STR),
+        ack_result=obj(["success"], nullable=True, success=BOOL, count=INT, lease_released=BOOL, dlq=BOOL))),
+    ("post", "/streams/v1/state/get"): _or_failure(obj(["success", "rows"], success=BOOL, rows=array(obj(
+        ["key"], key=STR, value=ANY, updated_at=nullable(STR))))),
 }

@@ -104,6 +104,15 @@ def _tune_gc() -> None:
     gc.set_threshold(50_000, 20, 20)
 
 
+def _uvicorn_log_level(settings: Settings) -> str:
+    """uvicorn's level: quiet (warning) at the default ``info`` unless the access log is on (its lines are
+    info); ``trace`` is uvicorn's own name for Queen's most verbose level."""
+    if settings.log_level == "info":
+        return "info" if settings.access_log else "warning"
+    named = {"off": "critical", "warn": "warning"}.get(settings.log_level, settings.log_level)
+    return named if named in ("critical", "error", "warning", "debug", "trace") else "info"
+
+
 def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
     import uvicorn
 
@@ -116,8 +125,8 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
     # limits of queenpy.server.limits (head and body size, slow clients); uvicorn's own: connections per
     # worker (503 beyond) and idle keep-alive connections
     config = uvicorn.Config(app, loop="uvloop", http=protocol_with_limits(HttpLimits.of(settings)),
-                            lifespan="on", access_log=False,
-                            log_level="warning" if settings.log_level == "info" else settings.log_level,
+                            lifespan="on", access_log=settings.access_log,
+                            log_level=_uvicorn_log_level(settings),
                             timeout_keep_alive=settings.http_keep_alive_timeout_s, backlog=2048,
                             limit_concurrency=settings.http_max_connections, timeout_graceful_shutdown=10,
                             proxy_headers=False)  # client addresses are never used: skip the middleware

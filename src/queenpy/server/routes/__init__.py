@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from queenpy.server.routes import dlq, groups, messages, queues, spark, system, traces
+from queenpy.server.routes import dlq, groups, messages, queues, spark, streams, system, traces
 from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, messages, queues, groups, dlq, traces, spark)
+AREAS = (system, messages, queues, groups, dlq, traces, spark, streams)
 
 
 def endpoints() -> list[Endpoint]:

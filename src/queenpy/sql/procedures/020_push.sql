@@ -28,6 +28,31 @@
 -- their partitions' rows (not HOT: last_message_at is indexed), so under load a table of 100 partitions
 -- spans a hundred pages of dead versions that cannot be pruned yet, while its statistics still call it
 -- tiny; generic plans then chose sequential scans that read all of them, once per item.
+-- Message ids (UUIDv7) increase with the offsets of their partition, so a client that orders a batch by
+-- (createdAt in milliseconds, id) gets offset order: the Streams SDK sorts every popped batch that way and
+-- acknowledges its last message (API.md section 2.1: the original's ids follow the request order). created_at
+-- is taken after the partition lock, so it never decreases along the offsets either.
+-- queen.message_id_base_v1 gives the id a push counts up from (queen.uuid_add_v1(base, k) for its k-th item
+-- of the partition): the partition's newest id when that is of the same millisecond or later (several pushes
+-- in one millisecond, or the clock stepped back), else a fresh UUIDv7 of the push's time whose top random bit
+-- is cleared, so 2^61 increments stay clear of the variant bits.
+CREATE OR REPLACE FUNCTION queen.uuid_add_v1(p_id uuid, p_k bigint) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    -- the low 64 bits as a signed bigint (variant 10: negative), plus k: it moves towards zero, no overflow.
+    -- One expression without FROM, so the planner inlines it (else each call would be planned anew).
+    SELECT (left(replace(p_id::text, '-', ''), 16)
+            || lpad(to_hex(('x' || right(replace(p_id::text, '-', ''), 16))::bit(64)::bigint + p_k), 16, '0'))::uuid
+$$;
+
+CREATE OR REPLACE FUNCTION queen.message_id_base_v1(p_last uuid, p_now timestamptz) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_last IS NOT NULL
+                     AND ('x' || left(replace(p_last::text, '-', ''), 12))::bit(48)::bigint
+                         >= (extract(epoch FROM p_now) * 1000)::bigint  -- the millisecond queen.uuid_v7 writes
+                THEN p_last
+                ELSE encode(set_bit(uuid_send(queen.uuid_v7(p_now)), 69, 0), 'hex')::uuid END
+$$;
+
 CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -46,6 +71,7 @@ DECLARE
     v_queue_names text[];
     v_partition_names text[];
     v_partition_ids uuid[];
+    v_id_bases uuid[];  -- per partition: the id the new messages' ids count up from
 BEGIN
     -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
     -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped). After
@@ -96,6 +122,11 @@ BEGIN
     END IF;
 
     v_now := clock_timestamp();
+    -- after the lock, so each partition's newest id is read as the last push to it committed it
+    SELECT array_agg(queen.message_id_base_v1(b.last_message_id, v_now) ORDER BY t.o)
+    INTO v_id_bases
+    FROM unnest(v_partition_ids) WITH ORDINALITY AS t(partition_id, o)
+    LEFT JOIN LATERAL (SELECT p.last_message_id FROM queen.partitions p WHERE p.id = t.partition_id) b ON true;
 
     -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock
     WITH input AS (
@@ -105,13 +136,17 @@ BEGIN
                coalesce(e->'payload', 'null'::jsonb) AS payload,
                nullif(e->>'transactionId', '') AS client_transaction_id,
                (e->>'traceId')::uuid AS trace_id,
-               e->>'producerSub' AS producer_sub,
+               nullif(e->>'producerSub', '') AS producer_sub,  -- empty or absent: NULL (as Queen)
                coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
         FROM jsonb_array_elements(p_items) e
     ), identified AS (
-        SELECT i.*, t.partition_id, queen.uuid_v7(v_now) AS new_id
+        -- ids increase with the index within each partition, so the messages that get stored have ids
+        -- increasing with their offsets (queen.message_id_base_v1)
+        SELECT i.*, t.partition_id,
+               queen.uuid_add_v1(t.id_base, row_number() OVER (PARTITION BY t.partition_id ORDER BY i.idx)) AS new_id
         FROM input i
-        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids, v_id_bases)
+             t(queue_name, partition_name, partition_id, id_base)
           ON t.queue_name = i.queue_name AND t.partition_name = i.partition_name
     ), resolved AS (
         -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the

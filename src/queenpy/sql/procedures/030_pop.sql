@@ -379,7 +379,8 @@ BEGIN
         RETURN json_build_object('index', v_index, 'success', false, 'messages', '[]'::json,
             'error', CASE WHEN v_partition IS NULL THEN 'no_available_partition' ELSE 'partition_not_found' END);
     END IF;
-    v_lease_id := CASE WHEN v_auto THEN '' ELSE queen.uuid_v7()::text END;
+    -- a request may name its lease id (Queen's SQL API passes worker_id); the broker never does
+    v_lease_id := CASE WHEN v_auto THEN '' ELSE coalesce(nullif(r->>'leaseId', ''), queen.uuid_v7()::text) END;
 
     IF v_partition IS NOT NULL THEN
         SELECT * INTO v_part FROM queen.partitions WHERE queue_id = v_queue.id AND name = v_partition;
