@@ -21,6 +21,7 @@ body timeout it may have started reading, and sees the client disconnect: nothin
 from __future__ import annotations
 
 import asyncio
+import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -50,6 +51,33 @@ class HttpLimits:
                    settings.http_header_timeout_ms / 1000, settings.http_body_timeout_ms / 1000)
 
 
+class _Sweeper:
+    """The deadlines of one event loop's connections, checked every ``_SWEEP_S`` by one timer. A timer per
+    request (``loop.call_later`` + ``cancel``) cost 7 us each under uvloop, two per request: 14 us, some 4% of
+    a push request's CPU; a deadline is an attribute set per request, and one sweep serves every
+    connection. Timeouts fire up to ``_SWEEP_S`` late."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.protocols: set[LimitedHttpToolsProtocol] = set()
+        self._handle: asyncio.TimerHandle | None = None
+
+    def add(self, protocol: LimitedHttpToolsProtocol) -> None:
+        self.protocols.add(protocol)
+        if self._handle is None:
+            self._handle = self.loop.call_later(_SWEEP_S, self._sweep)
+
+    def _sweep(self) -> None:
+        now = self.loop.time()
+        for protocol in [p for p in self.protocols if p.deadline is not None and p.deadline <= now]:
+            protocol.expired()
+        self._handle = self.loop.call_later(_SWEEP_S, self._sweep) if self.protocols else None
+
+
+_SWEEP_S = 0.25
+_SWEEPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Sweeper] = weakref.WeakKeyDictionary()
+
+
 class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
     """uvicorn's httptools protocol (with coalesced writes) under :class:`HttpLimits`. uvicorn makes one
     instance per connection; :func:`protocol_with_limits` binds the limits."""
@@ -64,22 +92,32 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._raw_head_bytes = 0  # bytes received while the head was incomplete
         self._body_bytes = 0
         self._head_too_large = False
-        self._timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
+        self._waiting_for = ""
+        sweeper = _SWEEPERS.get(self.loop)
+        if sweeper is None:
+            sweeper = _SWEEPERS[self.loop] = _Sweeper(self.loop)
+        sweeper.add(self)
+        self._sweeper = sweeper
         self._arm(self.limits.header_timeout_s, "Request headers")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        self._sweeper.protocols.discard(self)
         super().connection_lost(exc)
 
     def _arm(self, seconds: float, what: str) -> None:
-        self._disarm()
-        self._timer = self.loop.call_later(seconds, self._refuse, 408,
-                                           f"{what} not received within {seconds:g} s")
+        self.deadline = self.loop.time() + seconds
+        self._waiting_for = what
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.deadline = None
+
+    def expired(self) -> None:
+        """The deadline passed (called by the sweeper): 408."""
+        seconds = self.limits.header_timeout_s if self._waiting_for == "Request headers" else \
+            self.limits.body_timeout_s
+        self._refuse(408, f"{self._waiting_for} not received within {seconds:g} s")
 
     def _refuse(self, status: int, message: str) -> None:
         """Answer ``status`` with ``{"error": message}`` unless a response has started, then close."""
