@@ -44,6 +44,7 @@ class Profile:
     handoff_rate: float
     handoff_consumers: int
     handoff_pause_ms: int
+    handoff_after_s: float
     drain_s: float
     buffer_kib: int  # size of the failover buffer's disk in buffer-unwritable
     buffer_outage_s: float
@@ -52,10 +53,11 @@ class Profile:
     def of(cls, quick: bool) -> Profile:
         if quick:
             return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
-                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, drain_s=40,
+                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, handoff_after_s=4, drain_s=40,
                        buffer_kib=64, buffer_outage_s=6)
         return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
-                   rate=1000, handoff_rate=300, handoff_consumers=3, handoff_pause_ms=1, drain_s=120,
+                   rate=1000, handoff_rate=200, handoff_consumers=4, handoff_pause_ms=1, handoff_after_s=60,
+                   drain_s=120,
                    buffer_kib=4096, buffer_outage_s=25)
 
 
@@ -202,4 +204,5 @@ def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> No
         top = ", ".join(f"{text} x{count}" for text, count in ledger.push_failures.most_common(3))
         result.notes.append(f"push answers retried: {top}")
     if lost:
-        result.notes.append(f"lost (first ids): {sorted(lost)[:5]}")
+        by_partition = collections.Counter(ledger.partition_of.get(message_id, "?") for message_id in lost)
+        result.notes.append(f"lost (first ids): {sorted(lost)[:5]}; by partition: {dict(by_partition)}")

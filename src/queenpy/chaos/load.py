@@ -56,6 +56,7 @@ class Ledger:
     pop_errors: collections.Counter[str] = field(default_factory=collections.Counter)
     acknowledged_at: dict[str, float] = field(default_factory=dict)  # id -> first acknowledging answer
     first_delivered_at: dict[str, float] = field(default_factory=dict)
+    partition_of: dict[str, str] = field(default_factory=dict)  # id -> partition it was pushed to
 
     def record_push(self, ids: list[str], results: list[Any]) -> list[int]:
         """Record one push answer; returns the indexes of the items that were not acknowledged."""
@@ -143,8 +144,10 @@ class Producer:
         ids, items = [], []
         for _ in range(self.batch):
             message_id = f"{self.prefix}-{self.sequence}"
-            items.append({"queue": self.queue, "partition": f"p{self.sequence % self.partitions}",
-                          "transactionId": message_id, "payload": {"id": message_id}})
+            partition = f"p{self.sequence % self.partitions}"
+            items.append({"queue": self.queue, "partition": partition, "transactionId": message_id,
+                          "payload": {"id": message_id}})
+            self.ledger.partition_of[message_id] = partition
             ids.append(message_id)
             self.sequence += 1
         return ids, items
