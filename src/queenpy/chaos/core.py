@@ -25,7 +25,8 @@ from queenpy.chaos.load import Consumer, Ledger, Producer, transport
 from queenpy.chaos.processes import ChaosPostgres
 from queenpy.errors import QueenError
 
-__all__ = ["Context", "Profile", "Result", "configure_queue", "run_under_load", "stored_ids"]
+__all__ = ["Context", "Profile", "Result", "configure_queue", "fill", "partition_states", "run_under_load",
+           "stored_ids"]
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,28 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
         await asyncio.gather(*tasks, return_exceptions=True)
     stored = await stored_ids(database_url, queue)
     fill(result, ledger, stored)
+    if result.lost:
+        result.notes += [f"at the end: {line}" for line in await partition_states(database_url, queue, "chaos")]
     result.recovery_s = ledger.recovery_s(repaired)
     return ledger
+
+
+async def partition_states(database_url: str, queue: str, group: str) -> list[str]:
+    """One line per partition of ``queue`` still holding messages for ``group``: its backlog and lease (the
+    diagnosis of a run whose drain did not finish)."""
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch(
+            "SELECT p.name, p.last_seq - coalesce(c.last_consumed_seq, 0) AS backlog, c.worker_id, "
+            "extract(epoch FROM c.lease_expires_at - now()) AS lease_left_s, c.batch_size, c.acked_count "
+            "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            "LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = $2 "
+            "WHERE q.name = $1 AND p.last_seq > coalesce(c.last_consumed_seq, 0) ORDER BY p.name", queue, group)
+    finally:
+        await connection.close()
+    return [f"{row['name']}: backlog {row['backlog']}, lease "
+            + (f"{row['worker_id']} for {row['lease_left_s']:.0f} s more (batch {row['batch_size']}, "
+               f"acked {row['acked_count']})" if row["worker_id"] else "free") for row in rows]
 
 
 def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> None:

@@ -21,7 +21,15 @@ from pathlib import Path
 import asyncpg
 import orjson
 
-from queenpy.chaos.core import Context, Result, configure_queue, fill, run_under_load, stored_ids
+from queenpy.chaos.core import (
+    Context,
+    Result,
+    configure_queue,
+    fill,
+    partition_states,
+    run_under_load,
+    stored_ids,
+)
 from queenpy.chaos.load import Consumer, Ledger, Producer
 from queenpy.chaos.processes import BrokerProcess
 
@@ -183,6 +191,10 @@ async def consumer_killed(ctx: Context, result: Result) -> None:
     stored = await stored_ids(database, source)
     fill(result, ledger, stored)
     sources = await _handoff_sources(database, target)
+    if ledger.acknowledged - set(sources):
+        result.notes += [f"at the end: {line}" for line in await partition_states(database, source, "chaos")]
+        result.notes.append(f"handed off in the last 10 s of the drain: "
+                            f"{sum(1 for t in handed_at.values() if t > time.monotonic() - 10)}")
     twice = {source_id: n for source_id, n in sources.items() if n > 1}
     result.unexpected_duplicates += len(twice)
     result.check(f"killed mid-batch with {len(remaining)} message(s) of the batch not handed off",
