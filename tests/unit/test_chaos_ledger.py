@@ -6,7 +6,7 @@ from __future__ import annotations
 import collections
 
 from queenpy.chaos.core import Result, fill
-from queenpy.chaos.load import Ledger
+from queenpy.chaos.load import Ledger, drain
 
 
 def test_acknowledged_means_queued_duplicate_or_buffered() -> None:
@@ -51,3 +51,15 @@ def test_recovery_is_measured_from_the_repair_to_both_a_queued_push_and_a_delive
     assert ledger.recovery_s(4.0) == 3.5  # queued again at 5.0, delivering again at 7.5
     assert ledger.recovery_s(4.0, pops=False) == 1.0
     assert ledger.recovery_s(8.0) is None
+
+
+async def test_the_drain_waits_while_consumers_make_progress_and_stops_when_they_stall() -> None:
+    left = [5]
+
+    def consume_one() -> int:  # one message per look: slow but steady
+        left[0] = max(0, left[0] - 1)
+        return left[0]
+
+    await drain(consume_one, stall_s=0.5, cap_s=60)
+    assert left[0] == 0
+    await drain(lambda: 3, stall_s=0.5, cap_s=60)  # stuck: returns with 3 left instead of waiting for the cap

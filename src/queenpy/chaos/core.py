@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -21,7 +20,7 @@ from typing import Any
 
 import asyncpg
 
-from queenpy.chaos.load import Consumer, Ledger, Producer, transport
+from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
 from queenpy.chaos.processes import ChaosPostgres
 from queenpy.errors import QueenError
 
@@ -46,7 +45,7 @@ class Profile:
     handoff_consumers: int
     handoff_pause_ms: int
     handoff_after_s: float
-    drain_s: float
+    drain_s: float  # the drain ends when nothing more was delivered for this long (load.drain)
     buffer_kib: int  # size of the failover buffer's disk in buffer-unwritable
     buffer_outage_s: float
 
@@ -54,11 +53,12 @@ class Profile:
     def of(cls, quick: bool) -> Profile:
         if quick:
             return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
-                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, handoff_after_s=4, drain_s=40,
+                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, handoff_after_s=4,
+                       drain_s=30,
                        buffer_kib=64, buffer_outage_s=6)
         return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
                    rate=1000, handoff_rate=200, handoff_consumers=4, handoff_pause_ms=1, handoff_after_s=60,
-                   drain_s=120,
+                   drain_s=60,
                    buffer_kib=4096, buffer_outage_s=25)
 
 
@@ -141,7 +141,8 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
                          consumer_urls: list[str] | None = None) -> Ledger:
     """Producers and consumers on a fresh queue; after the warm-up, ``fault()`` runs (it breaks something,
     repairs it and returns the ``time.monotonic()`` of the repair); the load goes on for ``after_s``, then
-    producers stop and consumers drain until every acknowledged id is completed or ``drain_s`` passed.
+    producers stop and consumers drain until every acknowledged id was delivered, or nothing more was for
+    ``drain_s`` (:func:`queenpy.chaos.load.drain`).
     Fills ``result`` (counts, lost, duplicates, recovery from the repair) and returns the ledger."""
     profile = ctx.profile
     queue = queue or f"chaos-{result.name}"
@@ -161,9 +162,7 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
         for producer in producers:
             producer.stop(give_up_s=profile.drain_s / 2)
         await asyncio.gather(*tasks[:len(producers)])
-        deadline = time.monotonic() + profile.drain_s
-        while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), profile.drain_s, 900)
     finally:
         for consumer in consumers:
             consumer.stop()

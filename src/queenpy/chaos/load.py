@@ -21,6 +21,7 @@ import asyncio
 import bisect
 import collections
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,7 @@ from queenpy.client._failover import FailoverTransport
 from queenpy.client._settings import RetryPolicy, Timeout
 from queenpy.errors import QueenError
 
-__all__ = ["Consumer", "Ledger", "Producer", "transport"]
+__all__ = ["Consumer", "Ledger", "Producer", "drain", "transport"]
 
 ACKNOWLEDGED = ("queued", "duplicate", "buffered")
 
@@ -116,6 +117,22 @@ class Ledger:
     def redeliveries(self) -> int:
         """Deliveries beyond the first of each id that at-least-once allows (not :attr:`unexpected`)."""
         return sum(count - 1 for count in self.deliveries.values()) - sum(self.unexpected.values())
+
+
+async def drain(remaining: Callable[[], int], stall_s: float, cap_s: float) -> None:
+    """Wait until ``remaining()`` is 0, while it keeps falling: the drain stops when it has not fallen for
+    ``stall_s`` (consumers are stuck: what remains is reported lost) or after ``cap_s`` in all. On a loaded
+    machine consumers may need long to catch up; a fixed deadline would call slow consumers a loss."""
+    started = last_progress = time.monotonic()
+    best = remaining()
+    while best:
+        await asyncio.sleep(0.2)
+        now = time.monotonic()
+        left = remaining()
+        if left < best:
+            best, last_progress = left, now
+        if now - last_progress > stall_s or now - started > cap_s:
+            return
 
 
 class Producer:

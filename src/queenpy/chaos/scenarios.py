@@ -30,7 +30,7 @@ from queenpy.chaos.core import (
     run_under_load,
     stored_ids,
 )
-from queenpy.chaos.load import Consumer, Ledger, Producer
+from queenpy.chaos.load import Consumer, Ledger, Producer, drain
 from queenpy.chaos.processes import BrokerProcess
 
 __all__ = ["SCENARIOS", "Scenario"]
@@ -177,9 +177,7 @@ async def consumer_killed(ctx: Context, result: Result) -> None:
             for producer in producers:
                 producer.stop(give_up_s=profile.drain_s / 2)
             await asyncio.gather(*producer_tasks)
-            deadline = time.monotonic() + profile.drain_s
-            while not ledger.acknowledged <= set(handed) and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
+            await drain(lambda: len(ledger.acknowledged - handed.keys()), profile.drain_s, 900)
         finally:
             for producer in producers:
                 producer.stop(give_up_s=0)
@@ -273,9 +271,7 @@ async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
             for loader in loaders:
                 loader.stop(give_up_s=profile.drain_s / 2)
             await asyncio.gather(*load_tasks)
-            deadline = time.monotonic() + profile.drain_s
-            while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
+            await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), profile.drain_s, 900)
         finally:
             producer.stop(give_up_s=0)
             for task in tasks:  # parked polls would hold the stop for up to 15 s
@@ -355,9 +351,7 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
             started = time.monotonic()
             consumer = Consumer(ledger, [broker.url], queue, "chaos", batch=100)
             consumer_task = asyncio.create_task(consumer.run())
-            deadline = time.monotonic() + ctx.profile.drain_s
-            while not ledger.acknowledged <= ledger.deliveries.keys() and time.monotonic() < deadline:
-                await asyncio.sleep(0.2)
+            await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), ctx.profile.drain_s, 900)
             consumer.stop()
             await consumer_task
     finally:
