@@ -237,7 +237,7 @@ class Consumer:
                 if not messages:
                     if isinstance(result, dict) and result.get("success") is False \
                             and result.get("error") != "no_available_partition":
-                        self.ledger.pop_errors[str(result.get("error"))[:80]] += 1
+                        self.ledger.pop_errors[" ".join(str(result.get("error")).split())[:80]] += 1
                         await asyncio.sleep(0.2)
                     continue
                 ids = [message["transactionId"] for message in messages]
