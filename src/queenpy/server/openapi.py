@@ -61,14 +61,15 @@ _POP_QUERY = [_param("batch", schema={"type": "integer", "minimum": 1, "maximum"
 _PUSH_ITEM = {"type": "object", "required": ["queue"], "properties": {
     "queue": _NAME, "partition": {**_NAME, "minLength": 0}, "payload": {},
     "transactionId": {**_NAME, "minLength": 0}, "traceId": _UUID}}
-_ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": {
+_ACK_PROPERTIES: dict[str, Any] = {
     "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
     "status": {"type": "string", "enum": ["completed", "success", "failed", "dlq", "retry"]},
     "consumerGroup": {**_NAME, "minLength": 0}, "leaseId": {**_NAME, "minLength": 0},
-    "error": {"type": "string"}}}
+    "error": {"type": "string"}}
+_ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": _ACK_PROPERTIES}
 _TRANSACTION_OP = {"oneOf": [
-    {**_ACK_ITEM, "required": ["type", "transactionId", "partitionId"],
-     "properties": {**_ACK_ITEM["properties"], "type": {"type": "string", "enum": ["ack"]}}},
+    {"type": "object", "required": ["type", "transactionId", "partitionId"],
+     "properties": {**_ACK_PROPERTIES, "type": {"type": "string", "enum": ["ack"]}}},
     {"type": "object", "required": ["type", "items"], "properties": {
         "type": {"type": "string", "enum": ["push"]}, "items": {"type": "array", "items": _PUSH_ITEM}}}]}
 
