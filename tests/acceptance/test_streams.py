@@ -37,18 +37,6 @@ WORKER = Path(__file__).with_name("streams_worker.py")
 SEP = "\u001f"
 
 
-@pytest.fixture
-async def q(broker: BrokerProcess) -> AsyncIterator[Queen]:
-    """An official client; ``Queen()`` installs SIGINT/SIGTERM handlers, put back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(broker.url)
-    try:
-        yield client
-    finally:
-        await client.close()
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-
 
 @pytest.fixture
 def db(broker: BrokerProcess) -> Iterator[psycopg.Connection[Any]]:

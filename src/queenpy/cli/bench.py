@@ -50,6 +50,12 @@ KeepupShareOption = Annotated[float, typer.Option(
     "--keepup-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_KEEPUP_SHARE",
     help="keepup-ack's producer rate as a share of the same round's push-10-40B figure. The bar is 0.5; the "
          "default offers 0.55, so a producer that keeps its pace clears the bar by more than the window's noise.")]
+DurationOption = Annotated[float, typer.Option(
+    "--duration", min=10, envvar="QUEENPY_BENCH_DURATION",
+    help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]
+SoakShareOption = Annotated[float, typer.Option(
+    "--soak-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_SOAK_SHARE",
+    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe).")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
@@ -84,6 +90,8 @@ def register(app: typer.Typer) -> None:
         keep: KeepOption = False,
         checkpoint: CheckpointOption = True,
         keepup_share: KeepupShareOption = 0.55,
+        duration: DurationOption = 600.0,
+        soak_share: SoakShareOption = 0.5,
         verbose: VerboseOption = False,
     ) -> None:
         """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
@@ -103,7 +111,8 @@ def register(app: typer.Typer) -> None:
         config = queenbench.Config(
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
-            checkpoint=checkpoint, keepup_fraction=keepup_share, command=_command_line())
+            checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
+            command=_command_line())
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:

@@ -28,6 +28,8 @@ __all__ = ["Fusion", "FusionStats", "StaticLimit", "VegasLimit"]
 log = logging.getLogger("queenpy.engine")
 
 Call = Callable[[str], Awaitable[str]]
+# observer(operation type, items in the call, seconds the call took): one call per procedure call
+Observer = Callable[[str, int, float], None]
 
 
 class StaticLimit:
@@ -117,6 +119,8 @@ class Fusion:
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._hold_handle: asyncio.TimerHandle | None = None
+        self.observer: Observer | None = None
+        self.op = name.split("[", 1)[0]
 
     @property
     def inflight(self) -> int:
@@ -187,6 +191,8 @@ class Fusion:
             self.stats.items += count
             self.stats.busy_s += rtt
             self.stats.max_batch_seen = max(self.stats.max_batch_seen, count)
+            if self.observer is not None:
+                self.observer(self.op, count, rtt)
             self._fire()
         by_index: list[Any] = [None] * len(indexed)
         for result in results:

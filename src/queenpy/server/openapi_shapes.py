@@ -173,6 +173,24 @@ RESULTS: dict[tuple[str, str], Schema] = {
         ["success"], success=BOOL, query_id=UUID, partition_id=UUID, queueName=nullable(STR),
         state_ops_applied=INT, push_results=array(PUSH_RESULT["items"]), error=nullable(STR),
         ack_result=obj(["success"], nullable=True, success=BOOL, count=INT, lease_released=BOOL, dlq=BOOL))),
+    # the dashboard and operator routes (merged from main): any JSON for now (API.md sections 10-12 give
+    # their shapes; a follow-up documents them key by key)
+    **{key: ANY for key in [
+        ("get", "/api/v1/system/maintenance"), ("post", "/api/v1/system/maintenance"),
+        ("get", "/api/v1/system/maintenance/pop"), ("post", "/api/v1/system/maintenance/pop"),
+        ("get", "/api/v1/system/shared-state"), ("get", "/internal/api/shared-state/stats"),
+        ("get", "/internal/api/inter-instance/stats"), ("post", "/internal/api/notify"),
+        ("get", "/api/v1/messages"), ("get", "/api/v1/messages/{partition_id}/{transaction_id}"),
+        ("delete", "/api/v1/messages/{partition_id}/{transaction_id}"),
+        ("post", "/api/v1/messages/{partition_id}/{transaction_id}/dlq"), ("delete", "/api/v1/queues/{queue}/clear"),
+        ("get", "/api/v1/status/queues/{queue}/messages"), ("get", "/api/v1/analytics/system-metrics"),
+        ("get", "/api/v1/analytics/worker-metrics"), ("get", "/api/v1/analytics/queue-lag"),
+        ("get", "/api/v1/analytics/queue-ops"), ("get", "/api/v1/analytics/queue-parked-replicas"),
+        ("get", "/api/v1/analytics/retention"), ("get", "/api/v1/analytics/postgres-stats"),
+        ("get", "/api/v1/resources/overview"), ("get", "/api/v1/resources/namespaces"),
+        ("get", "/api/v1/resources/tasks"), ("get", "/api/v1/resources/partitions"), ("get", "/api/v1/status"),
+        ("get", "/api/v1/status/queues"), ("get", "/api/v1/status/queues/{queue}"),
+        ("get", "/api/v1/status/analytics"), ("post", "/api/v1/stats/refresh")]},
     ("post", "/streams/v1/state/get"): _or_failure(obj(["success", "rows"], success=BOOL, rows=array(obj(
         ["key"], key=STR, value=ANY, updated_at=nullable(STR))))),
 }

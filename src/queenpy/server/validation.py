@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -25,7 +26,11 @@ __all__ = [
     "check_uuid",
     "parse_body",
     "query_bool",
+    "query_choice",
     "query_int",
+    "query_name",
+    "query_time",
+    "query_window",
     "validate_ack",
     "validate_ack_batch",
     "validate_configure",
@@ -516,3 +521,42 @@ def validate_stream_state_get(body: Any) -> dict[str, Any]:
         raise InvalidRequest(f"ripe_at_or_before must be a number (epoch milliseconds), got {ripe!r}")
     clean["ripe_at_or_before"] = ripe
     return clean
+def query_time(params: Mapping[str, str], name: str) -> datetime | None:
+    """An ISO-8601 timestamp query parameter (naive means UTC); absent or empty -> None; garbage -> 400."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw.replace(" ", "+"))  # a '+' of an offset arrives as a space
+    except ValueError as exc:
+        raise InvalidRequest(f"query parameter {name} must be an ISO-8601 timestamp, got {raw[:64]!r}") from exc
+    if not 1 <= parsed.year <= 9999 or (parsed.tzinfo is None and parsed.year in (1, 9999)):
+        raise InvalidRequest(f"query parameter {name} is out of range: {raw[:64]!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def query_window(params: Mapping[str, str]) -> tuple[datetime | None, datetime | None]:
+    """``from`` and ``to`` query parameters (each optional); 400 when ``from`` is after ``to``."""
+    start, end = query_time(params, "from"), query_time(params, "to")
+    if start is not None and end is not None and start > end:
+        raise InvalidRequest("query parameter from must not be after to")
+    return start, end
+
+
+def query_name(params: Mapping[str, str], name: str) -> str | None:
+    """An optional name query parameter (queue, partition, namespace, ...): absent or empty -> None."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    return check_name(raw, f"query parameter {name}")
+
+
+def query_choice(params: Mapping[str, str], name: str, choices: Collection[str],
+                 default: str | None = None) -> str | None:
+    """A query parameter that must be one of ``choices``; absent or empty -> ``default``."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise InvalidRequest(f"query parameter {name} must be one of {', '.join(sorted(choices))}, got {raw[:32]!r}")
+    return raw

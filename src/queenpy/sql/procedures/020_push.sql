@@ -67,6 +67,7 @@ DECLARE
     v_created boolean := false;
     v_capped boolean;
     v_room jsonb;  -- {queue name: messages it may still take} for the queues with a maxSize
+    v_locked integer;
     -- the distinct (queue, partition) pairs of the batch, and each one's partition id (NULL: none yet)
     v_queue_names text[];
     v_partition_names text[];
@@ -74,49 +75,61 @@ DECLARE
     v_id_bases uuid[];  -- per partition: the id the new messages' ids count up from
 BEGIN
     -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
-    -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped). After
+    -- read tells, and whether any of the queues has a maxSize (else the capacity check is skipped). After
     -- creating the missing ones, the same read runs once more (a fresh snapshot sees them).
+    <<lookup>>
     LOOP
-        SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
-               coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
-        INTO v_queue_names, v_partition_names, v_partition_ids, v_all_exist, v_capped
-        FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
-              FROM jsonb_array_elements(p_items) e) w
-        LEFT JOIN LATERAL (
-            SELECT p.id, q.max_queue_size FROM queen.queues q
-            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
-                                WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
-            WHERE q.name = w.queue_name) x ON true;
-        EXIT WHEN v_all_exist OR v_created;
+        LOOP
+            SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
+                   coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
+            INTO v_queue_names, v_partition_names, v_partition_ids, v_all_exist, v_capped
+            FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
+                  FROM jsonb_array_elements(p_items) e) w
+            LEFT JOIN LATERAL (
+                SELECT p.id, q.max_queue_size FROM queen.queues q
+                CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
+                                    WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
+                WHERE q.name = w.queue_name) x ON true;
+            EXIT WHEN v_all_exist OR v_created;
 
-        INSERT INTO queen.queues (name, namespace, task)
-        SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
-        FROM unnest(v_queue_names) t(queue_name)
-        ORDER BY 1
-        ON CONFLICT (name) DO NOTHING;
+            INSERT INTO queen.queues (name, namespace, task)
+            SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
+            FROM unnest(v_queue_names) t(queue_name)
+            ORDER BY 1
+            ON CONFLICT (name) DO NOTHING;
 
-        INSERT INTO queen.partitions (queue_id, name)
-        SELECT q.id, t.partition_name
-        FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
-        CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
-        ORDER BY 1, 2
-        ON CONFLICT (queue_id, name) DO NOTHING;
-        v_created := true;
+            INSERT INTO queen.partitions (queue_id, name)
+            SELECT q.id, t.partition_name
+            FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
+            CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
+            ORDER BY 1, 2
+            ON CONFLICT (queue_id, name) DO NOTHING;
+            v_created := true;
+        END LOOP;
+
+        -- 2. lock the touched partitions in id order (no deadlock between concurrent batches). A partition that
+        -- partition cleanup deleted after the lookup is missing here: look up (and create) again.
+        PERFORM 1 FROM queen.partitions p
+        WHERE p.id = ANY (v_partition_ids)
+        ORDER BY p.id
+        FOR UPDATE;
+        GET DIAGNOSTICS v_locked = ROW_COUNT;
+        EXIT lookup WHEN v_locked = cardinality(v_partition_ids);
+        v_created := false;
     END LOOP;
 
-    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches)
-    PERFORM 1 FROM queen.partitions p
-    WHERE p.id = ANY (v_partition_ids)
-    ORDER BY p.id
-    FOR UPDATE;
-
-    -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
+    -- maxSize: room left in each capped queue, from its stored count (queen.queue_capacity: this procedure
+    -- adds what it inserts, the delete trigger subtracts), whatever the queue's depth. The counts are locked
+    -- after the partitions, in queue order (recount_queue_capacity_v1 follows the same order), so concurrent
+    -- pushes to one capped queue admit one after the other; the room is read by a later statement.
     IF v_capped THEN
-        SELECT jsonb_object_agg(q.name, q.max_queue_size - (SELECT count(*) FROM (
-                   SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-                   WHERE p.queue_id = q.id LIMIT q.max_queue_size) stored))
+        PERFORM 1 FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
+        WHERE q.name = ANY (v_queue_names)
+        ORDER BY c.queue_id
+        FOR UPDATE OF c;
+        SELECT jsonb_object_agg(q.name, greatest(q.max_queue_size - c.stored, 0))
         INTO v_room
-        FROM queen.queues q
+        FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
         WHERE q.max_queue_size > 0
           AND q.name = ANY (v_queue_names);
     END IF;
@@ -212,6 +225,16 @@ BEGIN
            min(k.transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
     INTO v_result, v_duplicate
     FROM admitted k;
+
+    IF v_capped THEN
+        UPDATE queen.queue_capacity c
+        SET stored = c.stored + n.queued
+        FROM (SELECT q.id, count(*) AS queued
+              FROM jsonb_array_elements(v_result) r JOIN queen.queues q ON q.name = r->>'queueName'
+              WHERE r->>'status' = 'queued'
+              GROUP BY q.id) n
+        WHERE c.queue_id = n.id;
+    END IF;
 
     IF p_strict AND v_duplicate IS NOT NULL THEN
         RAISE EXCEPTION 'duplicate transactionId % in push', v_duplicate USING ERRCODE = 'QN409';
