@@ -292,8 +292,9 @@ def _responses(method: str, path: str) -> dict[str, Any]:
         "description": "The result; a failure found in the database is {success: false, error} with status 200; "
                        "an empty result is an empty body", "content": {"application/json": {"schema": result}}}}
     if path == "/api/v1/push":
-        responses["201"] = {"description": "An empty push (items: [])",
-                            "content": {"application/json": {"schema": {"type": "array", "maxItems": 0}}}}
+        responses["201"] = {"description": "Pushed (a real 201 when the result is not an error body): "
+                                           "per-item results, or [] for an empty push",
+                            "content": {"application/json": {"schema": result}}}
     public = path in ("/health", "/metrics", "/openapi.json")
     responses.update({code: answer for code, answer in _ERRORS.items()
                       if not (public and code in ("400", "401", "403"))})

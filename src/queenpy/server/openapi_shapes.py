@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FAILURE", "RESULTS", "Schema", "array", "obj"]
+__all__ = ["ANY", "FAILURE", "RESULTS", "Schema", "array", "obj"]
 
 Schema = dict[str, Any]
 
