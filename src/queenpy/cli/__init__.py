@@ -15,7 +15,20 @@ from typing import Annotated
 
 import typer
 
-from queenpy.cli import bench, browse, chaos, db, dlq, groups, maintenance, messages, queues, serve, spark, status
+from queenpy.cli import (
+    bench,
+    browse,
+    chaos,
+    db,
+    dlq,
+    groups,
+    maintenance,
+    messages,
+    queues,
+    serve,
+    spark,
+    status,
+)
 
 __all__ = ["app", "main"]
 
