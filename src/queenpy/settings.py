@@ -200,6 +200,14 @@ class Settings:
     metrics_sample_interval_ms: int = 1000
     metrics_aggregate_interval_s: float = 60.0
     fusion: dict[str, FusionSettings] = field(default_factory=dict)
+    # HTTP limits of each worker process (queenpy's own; docs/reliability.md, "Limits")
+    http_max_body_bytes: int = 10 * 1024 * 1024
+    http_max_header_bytes: int = 64 * 1024
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 30_000
+    http_keep_alive_timeout_s: int = 75
+    http_max_connections: int = 10_000
+    push_max_items: int = 10_000
     services: ServiceSettings = field(default_factory=ServiceSettings)
 
     @classmethod
@@ -243,6 +251,13 @@ class Settings:
                 op: FusionSettings.from_env(env, op, batch, concurrent)
                 for op, (batch, concurrent) in _FUSION_DEFAULTS.items()
             },
+            http_max_body_bytes=max(1024, _int(env, "HTTP_MAX_BODY_BYTES", 10 * 1024 * 1024)),
+            http_max_header_bytes=max(1024, _int(env, "HTTP_MAX_HEADER_BYTES", 64 * 1024)),
+            http_header_timeout_ms=max(100, _int(env, "HTTP_HEADER_TIMEOUT_MS", 10_000)),
+            http_body_timeout_ms=max(100, _int(env, "HTTP_BODY_TIMEOUT_MS", 30_000)),
+            http_keep_alive_timeout_s=max(1, _int(env, "HTTP_KEEP_ALIVE_TIMEOUT_S", 75)),
+            http_max_connections=max(2, _int(env, "HTTP_MAX_CONNECTIONS", 10_000)),
+            push_max_items=max(1, _int(env, "PUSH_MAX_ITEMS", 10_000)),
             services=ServiceSettings.from_env(env),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})

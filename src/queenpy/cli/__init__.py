@@ -15,7 +15,20 @@ from typing import Annotated
 
 import typer
 
-from queenpy.cli import bench, browse, db, dlq, groups, maintenance, messages, queues, serve, spark, status
+from queenpy.cli import (
+    bench,
+    browse,
+    chaos,
+    db,
+    dlq,
+    groups,
+    maintenance,
+    messages,
+    queues,
+    serve,
+    spark,
+    status,
+)
 
 __all__ = ["app", "main"]
 
@@ -45,7 +58,7 @@ def _root(
     """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
 
 
-for _area in (serve, db, messages, browse, queues, groups, dlq, status, maintenance, bench, spark):
+for _area in (serve, db, messages, browse, queues, groups, dlq, status, maintenance, bench, chaos, spark):
     _area.register(app)
 
 

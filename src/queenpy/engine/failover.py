@@ -24,6 +24,7 @@ buffered on purpose and replayed once it is turned off (:meth:`FailoverBuffer.re
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import struct
@@ -107,11 +108,40 @@ class FailoverBuffer:
         self._file, self._path = None, None
 
     def _write(self, events: list[dict[str, Any]]) -> None:
+        """Append ``events`` as one run of records and fsync, or raise OSError with the file as it was.
+
+        A write may be short (a disk that fills up in the middle of the record, a file size limit): the
+        loop writes the rest, and the error of the next write (ENOSPC, EFBIG, EROFS, ...) is raised. Before
+        raising, the partial record is cut off again, so the file keeps only whole records answered
+        ``buffered`` and later appends are not hidden behind a torn record (the reader stops at the first
+        one). If even the truncation fails, the file is finalised as it is (its torn tail is ignored when
+        replayed) and the next append opens a new file.
+        """
         if self._file is None:
             self._open()
         record = b"".join(_HEADER.pack(len(body)) + body for body in map(orjson.dumps, events))
-        self._file.write(record)
-        os.fsync(self._file.fileno())
+        offset = self._file.tell()
+        try:
+            view = memoryview(record)
+            written = 0
+            while written < len(record):
+                count = self._file.write(view[written:])
+                if not count:
+                    raise OSError(errno.ENOSPC, "nothing written to the failover buffer file")
+                written += count
+            os.fsync(self._file.fileno())
+        except OSError:
+            try:
+                self._file.truncate(offset)
+                self._file.seek(offset)
+                os.fsync(self._file.fileno())
+            except OSError:
+                log.exception("cannot cut a partial record off %s; closing it", self._path)
+                try:
+                    self._finalise()
+                except OSError:
+                    self._file, self._path = None, None
+            raise
         self._events_in_file += len(events)
         self._last_write = time.monotonic()
         if self._events_in_file >= self.events_per_file:

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Match, Route
 
@@ -56,6 +56,10 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator, broker
             if exc.http_status >= 500:
                 metrics.errors += 1
             return error_response(exc.message, exc.http_status)
+        except ClientDisconnect:
+            # the client went away (or a limit closed the connection: queenpy.server.limits) while the body
+            # was read: nothing was submitted, and nobody is there to answer
+            return Response(b"", status_code=400)
         except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             metrics.errors += 1
             log.warning("database error on %s %s: %s", request.method, request.url.path, exc)

@@ -1,19 +1,52 @@
-"""The OpenAPI 3 document of the broker, served at ``/openapi.json`` (a test keeps it equal to the routes)."""
+"""The OpenAPI 3 document of the broker, served at ``/openapi.json``: every route with its parameters, its
+request body and its responses (tests/api/test_openapi.py keeps it equal to the routes; tests/api/test_fuzz.py
+fuzzes the broker with it, checking every response against it).
+
+Statuses (API.md 1.2): a route's result, and a failure found in the database (``{"success": false,
+"error": ...}``), answer 200; an empty result (``[]`` or ``{}``) is an empty body with the JSON content type,
+which clients read as null (API.md 22), so those results are ``nullable``. Bad input is a real 400;
+authentication 401/403 (when JWT is on); the HTTP limits 408/413/431 (:mod:`queenpy.server.limits`); a path
+parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's plain-text
+503, and ``/health`` a JSON 503 when the database is down.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from queenpy.server.openapi_shapes import RESULTS, Schema
+
 __all__ = ["OPERATIONS", "openapi_document"]
 
-_ERROR = {"description": "Invalid request", "content": {"application/json": {"schema": {
-    "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}
-_JSON = {"description": "JSON result (errors from the database appear in the body, status 200)",
-         "content": {"application/json": {"schema": {}}}}
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": {
+        "type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}}}}}
+
+
+_ERRORS = {
+    "400": _error("Invalid request: the error names the field; nothing was done"),
+    "401": _error("Authentication required, or the token is invalid (JWT_ENABLED)"),
+    "403": _error("The token's role does not reach this route's level (JWT_ENABLED)"),
+    "408": _error("The request's head or body did not arrive in time (HTTP_HEADER_TIMEOUT_MS, HTTP_BODY_TIMEOUT_MS)"),
+    "413": _error("The request body is larger than HTTP_MAX_BODY_BYTES"),
+    "431": _error("The request's head is larger than HTTP_MAX_HEADER_BYTES"),
+}
+_NO_ROUTE = _error("A path parameter holding '/' matches no route")
+_OVERLOADED = {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
+               "content": {"text/plain": {"schema": {"type": "string"}}}}
+
+# a queue, partition, group or transaction name (validation.check_name): 1..255 characters, no NUL
+_NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00]*$"}
+_UUID = {"type": "string", "format": "uuid"}
+# path parameters by name: ids are UUIDs, the others names
+_PATH_SCHEMAS = {"partition_id": _UUID}
 
 
 def _param(name: str, where: str = "query", schema: dict[str, Any] | None = None,
            required: bool = False) -> dict[str, Any]:
+    if where == "path" and schema is None:
+        schema = _PATH_SCHEMAS.get(name, _NAME)
     return {"name": name, "in": where, "required": required or where == "path",
             "schema": schema or {"type": "string"}}
 
@@ -22,19 +55,23 @@ _INT = {"type": "integer", "minimum": 0}
 _BOOL = {"type": "string", "enum": ["true", "false", "1", "0"]}
 _POP_QUERY = [_param("batch", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
               _param("wait", schema=_BOOL), _param("timeout", schema=_INT),
-              _param("consumerGroup", schema={"type": "string", "maxLength": 255}),
+              _param("consumerGroup", schema={**_NAME, "minLength": 0}),
               _param("autoAck", schema=_BOOL), _param("partitions", schema={"type": "integer", "minimum": 1}),
               _param("subscriptionMode"), _param("subscriptionFrom")]
-_NAME = {"type": "string", "minLength": 1, "maxLength": 255}
-_UUID = {"type": "string", "format": "uuid"}
 _PUSH_ITEM = {"type": "object", "required": ["queue"], "properties": {
-    "queue": _NAME, "partition": {"type": "string", "maxLength": 255}, "payload": {},
-    "transactionId": {"type": "string", "maxLength": 255}, "traceId": {"type": "string", "format": "uuid"}}}
-_ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": {
+    "queue": _NAME, "partition": {**_NAME, "minLength": 0}, "payload": {},
+    "transactionId": {**_NAME, "minLength": 0}, "traceId": _UUID}}
+_ACK_PROPERTIES: dict[str, Any] = {
     "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
     "status": {"type": "string", "enum": ["completed", "success", "failed", "dlq", "retry"]},
-    "consumerGroup": {"type": "string", "maxLength": 255}, "leaseId": {"type": "string", "maxLength": 255},
-    "error": {"type": "string"}}}
+    "consumerGroup": {**_NAME, "minLength": 0}, "leaseId": {**_NAME, "minLength": 0},
+    "error": {"type": "string"}}
+_ACK_ITEM = {"type": "object", "required": ["transactionId", "partitionId"], "properties": _ACK_PROPERTIES}
+_TRANSACTION_OP = {"oneOf": [
+    {"type": "object", "required": ["type", "transactionId", "partitionId"],
+     "properties": {**_ACK_PROPERTIES, "type": {"type": "string", "enum": ["ack"]}}},
+    {"type": "object", "required": ["type", "items"], "properties": {
+        "type": {"type": "string", "enum": ["push"]}, "items": {"type": "array", "items": _PUSH_ITEM}}}]}
 
 
 # routes whose body may be empty (treated as {})
@@ -52,7 +89,7 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-# (method, path) -> (summary, parameters, request body schema or None)
+# (method, path) -> (summary, parameters, request body schema or None); the 200 body is RESULTS[(method, path)]
 OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = {
     ("get", "/health"): ("Health: database reachable", [], None),
     ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
@@ -109,7 +146,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/pop/queue/{queue}"): (
         "Pop from any partition of a queue", [_param("queue", "path"), *_POP_QUERY], None),
     ("get", "/api/v1/pop"): ("Pop from any queue of a namespace/task",
-                             [_param("namespace"), _param("task"), *_POP_QUERY], None),
+                             [_param("namespace", schema={**_NAME, "minLength": 0}),
+                              _param("task", schema={**_NAME, "minLength": 0}), *_POP_QUERY], None),
     ("post", "/api/v1/ack"): ("Acknowledge one message", [], _ACK_ITEM),
     ("post", "/api/v1/ack/batch"): ("Acknowledge many messages", [], {
         "type": "object", "required": ["acknowledgments"], "properties": {
@@ -117,7 +155,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
             "consumerGroup": {"type": "string", "maxLength": 255}}}),
     ("post", "/api/v1/transaction"): ("Acks and pushes in one PostgreSQL transaction", [], {
         "type": "object", "required": ["operations"], "properties": {
-            "operations": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["type"]}},
+            "operations": {"type": "array", "minItems": 1, "items": _TRANSACTION_OP},
             "requiredLeases": {"type": "array"}}}),
     ("post", "/api/v1/lease/{lease_id}/extend"): ("Extend a lease", [_param("lease_id", "path")], {
         "type": "object", "properties": {"seconds": {"type": "integer", "minimum": 1, "maximum": 86400}}}),
@@ -143,12 +181,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("delete", "/api/v1/resources/queues/{queue}"): ("Delete a queue and everything in it",
                                                      [_param("queue", "path")], None),
     ("get", "/api/v1/dlq"): ("List dead-letter messages", [
-        _param("queue"), _param("consumerGroup"), _param("partition"), _param("from"), _param("to"),
+        _param("queue", schema=_NAME), _param("consumerGroup", schema=_NAME), _param("partition", schema=_NAME),
+        _param("from", schema={"type": "string", "format": "date-time"}),
+        _param("to", schema={"type": "string", "format": "date-time"}),
         _param("limit", schema=_INT), _param("offset", schema=_INT)], None),
     ("post", "/api/v1/messages/{partition_id}/{transaction_id}/retry"): (
         "Replay a dead-lettered message at the head of its partition for its group",
         [_param("partition_id", "path"), _param("transaction_id", "path")],
-        {"type": "object", "properties": {"consumerGroup": {"type": "string", "maxLength": 255}}}),
+        {"type": "object", "properties": {"consumerGroup": _NAME}}),
     ("get", "/api/v1/consumer-groups"): ("List consumer groups", [], None),
     ("get", "/api/v1/consumer-groups/lagging"): ("Lagging partitions",
                                                  [_param("minLagSeconds", schema=_INT)], None),
@@ -170,9 +210,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         [_param("group", "path"), _param("queue", "path"), _param("partition", "path")], None),
     ("post", "/api/v1/traces"): ("Record a trace event for a message", [], {
         "type": "object", "required": ["transactionId", "partitionId", "data"], "properties": {
-            "transactionId": _NAME, "partitionId": {"type": "string", "format": "uuid"},
-            "consumerGroup": {"type": "string"}, "eventType": {"type": "string"}, "data": {},
-            "traceNames": {}}}),
+            "transactionId": _NAME, "partitionId": _UUID, "consumerGroup": _NAME,
+            "eventType": {"type": "string", "pattern": "^[^\\x00]*$"}, "data": {"nullable": False},
+            "traceNames": {"oneOf": [_NAME, {"type": "array", "items": _NAME}], "nullable": True}}}),
     ("get", "/api/v1/traces/names"): ("Trace names", [_param("limit", schema=_INT),
                                                       _param("offset", schema=_INT)], None),
     ("get", "/api/v1/traces/by-name/{name}"): ("Traces by name", [
@@ -180,7 +220,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/traces/{partition_id}/{transaction_id}"): (
         "Traces of one message", [_param("partition_id", "path"), _param("transaction_id", "path")], None),
     ("get", "/api/v1/spark/offsets"): ("Head offset per partition of a queue, with a group's cursor",
-                                       [_param("queue", required=True), _param("consumerGroup")], None),
+                                       [_param("queue", required=True, schema=_NAME),
+                                        _param("consumerGroup", schema=_NAME)], None),
     ("get", "/api/v1/spark/messages"): ("Messages of a partition in an offset range, without a lease", [
         _param("partitionId", required=True, schema={"type": "string", "format": "uuid"}),
         _param("after", schema=_INT), _param("upto", schema=_INT),
@@ -235,16 +276,46 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
 _STATIC = {"200": {"description": "The file",
                    "content": {"text/html": {}, "text/javascript": {}, "text/css": {}}},
            "304": {"description": "Not modified (ETag / Last-Modified revalidation)"},
-           "404": {"description": "No such file", "content": _ERROR["content"]}}
-_RESPONSES: dict[tuple[str, str], dict[str, Any]] = {("get", "/"): _STATIC, ("get", "/ui/{path}"): _STATIC}
+           "404": _error("No such file")}
+_PROMETHEUS = {"200": {"description": "Prometheus text exposition format 0.0.4",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}},
+               "408": _ERRORS["408"], "413": _ERRORS["413"], "431": _ERRORS["431"],
+               "503": {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}}
+_RESPONSES: dict[tuple[str, str], dict[str, Any]] = {("get", "/"): _STATIC, ("get", "/ui/{path}"): _STATIC,
+                                                      ("get", "/metrics/prometheus"): _PROMETHEUS}
+
+
+def _responses(method: str, path: str) -> dict[str, Any]:
+    result: Schema = RESULTS[(method, path)]
+    responses: dict[str, Any] = {"200": {
+        "description": "The result; a failure found in the database is {success: false, error} with status 200; "
+                       "an empty result is an empty body", "content": {"application/json": {"schema": result}}}}
+    if path == "/api/v1/push":
+        responses["201"] = {"description": "Pushed (a real 201 when the result is not an error body): "
+                                           "per-item results, or [] for an empty push",
+                            "content": {"application/json": {"schema": result}}}
+    public = path in ("/health", "/metrics", "/openapi.json")
+    responses.update({code: answer for code, answer in _ERRORS.items()
+                      if not (public and code in ("400", "401", "403"))})
+    if "{" in path:
+        responses["404"] = _NO_ROUTE
+    if path == "/health":
+        responses["503"] = {"description": "The database is unreachable (same body, status unhealthy), or the "
+                                           "worker is over its connection limit (plain text)",
+                            "content": {"application/json": {"schema": result},
+                                        "text/plain": {"schema": {"type": "string"}}}}
+    else:
+        responses["503"] = _OVERLOADED
+    return responses
 
 
 def openapi_document(version: str) -> dict[str, Any]:
     """The OpenAPI 3.0 document (a plain dict)."""
     paths: dict[str, dict[str, Any]] = {}
     for (method, path), (summary, parameters, body) in OPERATIONS.items():
-        responses = _RESPONSES.get((method, path), {"200": _JSON, "400": _ERROR})
-        operation: dict[str, Any] = {"summary": summary, "parameters": parameters, "responses": responses}
+        operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
+                                     "responses": _RESPONSES.get((method, path)) or _responses(method, path)}
         if body is not None:
             operation["requestBody"] = _body(body, required=path not in _OPTIONAL_BODY)
         paths.setdefault(path, {})[method] = operation

@@ -119,15 +119,18 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
     import uvicorn
 
     from queenpy.server.app import create_app
-    from queenpy.server.http import CoalescingHttpToolsProtocol
+    from queenpy.server.limits import HttpLimits, protocol_with_limits
 
     app = create_app(settings, url, worker_id)
     _tune_gc()
-    # httptools with one socket write per response instead of two (queenpy.server.http)
-    config = uvicorn.Config(app, loop="uvloop", http=CoalescingHttpToolsProtocol, lifespan="on",
-                            access_log=settings.access_log,
+    # httptools with one socket write per response instead of two (queenpy.server.http), under the HTTP
+    # limits of queenpy.server.limits (head and body size, slow clients); uvicorn's own: connections per
+    # worker (503 beyond) and idle keep-alive connections
+    config = uvicorn.Config(app, loop="uvloop", http=protocol_with_limits(HttpLimits.of(settings)),
+                            lifespan="on", access_log=settings.access_log,
                             log_level=_uvicorn_log_level(settings),
-                            timeout_keep_alive=75, backlog=2048, timeout_graceful_shutdown=10,
+                            timeout_keep_alive=settings.http_keep_alive_timeout_s, backlog=2048,
+                            limit_concurrency=settings.http_max_connections, timeout_graceful_shutdown=10,
                             proxy_headers=False)  # client addresses are never used: skip the middleware
     uvicorn.Server(config).run(sockets=[sock])
 

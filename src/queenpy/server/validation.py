@@ -166,16 +166,20 @@ def _push_item(item: Any, where: Callable[[], str], producer_sub: str | None,
     return clean
 
 
-def validate_push(body: Any, producer_sub: str | None = None, raw: bytes | None = None) -> list[dict[str, Any]]:
+def validate_push(body: Any, producer_sub: str | None = None, raw: bytes | None = None,
+                  max_items: int | None = None) -> list[dict[str, Any]]:
     """``POST /api/v1/push`` body -> clean items ``{queue, partition, payload, transactionId?, traceId?}``.
 
     ``producerSub`` is never read from the body; pass the verified JWT ``sub``. ``raw``: the request bytes;
     JSON cannot carry a raw NUL inside a string, so when ``raw`` has no ``\u0000`` escape the per-payload
-    NUL scan is skipped.
+    NUL scan is skipped. ``max_items``: most items one push may carry (``PUSH_MAX_ITEMS``); more is an
+    InvalidRequest naming the count.
     """
     items = body.get("items") if isinstance(body, dict) else None
     if not isinstance(items, list):
         raise InvalidRequest("items array is required")
+    if max_items is not None and len(items) > max_items:
+        raise InvalidRequest(f"items: at most {max_items} items per push, got {len(items)}")
     may_contain_nul = raw is None or b"\\u0000" in raw
     return [_push_item(item, lambda i=i: f"items[{i}]", producer_sub, may_contain_nul) for i, item in enumerate(items)]
 

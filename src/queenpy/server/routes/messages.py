@@ -23,7 +23,8 @@ async def push(request: Request) -> Response:
     broker = broker_of(request)
     claims = request.state.claims
     raw = await request.body()
-    items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw)
+    items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw,
+                            max_items=broker.settings.push_max_items)
     if not items:
         return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
     await broker.encrypt_items(items)
@@ -45,10 +46,12 @@ async def push(request: Request) -> Response:
         log.warning("push buffered to disk, database unavailable: %s", exc)
         try:
             results = await broker.failover.append(items)
-        except OSError:
-            log.exception("failover buffer write failed")
+        except OSError as write_error:
+            # nothing of this push was kept: say so per item, with the reason (disk full, read-only, ...)
+            log.error("failover buffer write failed, push refused: %s", write_error)
+            reason = write_error.strerror or str(write_error)
             results = [{"status": "failed", "queue": item["queue"], "partition": item["partition"],
-                        "error": "File buffer write failed"} for item in items]
+                        "error": f"File buffer write failed: {reason}"} for item in items]
     return json_response(results)
 
 

@@ -1,0 +1,398 @@
+"""The fault scenarios of ``queenpy chaos`` (docs/reliability.md says what each one proves).
+
+Each scenario gets a fresh database on the run's PostgreSQL and brokers of its own, runs the load of
+:func:`queenpy.chaos.core.run_under_load` (or its own) around one fault, and returns a :class:`Result`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import orjson
+
+from queenpy.chaos.core import (
+    Context,
+    Result,
+    configure_queue,
+    fill,
+    partition_states,
+    run_under_load,
+    stored_ids,
+)
+from queenpy.chaos.load import Consumer, Ledger, Producer, drain
+from queenpy.chaos.processes import BrokerProcess
+
+__all__ = ["SCENARIOS", "Scenario"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    fault: str
+    run: Callable[[Context, Result], Awaitable[None]]
+
+
+@contextlib.contextmanager
+def brokers(*processes: BrokerProcess) -> Iterator[None]:
+    try:
+        for process in processes:
+            process.start()
+        yield
+    finally:
+        for process in processes:
+            process.stop()
+
+
+async def kill_worker(ctx: Context, result: Result) -> None:
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2)
+    with brokers(broker):
+        before = broker.worker_pids()
+
+        async def fault() -> float:
+            started = time.monotonic()
+            killed = broker.kill_worker()
+            deadline = started + 60
+            while (killed in broker.worker_pids() or len(broker.worker_pids()) < len(before)) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            await asyncio.to_thread(broker.wait_ready)  # the new worker answers
+            after = broker.worker_pids()
+            result.check(f"worker {killed} killed and replaced by the supervisor",
+                         killed not in after and len(after) == len(before))
+            result.notes.append(f"worker replaced {time.monotonic() - started:.1f} s after the kill")
+            return started
+
+        await run_under_load(ctx, [broker.url], database, fault, result)
+
+
+async def kill_broker(ctx: Context, result: Result) -> None:
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2)
+    with brokers(broker):
+
+        async def fault() -> float:
+            broker.kill()
+            await asyncio.sleep(1.0)  # clients find nobody listening meanwhile
+            await asyncio.to_thread(broker.start)
+            return time.monotonic()
+
+        await run_under_load(ctx, [broker.url], database, fault, result)
+        result.check("the broker was killed and started again", broker.starts == 2)
+
+
+async def postgres_stopped(ctx: Context, result: Result) -> None:
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2)
+    outage = ctx.profile.outage_s
+    window: list[float] = []
+    with brokers(broker):
+
+        async def fault() -> float:
+            await asyncio.to_thread(ctx.postgres.stop_immediate)
+            window.append(time.monotonic())
+            await asyncio.sleep(outage)
+            window.append(time.monotonic())
+            await asyncio.to_thread(ctx.postgres.start)
+            return time.monotonic()
+
+        ledger = await run_under_load(ctx, [broker.url], database, fault, result)
+        pids = broker.worker_pids()
+    stored = await stored_ids(database, f"chaos-{result.name}")
+    buffered_during = [t for t in ledger.buffered_at if window[0] <= t <= window[1]]
+    result.check(f"pushes answered `buffered` during the {outage:.0f} s outage: {len(ledger.buffered)} messages "
+                 f"in {len(buffered_during)} requests", len(buffered_during) > 0)
+    replayed = [message_id for message_id in ledger.buffered if stored.get(message_id) == 1]
+    result.check(f"every buffered message stored exactly once ({len(replayed)} of {len(ledger.buffered)})",
+                 len(replayed) == len(ledger.buffered))
+    result.check("pops resumed after the outage", Ledger.first_after(ledger.delivered_at, window[1]) is not None)
+    result.check("no broker process restarted", len(pids) == 2)
+
+
+async def consumer_killed(ctx: Context, result: Result) -> None:
+    """Producers feed queue A; hand-off consumer processes move each message to queue B in a transaction
+    (ack + push); one is killed with SIGKILL in the middle of a batch."""
+    profile = ctx.profile
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2)
+    source, target = f"chaos-{result.name}-a", f"chaos-{result.name}-b"
+    ledger = Ledger()
+    handed: collections.Counter[str] = collections.Counter()
+    batches: dict[int, list[tuple[list[str], float]]] = collections.defaultdict(list)
+    handed_at: dict[str, float] = {}
+    handed_by: dict[str, int] = {}  # id -> the consumer whose hand-off committed (by its printed line)
+    with brokers(broker):
+        await configure_queue(broker.url, source, profile.lease_s)
+        producers = [Producer(ledger, [broker.url], source, f"{uuid.uuid4().hex[:6]}-{n}", batch=5,
+                              rate=profile.handoff_rate / 2) for n in range(2)]
+        producer_tasks = [asyncio.create_task(p.run()) for p in producers]
+        processes: list[asyncio.subprocess.Process] = []
+
+        async def spawn() -> asyncio.subprocess.Process:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "queenpy.chaos.handoff", broker.url, source, target, "chaos", "20",
+                str(profile.handoff_pause_ms), stdout=asyncio.subprocess.PIPE, start_new_session=True)
+            processes.append(process)
+            return process
+
+        kill_target: asyncio.Future[tuple[list[str], float]] = asyncio.get_running_loop().create_future()
+        armed = asyncio.Event()
+
+        async def read(number: int, process: asyncio.subprocess.Process) -> None:
+            assert process.stdout is not None
+            current: list[str] = []
+            async for line in process.stdout:
+                event = orjson.loads(line)
+                if "batch" in event:
+                    current = event["batch"]
+                    batches[number].append((current, time.monotonic()))
+                    ledger.record_delivery(current)
+                elif "handed" in event:
+                    message_id = event["handed"]
+                    handed[message_id] += 1
+                    handed_at.setdefault(message_id, time.monotonic())
+                    handed_by.setdefault(message_id, number)
+                    ledger.confirmed.add(message_id)
+                    if number == 0 and armed.is_set() and not kill_target.done() \
+                            and 0 < event["i"] <= event["n"] // 2 and event["n"] >= 4:
+                        process.kill()  # SIGKILL in the middle of the batch
+                        kill_target.set_result((current[event["i"] + 1:], time.monotonic()))
+
+        readers = [asyncio.create_task(read(n, await spawn())) for n in range(profile.handoff_consumers)]
+        try:
+            await asyncio.sleep(profile.warmup_s)
+            armed.set()
+            remaining, killed_at = await asyncio.wait_for(kill_target, timeout=60)
+            popped_at = batches[0][-1][1]
+            await asyncio.sleep(profile.handoff_after_s)
+            for producer in producers:
+                producer.stop(give_up_s=profile.drain_s / 2)
+            await asyncio.gather(*producer_tasks)
+            await drain(lambda: len(ledger.acknowledged - handed.keys()), profile.drain_s, 900)
+        finally:
+            for producer in producers:
+                producer.stop(give_up_s=0)
+            for process in processes:
+                if process.returncode is None:
+                    process.kill()
+                await process.wait()
+            await asyncio.gather(*producer_tasks, *readers, return_exceptions=True)
+    stored = await stored_ids(database, source)
+    fill(result, ledger, stored)
+    sources = await _handoff_sources(database, target)
+    if ledger.acknowledged - set(sources):
+        result.notes += [f"at the end: {line}" for line in await partition_states(database, source, "chaos")]
+        result.notes.append(f"handed off in the last 10 s of the drain: "
+                            f"{sum(1 for t in handed_at.values() if t > time.monotonic() - 10)}")
+    twice = {source_id: n for source_id, n in sources.items() if n > 1}
+    result.unexpected_duplicates += len(twice)
+    result.check(f"killed mid-batch with {len(remaining)} message(s) of the batch not handed off",
+                 len(remaining) > 0)
+    # the killed consumer keeps going until SIGKILL lands: it may commit a hand-off or two after the line the
+    # kill answered, and die before printing it; those are in B, and the rest came back to the others
+    back = [handed_at[m] for m in remaining if handed_by.get(m, 0) != 0]
+    by_killed = [m for m in remaining if handed_by.get(m) == 0 or (m not in handed_by and sources.get(m) == 1)]
+    came_back = min(back) - popped_at if back else None
+    result.check(f"the rest of the killed batch was redelivered and handed off by the others ({len(back)}; "
+                 f"{len(by_killed)} committed by the killed consumer before it died) of {len(remaining)}",
+                 len(back) > 0 and len(back) + len(by_killed) == len(remaining))
+    result.check(f"... only after the lease expired ({came_back if came_back is None else round(came_back, 1)} s "
+                 f"after the pop, lease {profile.lease_s} s)",
+                 came_back is not None and came_back >= profile.lease_s - 0.5)
+    if came_back is not None and came_back > profile.lease_s + 5:
+        result.notes.append(f"the killed batch's partition waited {came_back - profile.lease_s:.0f} s past its "
+                            f"lease: the other consumers' wildcard pops served other partitions with a backlog")
+    missing = ledger.acknowledged - set(sources)
+    result.check(f"every message of A is in B exactly once ({len(sources)} in B, {len(missing)} missing, "
+                 f"{len(twice)} twice)", not missing and not twice)
+    result.recovery_s = min(back) - killed_at if back else None
+
+
+async def _handoff_sources(database_url: str, queue: str) -> collections.Counter[str]:
+    connection = await asyncpg.connect(database_url)
+    try:
+        rows = await connection.fetch(
+            "SELECT m.payload->>'source' AS source, count(*) AS n FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = $1 GROUP BY 1", queue)
+    finally:
+        await connection.close()
+    return collections.Counter({row["source"]: row["n"] for row in rows})
+
+
+async def broker_failover(ctx: Context, result: Result) -> None:
+    database = await ctx.new_database(result.name)
+    first = BrokerProcess(database, ctx.workdir, f"{result.name}-1", workers=1)
+    second = BrokerProcess(database, ctx.workdir, f"{result.name}-2", workers=1)
+    with brokers(first, second):
+
+        async def fault() -> float:
+            first.kill()
+            return time.monotonic()
+
+        await run_under_load(ctx, [first.url, second.url], database, fault, result)
+    result.check("the first broker stayed down; the second served the rest", first.process is not None
+                 and first.process.returncode is not None)
+
+
+async def longpoll_postgres_restart(ctx: Context, result: Result) -> None:
+    """Long polls parked on an empty queue while PostgreSQL restarts; then pushes, which must reach them."""
+    profile = ctx.profile
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2)
+    queue = f"chaos-{result.name}"
+    ledger = Ledger()
+    with brokers(broker):
+        await configure_queue(broker.url, queue, profile.lease_s)
+        pids = broker.worker_pids()
+        consumers = [Consumer(ledger, [broker.url], queue, "chaos", batch=10, wait_ms=15000) for _ in range(6)]
+        tasks = [asyncio.create_task(c.run()) for c in consumers]
+        producer = Producer(ledger, [broker.url], queue, uuid.uuid4().hex[:6], batch=1, partitions=2, rate=20)
+        try:
+            await asyncio.sleep(2)  # the polls are parked
+            await asyncio.to_thread(ctx.postgres.stop_immediate)
+            await asyncio.sleep(min(profile.outage_s, 5))
+            await asyncio.to_thread(ctx.postgres.start)
+            repaired = time.monotonic()
+            producer_task = asyncio.create_task(producer.run())
+            await asyncio.sleep(6)  # a trickle: each push finds the polls parked (the wake-up check)
+            producer.stop(give_up_s=profile.drain_s / 2)
+            await producer_task
+            trickle = set(ledger.acknowledged)
+            loaders = [Producer(ledger, [broker.url], queue, f"{uuid.uuid4().hex[:6]}-{n}", batch=10,
+                                rate=profile.rate / profile.producers) for n in range(profile.producers)]
+            load_tasks = [asyncio.create_task(p.run()) for p in loaders]
+            await asyncio.sleep(profile.after_s)  # then the usual load, consumed by the same polls
+            for loader in loaders:
+                loader.stop(give_up_s=profile.drain_s / 2)
+            await asyncio.gather(*load_tasks)
+            await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), profile.drain_s, 900)
+        finally:
+            producer.stop(give_up_s=0)
+            for task in tasks:  # parked polls would hold the stop for up to 15 s
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        same = broker.worker_pids() == pids
+    fill(result, ledger, await stored_ids(database, queue))
+    result.recovery_s = ledger.recovery_s(repaired)
+    result.check("long polls delivered messages pushed after the restart",
+                 Ledger.first_after(ledger.delivered_at, repaired) is not None)
+    result.check("no broker process restarted (same worker pids)", same)
+    waits = sorted(ledger.first_delivered_at[m] - ledger.acknowledged_at[m] for m in trickle
+                   if m in ledger.first_delivered_at)
+    # a push wakes the parked polls of both workers at once (in process, and through LISTEN/NOTIFY, which
+    # must have been re-established after the restart); the long-poll timer alone answers after 100-1,000 ms
+    median = waits[len(waits) // 2] if waits else None
+    result.check(f"pushes wake parked polls after the restart: median push-to-delivery "
+                 f"{'-' if median is None else f'{median * 1000:.0f} ms'} (under 500 ms), max "
+                 f"{'-' if not waits else f'{waits[-1] * 1000:.0f} ms'} over {len(waits)} messages",
+                 median is not None and median < 0.5)
+    if ledger.pop_errors:
+        result.notes.append("pop answers during the restart: " + ", ".join(
+            f"{text} x{n}" for text, n in ledger.pop_errors.most_common(2)))
+
+
+async def buffer_unwritable(ctx: Context, result: Result) -> None:
+    """PostgreSQL stopped while the failover buffer cannot take everything: a disk that fills up (a tmpfs of
+    ``buffer_kib``; without the right to mount one, a file size limit of that size on the broker's processes)
+    and a read-only directory (a read-only tmpfs; skipped, and said so, without the right to mount)."""
+    size = ctx.profile.buffer_kib
+    can_mount = await asyncio.to_thread(_may_mount, ctx.workdir / "mount-probe")
+    await _unwritable(ctx, result, "full", f"rw,size={size}k" if can_mount else None)
+    if can_mount:
+        await _unwritable(ctx, result, "read-only", f"ro,size={size}k")
+    else:
+        result.notes.append("read-only variant skipped: this user may not mount a tmpfs (the disk-full variant "
+                            "used a file size limit instead)")
+
+
+def _may_mount(probe: Path) -> bool:
+    """Whether this process may mount a tmpfs (root with CAP_SYS_ADMIN)."""
+    if os.geteuid() != 0:
+        return False
+    probe.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(probe)],
+                             capture_output=True, check=False).returncode == 0
+    if mounted:
+        subprocess.run(["umount", str(probe)], capture_output=True, check=False)
+    return mounted
+
+
+async def _unwritable(ctx: Context, result: Result, variant: str, mount_options: str | None) -> None:
+    database = await ctx.new_database(f"{result.name}-{variant}")
+    queue = f"chaos-{result.name}-{variant}"
+    broker = BrokerProcess(database, ctx.workdir, f"{result.name}-{variant}", workers=1,
+                           file_size_limit_bytes=None if mount_options else ctx.profile.buffer_kib * 1024)
+    mounted: Path | None = None
+    if mount_options:
+        mounted = broker.buffer_dir
+        mounted.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(subprocess.run, ["mount", "-t", "tmpfs", "-o", mount_options, "tmpfs", str(mounted)],
+                                check=True)
+    ledger = Ledger()
+    try:
+        with brokers(broker):
+            await configure_queue(broker.url, queue, ctx.profile.lease_s)
+            await asyncio.to_thread(ctx.postgres.stop_immediate)
+            try:
+                producer = Producer(ledger, [broker.url], queue, f"{variant}-{uuid.uuid4().hex[:6]}", batch=20,
+                                    rate=3000)
+                task = asyncio.create_task(producer.run())
+                await asyncio.sleep(ctx.profile.buffer_outage_s)
+                producer.stop(give_up_s=0)
+                await task
+            finally:
+                await asyncio.to_thread(ctx.postgres.start)
+            started = time.monotonic()
+            consumer = Consumer(ledger, [broker.url], queue, "chaos", batch=100)
+            consumer_task = asyncio.create_task(consumer.run())
+            await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), ctx.profile.drain_s, 900)
+            consumer.stop()
+            await consumer_task
+    finally:
+        if mounted is not None:
+            await asyncio.to_thread(subprocess.run, ["umount", str(mounted)], check=False)
+    stored = await stored_ids(database, queue)
+    first = Ledger.first_after(ledger.delivered_at, started)
+    if first is not None:  # from PostgreSQL's start to the first replayed message delivered
+        result.recovery_s = max(result.recovery_s or 0.0, first - started)
+    part = Result(result.name)
+    fill(part, ledger, stored)
+    result.acknowledged += part.acknowledged
+    result.consumed += part.consumed
+    result.lost += part.lost
+    result.unexpected_duplicates += part.unexpected_duplicates
+    result.redeliveries += part.redeliveries
+    result.checks += [(f"{variant}: {text}", ok) for text, ok in part.checks]
+    failed = sum(n for text, n in ledger.push_failures.items() if "File buffer write failed" in text)
+    result.check(f"{variant}: pushes refused with a clear error ({failed} items answered `failed`: "
+                 f"{next(iter(ledger.push_failures), 'none')})", failed > 0)
+    stored_failed = {m for m in ledger.attempted - ledger.acknowledged if m in stored}
+    result.check(f"{variant}: nothing refused was stored ({len(stored_failed)} stored)", not stored_failed)
+    result.notes.append(f"{variant}: {len(ledger.buffered)} buffered before the buffer refused, "
+                        f"{len(ledger.attempted - ledger.acknowledged)} refused")
+
+
+SCENARIOS = [
+    Scenario("kill-worker", "kill -9 of one broker worker under load (the supervisor restarts it)", kill_worker),
+    Scenario("kill-broker", "kill -9 of the whole broker under load, then a restart", kill_broker),
+    Scenario("postgres-stopped", "PostgreSQL stopped (immediate) under push load, then started",
+             postgres_stopped),
+    Scenario("consumer-killed", "a hand-off consumer killed mid-batch; transactional hand-off to a 2nd queue",
+             consumer_killed),
+    Scenario("broker-failover", "two brokers on one PostgreSQL, one killed; clients hold both URLs",
+             broker_failover),
+    Scenario("longpoll-pg-restart", "PostgreSQL restarted while long polls are parked", longpoll_postgres_restart),
+    Scenario("buffer-unwritable", "PostgreSQL down and the failover buffer full or read-only", buffer_unwritable),
+]
