@@ -48,9 +48,10 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup``; ``mode`` (consume): ``auto``
-    (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
-    second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``spark``; ``mode`` (consume):
+    ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push
+    to a second queue); ``groups``: consumer groups reading everything (fan-out); ``batch``: pop batch, or
+    for ``spark`` the ``maxMessagesPerTrigger``; ``limit``: key in LIMITS."""
 
     name: str
     kind: str
@@ -105,6 +106,11 @@ SCENARIOS: list[Scenario] = [
              "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
              "10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
+    Scenario("spark-handoff", "spark", "insert-100-1KB",
+             "Spark local[*] availableNow copy of a 1 KB backlog over 100 partitions to a new queue through "
+             'format("queen") both ways, micro-batches of 20,000; steady rate after the first micro-batch '
+             "(needs the spark extra)",
+             payload_bytes=1024, batch=20_000, initial_rate=4_000),
 ]
 
 

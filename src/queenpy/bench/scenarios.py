@@ -10,11 +10,12 @@ from queenpy.bench.core import environment_facts
 from queenpy.bench.kinds.consume import ConsumeRuns
 from queenpy.bench.kinds.keepup import KeepupRuns
 from queenpy.bench.kinds.push import PushRuns
+from queenpy.bench.kinds.spark import SparkRuns
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Options", "Scenario", "environment_facts", "payload"]
 
 
-class Bench(PushRuns, ConsumeRuns, KeepupRuns):
+class Bench(PushRuns, ConsumeRuns, KeepupRuns, SparkRuns):
     """The whole suite's runner: a private PostgreSQL, the broker, and a runner per scenario kind."""
 
     def run_scenario(self, scenario: Scenario, round_no: int) -> dict[str, Any]:

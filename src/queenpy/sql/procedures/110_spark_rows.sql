@@ -1,0 +1,238 @@
+-- The Spark connector's column-wise data path (version 2 of the range read and of the micro-batch sink).
+--
+-- Version 1 (070_spark.sql) moves one JSON object per message: the read builds a jsonb object per message that
+-- the broker parses and re-serialises, and the sink stages jsonb push items that the commit aggregates again
+-- and hands to push_items_v2, which builds a jsonb result per message. Here the payload stays text on the wire
+-- and jsonb in the tables: the read returns, per range, parallel arrays (offsets, transaction ids, payload
+-- text, ...); the stage takes parallel arrays and casts each payload to jsonb once; the commit inserts the
+-- staged rows into queen.messages in one statement, with push_items_v2's ordering and dedupe rules.
+
+-- Ranges (after, upto] of several partitions in one call: one row per range, in input order, each with its
+-- messages in offset order as parallel arrays; `encrypted` holds the 1-based positions of encrypted payloads
+-- (their text is the stored envelope; the broker decrypts them). A range of an unknown partition is absent.
+CREATE OR REPLACE FUNCTION queen.spark_read_v2(p_partition_ids uuid[], p_after bigint[], p_upto bigint[])
+RETURNS TABLE (range_index integer, partition_id uuid, partition_name text, queue_name text, offsets bigint[],
+               transaction_ids text[], payloads text[], created_us bigint[], trace_ids text[],
+               producer_subs text[], encrypted integer[])
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$
+    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets, m.transaction_ids, m.payloads, m.created_us,
+           m.trace_ids, m.producer_subs, m.encrypted
+    FROM unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
+    JOIN queen.partitions p ON p.id = r.partition_id
+    JOIN queen.queues q ON q.id = p.queue_id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(x.seq ORDER BY x.seq), '{}') AS offsets,
+               coalesce(array_agg(x.transaction_id ORDER BY x.seq), '{}') AS transaction_ids,
+               coalesce(array_agg(x.payload::text ORDER BY x.seq), '{}') AS payloads,
+               coalesce(array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq),
+                        '{}') AS created_us,
+               coalesce(array_agg(x.trace_id::text ORDER BY x.seq), '{}') AS trace_ids,
+               coalesce(array_agg(x.producer_sub ORDER BY x.seq), '{}') AS producer_subs,
+               coalesce(array_agg(x.n) FILTER (WHERE x.is_encrypted), '{}') AS encrypted
+        FROM (SELECT mm.*, row_number() OVER (ORDER BY mm.seq)::integer AS n
+              FROM queen.messages mm
+              WHERE mm.partition_id = r.partition_id AND mm.seq > r.after_offset AND mm.seq <= r.upto_offset
+              ORDER BY mm.seq) x
+    ) m
+    ORDER BY r.idx
+$$;
+
+-- Stage the rows of one write task (or one chunk of them: p_first is the number of rows this token staged
+-- before, so row numbers continue). Arrays are parallel, one element per row. Returns the rows of the chunk now
+-- staged: a repeated call (a retried request) inserts nothing again and answers the same count.
+-- A payload that is not JSON text raises invalid_text_representation (22P02): nothing of the chunk is staged.
+CREATE OR REPLACE FUNCTION queen.spark_stage_v2(p_query text, p_batch bigint, p_token text, p_first integer,
+                                                p_queue text, p_partitions text[], p_transaction_ids text[],
+                                                p_trace_ids uuid[], p_payloads text[], p_producer_sub text,
+                                                p_encrypted boolean)
+RETURNS integer
+LANGUAGE sql AS $$
+    WITH staged AS (
+        INSERT INTO queen.spark_staging_rows (query_id, batch_id, token, n, queue_name, partition_name,
+                                              transaction_id, trace_id, producer_sub, payload, is_encrypted)
+        SELECT p_query, p_batch, p_token, p_first + r.n::integer, p_queue, coalesce(r.partition_name, 'Default'),
+               nullif(r.transaction_id, ''), r.trace_id, p_producer_sub, coalesce(r.payload::jsonb, 'null'::jsonb),
+               p_encrypted
+        FROM unnest(p_partitions, p_transaction_ids, p_trace_ids, p_payloads)
+             WITH ORDINALITY AS r(partition_name, transaction_id, trace_id, payload, n)
+        ON CONFLICT (query_id, batch_id, token, n) DO NOTHING
+        RETURNING 1
+    )
+    SELECT ((SELECT count(*) FROM staged)
+            + (SELECT count(*) FROM queen.spark_staging_rows s  -- this statement's snapshot: rows staged before
+               WHERE s.query_id = p_query AND s.batch_id = p_batch AND s.token = p_token
+                 AND s.n > p_first AND s.n <= p_first + cardinality(p_payloads)))::integer
+$$;
+
+-- Commit one micro-batch, once per (queryId, batchId): {"queryId", "batchId", "tokens": [...], "counts": [...]}
+-- where counts[i] is the number of rows the task of tokens[i] staged. All or nothing:
+--   * a batch committed before answers duplicate (its leftover staging rows are dropped);
+--   * a token with fewer (or more) staged rows than its count raises QN500 (staging is UNLOGGED: a PostgreSQL
+--     crash empties it), so the batch is not recorded and Spark replays it;
+--   * rows go to their partitions in token order, then row order, under the partitions' row locks taken in id
+--     order, with the next offsets; a row whose (partition, transactionId) is stored already, or repeats an
+--     earlier row of the batch, is skipped (counted as duplicate), as push_items_v2 does;
+--   * a queue with maxSize goes through push_items_v2 itself, and a full queue fails the batch (QN500) instead
+--     of dropping rows.
+-- Returns {"success", "duplicate", "pushed", "staged", "duplicates", "touched": ["queue/partition", ...]}.
+CREATE OR REPLACE FUNCTION queen.spark_commit_batch_v2(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_query text := p->>'queryId';
+    v_batch bigint := (p->>'batchId')::bigint;
+    v_tokens text[] := ARRAY(SELECT jsonb_array_elements_text(p->'tokens'));
+    v_counts bigint[] := ARRAY(SELECT (jsonb_array_elements_text(p->'counts'))::bigint);
+    v_short text;
+    v_now timestamptz;
+    v_all_exist boolean;
+    v_created boolean := false;
+    v_capped boolean;
+    v_queue_names text[];
+    v_partition_names text[];
+    v_partition_ids uuid[];
+    v_staged integer := 0;
+    v_pushed integer := 0;
+    v_results jsonb;
+BEGIN
+    IF cardinality(v_tokens) <> cardinality(v_counts) THEN
+        RAISE EXCEPTION 'tokens and counts differ in length' USING ERRCODE = 'QN400';
+    END IF;
+    INSERT INTO queen.spark_sink_batches (query_id, batch_id, pushed) VALUES (v_query, v_batch, 0)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        DELETE FROM queen.spark_staging_rows WHERE query_id = v_query AND batch_id = v_batch;
+        RETURN jsonb_build_object('success', true, 'duplicate', true, 'pushed', 0);
+    END IF;
+
+    SELECT t.token INTO v_short
+    FROM unnest(v_tokens, v_counts) AS t(token, expected)
+    WHERE t.expected <> (SELECT count(*) FROM queen.spark_staging_rows s
+                         WHERE s.query_id = v_query AND s.batch_id = v_batch AND s.token = t.token)
+    LIMIT 1;
+    IF v_short IS NOT NULL THEN
+        RAISE EXCEPTION 'staged rows of task token % are missing (PostgreSQL restarted?): the batch must be replayed',
+            v_short USING ERRCODE = 'QN500';
+    END IF;
+
+    -- queues and partitions are created on first push, as in push_items_v2
+    LOOP
+        SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
+               coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
+        INTO v_queue_names, v_partition_names, v_partition_ids, v_all_exist, v_capped
+        FROM (SELECT DISTINCT s.queue_name, s.partition_name FROM queen.spark_staging_rows s
+              WHERE s.query_id = v_query AND s.batch_id = v_batch AND s.token = ANY (v_tokens)) w
+        LEFT JOIN LATERAL (
+            SELECT p.id, q.max_queue_size FROM queen.queues q
+            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
+                                WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
+            WHERE q.name = w.queue_name) x ON true;
+        EXIT WHEN v_all_exist OR v_created OR v_queue_names IS NULL;
+        INSERT INTO queen.queues (name, namespace, task)
+        SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
+        FROM unnest(v_queue_names) t(queue_name)
+        ORDER BY 1
+        ON CONFLICT (name) DO NOTHING;
+        INSERT INTO queen.partitions (queue_id, name)
+        SELECT q.id, t.partition_name
+        FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
+        CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
+        ORDER BY 1, 2
+        ON CONFLICT (queue_id, name) DO NOTHING;
+        v_created := true;
+    END LOOP;
+
+    IF v_queue_names IS NULL THEN
+        NULL;  -- an empty micro-batch: only the batch record
+    ELSIF v_capped THEN
+        SELECT count(*), queen.push_items_v2(coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+                   'index', s.i - 1, 'queue', s.queue_name, 'partition', s.partition_name, 'payload', s.payload,
+                   'transactionId', s.transaction_id, 'traceId', s.trace_id, 'producerSub', s.producer_sub,
+                   'isEncrypted', s.is_encrypted)) || jsonb_build_object('payload', s.payload) ORDER BY s.i),
+                   '[]'::jsonb), false, false)
+        INTO v_staged, v_results
+        FROM (SELECT st.*, row_number() OVER (ORDER BY array_position(v_tokens, st.token), st.n) AS i
+              FROM queen.spark_staging_rows st
+              WHERE st.query_id = v_query AND st.batch_id = v_batch AND st.token = ANY (v_tokens)) s;
+        IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'failed') THEN
+            RAISE EXCEPTION 'a target queue is full (maxSize): the micro-batch was not pushed' USING ERRCODE = 'QN500';
+        END IF;
+        v_pushed := (SELECT count(*) FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'queued');
+    ELSE
+        PERFORM 1 FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE;
+        v_now := clock_timestamp();
+        WITH input AS (
+            SELECT s.n, s.transaction_id AS client_transaction_id, s.trace_id, s.producer_sub, s.payload,
+                   s.is_encrypted, array_position(v_tokens, s.token) AS token_position, t.partition_id,
+                   queen.uuid_v7(v_now) AS new_id
+            FROM queen.spark_staging_rows s
+            JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+              ON t.queue_name = s.queue_name AND t.partition_name = s.partition_name
+            WHERE s.query_id = v_query AND s.batch_id = v_batch AND s.token = ANY (v_tokens)
+        ), ranked AS (
+            SELECT i.*, coalesce(i.client_transaction_id, i.new_id::text) AS transaction_id,
+                   row_number() OVER (PARTITION BY i.partition_id, coalesce(i.client_transaction_id, i.new_id::text)
+                                      ORDER BY i.token_position, i.n) AS occurrence,
+                   CASE WHEN i.client_transaction_id IS NOT NULL THEN
+                       (SELECT m.id FROM queen.messages m
+                        WHERE m.transaction_id = i.client_transaction_id AND (m.partition_id = i.partition_id) IS TRUE)
+                   END AS existing_id
+            FROM input i
+        ), fresh AS (
+            SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.token_position, k.n) AS k_n,
+                   count(*) OVER (PARTITION BY k.partition_id) AS total
+            FROM ranked k
+            WHERE k.occurrence = 1 AND k.existing_id IS NULL
+        ), advanced AS (
+            UPDATE queen.partitions p
+            SET last_seq = p.last_seq + f.total, last_message_id = f.new_id, last_message_at = v_now,
+                last_activity = v_now
+            FROM fresh f
+            WHERE p.id = f.partition_id AND f.k_n = f.total
+            RETURNING p.id, p.last_seq - f.total AS base_seq
+        ), inserted AS (
+            INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
+                                        is_encrypted, producer_sub)
+            SELECT f.new_id, f.transaction_id, f.trace_id, f.partition_id, a.base_seq + f.k_n, f.payload, v_now,
+                   f.is_encrypted, f.producer_sub
+            FROM fresh f JOIN advanced a ON a.id = f.partition_id
+            ORDER BY f.partition_id, f.k_n
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM inserted), (SELECT count(*) FROM ranked) INTO v_pushed, v_staged;
+    END IF;
+
+    DELETE FROM queen.spark_staging_rows WHERE query_id = v_query AND batch_id = v_batch;
+    UPDATE queen.spark_sink_batches SET pushed = v_pushed WHERE query_id = v_query AND batch_id = v_batch;
+    RETURN jsonb_build_object('success', true, 'duplicate', false, 'pushed', v_pushed, 'staged', v_staged,
+                              'duplicates', v_staged - v_pushed,
+                              'touched', coalesce(to_jsonb(ARRAY(
+                                  SELECT t.queue_name || '/' || t.partition_name
+                                  FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name))),
+                                  '[]'::jsonb));
+END;
+$$;
+
+-- Drop the staged rows of the given task tokens (both staging tables); idempotent, never touches messages.
+CREATE OR REPLACE FUNCTION queen.spark_abort_v2(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_rows integer;
+    v_items integer;
+BEGIN
+    DELETE FROM queen.spark_staging_rows
+    WHERE query_id = p->>'queryId' AND batch_id = (p->>'batchId')::bigint
+      AND token IN (SELECT jsonb_array_elements_text(p->'tokens'));
+    GET DIAGNOSTICS v_rows = ROW_COUNT;
+    DELETE FROM queen.spark_staging
+    WHERE query_id = p->>'queryId' AND batch_id = (p->>'batchId')::bigint
+      AND token IN (SELECT jsonb_array_elements_text(p->'tokens'));
+    GET DIAGNOSTICS v_items = ROW_COUNT;
+    RETURN jsonb_build_object('success', true, 'deleted', v_rows + v_items);
+END;
+$$;
