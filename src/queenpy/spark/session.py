@@ -99,6 +99,10 @@ def build_session(
         "spark.scheduler.mode": "FAIR",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
+        # how long the JVM waits for a new Python worker to connect back (default 15 s): a worker imports
+        # pyspark, pyarrow and pandas first, which took longer than that on a loaded 2-core machine
+        # ("Python worker failed to connect back" in the standalone-cluster tier)
+        "spark.python.authenticate.socketTimeout": "120s",
     }
     if _is_local(master):
         settings.update(
