@@ -62,19 +62,22 @@ async def spark_read(request: Request) -> Response:
     ranges = body.get("ranges")
     if not isinstance(ranges, list) or not 0 < len(ranges) <= MAX_READ_RANGES:
         raise InvalidRequest(f"ranges must be an array of 1 to {MAX_READ_RANGES} objects")
-    ids, afters, uptos = [], [], []
+    ids: list[str] = []
+    afters: list[int] = []
+    uptos: list[int] = []
     for i, item in enumerate(ranges):
         if not isinstance(item, dict):
             raise InvalidRequest(f"ranges[{i}] must be an object")
-        after, upto = item.get("after", 0), item.get("upto")
+        after: Any = item.get("after", 0)
+        upto: Any = item.get("upto")
         for name, value in (("after", after), ("upto", upto)):
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
                 raise InvalidRequest(f"ranges[{i}].{name} must be an integer offset >= 0")
         if upto < after:
             raise InvalidRequest(f"ranges[{i}]: upto ({upto}) is below after ({after})")
         ids.append(v.check_uuid(item.get("partitionId"), f"ranges[{i}].partitionId"))
-        afters.append(after)
-        uptos.append(upto)
+        afters.append(int(after))
+        uptos.append(int(upto))
     if sum(uptos) - sum(afters) > MAX_READ_MESSAGES:
         raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
     rows = await broker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
