@@ -4,7 +4,7 @@ watermark, and late readings routed to a late queue.
 A producer writes ``--events`` readings ``{"key", "value", "tsMs"}`` to ``sensor.readings<suffix>``, one
 partition per key. Each key is active in bursts (readings 2 s apart, then an idle gap longer than the session
 gap), in event-time order; every ``LATE_EVERY``-th reading after the first quarter is written ``LATE_BY_MS``
-(3 hours) older than its neighbours: a late reading. A last reading per key, ``"flush": true``, 3 hours after
+(3 hours) older than its neighbours: a reading behind its time. A last reading per key, ``"flush": true``, 3 hours after
 the others, moves the watermark past every window so they all close (its own
 window stays open and is never written; it must not be filtered out before the aggregation: Spark pushes such a
 filter below the watermark operator, and the watermark would then never see it).
@@ -12,18 +12,22 @@ filter below the watermark operator, and the watermark would then never see it).
 Queries, each ``Trigger.AvailableNow`` over the same source with the same ``maxMessagesPerTrigger`` (spread over
 the partitions in proportion to their backlog, so partitions advance in step), hence the same micro-batches:
 
-``late``       ``foreachBatch``: the watermark of micro-batch N is Spark's, the largest event time of micro-batches
-               0..N-1 minus ``WATERMARK_MS`` (none in batch 0); a reading at or below it is late and is appended to
-               ``sensor.late<suffix>`` (one batch write per micro-batch, keyed on the batch id, so a replay pushes
-               nothing twice). The running maximum is kept per batch id in the query's checkpoint directory.
+``late``       ``foreachBatch``: a reading of micro-batch N is late when it is at or below the watermark Spark's
+               stateful operators drop late rows with in batch N: the watermark of batch N-1, that is the largest
+               event time of micro-batches 0..N-2 minus ``WATERMARK_MS`` (none in batches 0 and 1; Spark 3.4+
+               filters late input with the previous batch's watermark, ``eventTimeWatermarkForLateEvents``, and
+               evicts state with the current one). Late readings are appended to ``sensor.late<suffix>`` (one
+               batch write per micro-batch, keyed on the batch id, so a replay pushes nothing twice). The running
+               maximum is kept per batch id in the query's checkpoint directory.
 ``tumbling``   sum and count per key and 1-minute window → ``sensor.tumbling<suffix>``
 ``sliding``    per key, 2-minute windows every minute → ``sensor.sliding<suffix>``
 ``session``    per key, sessions closed by a 3-minute gap → ``sensor.session<suffix>``
 
-The aggregations keep a ``withWatermark`` of the same delay, so Spark itself drops the late readings (a late
-reading is 3 hours behind, so every window it falls in has ended before the watermark; an on-time reading
-is after the watermark, so every window it falls in is still open). Each closed window is appended once as
-``{"key", "windowStartMs", "windowEndMs", "total", "count"}`` (partition = key).
+The aggregations keep a ``withWatermark`` of the same delay, so Spark itself drops the late readings. A
+reading 3 hours behind that arrives in micro-batch 1 is not late by that rule (batch 0 ran without a watermark):
+Spark aggregates it, and its windows, already past the current watermark, close in the same micro-batch. Each
+closed window is appended once as ``{"key", "windowStartMs", "windowEndMs", "total", "count"}`` (partition =
+key).
 
 The script recomputes everything in plain Python from the readings: the micro-batches (with the connector's own
 admission function), the late set by the watermark rule, and the windows of the on-time readings. It exits 0
@@ -92,7 +96,7 @@ def make_readings(events: int, keys: int, seed: int) -> dict[str, list[Reading]]
     same schedule (bursts of BURST readings 2 s apart, then an idle gap longer than the session gap; key k 0.1 k s
     later), so the proportional admission keeps the keys in step in event time too. Every LATE_EVERY-th reading
     after the first quarter is LATE_BY_MS older than its neighbours: more than a micro-batch spans plus the
-    watermark delay, so it is behind the watermark whichever micro-batch reads it."""
+    watermark delay, so it is behind the watermark of any micro-batch after the first two."""
     rng = random.Random(seed)
     per_key = max(1, events // keys)
     stamps, at = [], BASE_MS
@@ -126,15 +130,27 @@ def micro_batches(readings: dict[str, list[Reading]], budget: int) -> list[list[
 
 
 def python_late(batches: list[list[Reading]]) -> list[tuple[str, int, int]]:
-    """Readings at or below the watermark of the micro-batch that reads them (Spark's watermark: the largest
-    event time of the earlier micro-batches minus the delay)."""
-    late, seen = [], None
-    for batch in batches:
+    """Readings Spark's stateful operators drop as late: in micro-batch N, those at or below the watermark of
+    batch N-1 (the largest event time of batches 0..N-2 minus the delay; none for batches 0 and 1). Spark 3.4+
+    filters late input with the previous batch's watermark (``eventTimeWatermarkForLateEvents``) and evicts state
+    with the current one."""
+    late: list[tuple[str, int, int]] = []
+    seen: int | None = None  # the largest event time of batches 0..N-2 while batch N is read
+    for n, batch in enumerate(batches):
         watermark = None if seen is None else seen - WATERMARK_MS
         late += [(r["key"], r["tsMs"], r["value"]) for r in batch if watermark is not None and r["tsMs"] <= watermark]
-        top = max(r["tsMs"] for r in batch)
-        seen = top if seen is None else max(seen, top)
+        if n >= 1:
+            top = max(r["tsMs"] for r in batches[n - 1])
+            seen = top if seen is None else max(seen, top)
     return sorted(late)
+
+
+def behind_but_on_time(batches: list[list[Reading]]) -> int:
+    """Readings LATE_BY_MS behind their neighbours that Spark still aggregates (they arrive in micro-batch 0 or 1,
+    before any watermark applies to late rows)."""
+    late = set(python_late(batches))
+    return sum(1 for batch in batches for r in batch
+               if r["tsMs"] < BASE_MS and (r["key"], r["tsMs"], r["value"]) not in late)
 
 
 def python_windows(kind: str, readings: list[Reading]) -> list[Window]:
@@ -212,10 +228,14 @@ def route_late(spark: SparkSession, url: str, source: str, late_queue: str, budg
     marks.mkdir(parents=True, exist_ok=True)
 
     def handle(batch: DataFrame, batch_id: int) -> None:
+        # marks/K holds the largest event time of batches 0..K; batch N (= batch_id) meets the watermark of
+        # batch N-1, made from batches 0..N-2
         previous = marks / str(batch_id - 1)
         seen = int(previous.read_text()) if previous.exists() else None
-        if seen is not None:
-            late = batch.where(F.col("tsMs") <= seen - WATERMARK_MS)
+        before = marks / str(batch_id - 2)
+        watermark_seen = int(before.read_text()) if before.exists() else None
+        if watermark_seen is not None:
+            late = batch.where(F.col("tsMs") <= watermark_seen - WATERMARK_MS)
             (late.select(F.to_json(F.struct("key", "value", "tsMs")).alias("data"), F.col("key").alias("partition"))
              .write.format("queen").option("url", url).option("queue", late_queue)
              .option("writeId", f"{late_queue}-{batch_id}").mode("append").save())
@@ -288,6 +308,7 @@ class Prepared:
     produced: int
     on_time: list[Reading]
     late: list[tuple[str, int, int]]
+    behind: int = 0  # readings LATE_BY_MS behind that are on time all the same (micro-batches 0 and 1)
 
 
 def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per_trigger: int = 400,
@@ -296,7 +317,8 @@ def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per
     source = f"sensor.readings{suffix}"
     readings = make_readings(events, keys, seed)
     produced = produce(url, source, readings)
-    late = python_late(micro_batches(readings, max_per_trigger))
+    batches = micro_batches(readings, max_per_trigger)
+    late = python_late(batches)
     late_keys = Counter(late)
     on_time = []
     for items in readings.values():
@@ -306,7 +328,7 @@ def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per
                 late_keys[key] -= 1
             elif not r.get("flush"):
                 on_time.append(r)
-    return Prepared(url, suffix, source, max_per_trigger, produced, on_time, late)
+    return Prepared(url, suffix, source, max_per_trigger, produced, on_time, late, behind_but_on_time(batches))
 
 
 def run_windows(spark: SparkSession, prepared: Prepared, kinds: tuple[str, ...] = KINDS, *,
