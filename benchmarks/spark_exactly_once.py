@@ -4,7 +4,7 @@ writes to the source; the query's whole process group (driver JVM and Python wor
 
 Then every target partition must hold exactly the source partition's messages, each once, in the same order.
 Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behind are counted too when
-``--database-url`` is given.
+``--database-url`` is given (with ``--start-broker``, in the embedded PostgreSQL).
 
     python benchmarks/spark_exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
     python benchmarks/spark_exactly_once.py --start-broker            # embedded broker in a temp dir
@@ -271,6 +271,11 @@ def run(args: argparse.Namespace) -> int:
     if args.start_broker:
         args.url, broker = start_broker(tmp)
         log(f"broker on {args.url}")
+        if not args.database_url:  # the embedded PostgreSQL's socket, to count staging rows left behind
+            from pgserver.utils import PostmasterInfo
+
+            info = PostmasterInfo.read_from_pgdata(tmp / "pg")
+            args.database_url = info.get_uri() if info is not None else ""
     suffix = uuid.uuid4().hex[:8]
     args.source = args.source or f"eo.source.{suffix}"
     args.target = args.target or f"eo.target.{suffix}"
@@ -394,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"))
     parser.add_argument("--start-broker", action="store_true", help="run an embedded broker in a temp dir")
-    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg)")
+    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg; with --start-broker: its own PostgreSQL)")
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--padding", type=int, default=64, help="payload padding in bytes")
