@@ -71,10 +71,10 @@ def test_micro_batch_commit_is_all_or_nothing_and_once(db_url: str) -> None:
 
 
 def stage_rows(conn: psycopg.Connection[Any], token: str, first: int, rows: list[tuple[str, str | None, str]],
-               batch: int = 3, queue: str = "dst2") -> int:
+               batch: int = 3, queue: str = "dst2", query: str = "q2") -> int:
     row = conn.execute(
-        "SELECT queen.spark_stage_v2('q2', %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], NULL, false)",
-        (batch, token, first, queue, [r[0] for r in rows], [r[1] for r in rows], [None] * len(rows),
+        "SELECT queen.spark_stage_v2(%s, %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], NULL, false)",
+        (query, batch, token, first, queue, [r[0] for r in rows], [r[1] for r in rows], [None] * len(rows),
          [r[2] for r in rows])).fetchone()
     assert row is not None
     return int(row[0])
@@ -106,7 +106,7 @@ def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: 
         stage_rows(conn, "orphan", 0, [("p", None, "99")])  # a killed task attempt
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
             stage_rows(conn, "bad", 0, [("p", None, "{oops")])
-        # a token whose rows are not all staged (UNLOGGED staging after a crash) fails the batch, records nothing
+        # a token whose rows are not all staged fails the batch, records nothing
         with pytest.raises(psycopg.Error, match="missing"):
             conn.execute("SELECT queen.spark_commit_batch_v2(%s::jsonb)", (orjson.dumps(
                 {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [4, 2]}).decode(),))
@@ -153,3 +153,58 @@ def test_commit_v2_into_a_capped_queue_fails_rather_than_dropping(db_url: str) -
         ok = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
             {"queryId": "q2", "batchId": 9, "tokens": ["c2"], "counts": [2]}).decode())
         assert ok["pushed"] == 2
+
+
+def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        def commit(batch: int, tokens: list[str], counts: list[int], mode: str = "pipelined") -> Any:
+            return sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
+                {"queryId": "qp", "batchId": batch, "tokens": tokens, "counts": counts, "mode": mode}).decode())
+
+        def stored() -> list[tuple[int, str]]:
+            return [(r[0], r[1]) for r in conn.execute(
+                "SELECT m.seq, m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstp' ORDER BY m.seq").fetchall()]
+
+        def staged(token: str) -> int:
+            row = conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp' AND token = %s",
+                               (token,)).fetchone()
+            return int(row[0]) if row else -1
+
+        def stage(token: str, batch: int, ids: list[str]) -> None:
+            stage_rows(conn, token, 0, [("p", i, f'"{i}"') for i in ids], batch=batch, queue="dstp", query="qp")
+
+        stage("a1", 0, ["m1", "m2"])
+        r0 = commit(0, ["a1"], [2])
+        assert (r0["pending"], r0["duplicate"], r0["pushed"], r0["staged"]) == (True, False, 0, 2)
+        assert stored() == []  # recorded, not applied yet
+        assert conn.execute("SELECT queen.spark_pending_queries_v2()").fetchone() == (["qp"],)
+        # Spark may abort a batch whose commit succeeded: the recorded batch's rows stay
+        aborted = sql_json(conn, "SELECT queen.spark_abort_v2(%s::jsonb)::text",
+                           orjson.dumps({"queryId": "qp", "batchId": 0, "tokens": ["a1"]}).decode())
+        assert aborted["deleted"] == 0 and staged("a1") == 2
+        # a replay of the recorded batch is a duplicate: the replay's rows go, the recorded ones stay
+        stage("a1-replay", 0, ["m1"])
+        assert commit(0, ["a1-replay"], [1])["duplicate"] is True
+        assert staged("a1-replay") == 0 and staged("a1") == 2 and stored() == []
+        # the next commit applies the pending batch first, then records its own
+        stage("b1", 1, ["m3"])
+        r1 = commit(1, ["b1"], [1])
+        assert r1["pending"] is True and r1["touched"] == ["dstp/p"]
+        assert stored() == [(1, "m1"), (2, "m2")] and staged("a1") == 0
+        applied = sql_json(conn, "SELECT queen.spark_apply_pending_v2('qp')::text")
+        assert (applied["applied"], applied["pushed"], applied["touched"]) == (1, 1, ["dstp/p"])
+        assert stored() == [(1, "m1"), (2, "m2"), (3, "m3")]
+        assert sql_json(conn, "SELECT queen.spark_apply_pending_v2('qp')::text")["applied"] == 0
+        assert conn.execute("SELECT queen.spark_pending_queries_v2()").fetchone() == ([],)
+        # a sync commit after a pipelined one: the pending batch goes first, the sync one is applied at once
+        stage("c1", 2, ["m4"])
+        commit(2, ["c1"], [1])
+        stage("d1", 3, ["m5", "m4"])  # m4 again: stored already, skipped
+        r3 = commit(3, ["d1"], [2], mode="sync")
+        assert (r3.get("pending"), r3["pushed"], r3["duplicates"]) == (None, 1, 1)
+        assert stored() == [(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4"), (5, "m5")]
+        batches = conn.execute("SELECT batch_id, pushed, pending_tokens FROM queen.spark_sink_batches "
+                               "WHERE query_id = 'qp' ORDER BY batch_id").fetchall()
+        assert batches == [(0, 2, None), (1, 1, None), (2, 1, None), (3, 1, None)]
+        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp'").fetchone() == (0,)

@@ -142,3 +142,7 @@ def test_sink_options_and_schema_checks() -> None:
     assert (source.queue, source.max_messages_per_trigger, source.fail_on_data_loss) == ("q", 5, False)
     with pytest.raises(ValueError, match="pageSize"):
         SourceOptions.parse({"queue": "q", "pageSize": "60000"})
+    assert SinkOptions.parse({"queue": "q"}).commit_mode == "sync"
+    assert SinkOptions.parse({"queue": "q", "COMMIT": "Pipelined"}).commit_mode == "pipelined"
+    with pytest.raises(ValueError, match="commit"):
+        SinkOptions.parse({"queue": "q", "commit": "later"})

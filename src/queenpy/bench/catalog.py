@@ -50,7 +50,7 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 class Scenario:
     """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``spark``; ``mode`` (consume):
     ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push
-    to a second queue); ``groups``: consumer groups reading everything (fan-out); ``batch``: pop batch, or
+    to a second queue), (spark) the sink's ``commit`` option, ``sync`` or ``pipelined``; ``groups``: consumer groups reading everything (fan-out); ``batch``: pop batch, or
     for ``spark`` the ``maxMessagesPerTrigger``; ``limit``: key in LIMITS."""
 
     name: str
@@ -110,7 +110,11 @@ SCENARIOS: list[Scenario] = [
              "Spark local[*] availableNow copy of a 1 KB backlog over 100 partitions to a new queue through "
              'format("queen") both ways, micro-batches of 20,000; steady rate after the first micro-batch '
              "(needs the spark extra)",
-             payload_bytes=1024, batch=20_000, initial_rate=4_000),
+             payload_bytes=1024, batch=20_000, mode="sync", initial_rate=4_000),
+    Scenario("spark-handoff-pipelined", "spark", "insert-100-1KB",
+             "spark-handoff with the sink's pipelined commits (commit=pipelined: the broker moves a micro-batch "
+             "into the queue while Spark runs the next one)",
+             payload_bytes=1024, batch=20_000, mode="pipelined", initial_rate=4_000),
 ]
 
 

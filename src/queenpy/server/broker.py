@@ -15,6 +15,7 @@ from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
+from queenpy.server.spark_apply import PendingApplier
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -38,14 +39,17 @@ class Broker:
             settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
             max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
             flush_ms=settings.file_buffer_flush_ms)
+        self.spark_applier = PendingApplier(self.database, self.engine.announce)
 
     async def start(self) -> None:
         await self.database.open()
         await self.engine.start()
         await self.failover.drain_once()  # leftovers of a previous run are stored before serving
         self.failover.start()
+        self.spark_applier.start()
 
     async def stop(self) -> None:
+        await self.spark_applier.stop()
         await self.failover.stop()
         await self.engine.stop()
         await self.database.close()

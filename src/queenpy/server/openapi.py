@@ -145,11 +145,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
             "tokens": {"type": "array", "items": _NAME},
-            "counts": {"type": "array", "items": _INT}}}),
+            "counts": {"type": "array", "items": _INT},
+            "mode": {"type": "string", "enum": ["sync", "pipelined"]}}}),
     ("post", "/api/v1/spark/abort"): ("Drop staged rows of a failed micro-batch", [], {
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
             "tokens": {"type": "array", "items": _NAME}}}),
+    ("post", "/api/v1/spark/flush"): ("Apply a query's pipelined micro-batches still pending", [], {
+        "type": "object", "required": ["queryId"], "properties": {"queryId": _NAME}}),
 }
 
 

@@ -7,7 +7,7 @@ its Python workers across tasks and micro-batches, and making a client per task 
 builds one even for http URLs) and a TCP connection each time: a third of the workers' CPU in the profile of
 the 1 KB queue-to-queue copy (py-spy, 100 tasks per micro-batch), before tasks were grouped.
 
-Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, and ``rows``: a chunk is keyed by its task token
+Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, and ``rows``: a chunk is keyed by its task token
 and first row number, so a repeated POST stages nothing twice) are retried on connection errors and 5xx
 answers with exponential backoff (about 30 s in total); the version 1 ``stage`` is never retried, because a
 second POST of the same items under the same token would stage them twice.
@@ -41,7 +41,7 @@ from queenpy.errors import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CommitResult", "PartitionHead", "SparkBroker"]
+__all__ = ["CommitResult", "PartitionHead", "SparkBroker", "flush_sink"]
 
 _RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
@@ -80,10 +80,12 @@ class PartitionHead:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """``POST /api/v1/spark/commit``: messages pushed, and whether the batch had been committed before."""
+    """``POST /api/v1/spark/commit``: messages pushed, whether the batch had been committed before, and whether it
+    waits to be applied (pipelined)."""
 
     duplicate: bool
     pushed: int
+    pending: bool = False  # a pipelined commit: recorded, applied by the broker right after
 
 
 class SparkBroker:
@@ -189,18 +191,28 @@ class SparkBroker:
         return int(body.get("staged", 0))
 
     def commit(
-        self, query_id: str, batch_id: int, tokens: Sequence[str], counts: Sequence[int] | None = None
+        self, query_id: str, batch_id: int, tokens: Sequence[str], counts: Sequence[int] | None = None,
+        *, pipelined: bool = False,
     ) -> CommitResult:
         """Push the staged rows of ``tokens`` in one transaction, once per ``(query_id, batch_id)``.
 
         With ``counts`` (rows each token staged through :meth:`stage_rows`), the version 2 commit, which fails
-        (and records nothing) when a token's staged rows are not all there.
+        (and records nothing) when a token's staged rows are not all there. ``pipelined`` (version 2 only):
+        the broker records the batch and answers; it moves the rows afterwards (see :meth:`flush`).
         """
         request: dict[str, Any] = {"queryId": query_id, "batchId": batch_id, "tokens": list(tokens)}
         if counts is not None:
             request["counts"] = list(counts)
+            if pipelined:
+                request["mode"] = "pipelined"
         body = self._call("POST", "/api/v1/spark/commit", json=request)
-        return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
+        return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)),
+                            bool(body.get("pending", False)))
+
+    def flush(self, query_id: str) -> int:
+        """Apply ``query_id``'s pipelined micro-batches still pending, now; returns how many were applied."""
+        body = self._call("POST", "/api/v1/spark/flush", json={"queryId": query_id})
+        return int(body.get("applied", 0))
 
     def abort(self, query_id: str, batch_id: int, tokens: Sequence[str]) -> int:
         """Delete the staged rows of ``tokens`` (idempotent; committed batches are untouched)."""
@@ -264,3 +276,18 @@ def _decode(response: httpx.Response, what: str) -> Any:
         404: NotFound,
     }.get(status, DatabaseUnavailable if status in (502, 503, 504) else BrokerError)
     raise kind(message)
+
+
+def flush_sink(query: Any, url: str | None = None, token: str | None = None) -> int:
+    """Make a ``commit=pipelined`` query's last micro-batches visible now; returns how many were applied.
+
+    ``query`` is the ``StreamingQuery`` (or its ``id`` as text: the sink's key is the query id, stable across
+    restarts from one checkpoint). ``url`` and ``token`` default to ``$QUEEN_URL`` and ``$QUEEN_TOKEN``. A
+    sync query has nothing pending (0). Raises what :class:`SparkBroker` raises.
+    """
+    from .options import DEFAULT_URL
+
+    query_id = query if isinstance(query, str) else str(query.id)
+    with SparkBroker(url or os.environ.get("QUEEN_URL") or DEFAULT_URL,
+                     token or os.environ.get("QUEEN_TOKEN")) as broker:
+        return broker.flush(query_id)

@@ -33,6 +33,11 @@ partitionColumn        ``partition`` if the column holding the partition name; e
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
 stageBatchSize         10000                rows per ``/spark/rows`` request
+commit                 sync                 ``sync``: a micro-batch's messages are in the queue when Spark's commit
+                                            returns. ``pipelined``: the commit records the batch and returns; the
+                                            broker moves its rows into the queue while Spark runs the next batch
+                                            (exactly once, in batch order; visible a moment later: after a query
+                                            ends, ``flush_sink`` waits for the rest)
 ====================== ==================== =============================================================
 """
 
@@ -143,6 +148,7 @@ class SinkOptions:
     transaction_id_column: str | None
     write_id: str | None
     stage_batch_size: int
+    commit_mode: str = "sync"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -155,4 +161,12 @@ class SinkOptions:
             transaction_id_column=_get(options, "transactionIdColumn"),
             write_id=_get(options, "writeId"),
             stage_batch_size=_int(options, "stageBatchSize", 10_000, minimum=1),
+            commit_mode=_choice(options, "commit", ("sync", "pipelined"), "sync"),
         )
+
+
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = (_get(options, name) or default).lower()
+    if value not in allowed:
+        raise ValueError(f"option {name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value

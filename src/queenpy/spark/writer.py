@@ -10,7 +10,10 @@ Protocol, one broker transaction per micro-batch (SPARK-NOTES.md section 7):
    successful tasks, in task order, and their row counts. The broker checks every token's rows are staged,
    pushes them and records ``(queryId, batchId)`` in one PostgreSQL transaction; a replayed batch (same query id
    and batch id after a crash) is answered ``duplicate`` and pushes nothing. All staging rows of the batch
-   (including those of killed attempts) go.
+   (including those of killed attempts) go. With ``commit=pipelined`` the transaction only checks and records
+   the batch with its tokens; the broker pushes the rows in a second transaction while Spark runs the next
+   micro-batch (the query's next commit, ``POST /api/v1/spark/flush`` or the broker's sweep do it if that one
+   did not happen), still once and in batch order (``server/spark_apply.py``).
 3. ``abort`` deletes the batch's staged rows of the given tokens; it is idempotent and never touches a committed
    batch (Spark may call it after a commit that succeeded but whose worker died).
 
@@ -264,7 +267,8 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
         if query_id is None:
             return
         with SparkBroker(self.options.url, self.options.token) as broker:
-            result = broker.commit(query_id, batchId, tokens, counts)
+            result = broker.commit(query_id, batchId, tokens, counts,
+                                   pipelined=self.options.commit_mode == "pipelined")
         if result.duplicate:
             log.warning(
                 "queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id

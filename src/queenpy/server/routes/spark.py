@@ -1,5 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
-commits; stage, commit and abort of the idempotent micro-batch sink.
+commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
+(``server/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
@@ -208,14 +209,29 @@ async def spark_commit(request: Request) -> Response:
                 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
             raise InvalidRequest("counts must be an array of non-negative integers, one per token")
         payload["counts"] = counts
+        mode = body.get("mode", "sync")
+        if mode not in ("sync", "pipelined"):
+            raise InvalidRequest("mode must be 'sync' or 'pipelined'")
+        payload["mode"] = mode
         procedure = "spark_commit_batch_v2"
+    elif "mode" in body:
+        raise InvalidRequest("mode needs counts (rows staged by /api/v1/spark/rows)")
     result = orjson.loads(await broker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
                                                          orjson.dumps(payload).decode()))
     touched = {(queue, partition) for queue, _, partition in
-               (key.partition("/") for key in result.pop("touched", []))}
+               (key.partition("/") for key in result.pop("touched", None) or [])}
     if touched:
         broker.engine.announce(touched)
+    if result.get("pending"):
+        broker.spark_applier.schedule(payload["queryId"])
     return json_response(result)
+
+
+async def spark_flush(request: Request) -> Response:
+    """Apply a query's pipelined micro-batches still pending, now: ``{"success", "applied", "pushed"}``."""
+    body = await json_object(request)
+    query_id = v.check_name(body.get("queryId"), "queryId")
+    return json_response({"success": True, **await broker_of(request).spark_applier.apply(query_id)})
 
 
 async def spark_abort(request: Request) -> Response:
@@ -234,4 +250,5 @@ ENDPOINTS = [
     Endpoint("/api/v1/spark/rows", "POST", spark_rows, Level.READ_WRITE),
     Endpoint("/api/v1/spark/commit", "POST", spark_commit, Level.READ_WRITE),
     Endpoint("/api/v1/spark/abort", "POST", spark_abort, Level.READ_WRITE),
+    Endpoint("/api/v1/spark/flush", "POST", spark_flush, Level.READ_WRITE),
 ]

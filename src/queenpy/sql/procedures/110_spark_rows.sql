@@ -66,28 +66,30 @@ LANGUAGE sql AS $$
                  AND s.n > p_first AND s.n <= p_first + cardinality(p_payloads)))::integer
 $$;
 
--- Commit one micro-batch, once per (queryId, batchId): {"queryId", "batchId", "tokens": [...], "counts": [...]}
--- where counts[i] is the number of rows the task of tokens[i] staged. All or nothing:
---   * a batch committed before answers duplicate (its leftover staging rows are dropped);
---   * a token with fewer (or more) staged rows than its count raises QN500 (staging is UNLOGGED: a PostgreSQL
---     crash empties it), so the batch is not recorded and Spark replays it;
+-- The advisory lock that orders one query's sink commits, applies and aborts (held to the end of the
+-- transaction; two-key form: namespace 737110, key hashtext(queryId)).
+CREATE OR REPLACE FUNCTION queen.spark_sink_lock_v2(p_query text)
+RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(737110, hashtext(p_query))
+$$;
+
+-- Move the staged rows of one recorded micro-batch into queen.messages (the caller holds the query's lock, has
+-- recorded the batch in spark_sink_batches and checked the tokens' row counts):
 --   * rows go to their partitions in token order, then row order, under the partitions' row locks taken in id
 --     order, with the next offsets; a row whose (partition, transactionId) is stored already, or repeats an
 --     earlier row of the batch, is skipped (counted as duplicate), as push_items_v2 does;
 --   * a queue with maxSize goes through push_items_v2 itself, and a full queue fails the batch (QN500) instead
---     of dropping rows.
--- Returns {"success", "duplicate", "pushed", "staged", "duplicates", "touched": ["queue/partition", ...]}.
-CREATE OR REPLACE FUNCTION queen.spark_commit_batch_v2(p jsonb)
+--     of dropping rows;
+--   * all staging rows of the batch go (those of killed task attempts too); the batch record gets its count and
+--     loses its pending tokens.
+-- Returns {"pushed", "staged", "duplicates", "touched": ["queue/partition", ...]}.
+CREATE OR REPLACE FUNCTION queen.spark_apply_batch_v2(v_query text, v_batch bigint, v_tokens text[])
 RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
-    v_query text := p->>'queryId';
-    v_batch bigint := (p->>'batchId')::bigint;
-    v_tokens text[] := ARRAY(SELECT jsonb_array_elements_text(p->'tokens'));
-    v_counts bigint[] := ARRAY(SELECT (jsonb_array_elements_text(p->'counts'))::bigint);
-    v_short text;
     v_now timestamptz;
     v_all_exist boolean;
     v_created boolean := false;
@@ -101,26 +103,6 @@ DECLARE
     v_bases bigint[];
     v_advanced integer;
 BEGIN
-    IF cardinality(v_tokens) <> cardinality(v_counts) THEN
-        RAISE EXCEPTION 'tokens and counts differ in length' USING ERRCODE = 'QN400';
-    END IF;
-    INSERT INTO queen.spark_sink_batches (query_id, batch_id, pushed) VALUES (v_query, v_batch, 0)
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        DELETE FROM queen.spark_staging_rows WHERE query_id = v_query AND batch_id = v_batch;
-        RETURN jsonb_build_object('success', true, 'duplicate', true, 'pushed', 0);
-    END IF;
-
-    SELECT t.token INTO v_short
-    FROM unnest(v_tokens, v_counts) AS t(token, expected)
-    WHERE t.expected <> (SELECT count(*) FROM queen.spark_staging_rows s
-                         WHERE s.query_id = v_query AND s.batch_id = v_batch AND s.token = t.token)
-    LIMIT 1;
-    IF v_short IS NOT NULL THEN
-        RAISE EXCEPTION 'staged rows of task token % are missing (PostgreSQL restarted?): the batch must be replayed',
-            v_short USING ERRCODE = 'QN500';
-    END IF;
-
     -- queues and partitions are created on first push, as in push_items_v2
     LOOP
         SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
@@ -224,9 +206,9 @@ BEGIN
     END IF;
 
     DELETE FROM queen.spark_staging_rows WHERE query_id = v_query AND batch_id = v_batch;
-    UPDATE queen.spark_sink_batches SET pushed = v_pushed WHERE query_id = v_query AND batch_id = v_batch;
-    RETURN jsonb_build_object('success', true, 'duplicate', false, 'pushed', v_pushed, 'staged', v_staged,
-                              'duplicates', v_staged - v_pushed,
+    UPDATE queen.spark_sink_batches SET pushed = v_pushed, pending_tokens = NULL
+    WHERE query_id = v_query AND batch_id = v_batch;
+    RETURN jsonb_build_object('pushed', v_pushed, 'staged', v_staged, 'duplicates', v_staged - v_pushed,
                               'touched', coalesce(to_jsonb(ARRAY(
                                   SELECT t.queue_name || '/' || t.partition_name
                                   FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name))),
@@ -234,7 +216,110 @@ BEGIN
 END;
 $$;
 
--- Drop the staged rows of the given task tokens (both staging tables); idempotent, never touches messages.
+-- Apply the pipelined batches of one query still pending (all, or those before p_before), in batch order, under
+-- the query's lock (so a caller waits for an apply running elsewhere, then finds nothing left to do).
+-- Returns {"success", "applied": batches, "pushed", "touched": [...]}.
+CREATE OR REPLACE FUNCTION queen.spark_apply_pending_v2(p_query text, p_before bigint DEFAULT NULL)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_batch record;
+    v_result jsonb;
+    v_applied integer := 0;
+    v_pushed bigint := 0;
+    v_touched jsonb := '[]'::jsonb;
+BEGIN
+    PERFORM queen.spark_sink_lock_v2(p_query);
+    FOR v_batch IN
+        SELECT b.batch_id, b.pending_tokens FROM queen.spark_sink_batches b
+        WHERE b.query_id = p_query AND b.pending_tokens IS NOT NULL AND (p_before IS NULL OR b.batch_id < p_before)
+        ORDER BY b.batch_id
+    LOOP
+        v_result := queen.spark_apply_batch_v2(p_query, v_batch.batch_id, v_batch.pending_tokens);
+        v_applied := v_applied + 1;
+        v_pushed := v_pushed + (v_result->>'pushed')::bigint;
+        v_touched := v_touched || (v_result->'touched');
+    END LOOP;
+    RETURN jsonb_build_object('success', true, 'applied', v_applied, 'pushed', v_pushed, 'touched', v_touched);
+END;
+$$;
+
+-- Queries with pipelined batches still pending (the broker's sweep applies them one query per transaction).
+CREATE OR REPLACE FUNCTION queen.spark_pending_queries_v2()
+RETURNS text[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(DISTINCT b.query_id), '{}') FROM queen.spark_sink_batches b
+    WHERE b.pending_tokens IS NOT NULL
+$$;
+
+-- Commit one micro-batch, once per (queryId, batchId): {"queryId", "batchId", "tokens": [...], "counts": [...],
+-- "mode"?: "sync" | "pipelined"} where counts[i] is the number of rows the task of tokens[i] staged.
+--   * the query's earlier pipelined batches still pending are applied first (rows keep batch order; a commit
+--     waits here while the broker applies the previous batch);
+--   * a batch recorded before answers duplicate (the staging rows of its other task attempts are dropped);
+--   * a token with fewer (or more) staged rows than its count raises QN500, so the batch is not recorded and
+--     Spark replays it;
+--   * sync (default): the rows are applied in this transaction (spark_apply_batch_v2): visible when it answers;
+--   * pipelined: the batch is recorded with its tokens and answered "pending"; the broker applies it right
+--     after (spark_apply_pending_v2), or the next commit of the query, or a flush, or the broker's sweep does.
+--     Either way it is applied exactly once, in batch order.
+-- Returns {"success", "duplicate", "pending"?, "pushed", "staged", "duplicates", "touched": [...]}.
+CREATE OR REPLACE FUNCTION queen.spark_commit_batch_v2(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_query text := p->>'queryId';
+    v_batch bigint := (p->>'batchId')::bigint;
+    v_tokens text[] := ARRAY(SELECT jsonb_array_elements_text(p->'tokens'));
+    v_counts bigint[] := ARRAY(SELECT (jsonb_array_elements_text(p->'counts'))::bigint);
+    v_pipelined boolean := coalesce(p->>'mode', 'sync') = 'pipelined';
+    v_prior jsonb;
+    v_pending text[];
+    v_short text;
+    v_result jsonb;
+BEGIN
+    IF cardinality(v_tokens) <> cardinality(v_counts) THEN
+        RAISE EXCEPTION 'tokens and counts differ in length' USING ERRCODE = 'QN400';
+    END IF;
+    v_prior := queen.spark_apply_pending_v2(v_query, v_batch);
+    INSERT INTO queen.spark_sink_batches (query_id, batch_id, pushed, pending_tokens)
+    VALUES (v_query, v_batch, 0, CASE WHEN v_pipelined THEN v_tokens END)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT b.pending_tokens INTO v_pending FROM queen.spark_sink_batches b
+        WHERE b.query_id = v_query AND b.batch_id = v_batch;
+        DELETE FROM queen.spark_staging_rows s
+        WHERE s.query_id = v_query AND s.batch_id = v_batch AND NOT (s.token = ANY (coalesce(v_pending, '{}')));
+        RETURN jsonb_build_object('success', true, 'duplicate', true, 'pushed', 0, 'touched', v_prior->'touched');
+    END IF;
+
+    SELECT t.token INTO v_short
+    FROM unnest(v_tokens, v_counts) AS t(token, expected)
+    WHERE t.expected <> (SELECT count(*) FROM queen.spark_staging_rows s
+                         WHERE s.query_id = v_query AND s.batch_id = v_batch AND s.token = t.token)
+    LIMIT 1;
+    IF v_short IS NOT NULL THEN
+        RAISE EXCEPTION 'staged rows of task token % are missing: the batch must be replayed',
+            v_short USING ERRCODE = 'QN500';
+    END IF;
+
+    IF v_pipelined THEN
+        RETURN jsonb_build_object('success', true, 'duplicate', false, 'pending', true, 'pushed', 0,
+                                  'staged', (SELECT coalesce(sum(c), 0) FROM unnest(v_counts) c),
+                                  'touched', v_prior->'touched');
+    END IF;
+    v_result := queen.spark_apply_batch_v2(v_query, v_batch, v_tokens);
+    RETURN v_result || jsonb_build_object('success', true, 'duplicate', false,
+                                          'touched', (v_prior->'touched') || (v_result->'touched'));
+END;
+$$;
+
+-- Drop the staged rows of the given task tokens (both staging tables); idempotent, never touches messages nor
+-- the rows of a batch recorded as committed and pending (Spark may call abort after a commit that succeeded).
 CREATE OR REPLACE FUNCTION queen.spark_abort_v2(p jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
@@ -242,9 +327,12 @@ DECLARE
     v_rows integer;
     v_items integer;
 BEGIN
-    DELETE FROM queen.spark_staging_rows
-    WHERE query_id = p->>'queryId' AND batch_id = (p->>'batchId')::bigint
-      AND token IN (SELECT jsonb_array_elements_text(p->'tokens'));
+    PERFORM queen.spark_sink_lock_v2(p->>'queryId');
+    DELETE FROM queen.spark_staging_rows s
+    WHERE s.query_id = p->>'queryId' AND s.batch_id = (p->>'batchId')::bigint
+      AND s.token IN (SELECT jsonb_array_elements_text(p->'tokens'))
+      AND NOT EXISTS (SELECT 1 FROM queen.spark_sink_batches b
+                      WHERE b.query_id = s.query_id AND b.batch_id = s.batch_id AND s.token = ANY (b.pending_tokens));
     GET DIAGNOSTICS v_rows = ROW_COUNT;
     DELETE FROM queen.spark_staging
     WHERE query_id = p->>'queryId' AND batch_id = (p->>'batchId')::bigint
