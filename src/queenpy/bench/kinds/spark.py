@@ -139,7 +139,7 @@ class SparkRuns(BenchCore):
             warm = f"{scenario.name}-r{round_no}-warm"
             self._precreate(warm, scenario.partitions)
             self.sql.execute(BULK_LOAD, warm, WARM_PER_PARTITION - 1, payload(scenario.payload_bytes))
-            query = self._copy(warm, warm + "-out", self.workdir / f"spark-ck-{round_no}-warm",
+            query = self._copy(warm, warm + "-out", self.workdir / f"{scenario.name}-ck-{round_no}-warm",
                                WARM_PER_PARTITION * scenario.partitions // 2, scenario.mode)
             query.awaitTermination()
             if query.exception() is not None:
@@ -153,7 +153,7 @@ class SparkRuns(BenchCore):
         checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
         jvm = self._jvm_pid()
         started = time.monotonic()
-        query = self._copy(source, target, self.workdir / f"spark-ck-{round_no}", per_trigger, scenario.mode)
+        query = self._copy(source, target, self.workdir / f"{scenario.name}-ck-{round_no}", per_trigger, scenario.mode)
         first = start = end = None
         first_rows = 0
         spark_start = spark_end = None
