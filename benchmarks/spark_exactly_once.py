@@ -4,14 +4,15 @@ writes to the source; the query's whole process group (driver JVM and Python wor
 
 Then every target partition must hold exactly the source partition's messages, each once, in the same order.
 Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behind are counted too when
-``--database-url`` is given.
+``--database-url`` is given (with ``--start-broker``, in the embedded PostgreSQL).
 
     python benchmarks/spark_exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
     python benchmarks/spark_exactly_once.py --start-broker            # embedded broker in a temp dir
 
 The copy query (``--driver`` mode, run as a child process in its own session):
-``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``,
-``processingTime`` 500 ms, or ``availableNow`` for the final drain.
+``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``
+(``--commit sync`` or ``pipelined``), ``processingTime`` 500 ms, or ``availableNow`` for the final drain (then
+a flush of the sink, so a pipelined sink's last micro-batch is visible).
 """
 
 from __future__ import annotations
@@ -116,8 +117,10 @@ def copy_query(
     max_per_trigger: int,
     *,
     drain: bool,
+    commit: str = "sync",
 ) -> StreamingQuery:
-    """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms."""
+    """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms;
+    ``commit`` is the sink's commit mode (``sync`` | ``pipelined``)."""
     reader = (
         spark.readStream.format("queen")
         .option("url", url)
@@ -132,6 +135,7 @@ def copy_query(
         .writeStream.format("queen")
         .option("url", url)
         .option("queue", target)
+        .option("commit", commit)
         .option("checkpointLocation", checkpoint)
         .queryName("copy")
     )
@@ -156,9 +160,14 @@ def run_driver(args: argparse.Namespace) -> int:
         args.checkpoint,
         args.max_per_trigger,
         drain=args.drain,
+        commit=args.commit,
     )
     query.awaitTermination()
     error = query.exception()
+    if error is None and args.drain:
+        from queenpy.spark import flush_sink
+
+        flush_sink(query, args.url)  # a pipelined sink's last micro-batches are visible now
     spark.stop()
     if error is not None:
         print(f"query failed: {error}", file=sys.stderr)
@@ -185,6 +194,8 @@ def driver_command(args: argparse.Namespace, drain: bool) -> list[str]:
         args.master,
         "--max-per-trigger",
         str(args.max_per_trigger),
+        "--commit",
+        args.commit,
     ]
     return command + (["--drain"] if drain else [])
 
@@ -256,11 +267,24 @@ def verify(url: str, source: str, target: str) -> dict[str, int]:
     return counts
 
 
-def staging_rows(database_url: str) -> int:
+def staging_rows(database_url: str, query_id: str | None = None) -> int:
+    """Rows left in both staging tables (version 1 items, version 2 rows), of one query id or of all."""
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM queen.spark_staging").fetchone()
+        row = conn.execute("SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = coalesce(%(q)s, query_id)) "
+                           "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = coalesce(%(q)s, query_id))",
+                           {"q": query_id}).fetchone()
+    return int(row[0]) if row else -1
+
+
+def pending_batches(database_url: str, query_id: str | None = None) -> int:
+    """Micro-batches a pipelined sink recorded that the broker has not applied yet (of one query id or all)."""
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE pending_tokens IS NOT NULL "
+                           "AND query_id = coalesce(%(q)s, query_id)", {"q": query_id}).fetchone()
     return int(row[0]) if row else -1
 
 
@@ -271,6 +295,11 @@ def run(args: argparse.Namespace) -> int:
     if args.start_broker:
         args.url, broker = start_broker(tmp)
         log(f"broker on {args.url}")
+        if not args.database_url:  # the embedded PostgreSQL's socket, to count staging rows left behind
+            from pgserver.utils import PostmasterInfo
+
+            info = PostmasterInfo.read_from_pgdata(tmp / "pg")
+            args.database_url = info.get_uri() if info is not None else ""
     suffix = uuid.uuid4().hex[:8]
     args.source = args.source or f"eo.source.{suffix}"
     args.target = args.target or f"eo.target.{suffix}"
@@ -282,7 +311,7 @@ def run(args: argparse.Namespace) -> int:
         ).raise_for_status()
     log(
         f"copy {args.source} -> {args.target}: {args.messages} messages over {args.partitions} partitions, "
-        f"{args.kills} SIGKILLs, checkpoint {args.checkpoint}"
+        f"{args.kills} SIGKILLs, {args.commit} commits, checkpoint {args.checkpoint}"
     )
 
     done = threading.Event()
@@ -322,6 +351,7 @@ def report(args: argparse.Namespace, kills: list[dict[str, Any]], elapsed: float
     counts = verify(args.url, args.source, args.target)
     if args.database_url:
         counts["staging_left"] = staging_rows(args.database_url)
+        counts["pending_batches"] = pending_batches(args.database_url)
     for name, value in counts.items():
         print(f"{name}: {value}")
     print(f"kills: {len(kills)}")
@@ -333,6 +363,7 @@ def report(args: argparse.Namespace, kills: list[dict[str, Any]], elapsed: float
         and counts["out_of_order"] == 0
         and counts["foreign"] == 0
         and counts.get("staging_left", 0) == 0
+        and counts.get("pending_batches", 0) == 0
         and len(kills) >= args.kills
     )
     print("exactly-once: ok" if ok else "exactly-once: FAILED")
@@ -394,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"))
     parser.add_argument("--start-broker", action="store_true", help="run an embedded broker in a temp dir")
-    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg)")
+    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg; with --start-broker: its own PostgreSQL)")
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--padding", type=int, default=64, help="payload padding in bytes")
@@ -403,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--produce-seconds", type=float, default=60.0)
     parser.add_argument("--max-per-trigger", type=int, default=30_000)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--commit", choices=("sync", "pipelined"), default="sync", help="the sink's commit mode")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--source", default="")
     parser.add_argument("--target", default="")

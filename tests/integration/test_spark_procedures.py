@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 import psycopg
+import pytest
 
 from queenpy.services.jobs import RetentionJob
 from queenpy.settings import ServiceSettings
@@ -97,3 +98,143 @@ def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
         assert (offsets["head"], offsets["cursor"], offsets["earliest"]) == (10, 6, 6)
         page = sql_json(conn, "SELECT queen.spark_messages_v1(%s::uuid, 6, 10, 100)::text", pid)
         assert [m["offset"] for m in page["messages"]] == [7, 8, 9, 10]
+
+
+def stage_rows(conn: psycopg.Connection[Any], token: str, first: int, rows: list[tuple[str, str | None, str]],
+               batch: int = 3, queue: str = "dst2", query: str = "q2") -> int:
+    row = conn.execute(
+        "SELECT queen.spark_stage_v2(%s, %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], NULL, false)",
+        (query, batch, token, first, queue, [r[0] for r in rows], [r[1] for r in rows], [None] * len(rows),
+         [r[2] for r in rows])).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_range_read_v2_returns_several_ranges_as_columns(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        call_procedure(conn, "push_items_v1", [{"queue": "r2", "partition": "a", "payload": {"i": i},
+                                                "transactionId": f"a{i}"} for i in range(5)])
+        call_procedure(conn, "push_items_v1", [{"queue": "r2", "partition": "b", "payload": [i]} for i in range(3)])
+        ids = {p["partition"]: p["partitionId"]
+               for p in sql_json(conn, "SELECT queen.spark_offsets_v1('r2', NULL)::text")["partitions"]}
+        missing = "00000000-0000-4000-8000-000000000000"
+        rows = conn.execute("SELECT * FROM queen.spark_read_v2(%s::uuid[], %s::bigint[], %s::bigint[])",
+                            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2])).fetchall()
+        assert [(r[0], r[2], r[3], r[4]) for r in rows] == [(1, "b", "r2", [2, 3]), (3, "a", "r2", [1, 2])]
+        assert [orjson.loads(t) for t in rows[0][6]] == [[1], [2]]  # payloads as JSON text, in offset order
+        assert rows[1][5] == ["a0", "a1"] and rows[1][10] == []  # transaction ids; nothing encrypted
+        assert all(isinstance(us, int) and us > 1_700_000_000_000_000 for us in rows[1][7])
+
+
+def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert stage_rows(conn, "t2", 0, [("p", "y1", '{"n": 3}'), ("p", "y2", '{"n": 4}')]) == 2
+        assert stage_rows(conn, "t1", 0, [("p", "x1", '{"n": 1}')]) == 1
+        assert stage_rows(conn, "t1", 1, [("q", "x2", '"two"'), ("p", "x1", '{"again": 1}')]) == 2
+        # a retried chunk stages nothing twice and answers the same count
+        assert stage_rows(conn, "t1", 1, [("q", "x2", '"two"'), ("p", "x1", '{"again": 1}')]) == 2
+        stage_rows(conn, "orphan", 0, [("p", None, "99")])  # a killed task attempt
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            stage_rows(conn, "bad", 0, [("p", None, "{oops")])
+        # a token whose rows are not all staged fails the batch, records nothing
+        with pytest.raises(psycopg.Error, match="missing"):
+            conn.execute("SELECT queen.spark_commit_batch_v2(%s::jsonb)", (orjson.dumps(
+                {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [4, 2]}).decode(),))
+        assert conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE query_id = 'q2'").fetchone() == (0,)
+        commit = {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [3, 2]}
+        first = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(commit).decode())
+        assert (first["duplicate"], first["pushed"], first["staged"], first["duplicates"]) == (False, 4, 5, 1)
+        stored = conn.execute(
+            "SELECT p.name, m.seq, m.transaction_id, m.payload FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = 'dst2' ORDER BY p.name, m.seq").fetchall()
+        # task order (t1 then t2), row order inside a task; the repeated x1 of t1 is skipped
+        assert stored == [("p", 1, "x1", {"n": 1}), ("p", 2, "y1", {"n": 3}), ("p", 3, "y2", {"n": 4}),
+                          ("q", 1, "x2", "two")]
+        heads = {p["partition"]: p["head"] for p in
+                 sql_json(conn, "SELECT queen.spark_offsets_v1('dst2', NULL)::text")["partitions"]}
+        assert heads == {"p": 3, "q": 1}
+        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'q2'").fetchone() == (0,)
+        # the same batch again (a replay after a crash): nothing pushed twice
+        stage_rows(conn, "t1-retry", 0, [("p", "x1", '{"n": 1}')])
+        again = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
+            {"queryId": "q2", "batchId": 3, "tokens": ["t1-retry"], "counts": [1]}).decode())
+        assert again["duplicate"] is True and again["pushed"] == 0
+        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows").fetchone() == (0,)
+        # abort drops only the named tokens' rows and is idempotent
+        stage_rows(conn, "t9", 0, [("p", None, "1")], batch=4)
+        stage_rows(conn, "t10", 0, [("p", None, "2")], batch=4)
+        abort = orjson.dumps({"queryId": "q2", "batchId": 4, "tokens": ["t9"]}).decode()
+        assert sql_json(conn, "SELECT queen.spark_abort_v2(%s::jsonb)::text", abort)["deleted"] == 1
+        assert sql_json(conn, "SELECT queen.spark_abort_v2(%s::jsonb)::text", abort)["deleted"] == 0
+        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows").fetchone() == (1,)
+
+
+def test_commit_v2_into_a_capped_queue_fails_rather_than_dropping(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)",
+                     (orjson.dumps({"queue": "capped2", "options": {"maxSize": 2}}).decode(),))
+        stage_rows(conn, "c1", 0, [("p", None, str(i)) for i in range(3)], batch=8, queue="capped2")
+        with pytest.raises(psycopg.Error, match="full"):
+            conn.execute("SELECT queen.spark_commit_batch_v2(%s::jsonb)", (orjson.dumps(
+                {"queryId": "q2", "batchId": 8, "tokens": ["c1"], "counts": [3]}).decode(),))
+        assert conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE batch_id = 8").fetchone() == (0,)
+        stage_rows(conn, "c2", 0, [("p", None, str(i)) for i in range(2)], batch=9, queue="capped2")
+        ok = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
+            {"queryId": "q2", "batchId": 9, "tokens": ["c2"], "counts": [2]}).decode())
+        assert ok["pushed"] == 2
+
+
+def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        def commit(batch: int, tokens: list[str], counts: list[int], mode: str = "pipelined") -> Any:
+            return sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
+                {"queryId": "qp", "batchId": batch, "tokens": tokens, "counts": counts, "mode": mode}).decode())
+
+        def stored() -> list[tuple[int, str]]:
+            return [(r[0], r[1]) for r in conn.execute(
+                "SELECT m.seq, m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstp' ORDER BY m.seq").fetchall()]
+
+        def staged(token: str) -> int:
+            row = conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp' AND token = %s",
+                               (token,)).fetchone()
+            return int(row[0]) if row else -1
+
+        def stage(token: str, batch: int, ids: list[str]) -> None:
+            stage_rows(conn, token, 0, [("p", i, f'"{i}"') for i in ids], batch=batch, queue="dstp", query="qp")
+
+        stage("a1", 0, ["m1", "m2"])
+        r0 = commit(0, ["a1"], [2])
+        assert (r0["pending"], r0["duplicate"], r0["pushed"], r0["staged"]) == (True, False, 0, 2)
+        assert stored() == []  # recorded, not applied yet
+        assert conn.execute("SELECT queen.spark_pending_queries_v2()").fetchone() == (["qp"],)
+        # Spark may abort a batch whose commit succeeded: the recorded batch's rows stay
+        aborted = sql_json(conn, "SELECT queen.spark_abort_v2(%s::jsonb)::text",
+                           orjson.dumps({"queryId": "qp", "batchId": 0, "tokens": ["a1"]}).decode())
+        assert aborted["deleted"] == 0 and staged("a1") == 2
+        # a replay of the recorded batch is a duplicate: the replay's rows go, the recorded ones stay
+        stage("a1-replay", 0, ["m1"])
+        assert commit(0, ["a1-replay"], [1])["duplicate"] is True
+        assert staged("a1-replay") == 0 and staged("a1") == 2 and stored() == []
+        # the next commit applies the pending batch first, then records its own
+        stage("b1", 1, ["m3"])
+        r1 = commit(1, ["b1"], [1])
+        assert r1["pending"] is True and r1["touched"] == ["dstp/p"]
+        assert stored() == [(1, "m1"), (2, "m2")] and staged("a1") == 0
+        applied = sql_json(conn, "SELECT queen.spark_apply_pending_v2('qp')::text")
+        assert (applied["applied"], applied["pushed"], applied["touched"]) == (1, 1, ["dstp/p"])
+        assert stored() == [(1, "m1"), (2, "m2"), (3, "m3")]
+        assert sql_json(conn, "SELECT queen.spark_apply_pending_v2('qp')::text")["applied"] == 0
+        assert conn.execute("SELECT queen.spark_pending_queries_v2()").fetchone() == ([],)
+        # a sync commit after a pipelined one: the pending batch goes first, the sync one is applied at once
+        stage("c1", 2, ["m4"])
+        commit(2, ["c1"], [1])
+        stage("d1", 3, ["m5", "m4"])  # m4 again: stored already, skipped
+        r3 = commit(3, ["d1"], [2], mode="sync")
+        assert (r3.get("pending"), r3["pushed"], r3["duplicates"]) == (None, 1, 1)
+        assert stored() == [(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4"), (5, "m5")]
+        batches = conn.execute("SELECT batch_id, pushed, pending_tokens FROM queen.spark_sink_batches "
+                               "WHERE query_id = 'qp' ORDER BY batch_id").fetchall()
+        assert batches == [(0, 2, None), (1, 1, None), (2, 1, None), (3, 1, None)]
+        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp'").fetchone() == (0,)

@@ -12,7 +12,7 @@ import pytest
 from queenpy.spark.options import SinkOptions, SourceOptions
 from queenpy.spark.reader import DataLossError, QueenInputPartition, read_range
 from queenpy.spark.schema import arrow_schema
-from queenpy.spark.writer import RowEncoder, check_sink_schema, derive_transaction_id
+from queenpy.spark.writer import RowEncoder, check_sink_schema, derive_transaction_id, first_non_json
 
 pytestmark = pytest.mark.spark
 
@@ -20,39 +20,30 @@ PID = "3f1c0a52-0000-4000-8000-000000000001"
 
 
 class PagedBroker:
-    """Answers ``messages()`` from a fixed list of offsets, as the broker would (range, limit, order)."""
+    """Answers ``read()`` from a fixed list of offsets of one partition, as the broker would (ranges, order)."""
 
     def __init__(self, offsets: list[int]) -> None:
         self.offsets = offsets
-        self.calls: list[tuple[int, int, int]] = []
+        self.calls: list[list[tuple[str, int, int]]] = []
 
-    def messages(self, partition_id: str, after: int, upto: int, limit: int) -> dict[str, Any]:
-        self.calls.append((after, upto, limit))
-        chosen = [o for o in self.offsets if after < o <= upto][:limit]
-        return {
-            "partitionId": partition_id,
-            "partition": "p",
-            "queue": "q",
-            "messages": [
-                {
-                    "offset": o,
-                    "id": f"id-{o}",
-                    "transactionId": f"t-{o}",
-                    "data": {"o": o},
-                    "createdAt": "2026-11-21T11:08:40.903082Z",
-                    "traceId": None,
-                    "producerSub": None,
-                }
-                for o in chosen
-            ],
-        }
+    def read(self, ranges: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+        self.calls.append(list(ranges))
+        blocks = []
+        for index, (partition_id, after, upto) in enumerate(ranges):
+            chosen = [o for o in self.offsets if after < o <= upto]
+            blocks.append({
+                "index": index, "partitionId": partition_id, "partition": "p", "queue": "q", "offsets": chosen,
+                "transactionIds": [f"t-{o}" for o in chosen], "data": [json.dumps({"o": o}) for o in chosen],
+                "createdAtUs": [1_795_000_000_000_000 + o for o in chosen], "traceIds": [None] * len(chosen),
+                "producerSubs": [None] * len(chosen)})
+        return blocks
 
 
 def offsets_read(broker: PagedBroker, after: int, upto: int, fail: bool) -> list[int]:
     batches = read_range(
-        broker,
-        QueenInputPartition(PID, after, upto),
-        page_size=4,  # type: ignore[arg-type]
+        broker,  # type: ignore[arg-type]
+        QueenInputPartition([(PID, after, upto)]),
+        page_size=4,
         fail_on_data_loss=fail,
     )
     out: list[int] = []
@@ -65,11 +56,22 @@ def offsets_read(broker: PagedBroker, after: int, upto: int, fail: bool) -> list
 def test_range_read_pages_through_the_range_in_order() -> None:
     broker = PagedBroker(list(range(1, 21)))
     assert offsets_read(broker, 2, 13, fail=True) == list(range(3, 14))
-    assert [c[0] for c in broker.calls] == [2, 6, 10]  # pages of 4, last one short
+    assert broker.calls == [[(PID, 2, 6)], [(PID, 6, 10)], [(PID, 10, 13)]]  # pages of 4, last one short
+
+
+def test_a_task_reads_several_partitions_per_request_in_order() -> None:
+    broker = PagedBroker(list(range(1, 21)))
+    other = "3f1c0a52-0000-4000-8000-000000000002"
+    part = QueenInputPartition([(PID, 0, 3), (other, 5, 8), (PID, 3, 4)])
+    batches = list(read_range(broker, part, page_size=5, fail_on_data_loss=True))  # type: ignore[arg-type]
+    assert broker.calls == [[(PID, 0, 3), (other, 5, 7)], [(other, 7, 8), (PID, 3, 4)]]
+    rows = [(r["partitionId"], r["offset"], r["data"]) for b in batches for r in b.to_pylist()]
+    assert rows == [(PID, 1, '{"o": 1}'), (PID, 2, '{"o": 2}'), (PID, 3, '{"o": 3}'), (other, 6, '{"o": 6}'),
+                    (other, 7, '{"o": 7}'), (other, 8, '{"o": 8}'), (PID, 4, '{"o": 4}')]
 
 
 @pytest.mark.parametrize(
-    "offsets, missing", [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4..6"), ([3, 4, 5, 6], "1..2")]
+    "offsets, missing", [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4"), ([3, 4, 5, 6], "1..2")]  # the first page (0, 4] fails
 )
 def test_gaps_fail_the_read_or_are_skipped(offsets: list[int], missing: str) -> None:
     with pytest.raises(DataLossError, match=f"offsets {missing} of queue 'q'"):
@@ -98,7 +100,7 @@ def rows(**columns: list[Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict(columns)
 
 
-def test_sink_rows_become_push_items() -> None:
+def test_sink_rows_become_staging_columns() -> None:
     options = SinkOptions.parse({"queue": "out"})
     batch = rows(
         data=[json.dumps({"a": 1}), "[1, 2]", None],
@@ -108,17 +110,19 @@ def test_sink_rows_become_push_items() -> None:
         traceId=[None, "0b9f6e2e-0000-4000-8000-00000000000a", None],
     )
     first = RowEncoder(options, "q", 2, task=0).encode(batch)
-    assert [(i["queue"], i["partition"], i["payload"]) for i in first] == [
-        ("out", "p1", {"a": 1}),
-        ("out", "Default", [1, 2]),
-        ("out", "p2", None),
-    ]
-    assert first[1]["traceId"] == "0b9f6e2e-0000-4000-8000-00000000000a" and "traceId" not in first[0]
+    assert first["data"] == ['{"a": 1}', "[1, 2]", None]  # JSON text passes through untouched
+    assert first["partitions"] == ["p1", None, "p2"]
+    assert first["traceIds"] == [None, "0b9f6e2e-0000-4000-8000-00000000000a", None]
     # two output rows of one input message get different ids; a replay gets the same ids
-    ids = [i["transactionId"] for i in first]
+    ids = first["transactionIds"]
     assert len(set(ids)) == 3
-    assert [i["transactionId"] for i in RowEncoder(options, "q", 2, task=1).encode(batch)] == ids
-    assert [i["transactionId"] for i in RowEncoder(options, "q", 3, task=0).encode(batch)] != ids
+    assert RowEncoder(options, "q", 2, task=1).encode(batch)["transactionIds"] == ids
+    assert RowEncoder(options, "q", 3, task=0).encode(batch)["transactionIds"] != ids
+    # the derivation is the documented pure function of (query id, batch id, source identity)
+    assert ids[0] == derive_transaction_id("q", 2, f"src:{PID}:5:0")
+    assert ids[1] == derive_transaction_id("q", 2, f"src:{PID}:5:1")
+    structs = pa.RecordBatch.from_pydict({"data": [{"a": 1, "b": [2]}]})
+    assert RowEncoder(options, "q", 0, 0).encode(structs)["data"] == ['{"a":1,"b":[2]}']
 
 
 def test_sink_options_and_schema_checks() -> None:
@@ -130,10 +134,15 @@ def test_sink_options_and_schema_checks() -> None:
         check_sink_schema(["data"], SinkOptions.parse({"queue": "q", "partitionColumn": "key"}))
     constant = SinkOptions.parse({"queue": "q", "partition": "all", "partitionColumn": "key"})
     check_sink_schema(["data"], constant)
-    assert RowEncoder(constant, "q", 0, 0).encode(rows(data=["1"]))[0]["partition"] == "all"
-    with pytest.raises(ValueError, match="not JSON"):
-        RowEncoder(SinkOptions.parse({"queue": "q"}), "q", 0, 0).encode(rows(data=["{oops"]))
+    assert RowEncoder(constant, "q", 0, 0).encode(rows(data=["1"]))["partitions"] == ["all"]
+    assert first_non_json(["1", None, '{"a": 2}', "{oops", "nope"]) is not None
+    assert first_non_json(["1", None, '{"a": 2}', "{oops", "nope"])[0] == 3  # type: ignore[index]
+    assert first_non_json(["1", None, "[]"]) is None
     source = SourceOptions.parse({"QUEUE": "q", "maxmessagespertrigger": "5", "failOnDataLoss": "false"})
     assert (source.queue, source.max_messages_per_trigger, source.fail_on_data_loss) == ("q", 5, False)
     with pytest.raises(ValueError, match="pageSize"):
         SourceOptions.parse({"queue": "q", "pageSize": "60000"})
+    assert SinkOptions.parse({"queue": "q"}).commit_mode == "sync"
+    assert SinkOptions.parse({"queue": "q", "COMMIT": "Pipelined"}).commit_mode == "pipelined"
+    with pytest.raises(ValueError, match="commit"):
+        SinkOptions.parse({"queue": "q", "commit": "later"})

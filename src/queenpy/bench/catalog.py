@@ -52,9 +52,11 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``soak`` | ``operators`` | ``streams``; ``mode``
-    (consume): ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
-    second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``soak`` | ``operators`` | ``streams`` |
+    ``spark``; ``mode`` (consume): ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop +
+    ``/transaction`` ack and push to a second queue), (spark) the sink's ``commit`` option, ``sync`` or
+    ``pipelined``; ``groups``: consumer groups reading everything (fan-out); ``batch``: pop batch, or for
+    ``spark`` the ``maxMessagesPerTrigger``; ``limit``: key in LIMITS."""
 
     name: str
     kind: str
@@ -124,6 +126,15 @@ SCENARIOS: list[Scenario] = [
              "completedRetentionSeconds 5, for --duration (default 10 min): table size, broker RSS and the "
              "services' cost on push/consume (only with --only soak)",
              per_request=10, connections=10, mode="ack", initial_rate=10_000, default=False),
+    Scenario("spark-handoff", "spark", "insert-100-1KB",
+             "Spark local[*] availableNow copy of a 1 KB backlog over 100 partitions to a new queue through "
+             'format("queen") both ways, micro-batches of 20,000; steady rate after the first micro-batch '
+             "(needs the spark extra)",
+             payload_bytes=1024, batch=20_000, mode="sync", initial_rate=4_000),
+    Scenario("spark-handoff-pipelined", "spark", "insert-100-1KB",
+             "spark-handoff with the sink's pipelined commits (commit=pipelined: the broker moves a micro-batch "
+             "into the queue while Spark runs the next one)",
+             payload_bytes=1024, batch=20_000, mode="pipelined", initial_rate=4_000),
 ]
 
 

@@ -240,27 +240,33 @@ class BenchCore:
                 "ground_truth": {}, "limit": scenario.limit}
 
     def _fill_window(self, run: dict[str, Any], messages: int, start: CpuMark, end: CpuMark,
-                     wrk_runs: list[WrkRun], latency_from: WrkRun | None, checkpoints: int) -> None:
+                     wrk_runs: list[WrkRun], latency_from: WrkRun | None, checkpoints: int,
+                     extra_cpu_s: dict[str, float] | None = None) -> None:
+        """The window's figures into ``run``; ``extra_cpu_s``: CPU seconds of other processes of the scenario
+        (``{"spark": ...}``), reported next to the broker's and PostgreSQL's instead of under "other"."""
         window = end.at - start.at
         broker_s = end.broker_s - start.broker_s
         postgres_s = end.postgres_s - start.postgres_s
         wrk_s = sum(w.cpu_s for w in wrk_runs)
+        extra = dict(extra_cpu_s or {})
         busy = end.machine.busy_s - start.machine.busy_s
         total = max(1e-9, end.machine.total_s - start.machine.total_s)
-        ours = broker_s + postgres_s + wrk_s + (end.harness_s - start.harness_s)
+        ours = broker_s + postgres_s + wrk_s + sum(extra.values()) + (end.harness_s - start.harness_s)
         def per(seconds: float) -> float | None:
             return seconds / messages * 1e6 if messages > 0 else None
 
         rss, pss, processes = self.memory.peak()
         run.update({
             "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
-            "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s},
-            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s), "wrk": per(wrk_s)},
+            "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s, **extra},
+            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s), "wrk": per(wrk_s),
+                               **{name: per(seconds) for name, seconds in extra.items()}},
             # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
             "postgres_cpu_s_by_kind": {kind: seconds for kind, seconds in sorted(
                 procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds},
             "cpu_share_of_machine": {"broker": broker_s / total, "postgres": postgres_s / total,
-                                     "wrk": wrk_s / total, "other": max(0.0, busy - ours) / total,
+                                     "wrk": wrk_s / total, **{name: s / total for name, s in extra.items()},
+                                     "other": max(0.0, busy - ours) / total,
                                      "idle": max(0.0, total - busy) / total},
             "broker_rss_mb_peak": rss / 2**20, "broker_pss_mb_peak": pss / 2**20, "broker_processes": processes,
             "checkpoints_in_window": checkpoints,

@@ -36,6 +36,9 @@ def table(document: dict[str, Any]) -> str:
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
+        if entry.get("skipped") and not m:
+            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | skipped |")
+            continue
         if not m:
             lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | INVALID |")
             continue
@@ -81,6 +84,10 @@ def table(document: dict[str, Any]) -> str:
             lines.append(f"{entry['scenario']}: {_num(streams['cycles_per_s'])} cycles/s, "
                          f"{_num(entry['median']['msg_per_s'])} msg/s ({_num(streams['messages_per_cycle'], 1)} "
                          f"msg/cycle), {_num(streams['windows_emitted_per_s'])} windows emitted/s")
+        spark = (entry.get("median") or {}).get("spark")
+        if spark:
+            lines.append("")
+            lines.append(spark_line(entry))
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")
@@ -88,17 +95,36 @@ def table(document: dict[str, Any]) -> str:
                      f"+{ledger['rows_delta']:,}: {ledger['verdict']}")
     remarks = [(e["scenario"], "INVALID: " + p) for e in document["scenarios"] for p in e["problems"]]
     remarks += [(e["scenario"], n) for e in document["scenarios"] for n in e["notes"]]
+    remarks += [(e["scenario"], "skipped: " + e["skipped"]) for e in document["scenarios"] if e.get("skipped")]
     if remarks:
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
     return "\n".join(lines)
 
 
+def spark_line(entry: dict[str, Any]) -> str:
+    """The Spark scenario's own line: steady rate, its ratios to the same round's push and handoff figures,
+    the first micro-batch, and Spark's CPU next to the broker's and PostgreSQL's."""
+    m = entry["median"]
+    spark, cpu = m["spark"], m["cpu_us_per_msg"]
+    vs_push, vs_handoff = spark.get("vs_push-100-1KB"), spark.get("vs_handoff-tx")
+    start = spark.get("session_start_s")
+    return (f"{entry['scenario']}: steady {_num(m['msg_per_s'])} msg/s after the first micro-batch"
+            + (f" = {vs_push:.2f} of push-100-1KB" if vs_push else "")
+            + (f", {vs_handoff:.1f}x handoff-tx" if vs_handoff else "")
+            + " (same round, medians); first micro-batch "
+            f"{_num(spark['first_batch_s'], 1)} s after query start ({_num(spark['max_per_trigger'])} messages), "
+            f"{_num(spark['batches'])} micro-batches; CPU µs/msg: Spark {_num(cpu.get('spark'), 1)}, broker "
+            f"{_num(cpu.get('broker'), 1)}, PG {_num(cpu.get('postgres'), 1)}"
+            + (f"; SparkSession start {start:.1f} s" if start else ""))
+
+
 def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
     """One line: who used the cores, and what PostgreSQL's active backends waited on."""
     parts = []
     if cpu:
-        names = {"postgres": "PG", "broker": "broker", "wrk": "wrk", "other": "others", "idle": "idle"}
+        names = {"postgres": "PG", "broker": "broker", "wrk": "wrk", "spark": "Spark", "other": "others",
+                 "idle": "idle"}
         parts.append("cores: " + ", ".join(f"{names[k]} {v * 100:.0f}%" for k, v in
                                            sorted(cpu.items(), key=lambda item: -item[1]) if v >= 0.02))
     states = [(k, v) for k, v in waits.items() if k != "active_backends" and v >= 0.03]

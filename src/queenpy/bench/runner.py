@@ -23,6 +23,7 @@ from typing import Any
 
 from queenpy.bench import report
 from queenpy.bench.broker import Broker
+from queenpy.bench.kinds.spark import ScenarioSkipped
 from queenpy.bench.parsing import median, select_names
 from queenpy.bench.postgres import BenchError, PrivatePostgres, Sql
 from queenpy.bench.scenarios import LIMITS, SCENARIOS, Bench, Options, Scenario, environment_facts
@@ -130,6 +131,12 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
                     result = bench.run_scenario(scenario, round_no)
                 except BenchError:
                     raise
+                except ScenarioSkipped as exc:
+                    echo(f"   {scenario.name:<28} skipped: {exc}")
+                    bench.scenario_results[(round_no, scenario.name)] = {
+                        "scenario": scenario.name, "round": round_no, "valid": True, "skipped": str(exc),
+                        "problems": [], "notes": [], "limit": scenario.limit}
+                    continue
                 except Exception as exc:  # noqa: BLE001 (a crashed scenario is reported, the others still run)
                     result = {"scenario": scenario.name, "round": round_no, "valid": False,
                               "problems": [f"crashed: {exc.__class__.__name__}: {exc}"], "notes": [],
@@ -208,6 +215,7 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
             if limit and limit["msg_per_s"]:
                 r["ratio"] = r["msg_per_s"] / limit["msg_per_s"]
                 ratios.append(r["ratio"])
+        skipped = next((r["skipped"] for r in rounds if "skipped" in r), None)
         entry: dict[str, Any] = {
             "scenario": scenario.name, "description": scenario.description, "limit": scenario.limit,
             "parameters": {"kind": scenario.kind, "per_request": scenario.per_request,
@@ -219,7 +227,13 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
             "notes": sorted({n for r in rounds for n in r["notes"]}),
             "runs": rounds,
         }
+        if skipped:
+            entry["skipped"] = skipped
         if measured:
+            cpu_keys = [k for k in ("broker", "postgres", "wrk", "spark")
+                        if any(k in r["cpu_us_per_msg"] for r in measured)]
+            share_keys = [k for k in ("broker", "postgres", "wrk", "spark", "other", "idle")
+                          if any(k in r["cpu_share_of_machine"] for r in measured)]
             entry["median"] = {
                 "msg_per_s": median(r["msg_per_s"] for r in measured),
                 "limit_msg_per_s": limits.get(scenario.limit, {}).get("median", {}).get("msg_per_s"),
@@ -227,10 +241,9 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                 "requests_per_s": median(r.get("requests_per_s") for r in measured),
                 "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in measured)
                                for k in ("50", "90", "99", "99.9")},
-                "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"][k] for r in measured)
-                                   for k in ("broker", "postgres", "wrk")},
-                "cpu_share_of_machine": {k: median(r["cpu_share_of_machine"][k] for r in measured)
-                                         for k in ("broker", "postgres", "wrk", "other", "idle")},
+                "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"].get(k) for r in measured) for k in cpu_keys},
+                "cpu_share_of_machine": {k: median(r["cpu_share_of_machine"].get(k) for r in measured)
+                                         for k in share_keys},
                 "broker_rss_mb_peak": max(r["broker_rss_mb_peak"] for r in measured),
                 "broker_pss_mb_peak": max(r["broker_pss_mb_peak"] for r in measured),
                 "pg_waits": _median_shares([r.get("pg_waits", {}) for r in measured]),
@@ -254,6 +267,13 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                                                           for r in measured),
                     "push_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["push"] for r in measured),
                     "consume_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["consume"] for r in measured)}
+            if scenario.kind == "spark":
+                entry["median"]["spark"] = {
+                    k: median(r["spark"].get(k) for r in measured)
+                    for k in ("first_batch_s", "vs_push-100-1KB", "vs_handoff-tx", "batches")}
+                entry["median"]["spark"]["session_start_s"] = next(
+                    (r["spark"]["session_start_s"] for r in measured if r["spark"].get("session_start_s")), None)
+                entry["median"]["spark"]["max_per_trigger"] = scenario.batch
         results.append(entry)
     others = [r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r]
     return {

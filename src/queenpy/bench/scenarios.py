@@ -13,11 +13,12 @@ from queenpy.bench.kinds.operators import OperatorsRuns
 from queenpy.bench.kinds.push import PushRuns
 from queenpy.bench.kinds.soak import SoakRuns
 from queenpy.bench.kinds.streams import StreamsRuns
+from queenpy.bench.kinds.spark import SparkRuns
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Options", "Scenario", "environment_facts", "payload"]
 
 
-class Bench(PushRuns, StreamsRuns, ConsumeRuns, KeepupRuns, SoakRuns, OperatorsRuns):
+class Bench(PushRuns, StreamsRuns, ConsumeRuns, KeepupRuns, SoakRuns, OperatorsRuns, SparkRuns):
     """The whole suite's runner: a private PostgreSQL, the broker, and a runner per scenario kind."""
 
     def run_scenario(self, scenario: Scenario, round_no: int) -> dict[str, Any]:

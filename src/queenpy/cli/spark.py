@@ -1,7 +1,9 @@
 """``queenpy spark run PIPELINE``: run a pipeline script on Spark with quiet logs and progress lines.
 
 The command prepares the environment (Python workers on this interpreter, log4j2 at ERROR, loopback binding
-for local masters), builds the SparkSession (``--master``, default ``local[*]``), registers the ``queen``
+for local masters), builds the SparkSession (``--master``, default ``local[*]``; ``spark://host:7077`` for a
+standalone cluster, where the driver runs here and the executors on the workers; ``--conf`` for any Spark
+setting), registers the ``queen``
 source, attaches a progress listener (rows/s, batch id, lag per queue, on stderr), then runs the script as
 ``__main__`` with the remaining arguments. The script gets the session with ``queenpy.spark.get_session()``
 (or ``SparkSession.builder.getOrCreate()``) and the broker URL from ``$QUEEN_URL`` (set from ``--url``).
@@ -54,6 +56,16 @@ def run(
             "--url", envvar="QUEEN_URL", help="Broker base URL, passed to the script as $QUEEN_URL."
         ),
     ] = None,
+    conf: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--conf",
+            metavar="KEY=VALUE",
+            envvar="QUEENPY_SPARK_CONF",
+            help="A Spark setting, repeatable (spark.executor.memory=1g, spark.sql.shuffle.partitions=4); "
+            "applied last, so it wins over queenpy's defaults. From the environment: space-separated.",
+        ),
+    ] = None,
     progress: Annotated[
         bool,
         typer.Option(
@@ -75,11 +87,18 @@ def run(
     except ImportError:
         typer.echo("error: the Spark connector needs the spark extra: pip install 'queenpy[spark]'", err=True)
         raise typer.Exit(2) from None
+    settings: dict[str, str] = {}
+    for pair in conf or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            typer.echo(f"error: --conf expects KEY=VALUE, got {pair!r}", err=True)
+            raise typer.Exit(2)
+        settings[key.strip()] = value
     if url:
         os.environ["QUEEN_URL"] = url
     os.environ[MASTER_ENV] = master
     prepare_environment(master, quiet=not verbose)
-    spark = build_session(master, app_name=pipeline.stem, quiet=not verbose)
+    spark = build_session(master, app_name=pipeline.stem, config=settings, quiet=not verbose)
     if progress:
         from queenpy.spark.progress import ProgressPrinter
 

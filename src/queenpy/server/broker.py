@@ -21,6 +21,7 @@ from queenpy.server.maintenance import MaintenanceState
 from queenpy.server.metrics import WorkerMetrics
 from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
 from queenpy.services import Services
+from queenpy.server.spark_apply import PendingApplier
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -52,6 +53,7 @@ class Broker:
         self.snapshot_cache = SnapshotCache()
         holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
         self.services = Services(self.database, settings.services, holder)
+        self.spark_applier = PendingApplier(self.database, self.engine.announce)
 
     async def start(self) -> None:
         await self.database.open()
@@ -61,8 +63,10 @@ class Broker:
         self.failover.start()
         self.metrics.start()
         await self.services.start()
+        self.spark_applier.start()
 
     async def stop(self) -> None:
+        await self.spark_applier.stop()
         await self.services.stop()
         await self.metrics.stop()
         await self.maintenance.stop()

@@ -226,6 +226,18 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         _param("partitionId", required=True, schema={"type": "string", "format": "uuid"}),
         _param("after", schema=_INT), _param("upto", schema=_INT),
         _param("limit", schema={"type": "integer", "minimum": 1, "maximum": 50000})], None),
+    ("post", "/api/v1/spark/read"): ("Messages of several partition ranges, as columns, without a lease", [], {
+        "type": "object", "required": ["ranges"], "properties": {"ranges": {
+            "type": "array", "minItems": 1, "maxItems": 10000, "items": {
+                "type": "object", "required": ["partitionId", "upto"], "properties": {
+                    "partitionId": {"type": "string", "format": "uuid"}, "after": _INT, "upto": _INT}}}}}),
+    ("post", "/api/v1/spark/rows"): ("Stage rows of one micro-batch write task, as columns", [], {
+        "type": "object", "required": ["queryId", "batchId", "token", "queue", "data"], "properties": {
+            "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0}, "token": _NAME, "first": _INT,
+            "queue": _NAME, "data": {"type": "array", "items": {"type": "string", "nullable": True}},
+            "partitions": {"type": "array", "items": {"type": "string", "nullable": True, "maxLength": 255}},
+            "transactionIds": {"type": "array", "items": {"type": "string", "nullable": True, "maxLength": 255}},
+            "traceIds": {"type": "array", "items": {"type": "string", "nullable": True, "format": "uuid"}}}}),
     ("post", "/api/v1/spark/cursor"): ("Advance a consumer group's cursors to offsets", [], {
         "type": "object", "required": ["queue", "consumerGroup", "offsets"], "properties": {
             "queue": _NAME, "consumerGroup": _NAME,
@@ -237,7 +249,9 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("post", "/api/v1/spark/commit"): ("Commit a micro-batch once: push its staged rows", [], {
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
-            "tokens": {"type": "array", "items": _NAME}}}),
+            "tokens": {"type": "array", "items": _NAME},
+            "counts": {"type": "array", "items": _INT},
+            "mode": {"type": "string", "enum": ["sync", "pipelined"]}}}),
     ("post", "/api/v1/spark/abort"): ("Drop staged rows of a failed micro-batch", [], {
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
@@ -270,6 +284,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/"): ("The web console (HTML page; public, no authentication)", [], None),
     ("get", "/ui/{path}"): ("A static file of the web console (script, style, vendored library); public",
                             [_param("path", "path")], None),
+    ("post", "/api/v1/spark/flush"): ("Apply a query's pipelined micro-batches still pending", [], {
+        "type": "object", "required": ["queryId"], "properties": {"queryId": _NAME}}),
 }
 
 # operations that answer something other than JSON: (method, path) -> responses

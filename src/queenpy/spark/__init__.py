@@ -22,11 +22,12 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-__all__ = ["QueenDataSource", "build_session", "get_session", "register"]
+__all__ = ["QueenDataSource", "build_session", "flush_sink", "get_session", "register"]
 
 _EXPORTS = {
     "QueenDataSource": ".source",
     "build_session": ".session",
+    "flush_sink": ".broker",
     "get_session": ".session",
     "register": ".session",
 }

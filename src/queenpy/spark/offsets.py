@@ -36,7 +36,9 @@ __all__ = [
     "cap",
     "lag",
     "missing_offsets",
+    "pages",
     "parse_starting_offsets",
+    "plan_tasks",
     "resolve_starting_offsets",
     "split_ranges",
 ]
@@ -289,6 +291,51 @@ def split_ranges(
             ranges.append(OffsetRange(pid, lo, upto))
             lo = upto
     return ranges
+
+
+def plan_tasks(ranges: Iterable[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
+    """Group the ranges of a micro-batch into ``tasks`` Spark tasks of (nearly) equal message counts.
+
+    The ranges are taken in order and cut where a task is full, so each task reads a consecutive run of
+    ranges and one partition's messages are spread over consecutive tasks in offset order (the sink commits
+    tasks in task order, which keeps each partition's order in a copy). Returns at most ``tasks`` non-empty
+    lists, fewer when there are fewer messages than tasks; ``[]`` when there is nothing to read.
+
+    One task per partition range made 100 tasks for a micro-batch over 100 partitions, each paying Spark's
+    per-task cost (scheduling, a Python worker round trip, one HTTP request each way): 20,000 messages of
+    1 KB took 20 s on two cores. Two tasks read and write the same messages in well under a second.
+    """
+    todo = [r for r in ranges if r.count > 0]
+    total = sum(r.count for r in todo)
+    if total == 0:
+        return []
+    return _fill(todo, -(-total // max(1, min(tasks, total))))
+
+
+def pages(ranges: Iterable[OffsetRange], page_size: int) -> list[list[OffsetRange]]:
+    """Cut a task's ranges into requests of at most ``page_size`` offsets each (in order; a range longer than
+    a page is split). Offsets are gap-free, so a request's size is known before it is sent."""
+    return _fill(ranges, max(1, page_size))
+
+
+def _fill(ranges: Iterable[OffsetRange], size: int) -> list[list[OffsetRange]]:
+    """Consecutive groups of ``size`` offsets (the last one shorter), cutting ranges where a group is full."""
+    planned: list[list[OffsetRange]] = []
+    current: list[OffsetRange] = []
+    filled = 0
+    for r in ranges:
+        after = r.after
+        while after < r.upto:
+            take = min(r.upto - after, size - filled)
+            current.append(OffsetRange(r.partition_id, after, after + take))
+            after += take
+            filled += take
+            if filled == size:
+                planned.append(current)
+                current, filled = [], 0
+    if current:
+        planned.append(current)
+    return planned
 
 
 def missing_offsets(after: int, upto: int, offsets: Iterable[int]) -> list[tuple[int, int]]:

@@ -15,8 +15,12 @@ startingOffsets        group if a group is  ``group`` | ``earliest`` | ``latest`
 endingOffsets          latest               batch reads only: ``latest`` or a JSON ``{partitionId: n}``
 maxMessagesPerTrigger  100000               budget per micro-batch over all partitions (0: unlimited)
 failOnDataLoss         true                 fail when offsets in a range are missing (retention, deletes)
-messagesPerTask        50000                longer partition ranges are split into several Spark tasks
-pageSize               10000                messages per HTTP page (<= 50000)
+messagesPerTask        50000                most messages per Spark task of a micro-batch
+minTasks               CPU cores of the     fewest Spark tasks per micro-batch (when it has as many messages):
+                       driver host          the ranges of all partitions are packed into
+                                            ``max(minTasks, messages / messagesPerTask)`` tasks of equal size;
+                                            on a cluster, set it to the executors' total cores
+pageSize               10000                most messages per HTTP request (<= 50000)
 ====================== ==================== =============================================================
 
 Sink options:
@@ -28,7 +32,12 @@ partitionColumn        ``partition`` if the column holding the partition name; e
                        column exists
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
-stageBatchSize         5000                 items per ``/spark/stage`` request
+stageBatchSize         10000                rows per ``/spark/rows`` request
+commit                 sync                 ``sync``: a micro-batch's messages are in the queue when Spark's commit
+                                            returns. ``pipelined``: the commit records the batch and returns; the
+                                            broker moves its rows into the queue while Spark runs the next batch
+                                            (exactly once, in batch order; visible a moment later: after a query
+                                            ends, ``flush_sink`` waits for the rest)
 ====================== ==================== =============================================================
 """
 
@@ -104,6 +113,7 @@ class SourceOptions:
     max_messages_per_trigger: int
     fail_on_data_loss: bool
     messages_per_task: int
+    min_tasks: int
     page_size: int
 
     @classmethod
@@ -121,6 +131,7 @@ class SourceOptions:
             max_messages_per_trigger=_int(options, "maxMessagesPerTrigger", 100_000),
             fail_on_data_loss=_bool(options, "failOnDataLoss", True),
             messages_per_task=_int(options, "messagesPerTask", 50_000, minimum=1),
+            min_tasks=_int(options, "minTasks", os.cpu_count() or 2, minimum=1),
             page_size=page_size,
         )
 
@@ -137,6 +148,7 @@ class SinkOptions:
     transaction_id_column: str | None
     write_id: str | None
     stage_batch_size: int
+    commit_mode: str = "sync"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -148,5 +160,13 @@ class SinkOptions:
             partition_column=_get(options, "partitionColumn"),
             transaction_id_column=_get(options, "transactionIdColumn"),
             write_id=_get(options, "writeId"),
-            stage_batch_size=_int(options, "stageBatchSize", 5_000, minimum=1),
+            stage_batch_size=_int(options, "stageBatchSize", 10_000, minimum=1),
+            commit_mode=_choice(options, "commit", ("sync", "pipelined"), "sync"),
         )
+
+
+def _choice(options: Mapping[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = (_get(options, name) or default).lower()
+    if value not in allowed:
+        raise ValueError(f"option {name} must be one of {', '.join(allowed)}, got {value!r}")
+    return value

@@ -7,7 +7,10 @@ runs in executor Python workers on a *pickled copy* made at planning time, so it
 Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before running
 it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
 ``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
-visible in commit order. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
+visible in commit order. A micro-batch's ranges over all partitions are packed into a few tasks of equal size
+(:func:`offsets.plan_tasks`: ``minTasks``, by default the driver host's cores, or more when a batch exceeds
+``messagesPerTask`` per task), and a task fetches its ranges with ``POST /api/v1/spark/read``, several ranges
+per request, ``pageSize`` messages at most, columns in, Arrow record batches out. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
 offsets of finished micro-batches (advisory, for lag, retention and dashboards: the checkpoint is the authority).
 
 Retention and the reader agree (see the README, "Background services"): completed retention deletes only
@@ -46,7 +49,9 @@ from .offsets import (
     admit,
     cap,
     missing_offsets,
+    pages,
     parse_starting_offsets,
+    plan_tasks,
     resolve_starting_offsets,
     split_ranges,
 )
@@ -66,45 +71,59 @@ class DataLossError(QueenError):
 
 @dataclass
 class QueenInputPartition(InputPartition):
-    """One Spark task: messages ``after < offset <= upto`` of broker partition ``partition_id``."""
+    """One Spark task: consecutive offset ranges ``(partitionId, after, upto)`` (messages ``after < offset <=
+    upto`` of each), read in this order."""
 
-    partition_id: str
-    after: int
-    upto: int
+    ranges: list[tuple[str, int, int]]
+
+
+def _partitions_of(ranges: list[OffsetRange], options: SourceOptions) -> list[InputPartition]:
+    total = sum(r.count for r in ranges)
+    tasks = max(options.min_tasks, -(-total // options.messages_per_task))
+    return [
+        QueenInputPartition([(r.partition_id, r.after, r.upto) for r in task]) for task in plan_tasks(ranges, tasks)
+    ]
 
 
 def read_range(
     broker: SparkBroker, part: QueenInputPartition, *, page_size: int, fail_on_data_loss: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Fetch ``(after, upto]`` page by page and yield Arrow record batches in offset order.
+    """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch per request,
+    in range and offset order.
 
     Raises:
-        DataLossError: offsets are missing inside the range and ``fail_on_data_loss`` is set (otherwise the
-            gap is logged and skipped).
+        DataLossError: offsets are missing inside a range and ``fail_on_data_loss`` is set (otherwise the gap
+            is logged and skipped).
     """
-    from .schema import messages_to_arrow
+    from .schema import blocks_to_arrow
 
-    after = part.after
-    while after < part.upto:
-        page = broker.messages(part.partition_id, after, part.upto, page_size)
-        messages = page.get("messages") or []
-        offsets = [int(m["offset"]) for m in messages]
-        last = offsets[-1] if offsets else part.upto
-        gaps = missing_offsets(after, last if messages and len(messages) >= page_size else part.upto, offsets)
-        if gaps:
-            where = f"queue {page.get('queue')!r} partition {page.get('partition')!r} ({part.partition_id})"
-            text = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in gaps[:5])
-            if fail_on_data_loss:
-                raise DataLossError(
-                    f"offsets {text} of {where} are missing (deleted or expired). Set failOnDataLoss=false "
-                    "to skip them, or restart the query from a new checkpoint."
-                )
-            log.warning("skipping missing offsets %s of %s", text, where)
-        if messages:
-            yield messages_to_arrow(page, messages)
-        if not messages or len(messages) < page_size:
-            break
-        after = last
+    for page in pages((OffsetRange(*r) for r in part.ranges), page_size):
+        blocks = {int(b["index"]): b for b in broker.read([(r.partition_id, r.after, r.upto) for r in page])}
+        found = []
+        for i, r in enumerate(page):
+            block = blocks.get(i)
+            offsets = block["offsets"] if block else []
+            if len(offsets) != r.count:  # (after, upto] holds distinct offsets: equal counts mean no gap
+                _gap(r, block, [int(o) for o in offsets], fail_on_data_loss)
+            if block and offsets:
+                found.append(block)
+        if found:
+            yield blocks_to_arrow(found)
+
+
+def _gap(r: OffsetRange, block: dict[str, Any] | None, offsets: list[int], fail: bool) -> None:
+    gaps = missing_offsets(r.after, r.upto, offsets)
+    if not gaps:
+        return
+    where = (f"queue {block.get('queue')!r} partition {block.get('partition')!r} ({r.partition_id})" if block
+             else f"partition {r.partition_id} (not found)")
+    text = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in gaps[:5])
+    if fail:
+        raise DataLossError(
+            f"offsets {text} of {where} are missing (deleted or expired). Set failOnDataLoss=false "
+            "to skip them, or restart the query from a new checkpoint."
+        )
+    log.warning("skipping missing offsets %s of %s", text, where)
 
 
 def _heads(broker: SparkBroker, options: SourceOptions, with_group: bool = False) -> dict[str, Any]:
@@ -182,13 +201,13 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return QueueOffset(self.options.queue, self._latest_heads).to_json()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
-        """One task per partition range (split every ``messagesPerTask``); [] when ``start == end``."""
+        """The batch's ranges packed into tasks (:func:`offsets.plan_tasks`); [] when ``start == end``.
+
+        Deterministic in ``(start, end)`` and the options, so a replayed batch reads the same tasks.
+        """
         begin = QueueOffset.from_json(start, self.options.queue).partitions
         finish = QueueOffset.from_json(end, self.options.queue).partitions
-        return [
-            QueenInputPartition(r.partition_id, r.after, r.upto)
-            for r in split_ranges(begin, finish, self.options.messages_per_task)
-        ]
+        return _partitions_of(split_ranges(begin, finish), self.options)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Advance the consumer group's cursor to ``end`` (no-op without ``consumerGroup``)."""
@@ -248,8 +267,7 @@ class QueenBatchReader(DataSourceReader):
                 wanted = StartingOffsets("json", {**{pid: -1 for pid in heads}, **wanted.partitions})
             end = resolve_starting_offsets(wanted, heads)
         end = {pid: max(int(end.get(pid, 0)), start.get(pid, 0)) for pid in heads}
-        ranges: list[OffsetRange] = split_ranges(start, end, options.messages_per_task)
-        return [QueenInputPartition(r.partition_id, r.after, r.upto) for r in ranges]
+        return _partitions_of(split_ranges(start, end), options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read_partition(self.options, partition)

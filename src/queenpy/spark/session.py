@@ -1,17 +1,31 @@
 """A SparkSession set up for queue pipelines on a small machine (SPARK-NOTES.md sections 1, 6 and 7).
 
 :func:`prepare_environment` must run before the JVM starts (the environment is frozen at JVM start): it points
-the Python workers at this interpreter (``PYSPARK_PYTHON``), binds to loopback for local masters, and quiets
-Spark's logs with a log4j2 configuration in a ``SPARK_CONF_DIR`` of our own. :func:`get_session` returns the
-active session if there is one (``queenpy spark run`` builds it before running a pipeline script), else builds
-one with :func:`build_session`.
+the Python workers at this interpreter (``PYSPARK_PYTHON``), binds to loopback for local masters, quiets
+Spark's logs with a log4j2 configuration in a ``SPARK_CONF_DIR`` of our own, and (for a pip-installed pyspark)
+points ``SPARK_HOME`` at :func:`compiled_spark_home`. :func:`get_session` returns the active session if there is
+one (``queenpy spark run`` builds it before running a pipeline script), else builds one with
+:func:`build_session`.
+
+Why the ``SPARK_HOME`` shim: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's
+``PYTHONPATH`` (``PythonUtils.sparkPythonPath``, unconditionally). The pip package's zip holds no bytecode and
+zipimport never writes any, so every new worker compiles pyspark's modules from source: importing
+``pyspark.sql.streaming.python_streaming_source_runner`` costs 0.9-1.0 s CPU from the zip against 0.3 s from
+site-packages (measured here). A streaming query's source runner is such a worker
+(``PythonStreamingSourceRunner.init`` → ``PythonWorkerFactory.createSimpleWorker``), and the JVM waits a
+hard-coded 10 s for it to connect back (``Selector.select(10000)``, no setting governs it;
+``spark.python.authenticate.socketTimeout`` does not). On a loaded 2-core machine the compile alone overran
+that: "Python worker failed to connect back" at query start. Without the zip on the path, workers import the
+same pyspark from this interpreter's site-packages, compiled once.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +37,7 @@ __all__ = [
     "DEFAULT_MASTER",
     "LOG4J2_PROPERTIES",
     "build_session",
+    "compiled_spark_home",
     "get_session",
     "prepare_environment",
     "register",
@@ -30,6 +45,7 @@ __all__ = [
 
 DEFAULT_MASTER = "local[*]"
 MASTER_ENV = "QUEENPY_SPARK_MASTER"
+SHIM_ENV = "QUEENPY_SPARK_HOME_SHIM"  # "0" keeps SPARK_HOME as pyspark finds it
 
 LOG4J2_PROPERTIES = """\
 rootLogger.level = error
@@ -50,20 +66,67 @@ def prepare_environment(master: str = DEFAULT_MASTER, *, quiet: bool = True) -> 
     """Set the process environment Spark's JVM and Python workers inherit. Call before the first session.
 
     Sets ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this interpreter (unless set), ``SPARK_LOCAL_IP``
-    to 127.0.0.1 for local masters, and, with ``quiet``, ``SPARK_CONF_DIR`` to a directory holding
-    :data:`LOG4J2_PROPERTIES` (unless ``SPARK_CONF_DIR`` is set already).
+    to 127.0.0.1 for local masters, ``SPARK_HOME`` to :func:`compiled_spark_home` (unless ``SPARK_HOME`` is set,
+    ``PYSPARK_PYTHON`` is another interpreter, or ``QUEENPY_SPARK_HOME_SHIM=0``), and, with ``quiet``,
+    ``SPARK_CONF_DIR`` to a directory holding :data:`LOG4J2_PROPERTIES` (unless ``SPARK_CONF_DIR`` is set).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if _is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if (not os.environ.get("SPARK_HOME") and os.environ.get(SHIM_ENV, "1") != "0"
+            and os.environ["PYSPARK_PYTHON"] == sys.executable):
+        home = compiled_spark_home()
+        if home is not None:
+            os.environ["SPARK_HOME"] = str(home)
     if quiet and not os.environ.get("SPARK_CONF_DIR"):
-        conf_dir = Path(tempfile.gettempdir()) / f"queenpy-spark-conf-{os.getuid()}"
-        conf_dir.mkdir(exist_ok=True)
+        conf_dir = _scratch()
         target = conf_dir / "log4j2.properties"
         if not target.exists() or target.read_text() != LOG4J2_PROPERTIES:
             target.write_text(LOG4J2_PROPERTIES)
         os.environ["SPARK_CONF_DIR"] = str(conf_dir)
+
+
+def _scratch() -> Path:
+    conf_dir = Path(tempfile.gettempdir()) / f"queenpy-spark-conf-{os.getuid()}"
+    conf_dir.mkdir(exist_ok=True)
+    return conf_dir
+
+
+def compiled_spark_home() -> Path | None:
+    """A ``SPARK_HOME`` for the pip-installed pyspark without its ``python/lib`` zips, or None if pyspark is not
+    pip-installed here (then ``SPARK_HOME`` must stay what the user has).
+
+    The directory (``$TMPDIR/queenpy-spark-conf-<uid>/spark-home-<hash of the pyspark path>``) holds a symbolic
+    link to every top-level entry of the pyspark package (``bin``, ``jars``, ``sbin``...) except ``python``, so
+    ``spark-submit`` and the JVM are the package's own while the workers' ``PYTHONPATH`` names a zip that does not
+    exist and ``import pyspark`` resolves to this interpreter's compiled copy (see the module docstring). Built
+    in a fresh directory and renamed into place, so concurrent processes never see a partial one.
+    """
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    package = Path(spec.origin).resolve().parent
+    if not (package / "bin" / "spark-submit").is_file() or not (package / "jars").is_dir():
+        return None  # not the pip layout (e.g. pyspark from a Spark distribution's python/ directory)
+    target = _scratch() / f"spark-home-{hashlib.sha256(str(package).encode()).hexdigest()[:12]}"
+    entries = sorted(e.name for e in package.iterdir() if e.name != "python")
+    if target.is_dir() and sorted(e.name for e in target.iterdir()) == entries:
+        return target
+    partial = target.with_name(f"{target.name}.{uuid.uuid4().hex}")
+    partial.mkdir()
+    for name in entries:
+        (partial / name).symlink_to(package / name)
+    try:
+        partial.rename(target)
+    except OSError:  # another process made it first (or a stale one with other entries is in the way)
+        shutil.rmtree(partial)
+        if not (target.is_dir() and sorted(e.name for e in target.iterdir()) == entries):
+            return None
+    return target
 
 
 def build_session(

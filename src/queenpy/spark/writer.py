@@ -2,13 +2,18 @@
 
 Protocol, one broker transaction per micro-batch (SPARK-NOTES.md section 7):
 
-1. ``write()`` (executors, once per task attempt) turns each row into a push item and stages the items with
-   ``POST /api/v1/spark/stage`` under ``(queryId, batchId, token)``; ``token`` is fresh per task attempt. It
-   returns a :class:`QueenCommitMessage`.
+1. ``write()`` (executors, once per task attempt) turns its Arrow record batches into columns (``data`` as
+   JSON text, passed through untouched when it is a string column; partition names; transaction ids) and stages
+   them with ``POST /api/v1/spark/rows`` under ``(queryId, batchId, token)``, ``stageBatchSize`` rows per
+   request; ``token`` is fresh per task attempt. It returns a :class:`QueenCommitMessage` with the row count.
 2. ``commit(messages, batchId)`` (driver side) calls ``POST /api/v1/spark/commit`` with the tokens of the
-   successful tasks, in task order. The broker pushes those staged rows and records ``(queryId, batchId)`` in one
-   PostgreSQL transaction; a replayed batch (same query id and batch id after a crash) is answered
-   ``duplicate`` and pushes nothing. All staging rows of the batch (including those of killed attempts) go.
+   successful tasks, in task order, and their row counts. The broker checks every token's rows are staged,
+   pushes them and records ``(queryId, batchId)`` in one PostgreSQL transaction; a replayed batch (same query id
+   and batch id after a crash) is answered ``duplicate`` and pushes nothing. All staging rows of the batch
+   (including those of killed attempts) go. With ``commit=pipelined`` the transaction only checks and records
+   the batch with its tokens; the broker pushes the rows in a second transaction while Spark runs the next
+   micro-batch (the query's next commit, ``POST /api/v1/spark/flush`` or the broker's sweep do it if that one
+   did not happen), still once and in batch order (``server/spark_apply.py``).
 3. ``abort`` deletes the batch's staged rows of the given tokens; it is idempotent and never touches a committed
    batch (Spark may call it after a commit that succeeded but whose worker died).
 
@@ -41,6 +46,8 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from queenpy.errors import InvalidRequest
+
 from .broker import SparkBroker
 from .options import SinkOptions
 
@@ -55,6 +62,7 @@ __all__ = [
     "RowEncoder",
     "check_sink_schema",
     "derive_transaction_id",
+    "first_non_json",
 ]
 
 log = logging.getLogger("queenpy.spark")
@@ -86,11 +94,12 @@ def check_sink_schema(names: Sequence[str], options: SinkOptions) -> None:
 
 
 class RowEncoder:
-    """Turns Arrow record batches into push items ``{"queue", "partition", "payload", "transactionId",
-    "traceId"?}`` for one task, numbering rows for the derived transaction ids.
+    """Turns Arrow record batches into the staging columns of one task: ``{"data": [JSON text | None],
+    "partitions": [name], "transactionIds": [str | None], "traceIds"?: [str | None]}``, numbering rows for the
+    derived transaction ids.
 
-    ``data`` may be JSON text (parsed; a row that is not JSON raises ValueError) or any other Spark type
-    (structs become objects).
+    ``data`` may be JSON text (sent as it is; the broker rejects a row that is not JSON, and
+    :func:`first_non_json` then names it) or any other Spark type (structs become objects).
     """
 
     def __init__(self, options: SinkOptions, query_id: str, batch_id: int, task: int) -> None:
@@ -101,23 +110,25 @@ class RowEncoder:
         self.rows = 0
         self._occurrences: dict[tuple[str, int], int] = {}
 
-    def encode(self, batch: pa.RecordBatch) -> list[dict[str, Any]]:
+    def encode(self, batch: pa.RecordBatch) -> dict[str, list[Any]]:
         import pyarrow as pa
 
         names = batch.schema.names
         n = batch.num_rows
         data_column = batch.column(names.index("data"))
         if pa.types.is_string(data_column.type) or pa.types.is_large_string(data_column.type):
-            payloads = [_parse_json(text, self.rows + i) for i, text in enumerate(data_column.to_pylist())]
+            texts: list[Any] = data_column.to_pylist()
         else:
-            payloads = data_column.to_pylist()
+            texts = [None if value is None else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+                     for value in data_column.to_pylist()]
         options = self.options
         if options.partition is not None:
             partitions: list[Any] = [options.partition] * n
         else:
             column = options.partition_column or ("partition" if "partition" in names else None)
-            partitions = batch.column(names.index(column)).to_pylist() if column else ["Default"] * n
-        trace_ids = batch.column(names.index("traceId")).to_pylist() if "traceId" in names else [None] * n
+            partitions = batch.column(names.index(column)).to_pylist() if column else [None] * n
+            if any(p is not None and type(p) is not str for p in partitions):
+                partitions = [None if p is None else str(p) for p in partitions]
         if options.transaction_id_column:
             transaction_ids = [
                 None if v is None else str(v)
@@ -125,48 +136,50 @@ class RowEncoder:
             ]
         else:
             transaction_ids = self._derive(batch, n)
-        items: list[dict[str, Any]] = []
-        for i in range(n):
-            item: dict[str, Any] = {
-                "queue": options.queue,
-                "partition": "Default" if partitions[i] is None else str(partitions[i]),
-                "payload": payloads[i],
-            }
-            if transaction_ids[i]:
-                item["transactionId"] = transaction_ids[i]
-            if trace_ids[i]:
-                item["traceId"] = str(trace_ids[i])
-            items.append(item)
+        columns: dict[str, list[Any]] = {"data": texts, "partitions": partitions, "transactionIds": transaction_ids}
+        if "traceId" in names:
+            trace_ids = batch.column(names.index("traceId")).to_pylist()
+            if any(trace_ids):
+                columns["traceIds"] = [str(t) if t else None for t in trace_ids]
         self.rows += n
-        return items
+        return columns
 
     def _derive(self, batch: pa.RecordBatch, n: int) -> list[str | None]:
         names = batch.schema.names
+        prefix = f"{self.query_id}\x1f{self.batch_id}\x1f"
+        blake2b = hashlib.blake2b
         ids: list[str | None] = []
         if "partitionId" in names and "offset" in names:
             pids = batch.column(names.index("partitionId")).to_pylist()
             offsets = batch.column(names.index("offset")).to_pylist()
+            seen = self._occurrences
+            for i in range(n):
+                pid, offset = pids[i], offsets[i]
+                if pid is None or offset is None:
+                    identity = f"row:{self.task}:{self.rows + i}"
+                else:
+                    key = (pid, offset)
+                    k = seen.get(key, 0)
+                    seen[key] = k + 1
+                    identity = f"src:{pid}:{offset}:{k}"
+                ids.append("spark-" + blake2b((prefix + identity).encode(), digest_size=16).hexdigest())
         else:
-            pids = offsets = [None] * n
-        for i in range(n):
-            if pids[i] is not None and offsets[i] is not None:
-                key = (str(pids[i]), int(offsets[i]))
-                k = self._occurrences.get(key, 0)
-                self._occurrences[key] = k + 1
-                identity = f"src:{key[0]}:{key[1]}:{k}"
-            else:
+            for i in range(n):
                 identity = f"row:{self.task}:{self.rows + i}"
-            ids.append(derive_transaction_id(self.query_id, self.batch_id, identity))
+                ids.append("spark-" + blake2b((prefix + identity).encode(), digest_size=16).hexdigest())
         return ids
 
 
-def _parse_json(text: str | None, row: int) -> Any:
-    if text is None:
-        return None
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError as exc:
-        raise ValueError(f"row {row}: column data is not JSON text ({exc}): {text[:80]!r}") from exc
+def first_non_json(texts: Sequence[Any]) -> tuple[int, str] | None:
+    """The first row (index, error) of ``texts`` that is not JSON text, or None when all parse."""
+    for i, text in enumerate(texts):
+        if text is None:
+            continue
+        try:
+            orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            return i, f"{exc}: {str(text)[:80]!r}"
+    return None
 
 
 @dataclass
@@ -192,22 +205,43 @@ def _stage_task(
     token = uuid.uuid4().hex
     encoder = RowEncoder(options, query_id, batch_id, task)
     staged = 0
-    pending: list[dict[str, Any]] = []
-    with SparkBroker(options.url, options.token) as broker:
-        for batch in batches:
-            pending.extend(encoder.encode(batch))
-            while len(pending) >= options.stage_batch_size:
-                chunk, pending = pending[: options.stage_batch_size], pending[options.stage_batch_size :]
-                staged += broker.stage(query_id, batch_id, token, chunk)
-        if pending:
-            staged += broker.stage(query_id, batch_id, token, pending)
+    pending: dict[str, list[Any]] = {}
+    broker = SparkBroker(options.url, options.token)
+
+    def flush(limit: int) -> None:
+        nonlocal staged, pending
+        while pending and len(pending["data"]) >= limit:
+            size = min(len(pending["data"]), options.stage_batch_size)
+            chunk = {name: values[:size] for name, values in pending.items()}
+            pending = {name: values[size:] for name, values in pending.items()} if size < len(pending["data"]) else {}
+            try:
+                staged += broker.stage_rows(query_id, batch_id, token, staged, options.queue, chunk)
+            except InvalidRequest as exc:
+                bad = first_non_json(chunk["data"])
+                if bad is not None:
+                    row = staged + bad[0]
+                    raise ValueError(f"row {row}: column data is not JSON text ({bad[1]})") from exc
+                raise
+
+    for batch in batches:
+        columns = encoder.encode(batch)
+        if pending and set(columns) != set(pending):  # a traceIds column appeared or went: make both have it
+            for side in (pending, columns):
+                side.setdefault("traceIds", [None] * len(side["data"]))
+        if not pending:
+            pending = columns
+        else:
+            for name, values in columns.items():
+                pending[name].extend(values)
+        flush(options.stage_batch_size)
+    flush(1)
     return QueenCommitMessage(query_id, batch_id, token, staged, task, attempt)
 
 
-def _tokens(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None, list[str]]:
+def _tokens(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None, list[str], list[int]]:
     ours = [m for m in messages if isinstance(m, QueenCommitMessage)]
     ours.sort(key=lambda m: m.task)
-    return (ours[0].query_id if ours else None), [m.token for m in ours]
+    return (ours[0].query_id if ours else None), [m.token for m in ours], [m.staged for m in ours]
 
 
 class QueenStreamWriter(DataSourceStreamArrowWriter):
@@ -229,11 +263,12 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Push the micro-batch, once (driver side)."""
-        query_id, tokens = _tokens(messages)
+        query_id, tokens, counts = _tokens(messages)
         if query_id is None:
             return
         with SparkBroker(self.options.url, self.options.token) as broker:
-            result = broker.commit(query_id, batchId, tokens)
+            result = broker.commit(query_id, batchId, tokens, counts,
+                                   pipelined=self.options.commit_mode == "pipelined")
         if result.duplicate:
             log.warning(
                 "queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id
@@ -241,7 +276,7 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Drop the micro-batch's staged rows (driver side; idempotent)."""
-        query_id, tokens = _tokens(messages)
+        query_id, tokens, _ = _tokens(messages)
         if query_id is None or not tokens:
             return
         with SparkBroker(self.options.url, self.options.token) as broker:
@@ -263,12 +298,12 @@ class QueenBatchWriter(DataSourceArrowWriter):
         return _stage_task(self.options, iterator, self.query_id, 0)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        query_id, tokens = _tokens(messages)
+        query_id, tokens, counts = _tokens(messages)
         with SparkBroker(self.options.url, self.options.token) as broker:
-            broker.commit(query_id or self.query_id, 0, tokens)
+            broker.commit(query_id or self.query_id, 0, tokens, counts)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        query_id, tokens = _tokens(messages)
+        query_id, tokens, _ = _tokens(messages)
         if tokens:
             with SparkBroker(self.options.url, self.options.token) as broker:
                 broker.abort(query_id or self.query_id, 0, tokens)

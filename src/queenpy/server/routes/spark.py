@@ -1,10 +1,18 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
-commits; stage, commit and abort of the idempotent micro-batch sink."""
+commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
+(``server/spark_apply.py``).
+
+Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
+Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
+as parallel arrays; ``POST /spark/commit`` with ``counts``): payloads travel as JSON *text*, which the broker
+passes through without parsing (procedures/110_spark_rows.sql says why). The connector uses version 2.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+import asyncpg
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
@@ -37,6 +45,115 @@ async def spark_messages(request: Request) -> Response:
     result = orjson.loads(text)
     broker.decrypt_messages(result["messages"])
     return json_response(result)
+
+
+MAX_READ_RANGES = 10_000
+MAX_READ_MESSAGES = 100_000
+MAX_STAGE_ROWS = 100_000
+
+
+async def spark_read(request: Request) -> Response:
+    """Several offset ranges in one call: ``{"ranges": [{"partitionId", "after", "upto"}]}`` (at most
+    ``MAX_READ_MESSAGES`` offsets in all) -> ``{"ranges": [{"index", "partitionId", "partition", "queue",
+    "offsets", "transactionIds", "data", "createdAtUs", "traceIds", "producerSubs"}]}``: per range (in request
+    order; an unknown partition is left out) its messages in offset order as parallel arrays, ``data`` as JSON
+    text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch."""
+    broker = broker_of(request)
+    body = await json_object(request)
+    ranges = body.get("ranges")
+    if not isinstance(ranges, list) or not 0 < len(ranges) <= MAX_READ_RANGES:
+        raise InvalidRequest(f"ranges must be an array of 1 to {MAX_READ_RANGES} objects")
+    ids: list[str] = []
+    afters: list[int] = []
+    uptos: list[int] = []
+    for i, item in enumerate(ranges):
+        if not isinstance(item, dict):
+            raise InvalidRequest(f"ranges[{i}] must be an object")
+        after: Any = item.get("after", 0)
+        upto: Any = item.get("upto")
+        for name, value in (("after", after), ("upto", upto)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**62:
+                raise InvalidRequest(f"ranges[{i}].{name} must be an integer offset >= 0")
+        if upto < after:
+            raise InvalidRequest(f"ranges[{i}]: upto ({upto}) is below after ({after})")
+        ids.append(v.check_uuid(item.get("partitionId"), f"ranges[{i}].partitionId"))
+        afters.append(int(after))
+        uptos.append(int(upto))
+    if sum(uptos) - sum(afters) > MAX_READ_MESSAGES:
+        raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
+    rows = await broker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
+                                       ids, afters, uptos)
+    out = []
+    for row in rows:
+        data = row["payloads"]
+        if row["encrypted"] and broker.cipher is not None:
+            for position in row["encrypted"]:
+                data[position - 1] = orjson.dumps(broker.cipher.decrypt(orjson.loads(data[position - 1]))).decode()
+        out.append({"index": row["range_index"] - 1, "partitionId": str(row["partition_id"]),
+                    "partition": row["partition_name"], "queue": row["queue_name"], "offsets": row["offsets"],
+                    "transactionIds": row["transaction_ids"], "data": data, "createdAtUs": row["created_us"],
+                    "traceIds": row["trace_ids"], "producerSubs": row["producer_subs"]})
+    return json_response({"ranges": out}, empty_as_body=True)
+
+
+def _column(body: dict[str, Any], name: str, rows: int, *, required: bool = True) -> list[Any]:
+    column = body.get(name)
+    if column is None and not required:
+        return [None] * rows
+    if not isinstance(column, list) or len(column) != rows:
+        raise InvalidRequest(f"{name} must be an array of {rows} values (one per row, as data)")
+    return column
+
+
+async def spark_rows(request: Request) -> Response:
+    """Stage one write task's rows as columns: ``{"queryId", "batchId", "token", "first", "queue", "data":
+    [JSON text | null], "partitions": [name | null], "transactionIds": [str | null], "traceIds"?: [uuid |
+    null]}``; ``first`` is how many rows this token staged before (row numbers continue). Answers
+    ``{"success", "staged"}``; a ``data`` value that is not JSON text is a 400 and nothing is staged."""
+    broker = broker_of(request)
+    body = await json_object(request)
+    key = _batch_key(body)
+    token = v.check_name(body.get("token"), "token")
+    queue = v.check_name(body.get("queue"), "queue")
+    first = body.get("first", 0)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise InvalidRequest("first must be a non-negative integer")
+    data = body.get("data")
+    if not isinstance(data, list) or len(data) > MAX_STAGE_ROWS:
+        raise InvalidRequest(f"data must be an array of at most {MAX_STAGE_ROWS} JSON texts")
+    rows = len(data)
+    if any(value is not None and type(value) is not str for value in data):
+        raise InvalidRequest("data must hold JSON text (strings) or null")
+    partitions = _column(body, "partitions", rows, required=False)
+    for name in set(partitions) - {None}:
+        v.check_name(name, "partitions[]")
+    transaction_ids = _column(body, "transactionIds", rows, required=False)
+    for i, value in enumerate(transaction_ids):
+        if value is not None:
+            v.check_name(value, f"transactionIds[{i}]")
+    trace_ids = _column(body, "traceIds", rows, required=False)
+    trace_ids = [None if t is None else v.check_uuid(t, f"traceIds[{i}]") for i, t in enumerate(trace_ids)]
+    encrypted = broker.cipher is not None and bool(await broker.queues_with_encryption({queue or ""}))
+    if encrypted and broker.cipher is not None:
+        cipher = broker.cipher
+        data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+                for i, d in enumerate(data)]
+    claims = getattr(request.state, "claims", None) or {}
+    try:
+        staged = await broker.database.fetchval(
+            "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], $9::text[], $10, $11)",
+            key["queryId"], key["batchId"], token, first, queue, partitions, transaction_ids, trace_ids, data,
+            claims.get("sub") or None, encrypted)
+    except asyncpg.exceptions.DataError as exc:
+        raise InvalidRequest(f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}") from exc
+    return json_response({"success": True, "staged": staged})
+
+
+def _json_text(text: str, row: int) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"data[{row}] is not JSON text: {exc}") from exc
 
 
 async def spark_cursor(request: Request) -> Response:
@@ -84,28 +201,54 @@ async def spark_stage(request: Request) -> Response:
 async def spark_commit(request: Request) -> Response:
     broker = broker_of(request)
     body = await json_object(request)
-    payload = {**_batch_key(body), "tokens": _tokens(body)}
-    result = orjson.loads(await broker.database.fetchval("SELECT queen.spark_commit_batch_v1($1::jsonb)::text",
+    payload: dict[str, Any] = {**_batch_key(body), "tokens": _tokens(body)}
+    procedure = "spark_commit_batch_v1"
+    if "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
+        counts = body["counts"]
+        if (not isinstance(counts, list) or len(counts) != len(payload["tokens"])
+                or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
+            raise InvalidRequest("counts must be an array of non-negative integers, one per token")
+        payload["counts"] = counts
+        mode = body.get("mode", "sync")
+        if mode not in ("sync", "pipelined"):
+            raise InvalidRequest("mode must be 'sync' or 'pipelined'")
+        payload["mode"] = mode
+        procedure = "spark_commit_batch_v2"
+    elif "mode" in body:
+        raise InvalidRequest("mode needs counts (rows staged by /api/v1/spark/rows)")
+    result = orjson.loads(await broker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
                                                          orjson.dumps(payload).decode()))
     touched = {(queue, partition) for queue, _, partition in
-               (key.partition("/") for key in result.pop("touched", []))}
+               (key.partition("/") for key in result.pop("touched", None) or [])}
     if touched:
         broker.engine.announce(touched)
+    if result.get("pending"):
+        broker.spark_applier.schedule(payload["queryId"])
     return json_response(result)
+
+
+async def spark_flush(request: Request) -> Response:
+    """Apply a query's pipelined micro-batches still pending, now: ``{"success", "applied", "pushed"}``."""
+    body = await json_object(request)
+    query_id = v.check_name(body.get("queryId"), "queryId")
+    return json_response({"success": True, **await broker_of(request).spark_applier.apply(query_id)})
 
 
 async def spark_abort(request: Request) -> Response:
     body = await json_object(request)
     payload = {**_batch_key(body), "tokens": _tokens(body)}
     return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.spark_abort_v1($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
+        "SELECT queen.spark_abort_v2($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
 
 
 ENDPOINTS = [
     Endpoint("/api/v1/spark/offsets", "GET", spark_offsets, Level.READ_ONLY),
     Endpoint("/api/v1/spark/messages", "GET", spark_messages, Level.READ_ONLY),
+    Endpoint("/api/v1/spark/read", "POST", spark_read, Level.READ_ONLY),
     Endpoint("/api/v1/spark/cursor", "POST", spark_cursor, Level.READ_WRITE),
     Endpoint("/api/v1/spark/stage", "POST", spark_stage, Level.READ_WRITE),
+    Endpoint("/api/v1/spark/rows", "POST", spark_rows, Level.READ_WRITE),
     Endpoint("/api/v1/spark/commit", "POST", spark_commit, Level.READ_WRITE),
     Endpoint("/api/v1/spark/abort", "POST", spark_abort, Level.READ_WRITE),
+    Endpoint("/api/v1/spark/flush", "POST", spark_flush, Level.READ_WRITE),
 ]
