@@ -1,12 +1,19 @@
 -- Push: the hot path of producers.
 --
--- Input: a JSONB array of items
+-- queen.push_items_v3 (the broker's call) does the work and answers compactly; queen.push_items_v2 (SQL API,
+-- transactions, the Spark sink) answers the per-item objects of API.md section 4.1, built from it.
+--
+-- Input of both: a JSONB array of items
 --   {"index": int, "queue": str, "partition": str, "payload": any, "transactionId": str|null,
 --    "traceId": uuid-str|null, "producerSub": str|null, "isEncrypted": bool}
--- Output: a JSONB array, one result per item, ordered by index (API.md section 4.1):
+-- Output of push_items_v3: JSON text, one array per item, ordered by index:
+--   [position, status, message id, partition id]; position is the item's place in the input (0-based);
+--   status "q" (queued), "d" (duplicate: the message id is the stored message's) or "f" (the queue has a
+--   maxSize and is full: API.md "does better" 8; a transaction push then fails). The other fields of a
+--   result are the item's own (transaction_id: the client's, else the message id; trace_id; queueName).
+-- Output of push_items_v2: a JSONB array, one result per item, ordered by index (API.md section 4.1):
 --   {"index", "transaction_id", "status": "queued"|"duplicate", "message_id", "partition_id", "trace_id", "queueName"}
---   or, for a queue with maxSize that is full, {"index", "transaction_id", "status": "failed",
---   "error": "queue full", "queueName"} (API.md "does better" 8; a transaction push then fails).
+--   or, for a full queue, {"index", "transaction_id", "status": "failed", "error": "queue full", "queueName"}.
 --
 -- Ordering (DESIGN.md section 4): the rows of every touched partition are locked in id order, then each new
 -- message gets the next offsets of its partition (`partitions.last_seq`), and the lock is held until COMMIT.
@@ -16,6 +23,14 @@
 --
 -- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
 -- p_notify: NOTIFY queen_message_available per touched (queue, partition) at commit.
+--
+-- Cost (benchmarks/RESULTS.md, 2026-11-24, instructions counted with callgrind): PostgreSQL parses the batch
+-- once (jsonb_in, ~60 instructions per byte on PG15: the one cost that grows with the payload and that
+-- pgbench's prepared insert does not pay). After that the items are read as narrow rows (jsonb_to_recordset
+-- copies no item and no payload), so the windows, sorts and materialised CTEs never carry a payload; it is
+-- copied once, from the batch into the INSERT. Ids come from one strong random UUID per call, not one per
+-- message. The answer is a few bytes per item built by concatenation: per-item jsonb_build_object, jsonb_agg
+-- and jsonb_out had cost more instructions than the INSERT itself.
 --
 -- Plans: PL/pgSQL caches a plan per statement. force_generic_plan makes each once per session; left to
 -- itself, the plan cache went over to custom plans after a burst of big batches and then re-planned every
@@ -28,15 +43,19 @@
 -- their partitions' rows (not HOT: last_message_at is indexed), so under load a table of 100 partitions
 -- spans a hundred pages of dead versions that cannot be pruned yet, while its statistics still call it
 -- tiny; generic plans then chose sequential scans that read all of them, once per item.
-CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION queen.push_items_v3(p_items jsonb, p_strict boolean, p_notify boolean)
+RETURNS text
 LANGUAGE plpgsql
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz;
-    v_result jsonb;
+    v_ms bigint;
+    v_random text;
+    v_id_head text;
+    v_id_tail bigint;
+    v_result text;
     v_duplicate text;
     v_all_exist boolean;
     v_created boolean := false;
@@ -54,8 +73,8 @@ BEGIN
         SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
                coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
         INTO v_queue_names, v_partition_names, v_partition_ids, v_all_exist, v_capped
-        FROM (SELECT DISTINCT e->>'queue' AS queue_name, coalesce(e->>'partition', 'Default') AS partition_name
-              FROM jsonb_array_elements(p_items) e) w
+        FROM (SELECT DISTINCT r.queue AS queue_name, coalesce(r."partition", 'Default') AS partition_name
+              FROM jsonb_to_recordset(p_items) AS r(queue text, "partition" text)) w
         LEFT JOIN LATERAL (
             SELECT p.id, q.max_queue_size FROM queen.queues q
             CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
@@ -96,33 +115,47 @@ BEGIN
     END IF;
 
     v_now := clock_timestamp();
+    -- Message ids: UUIDv7 (RFC 9562 section 5.7) with the counter method of section 6.2: the 48-bit Unix
+    -- milliseconds of v_now, version 7, then the random bits of one strong random UUID drawn for this call
+    -- (rand_a and the top of rand_b), whose last 48 bits plus the item's position make the rest. One
+    -- gen_random_uuid() per call instead of one per message (pg_strong_random costs ~8,000 instructions);
+    -- ids stay unique within the call (distinct positions) and across calls (74 fresh random bits each).
+    v_ms := (extract(epoch FROM v_now) * 1000)::bigint;
+    v_random := gen_random_uuid()::text;  -- xxxxxxxx-xxxx-4xxx-vxxx-xxxxxxxxxxxx
+    v_id_head := lpad(to_hex(v_ms >> 16), 8, '0') || '-' || lpad(to_hex(v_ms & 65535), 4, '0') || '-7'
+                 || substr(v_random, 16, 3) || '-' || substr(v_random, 20, 4) || '-';
+    v_id_tail := ('x' || substr(v_random, 25, 12))::bit(48)::bigint;
 
-    -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock
+    -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock.
+    -- Rows carry no payload: the INSERT takes each item's payload from p_items by position.
     WITH input AS (
-        SELECT (e->>'index')::int AS idx,
-               e->>'queue' AS queue_name,
-               coalesce(e->>'partition', 'Default') AS partition_name,
-               coalesce(e->'payload', 'null'::jsonb) AS payload,
-               nullif(e->>'transactionId', '') AS client_transaction_id,
-               (e->>'traceId')::uuid AS trace_id,
-               nullif(e->>'producerSub', '') AS producer_sub,  -- empty or absent: NULL (as Queen)
-               coalesce((e->>'isEncrypted')::boolean, false) AS is_encrypted
-        FROM jsonb_array_elements(p_items) e
+        SELECT r.idx, r.pos,
+               r.queue_name,
+               coalesce(r.partition_name, 'Default') AS partition_name,
+               nullif(r.client_transaction_id, '') AS client_transaction_id,
+               r.trace_id,
+               nullif(r.producer_sub, '') AS producer_sub,  -- empty or absent: NULL (as Queen)
+               coalesce(r.is_encrypted, false) AS is_encrypted,
+               v_id_head || lpad(to_hex((v_id_tail + r.pos) & 281474976710655), 12, '0') AS new_id_text
+        FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int, queue text, "partition" text,
+                        "transactionId" text, "traceId" uuid, "producerSub" text, "isEncrypted" boolean))
+             WITH ORDINALITY AS r(idx, queue_name, partition_name, client_transaction_id, trace_id, producer_sub,
+                                  is_encrypted, pos)
     ), identified AS (
-        SELECT i.*, t.partition_id, queen.uuid_v7(v_now) AS new_id
+        SELECT i.*, t.partition_id, t.partition_id_text, i.new_id_text::uuid AS new_id,
+               -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
+               -- transaction_id index grows at its right edge instead of at random pages
+               -- (API.md: the original draws a v4), and no earlier message can carry it
+               coalesce(i.client_transaction_id, i.new_id_text) AS transaction_id
         FROM input i
-        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids, v_partition_ids::text[])
+             t(queue_name, partition_name, partition_id, partition_id_text)
           ON t.queue_name = i.queue_name AND t.partition_name = i.partition_name
-    ), resolved AS (
-        -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
-        -- transaction_id index grows at its right edge instead of at random pages
-        -- (API.md: the original draws a v4), and no earlier message can carry it
-        SELECT d.*, coalesce(d.client_transaction_id, d.new_id::text) AS transaction_id
-        FROM identified d
     ), ranked AS (
         SELECT r.*,
-               row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS occurrence,
-               first_value(r.new_id) OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx) AS first_id,
+               row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx, r.pos) AS occurrence,
+               first_value(r.new_id_text) OVER (PARTITION BY r.partition_id, r.transaction_id
+                                                ORDER BY r.idx, r.pos) AS first_id,
                -- a scalar subquery: one probe of the unique transaction_id index per item with a
                -- client transactionId; "IS TRUE" keeps the partition out of the index conditions, so no index
                -- led by partition_id can serve it (migration 005)
@@ -130,15 +163,15 @@ BEGIN
                    (SELECT m.id FROM queen.messages m
                     WHERE m.transaction_id = r.transaction_id AND (m.partition_id = r.partition_id) IS TRUE)
                END AS existing_id
-        FROM resolved r
+        FROM identified r
     ), admitted AS (
         SELECT k.*,
                coalesce(v_room ? k.queue_name, false) AND k.occurrence = 1 AND k.existing_id IS NULL
                AND row_number() OVER (PARTITION BY k.queue_name, (k.occurrence = 1 AND k.existing_id IS NULL)
-                                      ORDER BY k.idx) > (v_room->>k.queue_name)::bigint AS over_capacity
+                                      ORDER BY k.idx, k.pos) > (v_room->>k.queue_name)::bigint AS over_capacity
         FROM ranked k
     ), fresh AS (
-        SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx) AS n,
+        SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx, k.pos) AS n,
                count(*) OVER (PARTITION BY k.partition_id) AS total
         FROM admitted k
         WHERE k.occurrence = 1 AND k.existing_id IS NULL AND NOT k.over_capacity
@@ -152,28 +185,27 @@ BEGIN
         WHERE p.id = f.partition_id AND f.n = f.total
         RETURNING p.id, p.last_seq - f.total AS base_seq
     ), inserted AS (
+        -- in (partition, offset) order; the payload is taken after the sort (a sorted subquery is not
+        -- flattened), so the sort never copies it
         INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
                                     is_encrypted, producer_sub)
-        SELECT f.new_id, f.transaction_id, f.trace_id, f.partition_id, a.base_seq + f.n, f.payload, v_now,
-               f.is_encrypted, f.producer_sub
-        FROM fresh f JOIN advanced a ON a.id = f.partition_id
-        ORDER BY f.partition_id, f.n
+        SELECT o.new_id, o.transaction_id, o.trace_id, o.partition_id, o.seq,
+               coalesce(p_items -> o.position -> 'payload', 'null'::jsonb), v_now, o.is_encrypted, o.producer_sub
+        FROM (SELECT f.new_id, f.transaction_id, f.trace_id, f.partition_id, a.base_seq + f.n AS seq,
+                     (f.pos - 1)::int AS position, f.is_encrypted, f.producer_sub
+              FROM fresh f JOIN advanced a ON a.id = f.partition_id
+              ORDER BY f.partition_id, f.n) o
         RETURNING id
     )
-    SELECT jsonb_agg(
-               CASE WHEN k.over_capacity THEN
-                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'failed',
-                                      'error', 'queue full', 'queueName', k.queue_name)
-               WHEN k.occurrence = 1 AND k.existing_id IS NULL THEN
-                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'queued',
-                                      'message_id', k.new_id, 'partition_id', k.partition_id,
-                                      'trace_id', k.trace_id, 'queueName', k.queue_name)
-               ELSE
-                   jsonb_build_object('index', k.idx, 'transaction_id', k.transaction_id, 'status', 'duplicate',
-                                      'message_id', coalesce(k.existing_id, k.first_id),
-                                      'partition_id', k.partition_id, 'trace_id', k.trace_id,
-                                      'queueName', k.queue_name)
-               END ORDER BY k.idx),
+    SELECT '[' || string_agg(
+               '[' || (k.pos - 1) || ',"'
+               || CASE WHEN k.over_capacity THEN 'f'
+                       WHEN k.occurrence = 1 AND k.existing_id IS NULL THEN 'q'
+                       ELSE 'd' END
+               || '","' || CASE WHEN k.occurrence = 1 AND k.existing_id IS NULL OR k.over_capacity
+                                THEN k.new_id_text
+                                ELSE coalesce(k.existing_id::text, k.first_id) END
+               || '","' || k.partition_id_text || '"]', ',' ORDER BY k.idx, k.pos) || ']',
            min(k.transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
     INTO v_result, v_duplicate
     FROM admitted k;
@@ -186,13 +218,47 @@ BEGIN
     -- The broker passes p_notify = false and notifies after COMMIT itself: a NOTIFY inside the transaction
     -- holds PostgreSQL's global notify lock through the commit's WAL flush, serialising all pushes.
     IF NOT p_notify THEN
-        RETURN coalesce(v_result, '[]'::jsonb);
+        RETURN coalesce(v_result, '[]');
     END IF;
     PERFORM pg_notify('queen_message_available', t.queue_name || '/' || t.partition_name)
     FROM unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
     WHERE t.partition_id IS NOT NULL;
 
-    RETURN coalesce(v_result, '[]'::jsonb);
+    RETURN coalesce(v_result, '[]');
+END;
+$$;
+
+-- The per-item results of API.md section 4.1, for callers from SQL (push_items_v1, push_messages_v2/v3,
+-- transaction_v1, the Spark sink): push_items_v3's answer joined with each item by position. PL/pgSQL, so
+-- the statement is planned once per session (a SQL function's would be planned on every call).
+CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_answer json := queen.push_items_v3(p_items, p_strict, p_notify)::json;
+BEGIN
+    RETURN (
+        SELECT coalesce(jsonb_agg(
+                   CASE WHEN r.status = 'f' THEN
+                       jsonb_build_object('index', i.idx,
+                                          'transaction_id', coalesce(i.client_transaction_id, r.message_id),
+                                          'status', 'failed', 'error', 'queue full', 'queueName', i.queue_name)
+                   ELSE
+                       jsonb_build_object('index', i.idx,
+                                          'transaction_id', coalesce(i.client_transaction_id, r.message_id),
+                                          'status', CASE WHEN r.status = 'q' THEN 'queued' ELSE 'duplicate' END,
+                                          'message_id', r.message_id::uuid, 'partition_id', r.partition_id::uuid,
+                                          'trace_id', i.trace_id, 'queueName', i.queue_name)
+                   END ORDER BY a.n), '[]'::jsonb)
+        FROM json_array_elements(v_answer) WITH ORDINALITY AS a(e, n)
+        CROSS JOIN LATERAL (SELECT (a.e->>0)::int AS pos, a.e->>1 AS status, a.e->>2 AS message_id,
+                                   a.e->>3 AS partition_id) r
+        CROSS JOIN LATERAL (SELECT (x->>'index')::int AS idx, x->>'queue' AS queue_name,
+                                   nullif(x->>'transactionId', '') AS client_transaction_id,
+                                   (x->>'traceId')::uuid AS trace_id
+                            FROM (SELECT p_items -> r.pos AS x) item) i);
 END;
 $$;
 
