@@ -58,9 +58,11 @@ DECLARE
     v_result text;
     v_duplicate text;
     v_all_exist boolean;
-    v_created boolean := false;
+    v_locked bigint;
+    v_attempts integer := 0;
     v_capped boolean;
     v_room jsonb;  -- {queue name: messages it may still take} for the queues with a maxSize
+    v_full bigint[];  -- positions (1-based) of the new messages that a full queue refuses
     -- the distinct (queue, partition) pairs of the batch, and each one's partition id (NULL: none yet)
     v_queue_names text[];
     v_partition_names text[];
@@ -69,6 +71,9 @@ BEGIN
     -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
     -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped). After
     -- creating the missing ones, the same read runs once more (a fresh snapshot sees them).
+    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches). A partition
+    -- deleted (with its queue) between the read and the lock is not locked: then read, create and lock
+    -- again, so no message is stored for, or answered as queued in, a partition that no longer exists.
     LOOP
         SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
                coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
@@ -80,30 +85,39 @@ BEGIN
             CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
                                 WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
             WHERE q.name = w.queue_name) x ON true;
-        EXIT WHEN v_all_exist OR v_created;
 
-        INSERT INTO queen.queues (name, namespace, task)
-        SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
-        FROM unnest(v_queue_names) t(queue_name)
-        ORDER BY 1
-        ON CONFLICT (name) DO NOTHING;
+        IF v_all_exist OR v_queue_names IS NULL THEN
+            PERFORM 1 FROM queen.partitions p
+            WHERE p.id = ANY (v_partition_ids)
+            ORDER BY p.id
+            FOR UPDATE;
+            GET DIAGNOSTICS v_locked = ROW_COUNT;
+            EXIT WHEN v_locked = coalesce(cardinality(v_partition_ids), 0);
+        ELSE
+            INSERT INTO queen.queues (name, namespace, task)
+            SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
+            FROM unnest(v_queue_names) t(queue_name)
+            ORDER BY 1
+            ON CONFLICT (name) DO NOTHING;
 
-        INSERT INTO queen.partitions (queue_id, name)
-        SELECT q.id, t.partition_name
-        FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
-        CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
-        ORDER BY 1, 2
-        ON CONFLICT (queue_id, name) DO NOTHING;
-        v_created := true;
+            INSERT INTO queen.partitions (queue_id, name)
+            SELECT q.id, t.partition_name
+            FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
+            CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
+            ORDER BY 1, 2
+            ON CONFLICT (queue_id, name) DO NOTHING;
+        END IF;
+        v_attempts := v_attempts + 1;
+        IF v_attempts > 10 THEN
+            RAISE EXCEPTION 'push: the partitions of the batch were deleted while it was stored, again and again'
+                USING ERRCODE = '40001';
+        END IF;
     END LOOP;
 
-    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches)
-    PERFORM 1 FROM queen.partitions p
-    WHERE p.id = ANY (v_partition_ids)
-    ORDER BY p.id
-    FOR UPDATE;
-
-    -- maxSize: room left in each capped queue; the count stops at maxSize, so it costs O(maxSize)
+    -- maxSize: room left in each capped queue (the count stops at maxSize, so it costs O(maxSize)), and the
+    -- positions of the new messages (not duplicates: first of their (partition, transactionId) in the batch
+    -- and not stored yet) that go beyond it, in index order per queue; they are answered "f". Only batches
+    -- for a capped queue pay for this (a window function in the main statement cost every push).
     IF v_capped THEN
         SELECT jsonb_object_agg(q.name, q.max_queue_size - (SELECT count(*) FROM (
                    SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
@@ -112,6 +126,30 @@ BEGIN
         FROM queen.queues q
         WHERE q.max_queue_size > 0
           AND q.name = ANY (v_queue_names);
+
+        SELECT array_agg(c.pos) INTO v_full
+        FROM (SELECT d.pos, d.queue_name,
+                     row_number() OVER (PARTITION BY d.queue_name ORDER BY d.idx, d.pos) AS nth
+              FROM (SELECT DISTINCT ON (t.partition_id, r.client_transaction_id,
+                                        CASE WHEN r.client_transaction_id IS NULL THEN r.pos END)
+                           r.idx, r.pos, r.queue_name, r.client_transaction_id, t.partition_id
+                    FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int, queue text, "partition" text,
+                                    "transactionId" text))
+                         WITH ORDINALITY AS r0(idx, queue_name, partition_name, transaction_id, pos)
+                    CROSS JOIN LATERAL (SELECT r0.idx, r0.pos, r0.queue_name,
+                                               coalesce(r0.partition_name, 'Default') AS partition_name,
+                                               nullif(r0.transaction_id, '') AS client_transaction_id) r
+                    JOIN unnest(v_queue_names, v_partition_names, v_partition_ids)
+                         t(queue_name, partition_name, partition_id)
+                      ON t.queue_name = r.queue_name AND t.partition_name = r.partition_name
+                    WHERE v_room ? r.queue_name
+                    ORDER BY t.partition_id, r.client_transaction_id,
+                             CASE WHEN r.client_transaction_id IS NULL THEN r.pos END, r.idx, r.pos) d
+              WHERE d.client_transaction_id IS NULL
+                 OR NOT EXISTS (SELECT 1 FROM queen.messages m
+                                WHERE m.transaction_id = d.client_transaction_id
+                                  AND (m.partition_id = d.partition_id) IS TRUE)) c
+        WHERE c.nth > (v_room->>c.queue_name)::bigint;
     END IF;
 
     v_now := clock_timestamp();
@@ -165,25 +203,23 @@ BEGIN
                END AS existing_id
         FROM identified r
     ), admitted AS (
-        SELECT k.*,
-               coalesce(v_room ? k.queue_name, false) AND k.occurrence = 1 AND k.existing_id IS NULL
-               AND row_number() OVER (PARTITION BY k.queue_name, (k.occurrence = 1 AND k.existing_id IS NULL)
-                                      ORDER BY k.idx, k.pos) > (v_room->>k.queue_name)::bigint AS over_capacity
+        SELECT k.*, coalesce(k.pos = ANY (v_full), false) AS over_capacity
         FROM ranked k
     ), fresh AS (
-        SELECT k.*, row_number() OVER (PARTITION BY k.partition_id ORDER BY k.idx, k.pos) AS n,
-               count(*) OVER (PARTITION BY k.partition_id) AS total
+        -- n: the message's place among its partition's new messages; the last one advances the partition
+        SELECT k.*, row_number() OVER w AS n, lead(false, 1, true) OVER w AS last_of_partition
         FROM admitted k
         WHERE k.occurrence = 1 AND k.existing_id IS NULL AND NOT k.over_capacity
+        WINDOW w AS (PARTITION BY k.partition_id ORDER BY k.idx, k.pos)
     ), advanced AS (
         UPDATE queen.partitions p
-        SET last_seq = p.last_seq + f.total,
+        SET last_seq = p.last_seq + f.n,
             last_message_id = f.new_id,
             last_message_at = v_now,
             last_activity = v_now
         FROM fresh f
-        WHERE p.id = f.partition_id AND f.n = f.total
-        RETURNING p.id, p.last_seq - f.total AS base_seq
+        WHERE p.id = f.partition_id AND f.last_of_partition
+        RETURNING p.id, p.last_seq - f.n AS base_seq
     ), inserted AS (
         -- in (partition, offset) order; the payload is taken after the sort (a sorted subquery is not
         -- flattened), so the sort never copies it
