@@ -447,6 +447,29 @@ def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queu
                             "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)").fetchone() == (0,)
 
 
+def test_deleting_a_queue_or_a_partition_deletes_its_messages_and_nothing_else(db_url: str) -> None:
+    """Operators delete a queue with SQL (API.md section 2): everything in it goes, through the cascade from
+    queues to partitions and from partitions to messages (migration 015), dead letters included."""
+    with connect(db_url) as conn:
+        push(conn, "gone", [1, 2], partition="a")
+        push(conn, "gone", [3], partition="b")
+        push(conn, "kept", [4, 5], partition="a")
+        [message] = pop(conn, "gone", "b")["messages"]
+        conn.execute("UPDATE queen.queues SET retry_limit = 0, dead_letter_queue = true WHERE name = 'gone'")
+        ack(conn, message, status="failed", error="boom")
+        assert conn.execute("SELECT count(*) FROM queen.dead_letter_queue").fetchone() == (1,)
+
+        def payloads() -> list[Any]:
+            return [row[0] for row in conn.execute("SELECT payload FROM queen.messages ORDER BY payload")]
+
+        conn.execute("DELETE FROM queen.partitions p USING queen.queues q "
+                     "WHERE q.id = p.queue_id AND q.name = 'gone' AND p.name = 'a'")
+        assert payloads() == [3, 4, 5]
+        conn.execute("DELETE FROM queen.queues WHERE name = 'gone'")
+        assert payloads() == [4, 5]
+        assert conn.execute("SELECT count(*) FROM queen.dead_letter_queue").fetchone() == (0,)
+
+
 def test_transaction_push_op_with_many_items_is_one_all_or_nothing_push(db_url: str) -> None:
     with connect(db_url) as conn:
         push(conn, "tx-src", [{"n": n} for n in range(3)])

@@ -30,7 +30,8 @@
 -- copies no item and no payload), so the windows, sorts and materialised CTEs never carry a payload; it is
 -- copied once, from the batch into the INSERT. Ids come from one strong random UUID per call, not one per
 -- message. The answer is a few bytes per item built by concatenation: per-item jsonb_build_object, jsonb_agg
--- and jsonb_out had cost more instructions than the INSERT itself.
+-- and jsonb_out had cost more instructions than the INSERT itself. No foreign-key check runs per message
+-- (migration 015): the partitions are locked here, and a deleted one is created again.
 --
 -- Plans: PL/pgSQL caches a plan per statement. force_generic_plan makes each once per session; left to
 -- itself, the plan cache went over to custom plans after a burst of big batches and then re-planned every
