@@ -326,9 +326,9 @@ class BenchCore:
                 f"FROM generate_series(1, {limit.rows});\n")
         self._checkpoint()
         options = self.options
-        # pgbench's -T counts from when its connections are made; 2 s more than the window needs, so the
-        # load is still on when the window closes
-        process = PgbenchProcess(self.pg, script, limit.clients, math.ceil(options.warmup + options.seconds) + 2,
+        # 5 s more than the warm-up and the window need (pgbench's clock may start before its connections are
+        # made), so the load is still on when the window closes; if not, the limit is INVALID
+        process = PgbenchProcess(self.pg, script, limit.clients, math.ceil(options.warmup + options.seconds) + 5,
                                  log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
         try:
             wait_for_clients(self.sql, limit.clients)

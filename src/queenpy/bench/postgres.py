@@ -242,22 +242,35 @@ class PgbenchProcess:
                 old.unlink()
             args += ["-l", "--log-prefix", str(log_dir / "pgbench_log")]
         self.out_path = script.with_suffix(".out")
+        self._ended: tuple[int, Any] | None = None  # (wait status, rusage) once reaped
         with open(self.out_path, "w") as out:
             self.process = subprocess.Popen(args + server.pgbench_connection, stdout=out, stderr=subprocess.STDOUT)
 
     def running(self) -> bool:
-        return self.process.poll() is None
+        """Whether pgbench still runs (reaped here when it has ended, its status and CPU kept)."""
+        if self._ended is None:
+            pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+            if pid:
+                self._ended = (status, usage)
+                self.process.returncode = os.waitstatus_to_exitcode(status)
+        return self._ended is None
 
     def stop(self) -> None:
         """End pgbench now (the harness failed) and reap it."""
-        if self.process.poll() is None:
+        if self.running():
             self.process.kill()
-        self.process.wait()
+            self._reap()
+
+    def _reap(self) -> tuple[int, Any]:
+        if self._ended is None:
+            _, status, usage = os.wait4(self.process.pid, 0)
+            self._ended = (status, usage)
+        self.process.returncode = os.waitstatus_to_exitcode(self._ended[0])
+        return self._ended
 
     def finish(self, window: tuple[float, float] | None = None) -> PgbenchRun:
         """Wait for pgbench to end; ``window`` (epoch seconds) selects the logged latencies."""
-        _, status, usage = os.wait4(self.process.pid, 0)
-        self.process.returncode = os.waitstatus_to_exitcode(status)
+        _, usage = self._reap()
         output = self.out_path.read_text()
         if self.process.returncode != 0:
             raise BenchError(f"pgbench failed ({self.process.returncode}):\n{output[-2000:]}")
