@@ -156,66 +156,63 @@ BEGIN
     v_now := clock_timestamp();
     -- Message ids: UUIDv7 (RFC 9562 section 5.7) with the counter method of section 6.2: the 48-bit Unix
     -- milliseconds of v_now, version 7, then the random bits of one strong random UUID drawn for this call
-    -- (rand_a and the top of rand_b), whose last 48 bits plus the item's position make the rest. One
-    -- gen_random_uuid() per call instead of one per message (pg_strong_random costs ~8,000 instructions);
-    -- ids stay unique within the call (distinct positions) and across calls (74 fresh random bits each).
+    -- (rand_a and the top of rand_b) and a 48-bit counter that starts at a random value in [2^47, 2^47 + 2^46)
+    -- (so it is always 12 hex digits) and adds the item's position. One gen_random_uuid() per call instead of
+    -- one per message (pg_strong_random costs ~8,000 instructions); ids stay unique within the call (distinct
+    -- positions) and across calls (72 fresh random bits each).
     v_ms := (extract(epoch FROM v_now) * 1000)::bigint;
     v_random := gen_random_uuid()::text;  -- xxxxxxxx-xxxx-4xxx-vxxx-xxxxxxxxxxxx
     v_id_head := lpad(to_hex(v_ms >> 16), 8, '0') || '-' || lpad(to_hex(v_ms & 65535), 4, '0') || '-7'
                  || substr(v_random, 16, 3) || '-' || substr(v_random, 20, 4) || '-';
-    v_id_tail := ('x' || substr(v_random, 25, 12))::bit(48)::bigint;
+    v_id_tail := (('x' || substr(v_random, 25, 12))::bit(48)::bigint & 70368744177663) | 140737488355328;
 
     -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock.
-    -- Rows carry no payload: the INSERT takes each item's payload from p_items by position.
-    WITH input AS (
-        SELECT r.idx, r.pos,
-               r.queue_name,
-               coalesce(r.partition_name, 'Default') AS partition_name,
+    -- Rows carry no payload (the INSERT takes it from p_items by position) and only the columns still needed:
+    -- every sort, window and materialised CTE copies each row's columns.
+    WITH items AS (
+        SELECT r.idx, r.pos, t.partition_id, t.partition_id_text,
                nullif(r.client_transaction_id, '') AS client_transaction_id,
                r.trace_id,
                nullif(r.producer_sub, '') AS producer_sub,  -- empty or absent: NULL (as Queen)
                coalesce(r.is_encrypted, false) AS is_encrypted,
-               v_id_head || lpad(to_hex((v_id_tail + r.pos) & 281474976710655), 12, '0') AS new_id_text
+               v_id_head || to_hex(v_id_tail + r.pos) AS new_id_text
         FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int, queue text, "partition" text,
                         "transactionId" text, "traceId" uuid, "producerSub" text, "isEncrypted" boolean))
              WITH ORDINALITY AS r(idx, queue_name, partition_name, client_transaction_id, trace_id, producer_sub,
                                   is_encrypted, pos)
-    ), identified AS (
-        SELECT i.*, t.partition_id, t.partition_id_text, i.new_id_text::uuid AS new_id,
-               -- without a client transactionId, the message id is the transactionId: a UUIDv7, so the
-               -- transaction_id index grows at its right edge instead of at random pages
-               -- (API.md: the original draws a v4), and no earlier message can carry it
-               coalesce(i.client_transaction_id, i.new_id_text) AS transaction_id
-        FROM input i
         JOIN unnest(v_queue_names, v_partition_names, v_partition_ids, v_partition_ids::text[])
              t(queue_name, partition_name, partition_id, partition_id_text)
-          ON t.queue_name = i.queue_name AND t.partition_name = i.partition_name
+          ON t.queue_name = r.queue_name AND t.partition_name = coalesce(r.partition_name, 'Default')
     ), ranked AS (
-        SELECT r.*,
-               row_number() OVER (PARTITION BY r.partition_id, r.transaction_id ORDER BY r.idx, r.pos) AS occurrence,
-               first_value(r.new_id_text) OVER (PARTITION BY r.partition_id, r.transaction_id
-                                                ORDER BY r.idx, r.pos) AS first_id,
+        -- dedupe on (partition, transactionId). Only an item with a client transactionId can be a duplicate:
+        -- without one, the transactionId is the message id, a new UUIDv7 (so the transaction_id index grows at
+        -- its right edge; API.md: the original draws a v4). The window groups those items by their
+        -- transactionId (in byte order: any order groups them); the others fall in one group per partition,
+        -- and their row_number is not used.
+        SELECT k.*,
+               CASE WHEN k.client_transaction_id IS NULL THEN 1 ELSE row_number() OVER d END AS occurrence,
+               first_value(k.new_id_text) OVER d AS first_id,
                -- a scalar subquery: one probe of the unique transaction_id index per item with a
                -- client transactionId; "IS TRUE" keeps the partition out of the index conditions, so no index
                -- led by partition_id can serve it (migration 005)
-               CASE WHEN r.client_transaction_id IS NOT NULL THEN
+               CASE WHEN k.client_transaction_id IS NOT NULL THEN
                    (SELECT m.id FROM queen.messages m
-                    WHERE m.transaction_id = r.transaction_id AND (m.partition_id = r.partition_id) IS TRUE)
-               END AS existing_id
-        FROM identified r
-    ), admitted AS (
-        SELECT k.*, coalesce(k.pos = ANY (v_full), false) AS over_capacity
-        FROM ranked k
+                    WHERE m.transaction_id = k.client_transaction_id AND (m.partition_id = k.partition_id) IS TRUE)
+               END AS existing_id,
+               coalesce(k.pos = ANY (v_full), false) AS over_capacity
+        FROM items k
+        WINDOW d AS (PARTITION BY k.partition_id, k.client_transaction_id COLLATE "C" ORDER BY k.idx, k.pos)
     ), fresh AS (
         -- n: the message's place among its partition's new messages; the last one advances the partition
-        SELECT k.*, row_number() OVER w AS n, lead(false, 1, true) OVER w AS last_of_partition
-        FROM admitted k
+        SELECT k.idx, k.pos, k.partition_id, k.client_transaction_id, k.trace_id, k.producer_sub, k.is_encrypted,
+               k.new_id_text, row_number() OVER w AS n, lead(false, 1, true) OVER w AS last_of_partition
+        FROM ranked k
         WHERE k.occurrence = 1 AND k.existing_id IS NULL AND NOT k.over_capacity
         WINDOW w AS (PARTITION BY k.partition_id ORDER BY k.idx, k.pos)
     ), advanced AS (
         UPDATE queen.partitions p
         SET last_seq = p.last_seq + f.n,
-            last_message_id = f.new_id,
+            last_message_id = f.new_id_text::uuid,
             last_message_at = v_now,
             last_activity = v_now
         FROM fresh f
@@ -226,9 +223,10 @@ BEGIN
         -- flattened), so the sort never copies it
         INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
                                     is_encrypted, producer_sub)
-        SELECT o.new_id, o.transaction_id, o.trace_id, o.partition_id, o.seq,
-               coalesce(p_items -> o.position -> 'payload', 'null'::jsonb), v_now, o.is_encrypted, o.producer_sub
-        FROM (SELECT f.new_id, f.transaction_id, f.trace_id, f.partition_id, a.base_seq + f.n AS seq,
+        SELECT o.new_id_text::uuid, coalesce(o.client_transaction_id, o.new_id_text), o.trace_id, o.partition_id,
+               o.seq, coalesce(p_items -> o.position -> 'payload', 'null'::jsonb), v_now, o.is_encrypted,
+               o.producer_sub
+        FROM (SELECT f.new_id_text, f.client_transaction_id, f.trace_id, f.partition_id, a.base_seq + f.n AS seq,
                      (f.pos - 1)::int AS position, f.is_encrypted, f.producer_sub
               FROM fresh f JOIN advanced a ON a.id = f.partition_id
               ORDER BY f.partition_id, f.n) o
@@ -243,9 +241,9 @@ BEGIN
                                 THEN k.new_id_text
                                 ELSE coalesce(k.existing_id::text, k.first_id) END
                || '","' || k.partition_id_text || '"]', ',' ORDER BY k.idx, k.pos) || ']',
-           min(k.transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
+           min(k.client_transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
     INTO v_result, v_duplicate
-    FROM admitted k;
+    FROM ranked k;
 
     IF p_strict AND v_duplicate IS NOT NULL THEN
         RAISE EXCEPTION 'duplicate transactionId % in push', v_duplicate USING ERRCODE = 'QN409';
