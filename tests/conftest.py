@@ -8,6 +8,7 @@ Fixtures:
     db_url        function: URL of a fresh database copied from the template
     new_database  function: factory making more fresh databases
     broker        session: a running ``queenpy serve`` (2 workers) on its own database; ``broker.url``
+    metrics_broker  session: another one whose workers sample every 0.1 s and write metrics every 0.2 s
     start_broker  function: factory starting extra brokers (stopped after the test)
 """
 
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ import httpx
 import psycopg
 import pytest
 
-from helpers import free_port, wait_until
+from helpers import free_port, official_client, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -157,6 +158,17 @@ def broker(pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempP
     process.stop()
 
 
+@pytest.fixture(scope="session")
+def metrics_broker(pg_server: PgServer, template_db: str,
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A broker for the operators' metrics tests: rows of queen.system_metrics etc. every 0.2 s."""
+    url = pg_server.url(pg_server.create_database(template_db))
+    process = launch_broker(url, tmp_path_factory.mktemp("metrics-broker"), extra_env={
+        "METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"})
+    yield process
+    process.stop()
+
+
 @pytest.fixture
 def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     started: list[BrokerProcess] = []
@@ -170,3 +182,10 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     for process in started:
         process.stop()
 
+
+
+@pytest.fixture
+async def q(broker: BrokerProcess) -> AsyncIterator[Any]:
+    """The official ``queen-mq`` client on the session broker."""
+    async with official_client(broker.url) as client:
+        yield client

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
 import psycopg
 
-__all__ = ["call_procedure", "free_port", "run_queenpy", "unique", "wait_until"]
+__all__ = ["call_procedure", "free_port", "official_client", "run_queenpy", "unique", "wait_until"]
 
 
 def free_port() -> int:
@@ -65,3 +67,19 @@ def run_queenpy(broker: Any | None, *args: str, stdin: str | None = None, env: d
         assert done.returncode == 0, (f"queenpy {' '.join(args)}: exit {done.returncode}\n"
                                       f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}")
     return done
+
+
+@contextlib.asynccontextmanager
+async def official_client(url: str) -> AsyncIterator[Any]:
+    """The official ``queen-mq`` client on ``url``. ``Queen()`` installs SIGINT/SIGTERM handlers and
+    ``close()`` resets them to the default, so the test process's own handlers are put back afterwards."""
+    from queen import Queen
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    client = Queen(url)
+    try:
+        yield client
+    finally:
+        await client.close()
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-__all__ = ["FusionSettings", "JwtSettings", "Settings"]
+__all__ = ["FusionSettings", "JwtSettings", "ServiceSettings", "Settings"]
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -107,6 +107,44 @@ class JwtSettings:
         )
 
 
+@dataclass(frozen=True)
+class ServiceSettings:
+    """The background services (API.md section 16, Queen's variable names; units in the field names).
+
+    An interval of 0 or less turns its job off; ``enabled`` (``QUEENPY_SERVICES``, queenpy's own) turns all of
+    them off in this process. Retention and eviction delete at most ``*_batch_size`` messages per transaction.
+    ``partition_cleanup_days``: empty partitions idle that long are deleted; ``metrics_retention_days``:
+    metrics, retention history and the services' run log are kept that long; ``stats_history_retention_days``:
+    the per-minute throughput. Day counts may be fractions (tests use seconds' worth).
+    """
+
+    enabled: bool = True
+    retention_interval_ms: int = 300_000
+    retention_batch_size: int = 1000
+    eviction_interval_ms: int = 60_000
+    eviction_batch_size: int = 1000
+    partition_cleanup_days: float = 30.0
+    metrics_retention_days: float = 90.0
+    stats_interval_ms: int = 10_000
+    stats_reconcile_interval_ms: int = 120_000
+    stats_history_retention_days: float = 7.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> ServiceSettings:
+        return cls(
+            enabled=_bool(env, "QUEENPY_SERVICES", True),
+            retention_interval_ms=_int(env, "RETENTION_INTERVAL", 300_000),
+            retention_batch_size=max(1, _int(env, "RETENTION_BATCH_SIZE", 1000)),
+            eviction_interval_ms=_int(env, "EVICTION_INTERVAL", 60_000),
+            eviction_batch_size=max(1, _int(env, "EVICTION_BATCH_SIZE", 1000)),
+            partition_cleanup_days=_float(env, "PARTITION_CLEANUP_DAYS", 30.0),
+            metrics_retention_days=_float(env, "METRICS_RETENTION_DAYS", 90.0),
+            stats_interval_ms=_int(env, "STATS_INTERVAL_MS", 10_000),
+            stats_reconcile_interval_ms=_int(env, "STATS_RECONCILE_INTERVAL_MS", 120_000),
+            stats_history_retention_days=_float(env, "STATS_HISTORY_RETENTION_DAYS", 7.0),
+        )
+
+
 # (max items per call, max calls in flight per worker process). Push: one call in flight per worker. Every
 # push call locks the partitions it writes until COMMIT, so concurrent calls mostly wait for each other;
 # one call per worker lets everything that arrives meanwhile fuse into the next call. Measured (RESULTS.md
@@ -118,6 +156,8 @@ _FUSION_DEFAULTS = {
     "ack": (500, 4),
     "transaction": (1, 4),
     "renew_lease": (100, 2),
+    # Queen Streams cycles: never fused (one PostgreSQL transaction each, as transactions)
+    "streams_cycle": (1, 8),
 }
 
 
@@ -155,7 +195,12 @@ class Settings:
     file_buffer_flush_ms: int = 100
     file_buffer_max_batch: int = 100
     file_buffer_events_per_file: int = 10_000
+    # every worker samples its own numbers (CPU, memory, pool, fusion, long polls) this often, and writes the
+    # current minute's aggregates to queen.system_metrics / worker_metrics / queue_lag_metrics this often
+    metrics_sample_interval_ms: int = 1000
+    metrics_aggregate_interval_s: float = 60.0
     fusion: dict[str, FusionSettings] = field(default_factory=dict)
+    services: ServiceSettings = field(default_factory=ServiceSettings)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -192,10 +237,13 @@ class Settings:
             file_buffer_flush_ms=max(10, _int(env, "FILE_BUFFER_FLUSH_MS", 100)),
             file_buffer_max_batch=max(1, _int(env, "FILE_BUFFER_MAX_BATCH", 100)),
             file_buffer_events_per_file=max(1, _int(env, "FILE_BUFFER_EVENTS_PER_FILE", 10_000)),
+            metrics_sample_interval_ms=max(50, _int(env, "METRICS_SAMPLE_INTERVAL_MS", 1000)),
+            metrics_aggregate_interval_s=max(0.1, _float(env, "METRICS_AGGREGATE_INTERVAL_S", 60.0)),
             fusion={
                 op: FusionSettings.from_env(env, op, batch, concurrent)
                 for op, (batch, concurrent) in _FUSION_DEFAULTS.items()
             },
+            services=ServiceSettings.from_env(env),
         )
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 from typing import Any
+
+import httpx
 
 from queenpy.client import Queen
 
@@ -129,6 +131,25 @@ def test_configure_then_queues_list_and_describe(broker: Any) -> None:
     assert (readers["partition"], readers["offsetLag"]) == ("p1", 1)
     table = queenpy(broker, "queues", "describe", "-q", queue).stdout
     assert "p1" in table and "readers" in table
+
+
+def test_configure_retention_options_and_queues_shows_them_with_the_depth(broker: Any) -> None:
+    queue = unique("cli-retention")
+    configured = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--completed-retention-s",
+                                    "60", "--max-wait-time-s", "90", "--max-size", "5", "--json").stdout)["options"]
+    assert (configured["retentionSeconds"], configured["completedRetentionSeconds"],
+            configured["maxWaitTimeSeconds"], configured["maxSize"], configured["retentionEnabled"]) == (
+        3600, 60, 90, 5, True)
+    queenpy(broker, "push", "-q", queue, "1", "2")
+    httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60)  # counts come from the stats job
+    [row] = [r for r in json.loads(queenpy(broker, "queues", "--json").stdout) if r["name"] == queue]
+    assert row["messages"]["total"] == 2 and row["options"]["maxWaitTimeSeconds"] == 90
+    line = next(line for line in queenpy(broker, "queues").stdout.splitlines() if queue in line)
+    assert [cell.strip() for cell in line.strip("│ ").split("│")][4:] == ["2", "2", "0", "1 h", "1 min", "90 s",
+                                                                         "5"]
+    off = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--no-retention-enabled",
+                             "--json").stdout)["options"]
+    assert (off["retentionSeconds"], off["retentionEnabled"]) == (3600, False)
 
 
 def test_groups_list_lag_and_seek(broker: Any) -> None:

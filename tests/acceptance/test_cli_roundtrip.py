@@ -14,6 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from helpers import run_queenpy, unique
 
 queenpy = functools.partial(run_queenpy, timeout_s=60)
@@ -23,8 +25,14 @@ PER_PARTITION = 2_500
 TOTAL = PER_PARTITION * len(PARTITIONS)
 
 
+def refresh_stats(broker: Any) -> None:
+    """Counts come from the stats job (every STATS_INTERVAL_MS): run it now."""
+    assert httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60).status_code == 200
+
+
 def listed_counts(broker: Any, queue: str) -> dict[str, int]:
     """The ``messages`` counts of ``queue`` in ``queenpy queues --json``."""
+    refresh_stats(broker)
     rows = [row for row in json.loads(queenpy(broker, "queues", "--json").stdout) if row["name"] == queue]
     assert len(rows) == 1, f"{queue} listed {len(rows)} times"
     return rows[0]["messages"]
@@ -32,6 +40,7 @@ def listed_counts(broker: Any, queue: str) -> dict[str, int]:
 
 def table_row(broker: Any, queue: str) -> list[str]:
     """The cells of ``queue``'s row in the human-readable ``queenpy queues`` table."""
+    refresh_stats(broker)
     rows = [line for line in queenpy(broker, "queues").stdout.splitlines() if f" {queue} " in line]
     assert len(rows) == 1, f"{queue} not in the table exactly once: {rows}"
     return [cell.strip() for cell in rows[0].strip("│┃| \n").replace("┃", "│").split("│")]
@@ -39,6 +48,7 @@ def table_row(broker: Any, queue: str) -> list[str]:
 
 def depths(broker: Any, queue: str) -> dict[str, Any]:
     """Per partition and in total, ``pending`` from ``queenpy queues describe <queue> --json``."""
+    refresh_stats(broker)
     described = json.loads(queenpy(broker, "queues", "describe", "-q", queue, "--json").stdout)["queue"]
     per_partition = {p["name"]: p["stats"]["pending"] for p in described["partitions"]}
     return {"partitions": per_partition, "total": described["totals"]["pending"]}
@@ -83,7 +93,8 @@ def test_push_10000_json_lines_then_consume_them_all_in_order_per_partition(
     # -- the depth is 10,000, in the list (JSON and table) and per partition --------------------------------
     assert listed_counts(broker, queue) == {"total": TOTAL, "pending": TOTAL, "processing": 0}
     row = table_row(broker, queue)
-    assert row[0] == queue and row[-3:] == [str(TOTAL), str(TOTAL), "0"], row  # total, pending, processing
+    # queue, namespace, task, partitions, then depth, pending, processing (retention settings follow)
+    assert row[0] == queue and row[4:7] == [str(TOTAL), str(TOTAL), "0"], row
     assert depths(broker, queue) == {"partitions": dict.fromkeys(PARTITIONS, PER_PARTITION), "total": TOTAL}
 
     # -- consume --ack: every message once, in push order within its partition ----------------------------
@@ -123,7 +134,7 @@ def test_push_10000_json_lines_then_consume_them_all_in_order_per_partition(
 
     # -- the depth is 0; the acked messages are still counted in the total -----------------------------------
     assert listed_counts(broker, queue) == {"total": TOTAL, "pending": 0, "processing": 0}
-    assert table_row(broker, queue)[-3:] == [str(TOTAL), "0", "0"]
+    assert table_row(broker, queue)[4:7] == [str(TOTAL), "0", "0"]
     assert depths(broker, queue) == {"partitions": dict.fromkeys(PARTITIONS, 0), "total": 0}
     # nothing is left to deliver: the 10,000 read back were all there was
     again = queenpy(broker, "consume", "--queue", queue, "--ack", "--idle-millis", "300")

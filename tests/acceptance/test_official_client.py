@@ -10,7 +10,6 @@ waits for conditions by polling with a deadline, never by sleeping.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -41,19 +40,6 @@ async def eventually(
             raise AssertionError(f"{what} not reached within {deadline_s} s; last result: {result!r}")
         await asyncio.sleep(0.05)
 
-
-@pytest.fixture
-async def q(broker: Any) -> AsyncIterator[Queen]:
-    """An official client on the session broker. ``Queen()`` installs SIGINT/SIGTERM handlers and
-    ``close()`` resets them to the default, so pytest's own handlers are put back afterwards."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(broker.url)
-    try:
-        yield client
-    finally:
-        await client.close()
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 @pytest.fixture

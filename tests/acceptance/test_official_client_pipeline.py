@@ -11,30 +11,16 @@ through every stage once.
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest
 from queen import Queen
 
 from helpers import unique
 
 MESSAGES, PARTITIONS, POISON_EVERY = 100, 10, 7
 
-
-@pytest.fixture
-async def q(broker: Any) -> AsyncIterator[Queen]:
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    client = Queen(broker.url)
-    try:
-        yield client
-    finally:
-        await client.close()
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
 
 
 async def test_pipeline_with_each_consumers_on_error_nacks_and_default_retry_delay(q: Queen) -> None:

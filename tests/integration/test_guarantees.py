@@ -6,6 +6,7 @@ broker calls, from several connections and threads at once.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import defaultdict
@@ -418,6 +419,25 @@ def test_max_size_counts_only_new_messages_in_index_order_across_partitions(db_u
         stored = conn.execute("SELECT p.name, m.seq, m.payload FROM queen.messages m JOIN queen.partitions p "
                               "ON p.id = m.partition_id ORDER BY 1, 2").fetchall()
         assert stored == [("p1", 1, {"n": 0}), ("p1", 2, 2), ("p1", 3, 4), ("p2", 1, 1)]
+        # the maintained count (queen.queue_capacity) added the admitted messages only
+        assert conn.execute("SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
+                            "WHERE q.name = 'capped'").fetchone() == (4,)
+
+
+def test_offsets_and_ids_follow_the_items_index_not_their_place_in_the_array(db_url: str) -> None:
+    """SQL callers may number items out of array order (push_messages_v3 with explicit indexes): offsets
+    follow the index, results come in index order, and ids increase with the offsets (the order the Streams
+    SDK sorts by). push_items_v3, the broker's call, follows the array; push_items_v2 sorts such a batch."""
+    with connect(db_url) as conn:
+        rows = conn.execute("SELECT queen.push_items_v1(%s::jsonb)::text", (json.dumps(
+            [{"index": index, "queue": "numbered", "payload": index} for index in (2, 0, 3, 1)]),)).fetchone()
+        assert rows is not None
+        results = json.loads(rows[0])
+        assert [r["index"] for r in results] == [0, 1, 2, 3] and {r["status"] for r in results} == {"queued"}
+        stored = conn.execute("SELECT seq, payload, id::text FROM queen.messages ORDER BY seq").fetchall()
+        assert [row[1] for row in stored] == [0, 1, 2, 3]
+        assert [row[2] for row in stored] == sorted(row[2] for row in stored)
+        assert [r["message_id"] for r in results] == [row[2] for row in stored]
 
 
 def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queue_created_again(db_url: str) -> None:

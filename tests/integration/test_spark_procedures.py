@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
 import psycopg
+
+from queenpy.services.jobs import RetentionJob
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
 
 from helpers import call_procedure
 
@@ -67,3 +72,28 @@ def test_micro_batch_commit_is_all_or_nothing_and_once(db_url: str) -> None:
         aborted = sql_json(conn, "SELECT queen.spark_abort_v1(%s::jsonb)::text", orjson.dumps(
             {"queryId": "q1", "batchId": 8, "tokens": ["t9"]}).decode())
         assert aborted == {"success": True, "deleted": 1}
+
+
+def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
+    """Completed retention deletes up to the Spark group's cursor and no further; the offsets report it as the
+    partition's earliest offset, and a read from the group's cursor (or from earliest) meets no gap."""
+    async def retention() -> int:
+        database = Database(db_url, 2)
+        await database.open()
+        try:
+            return (await RetentionJob(ServiceSettings()).run(database)).rows
+        finally:
+            await database.close()
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "events", "options": {"completedRetentionSeconds": 60}})
+        call_procedure(conn, "push_items_v1", [{"queue": "events", "payload": i} for i in range(10)])
+        conn.execute("UPDATE queen.messages SET created_at = now() - interval '1 hour'")
+        pid = sql_json(conn, "SELECT queen.spark_offsets_v1('events', 'spark')::text")["partitions"][0]["partitionId"]
+        sql_json(conn, "SELECT queen.spark_commit_cursor_v1('events', 'spark', %s::jsonb)::text",
+                 orjson.dumps({pid: 6}).decode())
+        assert asyncio.run(retention()) == 6
+        offsets = sql_json(conn, "SELECT queen.spark_offsets_v1('events', 'spark')::text")["partitions"][0]
+        assert (offsets["head"], offsets["cursor"], offsets["earliest"]) == (10, 6, 6)
+        page = sql_json(conn, "SELECT queen.spark_messages_v1(%s::uuid, 6, 10, 100)::text", pid)
+        assert [m["offset"] for m in page["messages"]] == [7, 8, 9, 10]

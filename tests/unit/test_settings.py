@@ -32,3 +32,16 @@ def test_garbage_numbers_fall_back_to_defaults() -> None:
     settings = Settings.from_env({"PORT": "abc", "DEFAULT_TIMEOUT": ""})
     assert settings.port == 6632
     assert settings.default_timeout_ms == 30000
+
+
+def test_service_settings_use_queen_names_and_fractions_of_days() -> None:
+    services = Settings.from_env({"RETENTION_INTERVAL": "250", "RETENTION_BATCH_SIZE": "7", "EVICTION_INTERVAL": "0",
+                                  "PARTITION_CLEANUP_DAYS": "0.5", "METRICS_RETENTION_DAYS": "2",
+                                  "STATS_INTERVAL_MS": "100", "QUEENPY_SERVICES": "false"}).services
+    assert (services.retention_interval_ms, services.retention_batch_size, services.eviction_interval_ms) == (250, 7, 0)
+    assert (services.partition_cleanup_days, services.metrics_retention_days) == (0.5, 2.0)
+    assert services.stats_interval_ms == 100 and services.enabled is False
+    defaults = Settings.from_env({}).services
+    assert (defaults.retention_interval_ms, defaults.eviction_interval_ms, defaults.stats_interval_ms) == (
+        300_000, 60_000, 10_000)
+    assert defaults.enabled is True

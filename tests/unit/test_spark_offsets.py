@@ -184,3 +184,15 @@ def test_lag_between_two_reported_offsets() -> None:
     assert lag(None, heads) == 22
     assert lag(end, None) == 0
     assert lag("not json", heads) == 22
+
+
+def test_earliest_starts_after_what_retention_removed() -> None:
+    """``earliest`` (and JSON -2, and partitions a JSON spec leaves out) start at each partition's earliest offset
+    as /spark/offsets reports it, so a fresh query reads no gap that retention made; a group's cursor and
+    explicit offsets are taken as they are (below the earliest offset they are data loss)."""
+    heads, earliests = {A: 10, B: 20, C: 0}, {A: 4, B: 0}
+    assert resolve_starting_offsets(StartingOffsets("earliest"), heads, None, earliests) == {A: 4, B: 0, C: 0}
+    assert resolve_starting_offsets(StartingOffsets("json", {A: -2, B: 2}), heads, None, earliests) == {
+        A: 4, B: 2, C: 0}
+    assert resolve_starting_offsets(StartingOffsets("json", {B: 2}), heads, None, earliests) == {A: 4, B: 2, C: 0}
+    assert resolve_starting_offsets(StartingOffsets("group"), heads, {A: 1}, earliests) == {A: 1, B: 0, C: 0}

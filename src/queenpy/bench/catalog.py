@@ -43,13 +43,17 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
     _insert_limit(1, 40, clients=1),
     *(_insert_limit(rows, size) for size in (40, 1024) for rows in (1, 10, 100)),
     Limit("select1", "select1", description="pgbench, 50 clients, SELECT 1 (prepared)"),
+    Limit("cycle-100", "cycle", rows=100, clients=8,
+          description="pgbench, 8 clients, what a stream cycle writes per transaction (advisory lock, state "
+                      "read, upsert and delete, one sink row, a cursor update), counted as the 100 messages a "
+                      "cycle covers"),
 ]}
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup``; ``mode`` (consume): ``auto``
-    (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
+    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``soak`` | ``operators`` | ``streams``; ``mode``
+    (consume): ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a
     second queue); ``groups``: consumer groups reading everything (fan-out); ``limit``: key in LIMITS."""
 
     name: str
@@ -66,6 +70,7 @@ class Scenario:
     batch: int = 100
     quick: bool = False
     initial_rate: float = 50_000.0  # msg/s guess that sizes the backlog until a run has measured it
+    default: bool = True  # in the default selection (soak runs only when named: --only soak)
 
 
 def _push(per_request: int, size: int, partitions: int = 100, quick: bool = False) -> Scenario:
@@ -101,17 +106,31 @@ SCENARIOS: list[Scenario] = [
     Scenario("handoff-tx", "consume", "insert-100-40B",
              "pop batch 100 from A, one POST /transaction acks them and pushes them to B, 10 connections",
              connections=10, mode="handoff", quick=True, initial_rate=20_000),
+    # operators: ``groups`` = queues seeded, ``partitions`` = partitions seeded over them (kinds/operators.py)
+    Scenario("operators-10k", "operators", "insert-10-40B",
+             "status routes and a Prometheus scrape at 10,000 queues / 100,000 partitions; push 10 msg/request "
+             "without and with a scraper polling /metrics/prometheus every second",
+             per_request=10, partitions=100_000, groups=10_000, initial_rate=10_000),
     Scenario("keepup-ack", "keepup", "insert-10-40B",
              "producer paced at a share of push-10-40B (--keepup-share, default 55%; 100 connections) while "
              "10 connections pop 100 + /ack/batch",
              per_request=10, connections=10, mode="ack", initial_rate=10_000),
+    Scenario("streams-tumbling", "streams", "cycle-100",
+             "Queen Streams, tumbling-window count per partition as the SDK runs it: pop 100, state/get, one "
+             "cycle (window upsert + delete, 1 sink push, ack); 8 connections, 100 partitions",
+             connections=8, threads=8, batch=100, quick=True, initial_rate=20_000),
+    Scenario("soak", "soak", "insert-10-40B",
+             "producer paced at half of push-10-40B (--soak-share), 10 connections pop 100 + /ack/batch, "
+             "completedRetentionSeconds 5, for --duration (default 10 min): table size, broker RSS and the "
+             "services' cost on push/consume (only with --only soak)",
+             per_request=10, connections=10, mode="ack", initial_rate=10_000, default=False),
 ]
 
 
 @dataclass
 class Options:
     """How long and how hard: seconds of the measured window and of the warm-up, client connections of the
-    push scenarios, whether to CHECKPOINT before each scenario."""
+    push scenarios, whether to CHECKPOINT before each scenario, the soak's duration and producer share."""
 
     seconds: float = 10.0
     warmup: float = 3.0
@@ -119,3 +138,5 @@ class Options:
     checkpoint: bool = True
     long_poll_ms: int = 1000
     keepup_fraction: float = 0.55
+    soak_duration_s: float = 600.0
+    soak_share: float = 0.5

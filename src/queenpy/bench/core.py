@@ -112,7 +112,29 @@ LIMIT_SCHEMA = [
     "TRUNCATE bench.messages",  # a user's server may keep an earlier run's rows: every run starts empty
     ("CREATE OR REPLACE FUNCTION bench.partition_uuid(p int) RETURNS uuid LANGUAGE sql IMMUTABLE AS "
      "$$ SELECT ('00000000-0000-4000-8000-' || lpad(p::text, 12, '0'))::uuid $$"),
+    # the cycle limit (streams): state rows and cursors of 100 partitions
+    ("CREATE TABLE IF NOT EXISTS bench.stream_state "
+     "(partition int, key text, value jsonb, PRIMARY KEY (partition, key))"),
+    "CREATE TABLE IF NOT EXISTS bench.stream_cursors (partition int PRIMARY KEY, seq bigint NOT NULL)",
+    "INSERT INTO bench.stream_cursors SELECT g, 0 FROM generate_series(0, 99) g ON CONFLICT DO NOTHING",
 ]
+
+# One stream cycle's writes as pgbench sees them (queen.streams_cycle_v1 for a window that closes each cycle)
+CYCLE_LIMIT_SCRIPT = """\\set p random(0, 99)
+BEGIN;
+SELECT pg_advisory_xact_lock(:p);
+SELECT key, value FROM bench.stream_state WHERE partition = :p;
+DELETE FROM bench.stream_state WHERE partition = :p AND key = 'w';
+INSERT INTO bench.stream_state VALUES (:p, 'w', '{"acc":100,"windowStart":0,"windowEnd":100}')
+    ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO bench.stream_state VALUES (:p, 'wm', '{"eventTimeMs":99}')
+    ON CONFLICT (partition, key) DO UPDATE SET value = EXCLUDED.value;
+INSERT INTO bench.messages (id, transaction_id, partition_id, seq, payload, created_at)
+    VALUES (gen_random_uuid(), gen_random_uuid()::text, bench.partition_uuid(:p), nextval('bench.seq'),
+            '{"key":"p","windowStart":0,"count":100}', clock_timestamp());
+UPDATE bench.stream_cursors SET seq = seq + 100 WHERE partition = :p;
+END;
+"""
 
 
 @dataclass
@@ -316,6 +338,8 @@ class BenchCore:
         script = self.workdir / f"limit-{limit.key}.sql"
         if limit.kind == "select1":
             script.write_text("SELECT 1;\n")
+        elif limit.kind == "cycle":
+            script.write_text(CYCLE_LIMIT_SCRIPT)
         else:
             body = payload(limit.payload_bytes).replace("'", "''")
             script.write_text(

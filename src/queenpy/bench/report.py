@@ -84,6 +84,13 @@ def table(document: dict[str, Any]) -> str:
                          f"{_num(keepup['consumer_msg_per_s'])} msg/s, backlog growth "
                          f"{_num(keepup['backlog_growth_per_s'])} msg/s; kept up in {keepup['keeps_up_runs']} of "
                          f"{len(entry['runs'])} run(s)")
+    for entry in document["scenarios"]:
+        streams = (entry.get("median") or {}).get("streams")
+        if streams:
+            lines.append("")
+            lines.append(f"{entry['scenario']}: {_num(streams['cycles_per_s'])} cycles/s, "
+                         f"{_num(entry['median']['msg_per_s'])} msg/s ({_num(streams['messages_per_cycle'], 1)} "
+                         f"msg/cycle), {_num(streams['windows_emitted_per_s'])} windows emitted/s")
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")

@@ -52,13 +52,15 @@ class Config:
     keep: bool = False
     checkpoint: bool = True
     keepup_fraction: float = 0.55
+    soak_duration_s: float = 600.0
+    soak_share: float = 0.5
     command: str = ""
     database_url: str | None = None
 
 
 def scenario_names(quick: bool = False) -> list[str]:
-    """Names of the scenarios that a run would select by default."""
-    return [s.name for s in SCENARIOS if s.quick or not quick]
+    """Names of the scenarios that a run would select by default (soak only when named)."""
+    return [s.name for s in SCENARIOS if s.default and (s.quick or not quick)]
 
 
 def _select(config: Config) -> list[Scenario]:
@@ -90,10 +92,15 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     options = Options(seconds=config.seconds or (3.0 if config.quick else 10.0),
                       warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
                       connections=config.connections, checkpoint=config.checkpoint,
-                      keepup_fraction=config.keepup_fraction)
+                      keepup_fraction=config.keepup_fraction, soak_duration_s=config.soak_duration_s,
+                      soak_share=config.soak_share)
     limits_used = sorted({s.limit for s in scenarios} | {"select1"}, key=list(LIMITS).index)
     per_round = len(scenarios) * (options.warmup + options.seconds + 3) + len(limits_used) * (
-        options.warmup + options.seconds + 1)
+        options.warmup + options.seconds + 1) + sum(options.soak_duration_s for s in scenarios if s.kind == "soak")
+    broker_env = dict(config.broker_env)
+    if any(s.kind == "soak" for s in scenarios):
+        # completed retention every second, so the soak's table stays small (unless --env says otherwise)
+        broker_env.setdefault("RETENTION_INTERVAL", "1000")
     echo(f"queenbench: {len(scenarios)} scenario(s) x {runs} run(s), {options.seconds:g}s measured after "
          f"{options.warmup:g}s warm-up; about {runs * per_round / 60:.1f} min")
     if config.workdir is not None:
@@ -106,7 +113,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     broker = sql = bench = None
     try:
         pg = ExternalPostgres(config.database_url) if config.database_url else PrivatePostgres(workdir)
-        broker = Broker(pg.url, workdir, config.workers or None, config.broker_env)
+        broker = Broker(pg.url, workdir, config.workers or None, broker_env)
         broker.wait_ready()
         sql = Sql(pg.url)
         facts = environment_facts(sql)
@@ -250,6 +257,19 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                     for k in ("target_producer_msg_per_s", "producer_msg_per_s", "producer_share_of_push",
                               "consumer_msg_per_s", "backlog_growth_per_s")}
                 entry["median"]["keepup"]["keeps_up_runs"] = sum(bool(r["keepup"]["keeps_up"]) for r in measured)
+            if scenario.kind == "streams":
+                entry["median"]["streams"] = {k: median(r["streams"][k] for r in measured)
+                                              for k in ("cycles_per_s", "windows_emitted_per_s", "messages_per_cycle")}
+            if scenario.kind == "soak":
+                entry["median"]["soak"] = {
+                    "table_mb_slope_per_min": median(r["soak"]["flatness"]["table_mb"]["slope_per_min"]
+                                                     for r in measured),
+                    "stored_messages_slope_per_min": median(
+                        r["soak"]["flatness"]["stored_messages"]["slope_per_min"] for r in measured),
+                    "broker_rss_mb_slope_per_min": median(r["soak"]["flatness"]["broker_rss_mb"]["slope_per_min"]
+                                                          for r in measured),
+                    "push_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["push"] for r in measured),
+                    "consume_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["consume"] for r in measured)}
         results.append(entry)
     others = [r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r]
     return {
@@ -260,12 +280,13 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
         "git": _git_describe(),
         "settings": {"quick": config.quick, "runs": runs, "seconds": options.seconds, "warmup": options.warmup,
                      "push_connections": options.connections, "checkpoint_before_each": options.checkpoint,
-                     "keepup_share_of_push": options.keepup_fraction},
+                     "keepup_share_of_push": options.keepup_fraction,
+                     "soak_duration_s": options.soak_duration_s, "soak_share_of_push": options.soak_share},
         "machine": {"cores": os.cpu_count(), "load_average_at_end": os.getloadavg(),
                     "other_cpu_share_median": median(others),
                     "other_cpu_share_max": max(others) if others else None},
         "postgres": facts,
-        "broker": {"workers": config.workers or "default (one per core)", "env": config.broker_env,
+        "broker": {"workers": config.workers or "default (one per core)", "env": broker.env,
                    "processes": bench.memory.peak()[2], "pythonpath": os.environ.get("PYTHONPATH", ""),
                    "inherited_queen_env": {k: v for k, v in os.environ.items()
                                            if k.startswith(("QUEEN_", "DB_POOL", "NUM_WORKERS"))}},

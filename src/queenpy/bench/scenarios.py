@@ -9,12 +9,15 @@ from queenpy.bench.catalog import LIMITS, SCENARIOS, Limit, Options, Scenario, p
 from queenpy.bench.core import environment_facts
 from queenpy.bench.kinds.consume import ConsumeRuns
 from queenpy.bench.kinds.keepup import KeepupRuns
+from queenpy.bench.kinds.operators import OperatorsRuns
 from queenpy.bench.kinds.push import PushRuns
+from queenpy.bench.kinds.soak import SoakRuns
+from queenpy.bench.kinds.streams import StreamsRuns
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Options", "Scenario", "environment_facts", "payload"]
 
 
-class Bench(PushRuns, ConsumeRuns, KeepupRuns):
+class Bench(PushRuns, StreamsRuns, ConsumeRuns, KeepupRuns, SoakRuns, OperatorsRuns):
     """The whole suite's runner: a private PostgreSQL, the broker, and a runner per scenario kind."""
 
     def run_scenario(self, scenario: Scenario, round_no: int) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The ``queenpy`` command line, one module per command group: ``serve``, ``db``, the client commands
-(``push``/``pop``/``consume`` in :mod:`.messages`, ``configure``/``queues``, ``groups``, ``dlq``), ``bench`` and
-``spark``. Every option can also come from the environment variable named in its ``--help``; errors are one
+(``push``/``pop``/``consume`` in :mod:`.messages`, ``messages ls/show/rm/retry`` in :mod:`.browse`,
+``configure``/``queues``, ``groups``, ``dlq``, ``status``, ``maintenance``), ``bench`` and ``spark``. Every option can also come from the environment variable named in its ``--help``; errors are one
 plain sentence on stderr and a non-zero exit (``-v`` shows the traceback). Modules import their heavy parts
 (the server, Spark, the benchmark suite) inside the command, so ``queenpy --help`` stays fast.
 
@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from queenpy.cli import bench, db, dlq, groups, messages, queues, serve, spark
+from queenpy.cli import bench, browse, db, dlq, groups, maintenance, messages, queues, serve, spark, status
 
 __all__ = ["app", "main"]
 
@@ -45,7 +45,7 @@ def _root(
     """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
 
 
-for _area in (serve, db, messages, queues, groups, dlq, bench, spark):
+for _area in (serve, db, messages, browse, queues, groups, dlq, status, maintenance, bench, spark):
     _area.register(app)
 
 

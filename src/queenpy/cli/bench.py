@@ -56,6 +56,12 @@ DatabaseUrlOption = Annotated[str | None, typer.Option(
     help="Run on this PostgreSQL (one you started and tuned; use a scratch database: the suite writes queues "
          "and a 'bench' schema into it) instead of a private server with stock settings. PostgreSQL's CPU is "
          "measured only when the server runs on this machine.")]
+DurationOption = Annotated[float, typer.Option(
+    "--duration", min=10, envvar="QUEENPY_BENCH_DURATION",
+    help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]
+SoakShareOption = Annotated[float, typer.Option(
+    "--soak-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_SOAK_SHARE",
+    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe).")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
@@ -91,6 +97,8 @@ def register(app: typer.Typer) -> None:
         keep: KeepOption = False,
         checkpoint: CheckpointOption = True,
         keepup_share: KeepupShareOption = 0.55,
+        duration: DurationOption = 600.0,
+        soak_share: SoakShareOption = 0.5,
         database_url: DatabaseUrlOption = None,
         verbose: VerboseOption = False,
     ) -> None:
@@ -111,7 +119,8 @@ def register(app: typer.Typer) -> None:
         config = queenbench.Config(
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
-            checkpoint=checkpoint, keepup_fraction=keepup_share, command=_command_line(), database_url=database_url)
+            checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
+            command=_command_line(), database_url=database_url)
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:

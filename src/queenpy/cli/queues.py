@@ -78,6 +78,22 @@ def configure(
             help="Delete consumed messages after (s).",
         ),
     ] = None,
+    retention_enabled: Annotated[
+        bool | None,
+        typer.Option(
+            "--retention-enabled/--no-retention-enabled",
+            envvar="QUEEN_RETENTION_ENABLED",
+            help="Retention switch (default: on when a retention period is given).",
+        ),
+    ] = None,
+    max_wait_time_s: Annotated[
+        int | None,
+        typer.Option(
+            "--max-wait-time-s",
+            envvar="QUEEN_MAX_WAIT_TIME_S",
+            help="Delete (evict) messages no consumer took within (s).",
+        ),
+    ] = None,
     encryption: Annotated[
         bool | None,
         typer.Option(
@@ -114,12 +130,12 @@ def configure(
                 "windowBuffer": window_buffer_s,
                 "retentionSeconds": retention_s,
                 "completedRetentionSeconds": completed_retention_s,
+                "retentionEnabled": retention_enabled,
+                "maxWaitTimeSeconds": max_wait_time_s,
                 "encryptionEnabled": encryption,
             }.items()
             if value is not None
         }
-        if retention_s or completed_retention_s:
-            options["retentionEnabled"] = True
         for pair in option or []:
             key, separator, value = pair.partition("=")
             if not separator or not key:
@@ -146,6 +162,8 @@ def _queues_list(client: Queen, json_output: bool) -> None:
     rows = []
     for queue in queues:
         counts = queue.get("messages") or {}
+        options = queue.get("options") or {}
+        retention = options.get("retentionEnabled")
         rows.append(
             [
                 queue.get("name"),
@@ -155,9 +173,29 @@ def _queues_list(client: Queen, json_output: bool) -> None:
                 counts.get("total"),
                 counts.get("pending"),
                 counts.get("processing"),
+                _seconds(options.get("retentionSeconds") if retention else 0),
+                _seconds(options.get("completedRetentionSeconds") if retention else 0),
+                _seconds(options.get("maxWaitTimeSeconds")),
+                options.get("maxSize") or "-",
             ]
         )
-    table("queues", ["queue", "namespace", "task", "partitions", "total", "pending", "processing"], rows)
+    table(
+        "queues",
+        ["queue", "namespace", "task", "partitions", "depth", "pending", "processing", "retention",
+         "completed retention", "max wait", "max size"],
+        rows,
+    )
+
+
+def _seconds(value: Any) -> str:
+    """A retention period for the table: ``-`` when off, else seconds with a readable unit."""
+    if not value:
+        return "-"
+    seconds = int(value)
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
 
 
 def _queue_groups(client: Queen, name: str) -> dict[str, list[dict[str, Any]]]:
@@ -189,7 +227,8 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
-        """List queues with partition and message counts (default command)."""
+        """List queues: partitions, depth (messages stored), pending and in-flight counts, and the retention,
+        eviction and maxSize settings (default command)."""
         remember(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
         if ctx.invoked_subcommand is None:
             with connect(url, token, verbose) as client:
@@ -203,7 +242,7 @@ def register(app: typer.Typer) -> None:
         json_output: JsonOption = False,
         verbose: VerboseOption = False,
     ) -> None:
-        """List queues with partition and message counts."""
+        """List queues: partitions, depth, pending and in-flight counts, retention, eviction and maxSize."""
         url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
         with connect(url, token, verbose) as client:
             _queues_list(client, json_output)

@@ -14,6 +14,7 @@ import httpx
 
 from queenpy.errors import BrokerError, QueenError
 
+from ._admin import AdminCalls
 from ._buffering import PushBuffers
 from ._builders import ConsumeOptions, QueueBuilder, TransactionBuilder
 from ._consumer import Consumer
@@ -56,7 +57,7 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
-class AsyncQueen:
+class AsyncQueen(AdminCalls):
     """Client of one Queen broker, or of several with failover.
 
     Args:

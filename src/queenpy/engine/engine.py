@@ -91,6 +91,7 @@ class Engine:
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
                                       fusion_settings.max_hold_ms)
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
+        self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
         self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
         self._probe_pending = False
@@ -105,6 +106,17 @@ class Engine:
         self._next_prune = 0.0
         self.notifications_sent = 0
         self.notifications_skipped = 0
+        self._subscriptions: dict[str, Callable[[str], None]] = {}
+        self._on_connected: list[Callable[[], None]] = []
+
+    def subscribe(self, channel: str, callback: Callable[[str], None],
+                  on_connected: Callable[[], None] | None = None) -> None:
+        """Also LISTEN on ``channel`` (``callback(payload)`` per notification from another process) on the
+        engine's LISTEN connection; ``on_connected()`` runs whenever that connection is (re-)established,
+        when notifications may have been missed. Call before :meth:`start`."""
+        self._subscriptions[channel] = callback
+        if on_connected is not None:
+            self._on_connected.append(on_connected)
 
     def _caller(self, procedure: str) -> Any:
         async def call(payload: str) -> str:
@@ -115,7 +127,7 @@ class Engine:
     async def start(self) -> None:
         """Subscribe to push notifications and long-poll interest from every broker process."""
         await self.database.listen({NOTIFY_CHANNEL: self.waiters.wake_notification,
-                                    WAITING_CHANNEL: self._on_waiting_notification},
+                                    WAITING_CHANNEL: self._on_waiting_notification, **self._subscriptions},
                                    on_connected=self._on_listening)
 
     @property
@@ -150,6 +162,20 @@ class Engine:
                 self.notifications_sent += 1
             else:
                 self.notifications_skipped += 1
+        self._schedule_flush()
+
+    def observe_calls(self, observer: Callable[[str, int, float], None]) -> None:
+        """Call ``observer(operation type, items, seconds)`` after every fused procedure call."""
+        for fusion in self.fusions.values():
+            for part in fusion.lanes if isinstance(fusion, LanedFusion) else [fusion]:
+                part.observer = observer
+
+    def wake(self, queue: str, partition: str | None = None) -> None:
+        """Wake the long polls of ``queue`` (one partition, or all) in every broker process, now (the
+        operators' ``/internal/api/notify``); unlike :meth:`announce`, always NOTIFYs."""
+        self.waiters.wake(queue, partition)
+        self._notify_pending.add(f"{queue}/{partition or ''}")
+        self.notifications_sent += 1
         self._schedule_flush()
 
     def _announce_waiting(self, queue: str) -> None:
@@ -189,6 +215,8 @@ class Engine:
         """LISTEN is (re-)established: announcements made meanwhile were missed, so ask for them again
         and notify every push until the answers are in."""
         self._notify_all_until = time.monotonic() + self.settings.pop_wait_listen_grace_ms / 1000.0
+        for on_connected in self._on_connected:
+            on_connected()
         self._probe_pending = True
         self._announce_all_waiting()
         self._schedule_flush()
@@ -248,6 +276,19 @@ class Engine:
                     for item in op.get("items", [])}
             if keys:
                 self.announce(keys)
+        return result
+
+    async def stream_cycle(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A Queen Streams cycle (``queen.streams_cycle_v1``: state ops, source ack and sink pushes in one
+        PostgreSQL transaction). Never fused with another one; at most ``QUEEN_STREAMS_CYCLE_MAX_CONCURRENT``
+        in flight per process. After COMMIT, wakes the long polls of every sink partition that got a message
+        (see :meth:`announce`). Returns the procedure's result without its ``touched`` list."""
+        async with self._stream_cycles:
+            text = await self.database.call("streams_cycle_v1", orjson.dumps(request).decode())
+        result: dict[str, Any] = orjson.loads(text)
+        touched = result.pop("touched", None) or []
+        if touched:
+            self.announce({(queue, partition) for queue, partition in touched})
         return result
 
     async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,

@@ -16,6 +16,9 @@ fsync'd and answered ``buffered``, so they are kept). Any broker process drains 
 files, oldest first, claiming each by an atomic rename to ``.buf.draining.<pid>`` (claims of dead
 processes are taken back), pushing ``FILE_BUFFER_MAX_BATCH`` events per procedure call, deleting the file
 when all are stored and putting it back when the database fails again.
+
+Push maintenance mode (API.md section 12) pauses the drain (:meth:`FailoverBuffer.pause`): pushes are then
+buffered on purpose and replayed once it is turned off (:meth:`FailoverBuffer.resume`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,9 @@ class FailoverBuffer:
         self._task: asyncio.Task[None] | None = None
         self.replayed = 0
         self.db_healthy = True
+        self.paused = False
+        self._finalise_now = False
+        self._wake = asyncio.Event()
 
     # -- writing ----------------------------------------------------------------------------------
     def _open(self) -> None:
@@ -111,8 +117,10 @@ class FailoverBuffer:
         if self._events_in_file >= self.events_per_file:
             self._finalise()
 
-    async def append(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def append(self, items: list[dict[str, Any]], *, database_failed: bool = True) -> list[dict[str, Any]]:
         """Buffer validated push items durably; return Queen's per-item ``buffered`` results.
+        ``database_failed``: the push could not reach PostgreSQL (False: buffered on purpose, in push
+        maintenance mode), which marks the database unhealthy until a replay goes through.
 
         Raises:
             OSError: the file could not be written (the caller answers ``failed``).
@@ -126,7 +134,8 @@ class FailoverBuffer:
                             "transactionId": transaction_id})
         async with self._lock:
             await asyncio.to_thread(self._write, events)
-        self.db_healthy = False
+        if database_failed:
+            self.db_healthy = False
         return results
 
     # -- draining ---------------------------------------------------------------------------------
@@ -134,6 +143,34 @@ class FailoverBuffer:
         """``{"pending": files waiting, "open": events in this process's open file}``."""
         pending = sum(1 for p in self.directory.iterdir() if p.name.endswith((".buf", ".buf.tmp")))
         return {"pending": pending, "open": self._events_in_file if self._file else 0}
+
+    def stats(self) -> dict[str, int]:
+        """What waits in the buffer directory, every process's files together: ``{"files", "events",
+        "bytes", "failedFiles"}`` (``failedFiles``: claimed for a drain by a process that is gone). Reads
+        every file: for status routes, not the push path."""
+        files = events = size = failed = 0
+        for path in self.directory.glob("failover_*"):
+            if ".draining." in path.name:
+                pid = int(path.name.rsplit(".", 1)[1])
+                if pid != os.getpid() and not _alive(pid):
+                    failed += 1
+            try:
+                size += path.stat().st_size
+                events += len(read_events(path))
+            except FileNotFoundError:  # drained meanwhile
+                continue
+            files += 1
+        return {"files": files, "events": events, "bytes": size, "failedFiles": failed}
+
+    def pause(self) -> None:
+        """Stop replaying (push maintenance mode): buffered pushes stay on disk."""
+        self.paused = True
+
+    def resume(self) -> None:
+        """Replay again, at once."""
+        self.paused = False
+        self._finalise_now = True  # this process's open file goes to the drain now, not when idle
+        self._wake.set()
 
     def _claim(self) -> Path | None:
         for path in self.directory.glob("failover_*.buf.tmp"):
@@ -156,12 +193,16 @@ class FailoverBuffer:
 
     async def drain_once(self) -> int:
         """Replay every finalised file now; returns how many events were stored. Stops at the first
-        database failure (the file goes back for the next round)."""
+        database failure (the file goes back for the next round); does nothing while paused."""
+        if self.paused:
+            return 0
         async with self._lock:
-            if self._file is not None and time.monotonic() - self._last_write > 2 * self.flush_s:
+            if self._file is not None and (self._finalise_now
+                                           or time.monotonic() - self._last_write > 2 * self.flush_s):
                 self._finalise()
+            self._finalise_now = False
         stored = 0
-        while (path := self._claim()) is not None:
+        while not self.paused and (path := self._claim()) is not None:
             events = read_events(path)
             try:
                 for start in range(0, len(events), self.max_batch):
@@ -191,7 +232,11 @@ class FailoverBuffer:
                     await self.drain_once()
                 except Exception:
                     log.exception("failover drain failed")
-                await asyncio.sleep(self.flush_s if self.db_healthy else 1.0)
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.flush_s if self.db_healthy else 1.0)
+                except TimeoutError:
+                    pass
 
         self._task = asyncio.get_running_loop().create_task(loop())
 

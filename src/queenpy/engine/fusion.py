@@ -29,6 +29,8 @@ __all__ = ["Decode", "Fusion", "FusionStats", "StaticLimit", "VegasLimit", "resu
 log = logging.getLogger("queenpy.engine")
 
 Call = Callable[[str], Awaitable[str]]
+# observer(operation type, items in the call, seconds the call took): one call per procedure call
+Observer = Callable[[str, int, float], None]
 # (the fused items, the procedure's answer) -> one result per item, in the items' order (None: no result)
 Decode = Callable[[list[Any], str], list[Any]]
 
@@ -132,6 +134,8 @@ class Fusion:
         self._inflight = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._hold_handle: asyncio.TimerHandle | None = None
+        self.observer: Observer | None = None
+        self.op = name.split("[", 1)[0]
 
     @property
     def inflight(self) -> int:
@@ -202,6 +206,8 @@ class Fusion:
             self.stats.items += count
             self.stats.busy_s += rtt
             self.stats.max_batch_seen = max(self.stats.max_batch_seen, count)
+            if self.observer is not None:
+                self.observer(self.op, count, rtt)
             self._fire()
         start = 0
         for pending in batch:

@@ -61,6 +61,10 @@ class WaiterRegistry:
         """Names of the queues with parked pops."""
         return list(self._by_queue)
 
+    def counts(self) -> dict[str, int]:
+        """Parked pops per queue."""
+        return {queue: len(waiters) for queue, waiters in self._by_queue.items()}
+
     def unregister(self, waiter: Waiter) -> None:
         """Remove a waiter. A wildcard waiter that leaves with a wake it did not act on (woken while its
         last pop was in flight) passes the wake to the oldest other waiter of its group: the wake may have

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -35,12 +36,16 @@ __all__ = ["VERSION", "create_app"]
 log = logging.getLogger("queenpy.server")
 
 
-def guarded(handler: Handler, level: Level, authenticator: Authenticator) -> Handler:
+def guarded(handler: Handler, level: Level, authenticator: Authenticator, broker: Broker, method: str,
+            path: str) -> Handler:
     """``handler`` behind authentication at ``level`` (none for ``Level.PUBLIC``) and the error mapping:
     InvalidRequest -> real 400, other QueenErrors -> their status (401/403/...), database errors -> 200 with
-    an error body."""
+    an error body. Each request's duration is observed under its route template (``path``)."""
+    latency = broker.instruments.request_seconds.labels(method, path)
+    metrics = broker.metrics
 
     async def wrapper(request: Request) -> Response:
+        started = time.perf_counter()
         try:
             request.state.claims = (None if level is Level.PUBLIC else authenticator.authenticate(
                 request.headers.get("authorization"), request.scope["path"], level))
@@ -48,10 +53,16 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator) -> Han
         except InvalidRequest as exc:
             return error_response(exc.message, 400)
         except QueenError as exc:
+            if exc.http_status >= 500:
+                metrics.errors += 1
             return error_response(exc.message, exc.http_status)
         except (TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            metrics.errors += 1
             log.warning("database error on %s %s: %s", request.method, request.url.path, exc)
             return json_response({"success": False, "error": str(exc) or exc.__class__.__name__})
+        finally:
+            metrics.requests += 1
+            latency.observe(time.perf_counter() - started)
 
     return wrapper
 
@@ -96,8 +107,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         finally:
             await broker.stop()
 
-    routes: list[Any] = [Route(e.path, guarded(e.handler, e.level, authenticator), methods=[e.method])
-                         for e in endpoints()]
+    routes: list[Any] = [Route(e.path, guarded(e.handler, e.level, authenticator, broker, e.method, e.path),
+                               methods=[e.method]) for e in endpoints()]
     routes.append(Route("/{path:path}", _preflight, methods=["OPTIONS"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={404: _http_error, 405: _http_error})

@@ -1,11 +1,13 @@
-"""Per-process state of the broker: database, fusion engine, failover buffer, payload cipher and the
-queue-configuration cache. One :class:`Broker` per worker process, built by ``create_app``."""
+"""Per-process state of the broker: database, fusion engine, failover buffer, maintenance switches, payload
+cipher, metrics, background services and the queue-configuration cache. One :class:`Broker` per worker process,
+built by ``create_app``."""
 
 from __future__ import annotations
 
 import hashlib
 import logging
 import os
+import socket
 import time
 from typing import Any
 
@@ -15,6 +17,10 @@ from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
+from queenpy.server.maintenance import MaintenanceState
+from queenpy.server.metrics import WorkerMetrics
+from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
+from queenpy.services import Services
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
@@ -38,14 +44,28 @@ class Broker:
             settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
             max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
             flush_ms=settings.file_buffer_flush_ms)
+        self.maintenance = MaintenanceState(self.database, self.failover)
+        self.maintenance.attach(self.engine)
+        self.instruments = WorkerInstruments(worker_id)
+        self.metrics = WorkerMetrics(self, self.instruments)
+        self.engine.observe_calls(self.instruments.observe_call)
+        self.snapshot_cache = SnapshotCache()
+        holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
+        self.services = Services(self.database, settings.services, holder)
 
     async def start(self) -> None:
         await self.database.open()
         await self.engine.start()
+        await self.maintenance.start()  # before the drain: push maintenance keeps the buffer on disk
         await self.failover.drain_once()  # leftovers of a previous run are stored before serving
         self.failover.start()
+        self.metrics.start()
+        await self.services.start()
 
     async def stop(self) -> None:
+        await self.services.stop()
+        await self.metrics.stop()
+        await self.maintenance.stop()
         await self.failover.stop()
         await self.engine.stop()
         await self.database.close()
@@ -72,6 +92,10 @@ class Broker:
             if item["queue"] in encrypted:
                 item["payload"] = self.cipher.encrypt(item["payload"])
                 item["isEncrypted"] = True
+
+    def cached_queue_count(self) -> int:
+        """Queues in the encryption-flag cache."""
+        return len(self._encrypted_queues)
 
     def forget_queue(self, name: str) -> None:
         self._encrypted_queues.pop(name, None)

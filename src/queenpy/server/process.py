@@ -20,9 +20,11 @@ import gc
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -152,10 +154,24 @@ def serve(settings: Settings) -> None:
             database.embedded.stop()
 
 
+def _metrics_dir() -> tuple[str, bool]:
+    """The directory the workers share their Prometheus metrics through (``PROMETHEUS_MULTIPROC_DIR``, set
+    before the workers fork; emptied at start). Returns ``(directory, created here)``."""
+    given = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    directory = given or tempfile.mkdtemp(prefix="queenpy-metrics-")
+    os.makedirs(directory, exist_ok=True)
+    for name in os.listdir(directory):
+        if name.endswith(".db"):
+            os.unlink(os.path.join(directory, name))
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    return directory, given is None
+
+
 def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
     context = multiprocessing.get_context("fork")
     workers: dict[int, multiprocessing.process.BaseProcess] = {}
     stopping = False
+    metrics_dir, own_metrics_dir = _metrics_dir()
 
     def start(worker_id: int) -> None:
         # with SO_REUSEPORT, a listening socket of the worker's own (the supervisor closes its copy)
@@ -184,6 +200,10 @@ def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
         for worker_id, process in list(workers.items()):
             if not process.is_alive() and not stopping:
                 log.warning("worker %d exited with %s; restarting", worker_id, process.exitcode)
+                if process.pid is not None:
+                    from prometheus_client import multiprocess
+
+                    multiprocess.mark_process_dead(process.pid, metrics_dir)  # type: ignore[no-untyped-call]
                 start(worker_id)
     for process in workers.values():
         if process.is_alive() and process.pid is not None:
@@ -194,3 +214,5 @@ def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
         if process.is_alive():
             process.kill()
     sock.close()
+    if own_metrics_dir:
+        shutil.rmtree(metrics_dir, ignore_errors=True)

@@ -8,8 +8,10 @@ raises :class:`~queenpy.errors.InvalidRequest` whose message names the field (th
 
 from __future__ import annotations
 
+import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -24,13 +26,20 @@ __all__ = [
     "check_uuid",
     "parse_body",
     "query_bool",
+    "query_choice",
     "query_int",
+    "query_name",
+    "query_time",
+    "query_window",
     "validate_ack",
     "validate_ack_batch",
     "validate_configure",
     "validate_lease_extend",
     "validate_pop_params",
     "validate_push",
+    "validate_stream_cycle",
+    "validate_stream_register",
+    "validate_stream_state_get",
     "validate_transaction",
 ]
 
@@ -360,3 +369,190 @@ def validate_lease_extend(body: Any) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 86_400:
         raise InvalidRequest(f"seconds must be a number between 1 and 86400, got {seconds!r}")
     return int(seconds)
+
+
+# -- Queen Streams (API.md section 19) ------------------------------------------------------------------------
+
+STREAM_ACK_STATUSES = ("completed", "success", "failed", "dlq")
+MAX_STATE_KEY_BYTES = 2048  # a B-tree entry holds at most ~2700 bytes; keys are primary-key columns
+
+
+def _required_name(body: dict[str, Any], field: str) -> str:
+    value = body.get(field)
+    if value is None or value == "":
+        raise InvalidRequest(f"{field} is required")
+    return check_name(value, field) or ""
+
+
+def _optional_bool(body: dict[str, Any], field: str, default: bool) -> bool:
+    value = body.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidRequest(f"{field} must be a boolean, got {value!r}")
+    return value
+
+
+def _optional_list(body: dict[str, Any], field: str) -> list[Any]:
+    value = body.get(field)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequest(f"{field} must be an array")
+    return value
+
+
+def _state_key(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidRequest(f"{field} must be a string")
+    if "\x00" in value:
+        raise InvalidRequest(f"{field} must not contain NUL characters")
+    if len(value.encode()) > MAX_STATE_KEY_BYTES:
+        raise InvalidRequest(f"{field} is longer than {MAX_STATE_KEY_BYTES} bytes")
+    return value
+
+
+def validate_stream_register(body: Any) -> dict[str, Any]:
+    """``POST /streams/v1/queries`` body -> ``{name, source_queue, sink_queue, config_hash, reset}``."""
+    body = _object(body)
+    clean: dict[str, Any] = {field: _required_name(body, field) for field in ("name", "source_queue", "config_hash")}
+    sink = body.get("sink_queue")
+    clean["sink_queue"] = check_name(sink, "sink_queue", required=False) or None
+    clean["reset"] = _optional_bool(body, "reset", False)
+    return clean
+
+
+def _stream_ids(body: dict[str, Any]) -> dict[str, str]:
+    ids = {}
+    for field in ("query_id", "partition_id"):
+        if body.get(field) is None:
+            raise InvalidRequest(f"{field} is required")
+        ids[field] = check_uuid(body[field], field)
+    return ids
+
+
+def _state_op(op: Any, where: str) -> dict[str, Any]:
+    if not isinstance(op, dict):
+        raise InvalidRequest(f"{where} must be an object")
+    kind = op.get("type")
+    if kind not in ("upsert", "delete"):
+        raise InvalidRequest(f"{where}.type must be 'upsert' or 'delete', got {kind!r}")
+    key = _state_key(op.get("key"), f"{where}.key")
+    if kind == "delete":
+        return {"type": "delete", "key": key}
+    if "value" not in op:
+        raise InvalidRequest(f"{where}.value is required for an upsert")
+    check_payload(op["value"], f"{where}.value")
+    return {"type": "upsert", "key": key, "value": op["value"]}
+
+
+def _stream_push_item(item: Any, i: int) -> dict[str, Any]:
+    """A sink item, checked as a /push item; the error names ``push_items[i]``. No producerSub, no
+    isEncrypted: sink payloads are stored as sent (API.md section 19)."""
+    try:
+        return _push_item(item, lambda: f"push_items[{i}]", None)
+    except InvalidRequest as exc:
+        if exc.message.startswith("push_items["):
+            raise
+        raise InvalidRequest(f"push_items[{i}]: {exc.message}") from exc
+
+
+def _stream_ack(ack: Any) -> dict[str, Any] | None:
+    if ack is None:
+        return None
+    if not isinstance(ack, dict):
+        raise InvalidRequest("ack must be an object or null")
+    transaction_id = ack.get("transactionId")
+    if transaction_id is None or transaction_id == "":
+        raise InvalidRequest("ack.transactionId is required")
+    check_name(transaction_id, "ack.transactionId")
+    lease_id = ack.get("leaseId")
+    check_name(lease_id, "ack.leaseId", required=False)
+    status = ack.get("status")
+    if status is None or status == "":
+        status = "completed"
+    if not isinstance(status, str) or status not in STREAM_ACK_STATUSES:
+        raise InvalidRequest(f"Unknown ack.status: {status!r} (expected one of {', '.join(STREAM_ACK_STATUSES)})")
+    count = ack.get("count")
+    if count is None:
+        count = 1
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= _INT4_MAX:
+        raise InvalidRequest(f"ack.count must be an integer between 0 and {_INT4_MAX}, got {count!r}")
+    error = ack.get("error")
+    if error is not None and not isinstance(error, str):
+        raise InvalidRequest("ack.error must be a string")
+    if error and "\x00" in error:
+        raise InvalidRequest("ack.error must not contain NUL characters")
+    return {"transactionId": transaction_id, "leaseId": lease_id or "", "status": status, "count": count,
+            "error": error or None}
+
+
+def validate_stream_cycle(body: Any) -> dict[str, Any]:
+    """``POST /streams/v1/cycle`` body -> ``{query_id, partition_id, consumer_group, state_ops, push_items,
+    ack, release_lease}`` (clean; ``consumer_group`` defaults to queue mode, ``release_lease`` to true)."""
+    body = _object(body)
+    clean: dict[str, Any] = _stream_ids(body)
+    group = body.get("consumer_group")
+    clean["consumer_group"] = check_name(group, "consumer_group", required=False) or QUEUE_MODE
+    clean["state_ops"] = [_state_op(op, f"state_ops[{i}]")
+                          for i, op in enumerate(_optional_list(body, "state_ops"))]
+    clean["push_items"] = [_stream_push_item(item, i)
+                           for i, item in enumerate(_optional_list(body, "push_items"))]
+    clean["ack"] = _stream_ack(body.get("ack"))
+    clean["release_lease"] = _optional_bool(body, "release_lease", True)
+    return clean
+
+
+def validate_stream_state_get(body: Any) -> dict[str, Any]:
+    """``POST /streams/v1/state/get`` body -> ``{query_id, partition_id, keys, key_prefix,
+    ripe_at_or_before}`` (``keys`` [] means every key; the others None when absent)."""
+    body = _object(body)
+    clean: dict[str, Any] = _stream_ids(body)
+    clean["keys"] = [_state_key(key, f"keys[{i}]") for i, key in enumerate(_optional_list(body, "keys"))]
+    prefix = body.get("key_prefix")
+    clean["key_prefix"] = None if prefix is None else _state_key(prefix, "key_prefix")
+    ripe = body.get("ripe_at_or_before")
+    if ripe is not None and (isinstance(ripe, bool) or not isinstance(ripe, (int, float))
+                             or not math.isfinite(ripe)):
+        raise InvalidRequest(f"ripe_at_or_before must be a number (epoch milliseconds), got {ripe!r}")
+    clean["ripe_at_or_before"] = ripe
+    return clean
+def query_time(params: Mapping[str, str], name: str) -> datetime | None:
+    """An ISO-8601 timestamp query parameter (naive means UTC); absent or empty -> None; garbage -> 400."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw.replace(" ", "+"))  # a '+' of an offset arrives as a space
+    except ValueError as exc:
+        raise InvalidRequest(f"query parameter {name} must be an ISO-8601 timestamp, got {raw[:64]!r}") from exc
+    if not 1 <= parsed.year <= 9999 or (parsed.tzinfo is None and parsed.year in (1, 9999)):
+        raise InvalidRequest(f"query parameter {name} is out of range: {raw[:64]!r}")
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def query_window(params: Mapping[str, str]) -> tuple[datetime | None, datetime | None]:
+    """``from`` and ``to`` query parameters (each optional); 400 when ``from`` is after ``to``."""
+    start, end = query_time(params, "from"), query_time(params, "to")
+    if start is not None and end is not None and start > end:
+        raise InvalidRequest("query parameter from must not be after to")
+    return start, end
+
+
+def query_name(params: Mapping[str, str], name: str) -> str | None:
+    """An optional name query parameter (queue, partition, namespace, ...): absent or empty -> None."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return None
+    return check_name(raw, f"query parameter {name}")
+
+
+def query_choice(params: Mapping[str, str], name: str, choices: Collection[str],
+                 default: str | None = None) -> str | None:
+    """A query parameter that must be one of ``choices``; absent or empty -> ``default``."""
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw not in choices:
+        raise InvalidRequest(f"query parameter {name} must be one of {', '.join(sorted(choices))}, got {raw[:32]!r}")
+    return raw

@@ -42,12 +42,15 @@ _RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
 @dataclass(frozen=True)
 class PartitionHead:
-    """One partition of ``GET /api/v1/spark/offsets``: its newest offset and the group's cursor (or None)."""
+    """One partition of ``GET /api/v1/spark/offsets``: its newest offset, the group's cursor (or None), and its
+    earliest offset: offsets at or below it may have been removed by retention or eviction (0 from a broker
+    that does not report it)."""
 
     partition_id: str
     partition: str
     head: int
     cursor: int | None
+    earliest: int = 0
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class SparkBroker:
                 str(p.get("partition", "")),
                 int(p["head"]),
                 None if p.get("cursor") is None else int(p["cursor"]),
+                int(p.get("earliest") or 0),
             )
             for p in body.get("partitions", [])
         ]

@@ -177,25 +177,32 @@ def parse_starting_offsets(value: str | None, queue: str, *, has_group: bool) ->
 
 
 def resolve_starting_offsets(
-    spec: StartingOffsets, heads: Mapping[str, int], cursors: Mapping[str, int | None] | None = None
+    spec: StartingOffsets,
+    heads: Mapping[str, int],
+    cursors: Mapping[str, int | None] | None = None,
+    earliests: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """The initial offset map for ``spec`` given the partitions' current ``heads`` and the group's ``cursors``.
+    """The initial offset map for ``spec`` given the partitions' current ``heads``, the group's ``cursors`` and
+    the partitions' ``earliests`` (offsets at or below them may have been removed by retention or eviction, so
+    ``earliest`` starts there and reads no gap; absent: 0).
 
     Returns ``{partitionId: offset}`` over the known partitions (values clamped to ``[0, head]``); partitions
-    appearing later start at 0.
+    appearing later start at 0 (a gap there is data loss, as with Kafka's new partitions).
     """
     cursors = cursors or {}
+    earliests = earliests or {}
     start: dict[str, int] = {}
     for pid, head in heads.items():
+        earliest = int(earliests.get(pid) or 0)
         if spec.kind == LATEST:
             value = head
         elif spec.kind == GROUP:
             value = cursors.get(pid) or 0
         elif spec.kind == "json":
             wanted = spec.partitions.get(pid, _JSON_EARLIEST)
-            value = head if wanted == _JSON_LATEST else 0 if wanted == _JSON_EARLIEST else wanted
+            value = head if wanted == _JSON_LATEST else earliest if wanted == _JSON_EARLIEST else wanted
         else:
-            value = 0
+            value = earliest
         start[pid] = max(0, min(int(value), int(head)))
     if spec.kind == "json":
         # partitions named explicitly but not (yet) visible keep their requested position

@@ -9,6 +9,15 @@ it and replays exactly that range after a crash; ``read`` fetches ``(after, upto
 ``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
 visible in commit order. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
 offsets of finished micro-batches (advisory, for lag, retention and dashboards: the checkpoint is the authority).
+
+Retention and the reader agree (see the README, "Background services"): completed retention deletes only
+offsets at or below every consumer group's cursor, and a query's group cursor never passes a micro-batch Spark
+has not finished, so a query with a ``consumerGroup`` never meets a gap made by completed retention, across
+restarts too. ``earliest`` starts at the partition's earliest offset (``/spark/offsets``: what retention and
+eviction removed lies at or below it). Gaps that remain are data loss for the query: ``retentionSeconds`` or
+``maxWaitTimeSeconds`` deleting messages it had not read, a query without ``consumerGroup`` (no cursor protects
+it) or a checkpoint behind its group's cursor falling behind completed retention, or messages deleted by hand;
+``failOnDataLoss`` (default true) fails the batch with :class:`DataLossError`, false skips them with a warning.
 """
 
 from __future__ import annotations
@@ -136,6 +145,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 spec,
                 {pid: p.head for pid, p in partitions.items()},
                 {pid: p.cursor for pid, p in partitions.items()},
+                {pid: p.earliest for pid, p in partitions.items()},
             )
             self._initial = QueueOffset(self.options.queue, start).to_json()
             log.info("queue %s: starting at %s", self.options.queue, self._initial)
@@ -227,7 +237,8 @@ class QueenBatchReader(DataSourceReader):
         spec = parse_starting_offsets(
             options.starting_offsets, options.queue, has_group=bool(options.consumer_group)
         )
-        start = resolve_starting_offsets(spec, heads, {pid: p.cursor for pid, p in partitions.items()})
+        start = resolve_starting_offsets(spec, heads, {pid: p.cursor for pid, p in partitions.items()},
+                                         {pid: p.earliest for pid, p in partitions.items()})
         ending = options.ending_offsets
         if ending is None or ending.lower() == LATEST:
             end = heads

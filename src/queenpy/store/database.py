@@ -32,6 +32,9 @@ PROCEDURES: dict[str, str] = {
     "configure_queue_v1": "SELECT queen.configure_queue_v1($1::jsonb)::text",
     "dlq_list_v1": "SELECT queen.dlq_list_v1($1::jsonb)::text",
     "trace_record_v1": "SELECT queen.trace_record_v1($1::jsonb)::text",
+    "streams_register_v1": "SELECT queen.streams_register_v1($1::jsonb)::text",
+    "streams_cycle_v1": "SELECT queen.streams_cycle_v1($1::jsonb)::text",
+    "streams_state_get_v1": "SELECT queen.streams_state_get_v1($1::jsonb)::text",
 }
 
 ConnectionErrors = (

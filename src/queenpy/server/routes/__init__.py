@@ -3,12 +3,28 @@
 
 from __future__ import annotations
 
-from queenpy.server.routes import dlq, groups, messages, queues, spark, system, traces
+from queenpy.server.routes import (
+    analytics,
+    browse,
+    dashboard,
+    dlq,
+    groups,
+    maintenance,
+    messages,
+    queues,
+    resources,
+    spark,
+    status,
+    streams,
+    system,
+    traces,
+)
 from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, messages, queues, groups, dlq, traces, spark)
+AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, streams, status,
+         analytics, dashboard)
 
 
 def endpoints() -> list[Endpoint]:

@@ -27,8 +27,19 @@ async def push(request: Request) -> Response:
     if not items:
         return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
     await broker.encrypt_items(items)
+    if broker.maintenance.push:
+        # push maintenance mode (API.md 12): buffered on purpose, replayed when it is turned off
+        try:
+            results = await broker.failover.append(items, database_failed=False)
+        except OSError:
+            log.exception("failover buffer write failed")
+            return json_response([{"status": "failed", "queue": item["queue"], "partition": item["partition"],
+                                   "error": "File buffer write failed"} for item in items])
+        broker.instruments.buffered.inc(len(items))
+        return json_response(results, status_code=201)
     try:
         results = await broker.engine.push(items)
+        broker.metrics.pushed(items, results)
     except Unavailable as exc:
         # PostgreSQL unreachable: buffer to disk (fsync'd) and answer `buffered`; replayed when it is back
         log.warning("push buffered to disk, database unavailable: %s", exc)
@@ -66,24 +77,33 @@ async def pop(request: Request) -> Response:
             raise InvalidRequest("namespace or task is required when no queue is given")
         pop_request.update(namespace=v.check_name(namespace, "namespace", required=False),
                            task=v.check_name(task, "task", required=False), queue=None)
+    if broker.maintenance.pop:
+        return Response(b"", status_code=204, headers=CORS_HEADERS)  # pop maintenance mode (API.md 12)
     result = await broker.engine.long_poll(pop_request, params["timeout"], params["wait"],
                                            disconnected=request.is_disconnected)
     result.pop("index", None)
     if result.get("messages"):
+        broker.metrics.popped(result.get("queue"), result["messages"])
         broker.decrypt_messages(result["messages"])
     return json_response(result)
 
 
 async def ack(request: Request) -> Response:
     item = v.validate_ack(await body_of(request))
-    return json_response(await broker_of(request).engine.ack([item]))
+    broker = broker_of(request)
+    results = await broker.engine.ack([item])
+    broker.metrics.acked(results)
+    return json_response(results)
 
 
 async def ack_batch(request: Request) -> Response:
     items = v.validate_ack_batch(await body_of(request))
     if not items:
         return Response(b"[]", status_code=200, media_type="application/json", headers=CORS_HEADERS)
-    return json_response(await broker_of(request).engine.ack(items))
+    broker = broker_of(request)
+    results = await broker.engine.ack(items)
+    broker.metrics.acked(results)
+    return json_response(results)
 
 
 async def transaction(request: Request) -> Response:

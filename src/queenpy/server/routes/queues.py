@@ -1,4 +1,4 @@
-"""Queues and resources (API.md sections 3 and 11): configure, delete, and the resource listings."""
+"""Queues (API.md section 3): configure and delete (the resource listings are in ``resources.py``)."""
 
 from __future__ import annotations
 
@@ -28,20 +28,7 @@ async def delete_queue(request: Request) -> Response:
     return json_response(result.encode())
 
 
-async def resources_queues(request: Request) -> Response:
-    return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.resources_queues_v1()::text")).encode())
-
-
-async def resources_queue(request: Request) -> Response:
-    name = v.check_name(request.path_params["queue"], "queue")
-    return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.resources_queue_v1($1)::text", name)).encode())
-
-
 ENDPOINTS = [
     Endpoint("/api/v1/configure", "POST", configure, Level.READ_WRITE),
-    Endpoint("/api/v1/resources/queues", "GET", resources_queues, Level.READ_ONLY),
-    Endpoint("/api/v1/resources/queues/{queue}", "GET", resources_queue, Level.READ_ONLY),
     Endpoint("/api/v1/resources/queues/{queue}", "DELETE", delete_queue, Level.ADMIN),
 ]

@@ -3,6 +3,7 @@ document."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -11,7 +12,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server.openapi import openapi_document
+from queenpy.server.prometheus import CONTENT_TYPE, LocalCollector, SnapshotCollector, render_collector
 from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, broker_of, json_response
+from queenpy.server.routes.maintenance import shared_state
 
 __all__ = ["ENDPOINTS", "VERSION"]
 
@@ -25,8 +28,11 @@ async def health(request: Request) -> Response:
         "status": "healthy" if healthy else "unhealthy",
         "database": "connected" if healthy else "disconnected",
         "server": "queenpy (Python Queen broker)", "worker_id": broker.worker_id, "version": VERSION,
-        "pid": os.getpid(),
+        "pid": os.getpid(), "shared_state": shared_state(broker),
         "queen": {"worker_id": broker.worker_id, "status": "active"},
+        "services": await broker.services.status() if healthy else {
+            "enabled": bool(broker.services.jobs), "holder": broker.services.holder,
+            "jobs": broker.services.local_status()},
     }
     return Response(orjson.dumps(body), status_code=200 if healthy else 503, media_type="application/json",
                     headers=CORS_HEADERS)
@@ -54,6 +60,24 @@ async def metrics(request: Request) -> Response:
     })
 
 
+async def prometheus(request: Request) -> Response:
+    """Queen's families in the Prometheus text format (see ``server/prometheus.py``)."""
+    broker = broker_of(request)
+    cache = broker.snapshot_cache
+    key = await broker.database.fetchval("SELECT queen.prometheus_snapshot_key_v1()")
+    if key is None or key != cache.key:  # None: the stats job has not run yet; do not cache
+        snapshot = orjson.loads(await broker.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text"))
+        cache.body = await asyncio.to_thread(render_collector, SnapshotCollector(snapshot))
+        cache.key = key
+        cache.renders += 1
+    buffer = await asyncio.to_thread(broker.failover.stats)
+    local = {"maintenance": float(broker.maintenance.push), "popMaintenance": float(broker.maintenance.pop),
+             "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
+             "bufferHealthy": float(broker.failover.db_healthy)}
+    body = await asyncio.to_thread(broker.instruments.render, LocalCollector(local))
+    return Response(body + cache.body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
+
+
 async def status_buffers(request: Request) -> Response:
     broker = broker_of(request)
     counts = broker.failover.counts()
@@ -69,6 +93,7 @@ async def openapi(_request: Request) -> Response:
 ENDPOINTS = [
     Endpoint("/health", "GET", health, Level.PUBLIC),
     Endpoint("/metrics", "GET", metrics, Level.PUBLIC),
+    Endpoint("/metrics/prometheus", "GET", prometheus, Level.PUBLIC),
     Endpoint("/openapi.json", "GET", openapi, Level.PUBLIC),
     Endpoint("/api/v1/status/buffers", "GET", status_buffers, Level.READ_ONLY),
 ]

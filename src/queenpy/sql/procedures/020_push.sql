@@ -1,12 +1,15 @@
 -- Push: the hot path of producers.
 --
 -- queen.push_items_v3 (the broker's call) does the work and answers compactly; queen.push_items_v2 (SQL API,
--- transactions, the Spark sink) answers the per-item objects of API.md section 4.1, built from it.
+-- transactions, Queen Streams' cycle, the Spark sink) answers the per-item objects of API.md section 4.1,
+-- built from it.
 --
 -- Input of both: a JSONB array of items
 --   {"index": int, "queue": str, "partition": str, "payload": any, "transactionId": str|null,
 --    "traceId": uuid-str|null, "producerSub": str|null, "isEncrypted": bool}
--- Output of push_items_v3: JSON text, one array per item, ordered by index:
+-- push_items_v3 reads no "index": it stores the items in array order (the broker numbers its batch by
+-- position); push_items_v2 stores them in index order (then array order), as its callers number them.
+-- Output of push_items_v3: JSON text, one array per item, in array order:
 --   [position, status, message id, partition id]; position is the item's place in the input (0-based);
 --   status "q" (queued), "d" (duplicate: the message id is the stored message's) or "f" (the queue has a
 --   maxSize and is full: API.md "does better" 8; a transaction push then fails). The other fields of a
@@ -28,10 +31,11 @@
 -- once (jsonb_in, ~60 instructions per byte on PG15: the one cost that grows with the payload and that
 -- pgbench's prepared insert does not pay). After that the items are read as narrow rows (jsonb_to_recordset
 -- copies no item and no payload), so the windows, sorts and materialised CTEs never carry a payload; it is
--- copied once, from the batch into the INSERT. Ids come from one strong random UUID per call, not one per
--- message. The answer is a few bytes per item built by concatenation: per-item jsonb_build_object, jsonb_agg
+-- copied once, from the batch into the INSERT. Ids are a per-partition base plus the item's position (below),
+-- computed as text, not a UUID drawn per message. The answer is a few bytes per item built by concatenation: per-item jsonb_build_object, jsonb_agg
 -- and jsonb_out had cost more instructions than the INSERT itself. No foreign-key check runs per message
--- (migration 015): the partitions are locked here, and a deleted one is created again.
+-- (migration 015): the partitions are locked here, and a deleted one is created again. maxSize is checked in
+-- a statement of its own, run only when the batch has a capped queue.
 --
 -- Plans: PL/pgSQL caches a plan per statement. force_generic_plan makes each once per session; left to
 -- itself, the plan cache went over to custom plans after a burst of big batches and then re-planned every
@@ -44,6 +48,31 @@
 -- their partitions' rows (not HOT: last_message_at is indexed), so under load a table of 100 partitions
 -- spans a hundred pages of dead versions that cannot be pruned yet, while its statistics still call it
 -- tiny; generic plans then chose sequential scans that read all of them, once per item.
+-- Message ids (UUIDv7) increase with the offsets of their partition, so a client that orders a batch by
+-- (createdAt in milliseconds, id) gets offset order: the Streams SDK sorts every popped batch that way and
+-- acknowledges its last message (API.md section 2.1: the original's ids follow the request order). created_at
+-- is taken after the partition lock, so it never decreases along the offsets either.
+-- queen.message_id_base_v1 gives the id a push counts up from (queen.uuid_add_v1(base, k) for its k-th item
+-- of the partition): the partition's newest id when that is of the same millisecond or later (several pushes
+-- in one millisecond, or the clock stepped back), else a fresh UUIDv7 of the push's time whose top random bit
+-- is cleared, so 2^61 increments stay clear of the variant bits.
+CREATE OR REPLACE FUNCTION queen.uuid_add_v1(p_id uuid, p_k bigint) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    -- the low 64 bits as a signed bigint (variant 10: negative), plus k: it moves towards zero, no overflow.
+    -- One expression without FROM, so the planner inlines it (else each call would be planned anew).
+    SELECT (left(replace(p_id::text, '-', ''), 16)
+            || lpad(to_hex(('x' || right(replace(p_id::text, '-', ''), 16))::bit(64)::bigint + p_k), 16, '0'))::uuid
+$$;
+
+CREATE OR REPLACE FUNCTION queen.message_id_base_v1(p_last uuid, p_now timestamptz) RETURNS uuid
+LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN p_last IS NOT NULL
+                     AND ('x' || left(replace(p_last::text, '-', ''), 12))::bit(48)::bigint
+                         >= (extract(epoch FROM p_now) * 1000)::bigint  -- the millisecond queen.uuid_v7 writes
+                THEN p_last
+                ELSE encode(set_bit(uuid_send(queen.uuid_v7(p_now)), 69, 0), 'hex')::uuid END
+$$;
+
 CREATE OR REPLACE FUNCTION queen.push_items_v3(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS text
 LANGUAGE plpgsql
@@ -52,29 +81,28 @@ SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
     v_now timestamptz;
-    v_ms bigint;
-    v_random text;
-    v_id_head text;
-    v_id_tail bigint;
     v_result text;
     v_duplicate text;
     v_all_exist boolean;
+    v_wanted integer;
     v_locked bigint;
     v_attempts integer := 0;
     v_capped boolean;
-    v_room jsonb;  -- {queue name: messages it may still take} for the queues with a maxSize
     v_full bigint[];  -- positions (1-based) of the new messages that a full queue refuses
-    -- the distinct (queue, partition) pairs of the batch, and each one's partition id (NULL: none yet)
+    -- the distinct (queue, partition) pairs of the batch, and each one's partition id (NULL: none yet); after
+    -- the lock, also each partition's newest message id (where its new ids count up from)
     v_queue_names text[];
     v_partition_names text[];
     v_partition_ids uuid[];
+    v_last_ids uuid[];
 BEGIN
     -- 1. queues and partitions are created on first push. Most pushes go to partitions that exist: one
-    -- read tells, and whether any of the queues has a maxSize (else the capacity count is skipped). After
+    -- read tells, and whether any of the queues has a maxSize (else the capacity check is skipped). After
     -- creating the missing ones, the same read runs once more (a fresh snapshot sees them).
-    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches). A partition
-    -- deleted (with its queue) between the read and the lock is not locked: then read, create and lock
-    -- again, so no message is stored for, or answered as queued in, a partition that no longer exists.
+    -- 2. lock the touched partitions in id order (no deadlock between concurrent batches), reading each one's
+    -- newest message id as the last push to it committed it. A partition deleted (partition cleanup, a queue's
+    -- deletion) between the read and the lock is not locked: then read, create and lock again, so no message
+    -- is stored for, or answered as queued in, a partition that no longer exists.
     LOOP
         SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
                coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)
@@ -87,13 +115,21 @@ BEGIN
                                 WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
             WHERE q.name = w.queue_name) x ON true;
 
-        IF v_all_exist OR v_queue_names IS NULL THEN
-            PERFORM 1 FROM queen.partitions p
-            WHERE p.id = ANY (v_partition_ids)
-            ORDER BY p.id
-            FOR UPDATE;
-            GET DIAGNOSTICS v_locked = ROW_COUNT;
-            EXIT WHEN v_locked = coalesce(cardinality(v_partition_ids), 0);
+        IF v_queue_names IS NULL THEN
+            RETURN '[]';
+        ELSIF v_all_exist THEN
+            v_wanted := cardinality(v_partition_ids);
+            -- the arrays come back in the locked rows' order, aligned with each other
+            SELECT count(*), array_agg(t.queue_name), array_agg(t.partition_name), array_agg(x.id),
+                   array_agg(x.last_message_id)
+            INTO v_locked, v_queue_names, v_partition_names, v_partition_ids, v_last_ids
+            FROM (SELECT p.id, p.last_message_id FROM queen.partitions p
+                  WHERE p.id = ANY (v_partition_ids)
+                  ORDER BY p.id
+                  FOR UPDATE) x
+            JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
+              ON t.partition_id = x.id;
+            EXIT WHEN v_locked = v_wanted;
         ELSE
             INSERT INTO queen.queues (name, namespace, task)
             SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
@@ -115,73 +151,87 @@ BEGIN
         END IF;
     END LOOP;
 
-    -- maxSize: room left in each capped queue (the count stops at maxSize, so it costs O(maxSize)), and the
-    -- positions of the new messages (not duplicates: first of their (partition, transactionId) in the batch
-    -- and not stored yet) that go beyond it, in index order per queue; they are answered "f". Only batches
-    -- for a capped queue pay for this (a window function in the main statement cost every push).
+    -- maxSize, only for batches with a capped queue (a window function in the main statement cost every push):
+    -- room left in each capped queue from its stored count (queen.queue_capacity: this procedure adds what it
+    -- admits, the delete trigger subtracts), whatever the queue's depth. The counts are locked after the
+    -- partitions, in queue order (recount_queue_capacity_v1 follows the same order), so concurrent pushes to
+    -- one capped queue admit one after the other, and the room is read by a later statement (a deleter that
+    -- committed meanwhile is seen). The new messages (not duplicates: first of their (partition,
+    -- transactionId) in the batch and not stored yet) beyond the room, in batch order per queue, are answered
+    -- "f"; the others are added to the count here (the row is locked until COMMIT, so before or after the
+    -- INSERT is the same; the main statement admits exactly these, under the same locks).
     IF v_capped THEN
-        SELECT jsonb_object_agg(q.name, q.max_queue_size - (SELECT count(*) FROM (
-                   SELECT 1 FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id
-                   WHERE p.queue_id = q.id LIMIT q.max_queue_size) stored))
-        INTO v_room
-        FROM queen.queues q
-        WHERE q.max_queue_size > 0
-          AND q.name = ANY (v_queue_names);
+        PERFORM 1 FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
+        WHERE q.name = ANY (v_queue_names)
+        ORDER BY c.queue_id
+        FOR UPDATE OF c;
 
-        SELECT array_agg(c.pos) INTO v_full
-        FROM (SELECT d.pos, d.queue_name,
-                     row_number() OVER (PARTITION BY d.queue_name ORDER BY d.idx, d.pos) AS nth
-              FROM (SELECT DISTINCT ON (t.partition_id, r.client_transaction_id,
-                                        CASE WHEN r.client_transaction_id IS NULL THEN r.pos END)
-                           r.idx, r.pos, r.queue_name, r.client_transaction_id, t.partition_id
-                    FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int, queue text, "partition" text,
-                                    "transactionId" text))
-                         WITH ORDINALITY AS r0(idx, queue_name, partition_name, transaction_id, pos)
-                    CROSS JOIN LATERAL (SELECT r0.idx, r0.pos, r0.queue_name,
-                                               coalesce(r0.partition_name, 'Default') AS partition_name,
-                                               nullif(r0.transaction_id, '') AS client_transaction_id) r
-                    JOIN unnest(v_queue_names, v_partition_names, v_partition_ids)
-                         t(queue_name, partition_name, partition_id)
-                      ON t.queue_name = r.queue_name AND t.partition_name = r.partition_name
-                    WHERE v_room ? r.queue_name
-                    ORDER BY t.partition_id, r.client_transaction_id,
-                             CASE WHEN r.client_transaction_id IS NULL THEN r.pos END, r.idx, r.pos) d
-              WHERE d.client_transaction_id IS NULL
-                 OR NOT EXISTS (SELECT 1 FROM queen.messages m
-                                WHERE m.transaction_id = d.client_transaction_id
-                                  AND (m.partition_id = d.partition_id) IS TRUE)) c
-        WHERE c.nth > (v_room->>c.queue_name)::bigint;
+        WITH room AS (
+            SELECT q.name AS queue_name, c.queue_id, greatest(q.max_queue_size - c.stored, 0) AS room
+            FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
+            WHERE q.max_queue_size > 0
+              AND q.name = ANY (v_queue_names)
+        ), candidates AS (
+            SELECT d.pos, d.queue_id, d.room, row_number() OVER (PARTITION BY d.queue_id ORDER BY d.pos) AS nth
+            FROM (SELECT DISTINCT ON (t.partition_id, r.client_transaction_id,
+                                      CASE WHEN r.client_transaction_id IS NULL THEN r.pos END)
+                         r.pos, r.client_transaction_id, t.partition_id, rm.queue_id, rm.room
+                  FROM ROWS FROM (jsonb_to_recordset(p_items) AS (queue text, "partition" text, "transactionId" text))
+                       WITH ORDINALITY AS r0(queue_name, partition_name, transaction_id, pos)
+                  CROSS JOIN LATERAL (SELECT r0.pos, r0.queue_name,
+                                             coalesce(r0.partition_name, 'Default') AS partition_name,
+                                             nullif(r0.transaction_id, '') AS client_transaction_id) r
+                  JOIN room rm ON rm.queue_name = r.queue_name
+                  JOIN unnest(v_queue_names, v_partition_names, v_partition_ids)
+                       t(queue_name, partition_name, partition_id)
+                    ON t.queue_name = r.queue_name AND t.partition_name = r.partition_name
+                  ORDER BY t.partition_id, r.client_transaction_id,
+                           CASE WHEN r.client_transaction_id IS NULL THEN r.pos END, r.pos) d
+            WHERE d.client_transaction_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM queen.messages m
+                              WHERE m.transaction_id = d.client_transaction_id
+                                AND (m.partition_id = d.partition_id) IS TRUE)
+        ), counted AS (
+            UPDATE queen.queue_capacity c
+            SET stored = c.stored + a.admitted
+            FROM (SELECT k.queue_id, count(*) AS admitted FROM candidates k WHERE k.nth <= k.room
+                  GROUP BY k.queue_id) a
+            WHERE c.queue_id = a.queue_id
+            RETURNING 1
+        )
+        SELECT array_agg(k.pos) FILTER (WHERE k.nth > k.room) INTO v_full FROM candidates k;
     END IF;
 
     v_now := clock_timestamp();
-    -- Message ids: UUIDv7 (RFC 9562 section 5.7) with the counter method of section 6.2: the 48-bit Unix
-    -- milliseconds of v_now, version 7, then the random bits of one strong random UUID drawn for this call
-    -- (rand_a and the top of rand_b) and a 48-bit counter that starts at a random value in [2^47, 2^47 + 2^46)
-    -- (so it is always 12 hex digits) and adds the item's position. One gen_random_uuid() per call instead of
-    -- one per message (pg_strong_random costs ~8,000 instructions); ids stay unique within the call (distinct
-    -- positions) and across calls (72 fresh random bits each).
-    v_ms := (extract(epoch FROM v_now) * 1000)::bigint;
-    v_random := gen_random_uuid()::text;  -- xxxxxxxx-xxxx-4xxx-vxxx-xxxxxxxxxxxx
-    v_id_head := lpad(to_hex(v_ms >> 16), 8, '0') || '-' || lpad(to_hex(v_ms & 65535), 4, '0') || '-7'
-                 || substr(v_random, 16, 3) || '-' || substr(v_random, 20, 4) || '-';
-    v_id_tail := (('x' || substr(v_random, 25, 12))::bit(48)::bigint & 70368744177663) | 140737488355328;
 
     -- 3. dedupe, assign offsets, insert, advance the partitions; one statement, fresh snapshot after the lock.
     -- Rows carry no payload (the INSERT takes it from p_items by position) and only the columns still needed:
     -- every sort, window and materialised CTE copies each row's columns.
-    WITH items AS (
-        SELECT r.idx, r.pos, t.partition_id, t.partition_id_text,
+    WITH touched AS MATERIALIZED (
+        -- per partition: the first 16 hex digits of the id its new messages count up from (with two dashes),
+        -- and its low 64 bits as a signed bigint (queen.uuid_add_v1's arithmetic); its k-th item of the batch
+        -- (k = the item's position: increasing along the batch, so along the offsets) gets base + k.
+        -- MATERIALIZED: message_id_base_v1 may draw a random UUID, once per partition (pg_strong_random
+        -- costs ~8,000 instructions; a rescan must not draw again).
+        SELECT t.queue_name, t.partition_name, t.partition_id, t.partition_id::text AS partition_id_text,
+               left(b.id, 19) AS id_head, ('x' || substr(b.id, 20, 4) || right(b.id, 12))::bit(64)::bigint AS id_low
+        FROM unnest(v_queue_names, v_partition_names, v_partition_ids, v_last_ids)
+             t(queue_name, partition_name, partition_id, last_id)
+        CROSS JOIN LATERAL (SELECT queen.message_id_base_v1(t.last_id, v_now)::text AS id) b
+    ), items AS (
+        SELECT r.pos, t.partition_id, t.partition_id_text,
                nullif(r.client_transaction_id, '') AS client_transaction_id,
                r.trace_id,
                nullif(r.producer_sub, '') AS producer_sub,  -- empty or absent: NULL (as Queen)
                coalesce(r.is_encrypted, false) AS is_encrypted,
-               v_id_head || to_hex(v_id_tail + r.pos) AS new_id_text
-        FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int, queue text, "partition" text,
+               -- the 16 low hex digits of a negative bigint: to_hex writes all 16
+               t.id_head || left(to_hex(t.id_low + r.pos), 4) || '-' || right(to_hex(t.id_low + r.pos), 12)
+                   AS new_id_text
+        FROM ROWS FROM (jsonb_to_recordset(p_items) AS (queue text, "partition" text,
                         "transactionId" text, "traceId" uuid, "producerSub" text, "isEncrypted" boolean))
-             WITH ORDINALITY AS r(idx, queue_name, partition_name, client_transaction_id, trace_id, producer_sub,
+             WITH ORDINALITY AS r(queue_name, partition_name, client_transaction_id, trace_id, producer_sub,
                                   is_encrypted, pos)
-        JOIN unnest(v_queue_names, v_partition_names, v_partition_ids, v_partition_ids::text[])
-             t(queue_name, partition_name, partition_id, partition_id_text)
+        JOIN touched t
           ON t.queue_name = r.queue_name AND t.partition_name = coalesce(r.partition_name, 'Default')
     ), ranked AS (
         -- dedupe on (partition, transactionId). Only an item with a client transactionId can be a duplicate:
@@ -201,14 +251,14 @@ BEGIN
                END AS existing_id,
                coalesce(k.pos = ANY (v_full), false) AS over_capacity
         FROM items k
-        WINDOW d AS (PARTITION BY k.partition_id, k.client_transaction_id COLLATE "C" ORDER BY k.idx, k.pos)
+        WINDOW d AS (PARTITION BY k.partition_id, k.client_transaction_id COLLATE "C" ORDER BY k.pos)
     ), fresh AS (
         -- n: the message's place among its partition's new messages; the last one advances the partition
-        SELECT k.idx, k.pos, k.partition_id, k.client_transaction_id, k.trace_id, k.producer_sub, k.is_encrypted,
+        SELECT k.pos, k.partition_id, k.client_transaction_id, k.trace_id, k.producer_sub, k.is_encrypted,
                k.new_id_text, row_number() OVER w AS n, lead(false, 1, true) OVER w AS last_of_partition
         FROM ranked k
         WHERE k.occurrence = 1 AND k.existing_id IS NULL AND NOT k.over_capacity
-        WINDOW w AS (PARTITION BY k.partition_id ORDER BY k.idx, k.pos)
+        WINDOW w AS (PARTITION BY k.partition_id ORDER BY k.pos)
     ), advanced AS (
         UPDATE queen.partitions p
         SET last_seq = p.last_seq + f.n,
@@ -240,7 +290,7 @@ BEGIN
                || '","' || CASE WHEN k.occurrence = 1 AND k.existing_id IS NULL OR k.over_capacity
                                 THEN k.new_id_text
                                 ELSE coalesce(k.existing_id::text, k.first_id) END
-               || '","' || k.partition_id_text || '"]', ',' ORDER BY k.idx, k.pos) || ']',
+               || '","' || k.partition_id_text || '"]', ',' ORDER BY k.pos) || ']',
            min(k.client_transaction_id) FILTER (WHERE NOT (k.occurrence = 1 AND k.existing_id IS NULL))
     INTO v_result, v_duplicate
     FROM ranked k;
@@ -256,24 +306,36 @@ BEGIN
         RETURN coalesce(v_result, '[]');
     END IF;
     PERFORM pg_notify('queen_message_available', t.queue_name || '/' || t.partition_name)
-    FROM unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
-    WHERE t.partition_id IS NOT NULL;
+    FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name);
 
     RETURN coalesce(v_result, '[]');
 END;
 $$;
 
 -- The per-item results of API.md section 4.1, for callers from SQL (push_items_v1, push_messages_v2/v3,
--- transaction_v1, the Spark sink): push_items_v3's answer joined with each item by position. PL/pgSQL, so
--- the statement is planned once per session (a SQL function's would be planned on every call).
+-- transaction_v1, Queen Streams' cycle, the Spark sink): push_items_v3's answer joined with each item by
+-- position. Offsets follow the items' index (then their place in the array); push_items_v3 follows the
+-- array, so a batch whose indexes are out of array order is passed to it sorted by index (the broker,
+-- transaction_v1, the streams cycle and the Spark sink number their items in array order: no copy). PL/pgSQL,
+-- so the statements are planned once per session (a SQL function's would be planned on every call).
 CREATE OR REPLACE FUNCTION queen.push_items_v2(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    v_answer json := queen.push_items_v3(p_items, p_strict, p_notify)::json;
+    v_items jsonb := p_items;
+    v_answer json;
 BEGIN
+    IF EXISTS (SELECT 1
+               FROM (SELECT r.idx, lag(r.idx) OVER w AS previous, r.pos > 1 AS has_previous
+                     FROM ROWS FROM (jsonb_to_recordset(p_items) AS ("index" int)) WITH ORDINALITY AS r(idx, pos)
+                     WINDOW w AS (ORDER BY r.pos)) s
+               WHERE s.has_previous AND (s.previous > s.idx OR (s.previous IS NULL AND s.idx IS NOT NULL))) THEN
+        SELECT jsonb_agg(t.e ORDER BY (t.e->>'index')::int, t.o) INTO v_items
+        FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o);
+    END IF;
+    v_answer := queen.push_items_v3(v_items, p_strict, p_notify)::json;
     RETURN (
         SELECT coalesce(jsonb_agg(
                    CASE WHEN r.status = 'f' THEN
@@ -293,7 +355,7 @@ BEGIN
         CROSS JOIN LATERAL (SELECT (x->>'index')::int AS idx, x->>'queue' AS queue_name,
                                    nullif(x->>'transactionId', '') AS client_transaction_id,
                                    (x->>'traceId')::uuid AS trace_id
-                            FROM (SELECT p_items -> r.pos AS x) item) i);
+                            FROM (SELECT v_items -> r.pos AS x) item) i);
 END;
 $$;
 

@@ -34,7 +34,11 @@ BEGIN
         coalesce((o->>'deadLetterQueue')::boolean, false), coalesce((o->>'dlqAfterMaxRetries')::boolean, false),
         coalesce((o->>'delayedProcessing')::int, 0), coalesce((o->>'windowBuffer')::int, 0),
         coalesce((o->>'retentionSeconds')::int, 0), coalesce((o->>'completedRetentionSeconds')::int, 0),
-        coalesce((o->>'retentionEnabled')::boolean, false), coalesce((o->>'encryptionEnabled')::boolean, false),
+        -- retentionEnabled defaults to "a retention period is given" (the official Python client never
+        -- sends it, so with the original's default its retention options did nothing)
+        coalesce((o->>'retentionEnabled')::boolean,
+                 coalesce((o->>'retentionSeconds')::int, 0) > 0 OR coalesce((o->>'completedRetentionSeconds')::int, 0) > 0),
+        coalesce((o->>'encryptionEnabled')::boolean, false),
         coalesce((o->>'maxWaitTimeSeconds')::int, 0))
     ON CONFLICT (name) DO UPDATE SET
         namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,

@@ -21,7 +21,8 @@ LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('queues', coalesce(jsonb_agg(jsonb_build_object(
         'id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
         'createdAt', queen.iso_ms(q.created_at), 'partitions', s.partitions,
-        'messages', jsonb_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing))
+        'messages', jsonb_build_object('total', s.total, 'pending', s.pending, 'processing', s.processing),
+        'options', queen.queue_options_json(q))
         ORDER BY q.created_at DESC, q.name), '[]'::jsonb))
     FROM queen.queues q
     CROSS JOIN LATERAL (

@@ -3,15 +3,21 @@
 
 -- Head offset of every partition of a queue, with a group's cursor. Heads are read after the push that
 -- set them committed, so every offset up to a head is visible (offsets are assigned under the row lock).
+-- `earliest`: offsets at or below it may have been removed by retention, completed retention or eviction
+-- (partition_counters, 080_services.sql); reading from there on finds no gap that retention made. A query
+-- starting at "earliest" starts there (like Kafka's log start offset).
 CREATE OR REPLACE FUNCTION queen.spark_offsets_v1(p_queue text, p_group text)
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
     SELECT jsonb_build_object('queue', p_queue, 'partitions', coalesce(jsonb_agg(jsonb_build_object(
         'partitionId', p.id, 'partition', p.name, 'head', p.last_seq,
-        'cursor', pc.last_consumed_seq) ORDER BY p.id), '[]'::jsonb))
+        'cursor', pc.last_consumed_seq,
+        'earliest', least(greatest(c.head_seq, c.completed_seq, c.evicted_seq), p.last_seq)) ORDER BY p.id),
+        '[]'::jsonb))
     FROM queen.queues q
     JOIN queen.partitions p ON p.queue_id = q.id
     LEFT JOIN queen.partition_consumers pc ON pc.partition_id = p.id AND pc.consumer_group = p_group
+    LEFT JOIN queen.partition_counters c ON c.partition_id = p.id
     WHERE q.name = p_queue
 $$;
 

@@ -1,0 +1,270 @@
+"""The soak scenario (issue 18): a paced producer and acking consumers for a long time, with completed
+retention deleting behind them. Do the messages table and the broker's memory stay flat, and do the background
+services cost the hot path less than 5%?
+
+Timeline of ``--duration`` D (warm-up first): the services run for the first 60% of D (the flatness window);
+the last 40% alternates 4 slices with the services paused everywhere and running again (off, on, off, on;
+``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
+rates of the "on" slices are compared with the "off" slices of the same run. The producer is paced at
+``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
+probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
+:data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
+(unless ``--env`` sets it), so what is consumed goes within seconds.
+
+Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its indexes and TOAST
+(``pg_total_relation_size``), the messages it stores (offsets assigned minus messages deleted, from
+partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
+the consumers' cursor. Slopes are least-squares fits per minute over the flatness window after its first
+third (the table fills to its steady size in the first seconds: completedRetentionSeconds plus a retention
+interval). "flat": the fitted change over that window is under 10% of the mean (and, for the table, under
+8 MB).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from queenpy.bench import procfs
+from queenpy.bench.catalog import SCENARIOS, Scenario, payload
+from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
+from queenpy.bench.wrk import WrkRun, render_script, run_wrk
+
+__all__ = ["COMPLETED_RETENTION_S", "SAMPLE_S", "SoakRuns", "slope_per_minute"]
+
+COMPLETED_RETENTION_S = 5
+SAMPLE_S = 5.0
+FLAT_SHARE = 0.10
+FLAT_TABLE_BYTES = 8 * 2**20
+
+Q_TABLE_BYTES = "SELECT pg_total_relation_size('queen.messages')"
+Q_STORED = ("SELECT coalesce(sum(p.last_seq - c.messages_deleted), 0)::bigint FROM queen.partitions p "
+            "JOIN queen.partition_counters c ON c.partition_id = p.id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = $1")
+# one snapshot: a retention step writes its deletions and its history row in one transaction
+Q_LEDGER = ("SELECT sum(p.last_seq)::bigint, sum(c.messages_deleted)::bigint, "
+            "(SELECT coalesce(sum(h.messages_deleted), 0)::bigint FROM queen.retention_history h "
+            " WHERE h.queue_name = $1 AND h.retention_type = 'completed_retention') "
+            "FROM queen.queues q JOIN queen.partitions p ON p.queue_id = q.id "
+            "JOIN queen.partition_counters c ON c.partition_id = p.id WHERE q.name = $1")
+Q_RUNS = ("SELECT job, count(*), coalesce(sum(rows), 0)::bigint, "
+          "avg(extract(epoch FROM finished_at - started_at) * 1000), "
+          "max(extract(epoch FROM finished_at - started_at) * 1000), count(error), "
+          "coalesce(array_agg(DISTINCT left(error, 300)) FILTER (WHERE error IS NOT NULL), '{}') "
+          "FROM queen.service_runs WHERE started_at >= now() - make_interval(secs => $1) GROUP BY job ORDER BY job")
+Q_PAUSE = ("INSERT INTO queen.system_state (key, value) VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
+           "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()")
+Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
+
+
+def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope of ``(seconds, value)`` samples, in value per minute (None under 3 samples)."""
+    if len(samples) < 3:
+        return None
+    n = len(samples)
+    mean_t = sum(t for t, _ in samples) / n
+    mean_v = sum(v for _, v in samples) / n
+    var = sum((t - mean_t) ** 2 for t, _ in samples)
+    if var == 0:
+        return None
+    return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
+
+
+def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None) -> dict[str, Any]:
+    slope = slope_per_minute(samples)
+    if slope is None:
+        return {"samples": len(samples), "slope_per_min": None, "flat": None}
+    values = [v for _, v in samples]
+    mean = sum(values) / len(values)
+    minutes = (samples[-1][0] - samples[0][0]) / 60.0
+    change = slope * minutes
+    limit = FLAT_SHARE * abs(mean) if mean else 0.0
+    if absolute_limit is not None:
+        limit = min(limit, absolute_limit) if limit else absolute_limit
+    return {"samples": len(samples), "first": values[0] / unit, "last": values[-1] / unit, "mean": mean / unit,
+            "min": min(values) / unit, "max": max(values) / unit, "slope_per_min": slope / unit,
+            "fitted_change": change / unit, "flat": abs(change) <= max(limit, 1.0)}
+
+
+class SoakRuns(BenchCore):
+    if TYPE_CHECKING:  # the push runner, a sibling base of Bench (kinds/push.py)
+        def _run_push(self, scenario: Scenario, round_no: int) -> dict[str, Any]: ...
+
+    def _run_soak(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
+        """See the module docstring."""
+        run = self._new_run(scenario, round_no)
+        options = self.options
+        queue = f"{scenario.name}-r{round_no}"
+        capacity, source = self._push_capacity(round_no)
+        target_rate = options.soak_share * capacity
+        producers, producer_threads = 100, 2
+        rate_per_thread = target_rate / scenario.per_request / producer_threads
+        self.sql.fetchval(Q_CONFIGURE, json.dumps({"queue": queue, "options": {
+            "completedRetentionSeconds": COMPLETED_RETENTION_S}}))
+        self._precreate(queue, scenario.partitions)
+        self.sql.execute(Q_PAUSE, False)
+        producer = render_script("push", {"queue": queue, "partitions": scenario.partitions,
+                                          "per_request": scenario.per_request, "payload": payload(40),
+                                          "seed": 1000 * round_no + 31, "rate_per_thread": rate_per_thread},
+                                 self.workdir)
+        consumer = render_script("consume", {"queue": queue, "groups": [""], "batch": scenario.batch,
+                                             "mode": "ack", "timeout_ms": options.long_poll_ms, "target": "",
+                                             "payload": payload(40)}, self.workdir)
+        duration = options.soak_duration_s
+        flat_s = 0.6 * duration
+        slice_s = (duration - flat_s) / 4
+        total = options.warmup + duration
+        results: dict[str, WrkRun] = {}
+
+        def drive(name: str, script: Path, connections: int, threads: int) -> None:
+            results[name] = run_wrk(self.broker.url, script, connections, total, threads,
+                                    options.long_poll_ms / 1000 + 10)
+
+        def produced() -> int:
+            return int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
+
+        def cursor() -> int:
+            return self._cursors(queue, ["__QUEUE_MODE__"])["__QUEUE_MODE__"]
+
+        self._checkpoint()
+        self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({options.soak_share:.0%} of {capacity:,.0f}, "
+                 f"{source}) for {duration:g} s; services on for {flat_s:g} s, then off/on slices of {slice_s:g} s")
+        threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),
+                   threading.Thread(target=drive, args=("consumer", consumer, scenario.connections, 2))]
+        for thread in threads:
+            thread.start()
+        samples: list[dict[str, float]] = []
+        slices: list[dict[str, Any]] = []
+        try:
+            procfs.sleep_until(time.monotonic() + options.warmup)
+            checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
+            self.memory.mark()
+            self.waits.mark()
+            start = self._mark()
+            plan = [("on", flat_s)] + [(state, slice_s) for state in ("off", "on", "off", "on")]
+            at = start.at
+            for state, length in plan:
+                self.sql.execute(Q_PAUSE, state == "off")
+                begin = (time.monotonic(), produced(), cursor())
+                end_at = at + length
+                while time.monotonic() < end_at - 0.05:
+                    samples.append(self._soak_sample(queue, start.at, state, produced(), cursor()))
+                    procfs.sleep_until(min(end_at, time.monotonic() + SAMPLE_S))
+                finish = (time.monotonic(), produced(), cursor())
+                elapsed = finish[0] - begin[0]
+                slices.append({"services": state, "seconds": elapsed,
+                               "push_msg_per_s": (finish[1] - begin[1]) / elapsed if elapsed > 0 else 0.0,
+                               "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0})
+                at = end_at
+            samples.append(self._soak_sample(queue, start.at, "on", produced(), cursor()))
+            end = self._mark()
+            checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS)) - checkpoints
+        finally:
+            self.sql.execute(Q_PAUSE, False)
+            for thread in threads:
+                thread.join()
+        for name, wrk in results.items():
+            self._check_wrk(run, wrk, name)
+        produced_total = samples[-1]["produced"] - samples[0]["produced"]
+        consumed_total = samples[-1]["cursor"] - samples[0]["cursor"]
+        wrk_share = duration / total
+        scaled = [WrkRun(w.result, w.wall_s, w.cpu_s * wrk_share, w.output) for w in results.values()]
+        self._fill_window(run, int(consumed_total), start, end, scaled, results["consumer"], checkpoints)
+        run["notes"].append("latency is the consumer's (pop and ack requests), warm-up included")
+        run["soak"] = self._soak_figures(samples, slices, flat_s, target_rate, capacity, source,
+                                         produced_total, consumed_total, end.at - start.at)
+        run["soak"]["service_runs"] = [
+            {"job": r[0], "runs": int(r[1]), "rows": int(r[2]), "mean_ms": float(r[3] or 0),
+             "max_ms": float(r[4] or 0), "errors": int(r[5]), "error_texts": list(r[6])}
+            for r in self.sql.fetch(Q_RUNS, time.monotonic() - start.at)]
+        for job in run["soak"]["service_runs"]:
+            if job["errors"]:
+                run["problems"].append(f"services: {job['job']} failed {job['errors']} time(s): "
+                                       f"{'; '.join(job['error_texts'])}")
+        self._soak_ledger(run, queue, results, produced, cursor, scenario)
+        soak = run["soak"]
+        if soak["throughput_on_vs_off"]["push"] is not None and soak["throughput_on_vs_off"]["push"] < 0.95:
+            run["notes"].append(f"push with the services on: {soak['throughput_on_vs_off']['push']:.1%} of off")
+        if soak["throughput_on_vs_off"]["consume"] is not None and soak["throughput_on_vs_off"]["consume"] < 0.95:
+            run["notes"].append(f"consume with the services on: {soak['throughput_on_vs_off']['consume']:.1%} of off")
+        for key in ("table_mb", "stored_messages", "broker_rss_mb"):
+            if soak["flatness"][key]["flat"] is False:
+                run["notes"].append(f"{key} grows: {soak['flatness'][key]['slope_per_min']:+,.2f} per minute")
+        return run
+
+    def _push_capacity(self, round_no: int) -> tuple[float, str]:
+        """msg/s of push-10-40B in this round, measured now if the run did not include it."""
+        figure = self.scenario_results.get((round_no, "push-10-40B"), {}).get("msg_per_s")
+        if figure:
+            return float(figure), "push-10-40B of this round"
+        probe = next(s for s in SCENARIOS if s.name == "push-10-40B")
+        measured = self._run_push(probe, round_no)
+        return float(measured.get("msg_per_s") or probe.initial_rate), "a push-10-40B probe before the soak"
+
+    def _soak_sample(self, queue: str, origin: float, state: str, produced: int, cursor: int) -> dict[str, Any]:
+        tree = procfs.tree_of(self.broker.pid)
+        return {"t": time.monotonic() - origin, "services": state,
+                "table_bytes": float(self.sql.fetchval(Q_TABLE_BYTES)),
+                "stored": float(self.sql.fetchval(Q_STORED, queue)),
+                "rss_bytes": float(sum(p.rss_pages for p in tree) * procfs.PAGE_SIZE),
+                "produced": float(produced), "cursor": float(cursor)}
+
+    @staticmethod
+    def _soak_figures(samples: list[dict[str, Any]], slices: list[dict[str, Any]], flat_s: float,
+                      target_rate: float, capacity: float, source: str, produced: float, consumed: float,
+                      window_s: float) -> dict[str, Any]:
+        steady = [s for s in samples if flat_s / 3 <= s["t"] <= flat_s]
+
+        def series(key: str) -> list[tuple[float, float]]:
+            return [(s["t"], s[key]) for s in steady]
+
+        def mean_rate(state: str, key: str) -> float | None:
+            rates = [s[key] for s in slices[1:] if s["services"] == state]
+            return sum(rates) / len(rates) if rates else None
+
+        ratios: dict[str, float | None] = {}
+        for label, key in (("push", "push_msg_per_s"), ("consume", "consume_msg_per_s")):
+            on, off = mean_rate("on", key), mean_rate("off", key)
+            ratios[label] = on / off if on is not None and off else None
+        return {
+            "target_producer_msg_per_s": target_rate, "push_capacity_msg_per_s": capacity,
+            "push_capacity_from": source, "window_s": window_s, "flatness_window_s": [flat_s / 3, flat_s],
+            "producer_msg_per_s": produced / window_s if window_s > 0 else 0.0,
+            "consumer_msg_per_s": consumed / window_s if window_s > 0 else 0.0,
+            "flatness": {"table_mb": _trend(series("table_bytes"), 2**20, FLAT_TABLE_BYTES / 2**20),
+                         "stored_messages": _trend(series("stored"), 1.0),
+                         "broker_rss_mb": _trend(series("rss_bytes"), 2**20)},
+            "slices": slices,
+            "throughput_on_vs_off": ratios,
+            "samples": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()} for s in samples],
+        }
+
+    def _soak_ledger(self, run: dict[str, Any], queue: str, results: dict[str, WrkRun], produced: Any,
+                     cursor: Any, scenario: Scenario) -> None:
+        """Nothing lost or duplicated, and retention deleted only what was consumed: offsets assigned equal what
+        the producer saw queued (within what was in flight), the cursor advanced by what the consumers acked,
+        and every message deleted was at or below the cursor (completed retention)."""
+        settled_rows, settled_cursor = self._settled(produced), self._settled(cursor)
+        queued = int(results["producer"].result.counters.get("queued", 0))
+        acked = int(results["consumer"].result.counters.get("acked", 0))
+        prefilled = scenario.partitions
+        row = self.sql.fetchrow(Q_LEDGER, queue)
+        offsets, all_deleted, deleted = int(row[0]), int(row[1]), int(row[2])
+        stored = offsets - all_deleted
+        run["ground_truth"].update({"client_queued": queued, "client_acked": acked, "offsets_assigned":
+                                    settled_rows - prefilled, "cursor_advanced": settled_cursor,
+                                    "deleted_by_completed_retention": deleted, "stored_at_end": stored})
+        if settled_rows - prefilled < queued or settled_rows - prefilled > queued + 100 * scenario.per_request:
+            run["problems"].append(f"producer: client queued {queued}, offsets assigned {settled_rows - prefilled}")
+        if settled_cursor < acked or settled_cursor > acked + scenario.connections * scenario.batch + prefilled:
+            run["problems"].append(f"consumer: client acked {acked}, cursor advanced {settled_cursor}")
+        if deleted > settled_cursor:
+            run["problems"].append(f"completed retention deleted {deleted} messages, more than consumed "
+                                   f"({settled_cursor})")
+        if deleted != all_deleted:
+            run["problems"].append(f"{all_deleted} messages deleted, {deleted} of them by completed retention")
+        if offsets != settled_rows:
+            run["problems"].append(f"offsets {offsets} != {settled_rows} after the producer stopped")

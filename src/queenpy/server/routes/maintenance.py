@@ -1,0 +1,114 @@
+"""Maintenance mode and the shared-state routes (API.md section 12), all ADMIN.
+
+The switches are PostgreSQL's (``queen.system_state``) and reach every worker of every broker instance
+through ``NOTIFY`` (see :mod:`queenpy.server.maintenance`). queenpy's instances share state through
+PostgreSQL, not UDP: the shared-state routes describe that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from queenpy.errors import InvalidRequest
+from queenpy.server import validation as v
+from queenpy.server.broker import Broker
+from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+
+__all__ = ["ENDPOINTS"]
+
+
+async def _enabled(request: Request) -> bool:
+    body = await json_object(request)
+    if not isinstance(body.get("enabled"), bool):
+        raise InvalidRequest("enabled (boolean) is required")
+    return bool(body["enabled"])
+
+
+async def _buffer(broker: Broker) -> dict[str, Any]:
+    stats = await asyncio.to_thread(broker.failover.stats)
+    return {"bufferedMessages": stats["events"], "bufferHealthy": broker.failover.db_healthy and not stats["failedFiles"],
+            "bufferStats": {**stats, "paused": broker.failover.paused, "replayedByThisWorker": broker.failover.replayed,
+                            "directory": str(broker.failover.directory)}}
+
+
+async def get_maintenance(request: Request) -> Response:
+    broker = broker_of(request)
+    state = await broker.maintenance.reload()  # fresh from PostgreSQL, as the original
+    return json_response({"maintenanceMode": state["maintenanceMode"],
+                          "popMaintenanceMode": state["popMaintenanceMode"], "updatedAt": state["updatedAt"],
+                          **await _buffer(broker)})
+
+
+async def set_maintenance(request: Request) -> Response:
+    enabled = await _enabled(request)
+    broker = broker_of(request)
+    state = await broker.maintenance.set("push", enabled)
+    message = ("Maintenance mode enabled: pushes are buffered to disk and replayed when it is turned off"
+               if enabled else "Maintenance mode disabled: buffered pushes are being replayed")
+    return json_response({"maintenanceMode": state["maintenanceMode"],
+                          "popMaintenanceMode": state["popMaintenanceMode"], **await _buffer(broker),
+                          "message": message})
+
+
+def _pop_answer(enabled: bool) -> dict[str, Any]:
+    return {"popMaintenanceMode": enabled,
+            "message": "Pop maintenance mode enabled: pops answer 204" if enabled
+            else "Pop maintenance mode disabled"}
+
+
+async def get_pop_maintenance(request: Request) -> Response:
+    state = await broker_of(request).maintenance.reload()
+    return json_response(_pop_answer(bool(state["popMaintenanceMode"])))
+
+
+async def set_pop_maintenance(request: Request) -> Response:
+    enabled = await _enabled(request)
+    state = await broker_of(request).maintenance.set("pop", enabled)
+    return json_response(_pop_answer(bool(state["popMaintenanceMode"])))
+
+
+def shared_state(broker: Broker) -> dict[str, Any]:
+    """How this process shares state with the others (PostgreSQL LISTEN/NOTIFY), with its counters."""
+    engine = broker.engine
+    return {
+        "enabled": True, "running": broker.database.listening, "transport": "postgresql-notify",
+        "server_id": f"{socket.gethostname()}:{broker.settings.port}", "worker_id": broker.worker_id,
+        "pid": os.getpid(), "maintenance_mode": broker.maintenance.push,
+        "pop_maintenance_mode": broker.maintenance.pop,
+        "long_poll": {"parked": len(engine.waiters), "remote_waiting_queues": len(engine.remote_waiting_queues),
+                      "notifications_sent": engine.notifications_sent,
+                      "notifications_skipped": engine.notifications_skipped},
+        "queue_config_cache": {"size": broker.cached_queue_count()},
+    }
+
+
+async def shared_state_stats(request: Request) -> Response:
+    return json_response(shared_state(broker_of(request)))
+
+
+async def internal_notify(request: Request) -> Response:
+    body = await json_object(request)
+    if not isinstance(body.get("queue"), str) or not body["queue"]:
+        raise InvalidRequest("queue is required")
+    queue = v.check_name(body["queue"], "queue")
+    partition = v.check_name(body.get("partition"), "partition", required=False)
+    broker_of(request).engine.wake(queue or "", partition or None)
+    return json_response({"status": "ok"})
+
+
+ENDPOINTS = [
+    Endpoint("/api/v1/system/maintenance", "GET", get_maintenance, Level.ADMIN),
+    Endpoint("/api/v1/system/maintenance", "POST", set_maintenance, Level.ADMIN),
+    Endpoint("/api/v1/system/maintenance/pop", "GET", get_pop_maintenance, Level.ADMIN),
+    Endpoint("/api/v1/system/maintenance/pop", "POST", set_pop_maintenance, Level.ADMIN),
+    Endpoint("/api/v1/system/shared-state", "GET", shared_state_stats, Level.ADMIN),
+    Endpoint("/internal/api/shared-state/stats", "GET", shared_state_stats, Level.ADMIN),
+    Endpoint("/internal/api/inter-instance/stats", "GET", shared_state_stats, Level.ADMIN),
+    Endpoint("/internal/api/notify", "POST", internal_notify, Level.ADMIN),
+]

@@ -1,0 +1,172 @@
+"""The background jobs (API.md section 16): what one run of each does, in bounded database steps.
+
+Each run is a sequence of short transactions (one procedure call each, autocommit), so no run holds a lock
+for long and a run interrupted by a crash leaves consistent counters behind (every step counts its own
+deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_stats.sql``.
+
+- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v1``; every ``STATS_RECONCILE_INTERVAL_MS``
+  a full refresh, plus a recount of every capped queue's stored count (``queen.recount_queue_capacity_v1``).
+- :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
+  them (``queen.retention_step_v1``, ``RETENTION_BATCH_SIZE`` messages per step), partition cleanup
+  (``PARTITION_CLEANUP_DAYS``), then trimming of the metrics and history tables (``METRICS_RETENTION_DAYS``,
+  ``STATS_HISTORY_RETENTION_DAYS``).
+- :class:`EvictionJob` (``EVICTION_INTERVAL``): ``maxWaitTimeSeconds`` eviction (``EVICTION_BATCH_SIZE``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
+
+__all__ = ["EvictionJob", "Job", "RetentionJob", "RunResult", "StatsJob", "jobs_for"]
+
+PARTITIONS_PER_STEP = 500
+CLEANUP_PER_STEP = 1000
+TRIM_PER_STEP = 5000
+_DAY_S = 86_400.0
+
+
+@dataclass
+class RunResult:
+    """What one run did: ``rows`` (messages deleted, or stats rows rewritten) and the details by part."""
+
+    rows: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Job:
+    """One background job: a name, its advisory-lock key, its interval, and :meth:`run`."""
+
+    name = ""
+    lock_key = 0
+    quiet = False  # log runs that did something at DEBUG instead of INFO (the stats job: every few seconds)
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self.settings = settings
+
+    @property
+    def interval_s(self) -> float:
+        """Seconds between the end of a run and the next try; 0 or less: the job is off."""
+        raise NotImplementedError
+
+    async def run(self, database: Database) -> RunResult:
+        """One run. Raises what the database raises (the runner records and logs it)."""
+        raise NotImplementedError
+
+
+async def _json(database: Database, query: str, *args: Any) -> Any:
+    return orjson.loads(await database.fetchval(query, *args))
+
+
+class StatsJob(Job):
+    name = "stats"
+    lock_key = 737_003
+    quiet = True
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        super().__init__(settings)
+        self._last_full: float | None = None
+
+    @property
+    def interval_s(self) -> float:
+        return self.settings.stats_interval_ms / 1000
+
+    async def run(self, database: Database) -> RunResult:
+        now = time.monotonic()
+        full = (self._last_full is None
+                or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000)
+        details = await _json(database, "SELECT queen.stats_refresh_v1($1)::text", full)
+        rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
+        if full:
+            self._last_full = now
+            capped = await database.fetchval("SELECT queen.capped_queues_v1()")
+            for queue_id in capped or []:
+                await database.fetchval("SELECT queen.recount_queue_capacity_v1($1)", queue_id)
+            details["capacityRecounts"] = len(capped or [])
+        return RunResult(rows, details)
+
+
+async def _delete_kind(database: Database, kind: str, batch: int, run_at: datetime.datetime) -> dict[str, int]:
+    """Every queue with ``kind`` configured, step after step until each reports no more work."""
+    queues = await _json(database, "SELECT queen.retention_queues_v1($1)::text", kind)
+    deleted = steps = 0
+    for queue in queues:
+        after, inclusive = "", True
+        while True:
+            step = await _json(
+                database, "SELECT queen.retention_step_v1($1, $2::uuid, $3::text[], $4, $5, $6, $7, $8)::text",
+                kind, queue["queueId"], queue["groups"], after, inclusive, PARTITIONS_PER_STEP, batch, run_at)
+            steps += 1
+            deleted += int(step["deleted"])
+            if step["next"] is None:
+                break
+            after, inclusive = step["next"], bool(step["inclusive"])
+    return {"queues": len(queues), "deleted": deleted, "steps": steps}
+
+
+class RetentionJob(Job):
+    name = "retention"
+    lock_key = 737_001
+
+    @property
+    def interval_s(self) -> float:
+        return self.settings.retention_interval_ms / 1000
+
+    async def run(self, database: Database) -> RunResult:
+        settings = self.settings
+        run_at = await database.fetchval("SELECT now()")
+        details: dict[str, Any] = {}
+        rows = 0
+        for kind in ("retention", "completed_retention"):
+            part = await _delete_kind(database, kind, settings.retention_batch_size, run_at)
+            details[kind] = part
+            rows += part["deleted"]
+        removed = 0
+        while True:
+            step = await _json(database, "SELECT queen.partition_cleanup_v1($1, $2)::text",
+                               settings.partition_cleanup_days * _DAY_S, CLEANUP_PER_STEP)
+            removed += int(step["partitions"])
+            if int(step["partitions"]) < CLEANUP_PER_STEP:
+                break
+        details["partitionCleanup"] = {"partitions": removed}
+        trimmed: dict[str, int] = {}
+        metrics_before = run_at - datetime.timedelta(days=settings.metrics_retention_days)
+        stats_before = run_at - datetime.timedelta(days=settings.stats_history_retention_days)
+        while True:
+            step = await _json(database, "SELECT queen.trim_history_v1($1, $2, $3)::text", metrics_before,
+                               stats_before, TRIM_PER_STEP)
+            for table, count in step.items():
+                trimmed[table] = trimmed.get(table, 0) + int(count)
+            if all(int(count) < TRIM_PER_STEP for count in step.values()):
+                break
+        details["trimmed"] = {table: count for table, count in trimmed.items() if count}
+        return RunResult(rows, details)
+
+
+class EvictionJob(Job):
+    name = "eviction"
+    lock_key = 737_002
+
+    @property
+    def interval_s(self) -> float:
+        return self.settings.eviction_interval_ms / 1000
+
+    async def run(self, database: Database) -> RunResult:
+        run_at = await database.fetchval("SELECT now()")
+        part = await _delete_kind(database, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at)
+        return RunResult(part["deleted"], {"max_wait_time_eviction": part})
+
+
+def jobs_for(settings: ServiceSettings) -> list[Job]:
+    """The jobs this configuration runs: none when the services are off, else those with an interval."""
+    if not settings.enabled:
+        return []
+    return [job for job in (StatsJob(settings), RetentionJob(settings), EvictionJob(settings))
+            if job.interval_s > 0]

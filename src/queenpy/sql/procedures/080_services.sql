@@ -1,0 +1,554 @@
+-- Background services (migration 009 describes the tables): the triggers that keep the counters, retention
+-- and eviction in bounded steps, partition cleanup, history trimming, the services' records. The stats job's
+-- procedure is in 081_stats.sql.
+
+-- Indexes for the deletes of retention and eviction. Deleting a message cascades to its traces and replays,
+-- found by message_id, and deleting a trace to its names, found by trace_id; without these indexes every
+-- deleted message scanned message_traces and replays whole (tests/integration/test_explain_services.py).
+-- Here rather than in migration 009 (released before they were found); IF NOT EXISTS keeps it idempotent.
+CREATE INDEX IF NOT EXISTS message_traces_message_id_idx ON queen.message_traces (message_id);
+CREATE INDEX IF NOT EXISTS message_trace_names_trace_idx ON queen.message_trace_names (trace_id);
+CREATE INDEX IF NOT EXISTS replays_message_idx ON queen.replays (message_id);
+
+-- No foreign key from consumer_stats to partitions (migration 009 made one): the stats job inserts its rows, and
+-- each insert's key check share-locked the partition row until the job's commit, in no particular order, while
+-- pushes lock partition rows for update in id order: a push and the stats job deadlocked (soak run), and pushes
+-- waited for the stats job. The rows of a deleted partition go by the trigger below instead of a cascade.
+ALTER TABLE queen.consumer_stats DROP CONSTRAINT IF EXISTS consumer_stats_partition_id_fkey;
+-- Likewise partition_counters and partition_stats: PostgreSQL checks a foreign key again when a transaction
+-- updates a row it already updated (a retention step moves a floor, then its delete trigger counts), and that
+-- check share-locked the partition row: a retention step and a push deadlocked (soak run, server log).
+ALTER TABLE queen.partition_counters DROP CONSTRAINT IF EXISTS partition_counters_partition_id_fkey;
+ALTER TABLE queen.partition_stats DROP CONSTRAINT IF EXISTS partition_stats_partition_id_fkey;
+
+-- The dead letters, traces and replays of a deleted message go with it, as before, but by one set-based delete
+-- per deleting statement (queen.messages_deleted_v1) instead of the foreign keys' cascades, which ran three
+-- queries per deleted row: a DELETE of messages cost 36-48 us per row with them, 2-3 us without (lab, under
+-- load; retention deletes what producers push). Every writer of these tables reads the message first (ack,
+-- DLQ replay, trace_record_v1) and every reader joins the message, so a row left by a writer racing a delete of
+-- its message is never shown. Migration 009 was released before this was measured, hence here (idempotent).
+ALTER TABLE queen.dead_letter_queue DROP CONSTRAINT IF EXISTS dead_letter_queue_message_id_fkey;
+ALTER TABLE queen.message_traces DROP CONSTRAINT IF EXISTS message_traces_message_id_fkey;
+ALTER TABLE queen.replays DROP CONSTRAINT IF EXISTS replays_message_id_fkey;
+
+-- Counters -------------------------------------------------------------------------------------------------
+
+-- A new partition gets its counters and stats rows in the creating statement (push, configure, SQL), so every
+-- later writer updates a row that exists, and the stats job counts its messages from offset 0.
+CREATE OR REPLACE FUNCTION queen.partitions_created_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queen.partition_counters (partition_id)
+    SELECT n.id FROM created n ORDER BY n.id
+    ON CONFLICT (partition_id) DO NOTHING;
+    INSERT INTO queen.partition_stats (partition_id, queue_id, last_seq, newest_at)
+    SELECT n.id, n.queue_id, n.last_seq, n.last_message_at FROM created n ORDER BY n.id
+    ON CONFLICT (partition_id) DO NOTHING;
+    RETURN NULL;
+END;
+$$;
+
+-- Every DELETE of messages, whoever runs it: their dead letters, traces and replays (through the message_id
+-- indexes: enable_seqscan = off, as the plans of a trigger are made once per session), the partitions'
+-- messages_deleted, the capped queues' stored count, and a retention_history row per queue of type 'deleted'
+-- unless the deleting transaction set queen.deletion_kind (the retention steps and partition cleanup write
+-- their own, typed history). Rows of a partition deleted in the same transaction (a queue or partition deletion
+-- cascading) are not counted: their counters go with them.
+CREATE OR REPLACE FUNCTION queen.messages_deleted_v1()
+RETURNS trigger
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_kind text := nullif(current_setting('queen.deletion_kind', true), '');
+BEGIN
+    DELETE FROM queen.dead_letter_queue d WHERE d.message_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.message_traces t WHERE t.message_id IN (SELECT g.id FROM gone g);
+    DELETE FROM queen.replays r WHERE r.message_id IN (SELECT g.id FROM gone g);
+    WITH per_partition AS (
+        SELECT g.partition_id, p.queue_id, count(*) AS n
+        FROM gone g JOIN queen.partitions p ON p.id = g.partition_id
+        GROUP BY g.partition_id, p.queue_id
+    ), counted AS (
+        UPDATE queen.partition_counters c
+        SET messages_deleted = c.messages_deleted + pp.n, updated_at = now()
+        FROM per_partition pp
+        WHERE c.partition_id = pp.partition_id
+        RETURNING 1
+    ), capacity AS (
+        UPDATE queen.queue_capacity qc
+        SET stored = greatest(qc.stored - s.n, 0)
+        FROM (SELECT queue_id, sum(n) AS n FROM per_partition GROUP BY queue_id) s
+        WHERE qc.queue_id = s.queue_id
+        RETURNING 1
+    )
+    INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
+                                         retention_type)
+    SELECT CASE WHEN count(*) = 1 THEN (array_agg(pp.partition_id))[1] END, pp.queue_id, q.name, count(*),
+           sum(pp.n), 'deleted'
+    FROM per_partition pp JOIN queen.queues q ON q.id = pp.queue_id
+    WHERE v_kind IS NULL
+    GROUP BY pp.queue_id, q.name;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.dead_letters_added_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queen.partition_counters c
+    SET dlq_messages = c.dlq_messages + a.n, dead_lettered = c.dead_lettered + a.n, updated_at = now()
+    FROM (SELECT partition_id, count(*) AS n FROM added GROUP BY partition_id) a
+    WHERE c.partition_id = a.partition_id;
+    RETURN NULL;
+END;
+$$;
+
+-- A dead letter leaving the DLQ (replayed, or deleted) while its message stays: completed retention spared
+-- the message, so its floor goes back below it, and the message goes once every group has consumed it.
+CREATE OR REPLACE FUNCTION queen.dead_letters_removed_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queen.partition_counters c
+    SET dlq_messages = greatest(c.dlq_messages - r.n, 0),
+        completed_seq = least(c.completed_seq, coalesce(r.first_kept - 1, c.completed_seq)),
+        updated_at = now()
+    FROM (SELECT d.partition_id, count(*) AS n, min(m.seq) AS first_kept
+          FROM removed d LEFT JOIN queen.messages m ON m.id = d.message_id
+          GROUP BY d.partition_id) r
+    WHERE c.partition_id = r.partition_id;
+    RETURN NULL;
+END;
+$$;
+
+-- Consumer rows deleted (a consumer group's deletion; not on any hot path): their partitions become candidates
+-- of the next stats run, which drops the group's stats rows.
+CREATE OR REPLACE FUNCTION queen.consumers_removed_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE queen.partition_counters c SET updated_at = now()
+    WHERE c.partition_id IN (SELECT DISTINCT r.partition_id FROM removed r);
+    RETURN NULL;
+END;
+$$;
+
+-- Partitions deleted (partition cleanup, a queue's deletion; never on a hot path): their counters and stats
+-- rows go (no foreign key cascades them, see above).
+CREATE OR REPLACE FUNCTION queen.partitions_removed_v1()
+RETURNS trigger
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+BEGIN
+    DELETE FROM queen.consumer_stats s WHERE s.partition_id IN (SELECT r.id FROM removed r);
+    DELETE FROM queen.partition_stats s WHERE s.partition_id IN (SELECT r.id FROM removed r);
+    DELETE FROM queen.partition_counters c WHERE c.partition_id IN (SELECT r.id FROM removed r);
+    RETURN NULL;
+END;
+$$;
+
+-- maxSize: the stored count of one queue, recomputed exactly: its partitions are share-locked first (a push in
+-- flight commits before, the next waits), then the count row (a deleter in flight commits before), and the sum
+-- is read by a later statement, which sees both. Lock order as in push_items_v2: partitions, then the count.
+-- Costs one row per partition of the queue; run when a cap is set and by the stats job's reconcile.
+CREATE OR REPLACE FUNCTION queen.recount_queue_capacity_v1(p_queue_id uuid)
+RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_stored bigint;
+BEGIN
+    PERFORM 1 FROM queen.partitions p WHERE p.queue_id = p_queue_id ORDER BY p.id FOR SHARE;
+    INSERT INTO queen.queue_capacity (queue_id) VALUES (p_queue_id) ON CONFLICT (queue_id) DO NOTHING;
+    PERFORM 1 FROM queen.queue_capacity WHERE queue_id = p_queue_id FOR UPDATE;
+    UPDATE queen.queue_capacity
+    SET stored = (SELECT coalesce(sum(greatest(p.last_seq - c.messages_deleted, 0)), 0)
+                  FROM queen.partitions p JOIN queen.partition_counters c ON c.partition_id = p.id
+                  WHERE p.queue_id = p_queue_id),
+        recounted_at = now()
+    WHERE queue_id = p_queue_id
+    RETURNING stored INTO v_stored;
+    RETURN v_stored;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION queen.queue_capacity_changed_v1()
+RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.max_queue_size > 0 THEN
+        IF TG_OP = 'INSERT' OR OLD.max_queue_size <= 0
+           OR NOT EXISTS (SELECT 1 FROM queen.queue_capacity WHERE queue_id = NEW.id) THEN
+            PERFORM queen.recount_queue_capacity_v1(NEW.id);
+        END IF;
+    ELSE
+        DELETE FROM queen.queue_capacity WHERE queue_id = NEW.id;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS partitions_created ON queen.partitions;
+CREATE TRIGGER partitions_created AFTER INSERT ON queen.partitions
+    REFERENCING NEW TABLE AS created FOR EACH STATEMENT EXECUTE FUNCTION queen.partitions_created_v1();
+DROP TRIGGER IF EXISTS partitions_removed ON queen.partitions;
+CREATE TRIGGER partitions_removed AFTER DELETE ON queen.partitions
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.partitions_removed_v1();
+DROP TRIGGER IF EXISTS messages_deleted ON queen.messages;
+CREATE TRIGGER messages_deleted AFTER DELETE ON queen.messages
+    REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION queen.messages_deleted_v1();
+DROP TRIGGER IF EXISTS dead_letters_added ON queen.dead_letter_queue;
+CREATE TRIGGER dead_letters_added AFTER INSERT ON queen.dead_letter_queue
+    REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION queen.dead_letters_added_v1();
+DROP TRIGGER IF EXISTS dead_letters_removed ON queen.dead_letter_queue;
+CREATE TRIGGER dead_letters_removed AFTER DELETE ON queen.dead_letter_queue
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.dead_letters_removed_v1();
+DROP TRIGGER IF EXISTS consumers_removed ON queen.partition_consumers;
+CREATE TRIGGER consumers_removed AFTER DELETE ON queen.partition_consumers
+    REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_removed_v1();
+DROP TRIGGER IF EXISTS queue_capacity_created ON queen.queues;
+CREATE TRIGGER queue_capacity_created AFTER INSERT ON queen.queues
+    FOR EACH ROW WHEN (NEW.max_queue_size > 0) EXECUTE FUNCTION queen.queue_capacity_changed_v1();
+DROP TRIGGER IF EXISTS queue_capacity_changed ON queen.queues;
+CREATE TRIGGER queue_capacity_changed AFTER UPDATE OF max_queue_size ON queen.queues
+    FOR EACH ROW WHEN (OLD.max_queue_size IS DISTINCT FROM NEW.max_queue_size)
+    EXECUTE FUNCTION queen.queue_capacity_changed_v1();
+
+-- Retention and eviction ------------------------------------------------------------------------------------
+
+-- Queues with work for one kind, each with the consumer groups that have a cursor on any of its partitions
+-- (only for the kinds that read cursors). Kinds: 'retention' (retentionEnabled and retentionSeconds > 0),
+-- 'completed_retention' (retentionEnabled and completedRetentionSeconds > 0), 'max_wait_time_eviction'
+-- (maxWaitTimeSeconds > 0). Output [{"queueId", "queue", "groups": [...]}].
+CREATE OR REPLACE FUNCTION queen.retention_queues_v1(p_kind text)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'queueId', q.id, 'queue', q.name,
+        'groups', CASE WHEN p_kind = 'retention' THEN '[]'::jsonb ELSE coalesce((
+            SELECT jsonb_agg(DISTINCT pc.consumer_group)
+            FROM queen.partitions p JOIN queen.partition_consumers pc ON pc.partition_id = p.id
+            WHERE p.queue_id = q.id), '[]'::jsonb) END) ORDER BY q.name), '[]'::jsonb)
+    FROM queen.queues q
+    WHERE CASE p_kind
+              WHEN 'retention' THEN q.retention_enabled AND q.retention_seconds > 0
+              WHEN 'completed_retention' THEN q.retention_enabled AND q.completed_retention_seconds > 0
+              WHEN 'max_wait_time_eviction' THEN q.max_wait_time_seconds > 0
+              ELSE false END
+$$;
+
+-- One bounded step of retention or eviction over the partitions of one queue: at most p_partitions
+-- partitions looked at (in name order, from p_after) and at most p_batch messages read, in one short
+-- transaction. Only messages created before p_run_at minus the queue's period are deleted.
+--
+-- Per partition, the offsets that may go, (lo, hi]:
+--   retention            (head_seq, hi], hi = the newest offset, or below any group's live lease
+--   completed_retention  (max(head_seq, completed_seq), hi], hi also at most the slowest group's cursor;
+--                        dead-lettered messages stay (the DLQ shows them until retentionSeconds removes them)
+--   max_wait_time_eviction  (max(the floors, the slowest group's cursor), hi]: what some group has not
+--                        consumed (every message when the partition has no cursor), never under a live lease
+-- where a group's cursor is its offset minus any dead letter replayed to it (queen.replays), and the slowest
+-- cursor counts every group of p_groups without a cursor on the partition at 0 (p_groups: the queue's
+-- groups, queen.retention_queues_v1). A group holding a live lease keeps everything after its cursor.
+-- Messages are read from lo in offset order through the (partition_id, seq) index; creation times grow with
+-- offsets, so the step deletes the run of old messages at the front and stops at the first young one. The
+-- floor of the kind (head_seq, completed_seq, evicted_seq) moves to the end of that run, so the next step
+-- starts there without walking the deleted entries again. No partition row is locked: pushes go on.
+--
+-- Returns {"deleted", "partitions" (touched), "next": partition name to go on from or null when the queue is
+-- done, "inclusive": whether "next" itself still has work}. The caller writes nothing: this step writes
+-- retention_history (one row per call with deletions) and the counters.
+CREATE OR REPLACE FUNCTION queen.retention_step_v1(p_kind text, p_queue_id uuid, p_groups text[], p_after text,
+                                                   p_inclusive boolean, p_partitions integer, p_batch integer,
+                                                   p_run_at timestamptz)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_queue queen.queues%ROWTYPE;
+    v_seconds integer;
+    v_cutoff timestamptz;
+    v_result jsonb;
+BEGIN
+    IF p_kind NOT IN ('retention', 'completed_retention', 'max_wait_time_eviction') THEN
+        RAISE EXCEPTION 'unknown retention kind %', p_kind USING ERRCODE = 'QN400';
+    END IF;
+    SELECT * INTO v_queue FROM queen.queues WHERE id = p_queue_id;
+    v_seconds := CASE p_kind
+        WHEN 'retention' THEN CASE WHEN v_queue.retention_enabled THEN v_queue.retention_seconds END
+        WHEN 'completed_retention' THEN CASE WHEN v_queue.retention_enabled THEN v_queue.completed_retention_seconds END
+        ELSE v_queue.max_wait_time_seconds END;
+    IF coalesce(v_seconds, 0) <= 0 THEN
+        RETURN jsonb_build_object('deleted', 0, 'partitions', 0, 'next', NULL, 'inclusive', false);
+    END IF;
+    v_cutoff := p_run_at - make_interval(secs => v_seconds);
+    PERFORM set_config('queen.deletion_kind', p_kind, true);  -- the delete trigger leaves the history to us
+
+    WITH parts AS MATERIALIZED (
+        SELECT row_number() OVER (ORDER BY p.name) AS n, p.id, p.name, p.last_seq,
+               c.head_seq, c.completed_seq, c.evicted_seq
+        FROM queen.partitions p
+        JOIN queen.partition_counters c ON c.partition_id = p.id
+        WHERE p.queue_id = p_queue_id AND p.name >= p_after AND (p_inclusive OR p.name <> p_after)
+        ORDER BY p.name
+        LIMIT p_partitions
+    ), cursors AS MATERIALIZED (
+        SELECT parts.*, k.slowest, k.leased
+        FROM parts
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN count(*) = 0
+                             OR count(*) FILTER (WHERE pc.consumer_group = ANY (p_groups)) < cardinality(p_groups)
+                        THEN 0 ELSE min(e.cursor) END AS slowest,
+                   min(e.cursor) FILTER (WHERE pc.lease_expires_at > now()) AS leased
+            FROM queen.partition_consumers pc
+            CROSS JOIN LATERAL (
+                SELECT least(pc.last_consumed_seq,
+                             coalesce((SELECT min(r.seq) - 1 FROM queen.replays r
+                                       WHERE r.partition_id = pc.partition_id
+                                         AND r.consumer_group = pc.consumer_group), pc.last_consumed_seq)) AS cursor
+            ) e
+            WHERE pc.partition_id = parts.id) k
+        ORDER BY parts.n
+    ), bounds AS (
+        SELECT c.n, c.id,
+               CASE p_kind WHEN 'retention' THEN c.head_seq
+                           WHEN 'completed_retention' THEN greatest(c.head_seq, c.completed_seq)
+                           ELSE greatest(c.head_seq, c.completed_seq, c.evicted_seq, c.slowest) END AS lo,
+               least(c.last_seq, coalesce(c.leased, c.last_seq),
+                     CASE WHEN p_kind = 'completed_retention' THEN c.slowest ELSE c.last_seq END) AS hi
+        FROM cursors c
+    ), chunk AS MATERIALIZED (
+        SELECT b.n, b.id AS partition_id, m.id AS message_id, m.seq, m.created_at < v_cutoff AS old_enough
+        FROM bounds b
+        CROSS JOIN LATERAL (
+            SELECT m.id, m.seq, m.created_at FROM queen.messages m
+            WHERE m.partition_id = b.id AND m.seq > b.lo AND m.seq <= b.hi
+            ORDER BY m.seq
+            LIMIT p_batch) m
+        WHERE b.lo < b.hi
+        LIMIT p_batch
+    ), ranked AS MATERIALIZED (
+        SELECT ch.*, bool_and(ch.old_enough) OVER (PARTITION BY ch.partition_id ORDER BY ch.seq) AS in_prefix
+        FROM chunk ch
+    ), doomed AS (
+        SELECT r.message_id FROM ranked r
+        WHERE r.in_prefix
+          AND NOT (p_kind = 'completed_retention'
+                   AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = r.message_id))
+    ), gone AS (
+        DELETE FROM queen.messages m USING doomed d WHERE m.id = d.message_id
+        RETURNING m.partition_id
+    ), per_partition AS (
+        SELECT r.n, r.partition_id, max(r.seq) FILTER (WHERE r.in_prefix) AS reached,
+               bool_and(r.in_prefix) AS all_old, count(*) AS taken
+        FROM ranked r GROUP BY r.n, r.partition_id
+    ), moved AS (
+        UPDATE queen.partition_counters c
+        SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, pp.reached) ELSE c.head_seq END,
+            completed_seq = CASE WHEN p_kind = 'completed_retention' THEN greatest(c.completed_seq, pp.reached)
+                                 ELSE c.completed_seq END,
+            evicted_seq = CASE WHEN p_kind = 'max_wait_time_eviction' THEN greatest(c.evicted_seq, pp.reached)
+                               ELSE c.evicted_seq END,
+            updated_at = now()
+        FROM per_partition pp
+        WHERE c.partition_id = pp.partition_id AND pp.reached IS NOT NULL
+        RETURNING 1
+    ), history AS (
+        INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
+                                             retention_type)
+        SELECT CASE WHEN count(DISTINCT g.partition_id) = 1 THEN (array_agg(g.partition_id))[1] END,
+               p_queue_id, v_queue.name, count(DISTINCT g.partition_id), count(*), p_kind
+        FROM gone g
+        HAVING count(*) > 0
+        RETURNING 1
+    ), totals AS (
+        SELECT count(*) AS taken, max(n) AS last_n FROM chunk
+    ), unfinished AS (
+        -- a partition may hold more when its read ended on old messages at its own limit, or where the step's
+        -- budget ran out (the last partition read, and those after it)
+        SELECT min(p.n) AS n
+        FROM parts p CROSS JOIN totals t LEFT JOIN per_partition pp ON pp.n = p.n
+        WHERE (pp.n IS NOT NULL AND pp.all_old AND (pp.taken >= p_batch OR (t.taken >= p_batch AND p.n = t.last_n)))
+           OR (t.taken >= p_batch AND p.n > t.last_n)
+    )
+    SELECT jsonb_build_object(
+        'deleted', (SELECT count(*) FROM gone),
+        'partitions', (SELECT count(DISTINCT partition_id) FROM gone),
+        'next', CASE WHEN u.n IS NOT NULL THEN (SELECT name FROM parts WHERE n = u.n)
+                     WHEN (SELECT count(*) FROM parts) >= p_partitions THEN (SELECT max(name) FROM parts) END,
+        'inclusive', u.n IS NOT NULL)
+    INTO v_result
+    FROM unfinished u;
+    PERFORM set_config('queen.deletion_kind', '', true);
+    RETURN v_result;
+END;
+$$;
+
+-- Partition cleanup: at most p_limit partitions with no message, created and last pushed to before the idle
+-- cutoff, whose consumer rows (if any) hold no live lease and saw no activity since then, are deleted with
+-- their consumer rows (cascade). Candidates are found by a scan of queen.partitions (once per retention run);
+-- each is checked by an index probe of messages, and locked with SKIP LOCKED, so a partition a push is
+-- writing to is left alone; a push that finds its partition gone when it locks creates it again
+-- (push_items_v2). One retention_history row per queue.
+-- Known limit: a pop that creates a group's first consumer row on a partition at the moment this deletes it
+-- (the partition idle and empty for PARTITION_CLEANUP_DAYS) waits for the delete and then fails its foreign
+-- key check; that pop call answers a database error and the client retries (pop_v2 is not changed here).
+-- enable_seqscan = off also holds for the cascades of the deletes (the foreign keys' own queries, planned
+-- once per session): planned while dead_letter_queue or replays was small, they scanned the whole table for
+-- every deleted partition (tests/integration/test_explain_services.py).
+CREATE OR REPLACE FUNCTION queen.partition_cleanup_v1(p_idle_seconds double precision, p_limit integer)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_cutoff timestamptz := now() - make_interval(secs => p_idle_seconds);
+    v_deleted integer;
+BEGIN
+    PERFORM set_config('queen.deletion_kind', 'partition_cleanup', true);
+    WITH doomed AS (
+        SELECT p.id FROM queen.partitions p
+        WHERE p.last_activity < v_cutoff AND p.created_at < v_cutoff
+          -- scalar subqueries, not NOT EXISTS: probes per candidate, never an anti-join over a whole table
+          AND (SELECT m.seq FROM queen.messages m WHERE m.partition_id = p.id LIMIT 1) IS NULL
+          AND (SELECT true FROM queen.partition_consumers pc
+               WHERE pc.partition_id = p.id
+                 AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
+                      OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff)
+               LIMIT 1) IS NULL
+        LIMIT p_limit
+        FOR UPDATE OF p SKIP LOCKED
+    ), gone AS (
+        DELETE FROM queen.partitions p USING doomed d WHERE p.id = d.id
+        RETURNING p.id, p.queue_id
+    ), history AS (
+        INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
+                                             retention_type)
+        SELECT CASE WHEN count(*) = 1 THEN (array_agg(g.id))[1] END, g.queue_id, q.name, count(*), 0,
+               'partition_cleanup'
+        FROM gone g JOIN queen.queues q ON q.id = g.queue_id
+        GROUP BY g.queue_id, q.name
+        RETURNING 1
+    )
+    SELECT count(*) INTO v_deleted FROM gone;
+    PERFORM set_config('queen.deletion_kind', '', true);
+    RETURN jsonb_build_object('partitions', v_deleted);
+END;
+$$;
+
+-- History trimming: at most p_limit rows of each table, older than its cutoff, through each table's time index
+-- (then by row address). METRICS_RETENTION_DAYS: retention_history, messages_consumed, system_metrics,
+-- worker_metrics, queue_lag_metrics, service_runs; STATS_HISTORY_RETENTION_DAYS: queue_throughput.
+-- Returns {"<table>": rows deleted}; the caller repeats while any table reached p_limit.
+-- enable_seqscan = off: with half a table older than the cutoff, "LIMIT n" looked cheap by a sequential scan,
+-- which then read the young half first (rows are stored in time order).
+CREATE OR REPLACE FUNCTION queen.trim_history_v1(p_metrics_before timestamptz, p_stats_before timestamptz,
+                                                 p_limit integer)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_result jsonb := '{}'::jsonb;
+    v_n integer;
+BEGIN
+    DELETE FROM queen.retention_history WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.retention_history WHERE executed_at < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('retention_history', v_n);
+    DELETE FROM queen.messages_consumed WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.messages_consumed WHERE acked_at < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('messages_consumed', v_n);
+    DELETE FROM queen.system_metrics WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.system_metrics WHERE sampled_at < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('system_metrics', v_n);
+    DELETE FROM queen.worker_metrics WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.worker_metrics WHERE sampled_at < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('worker_metrics', v_n);
+    DELETE FROM queen.queue_lag_metrics WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.queue_lag_metrics WHERE bucket_time < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('queue_lag_metrics', v_n);
+    DELETE FROM queen.service_runs WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.service_runs WHERE started_at < p_metrics_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('service_runs', v_n);
+    DELETE FROM queen.queue_throughput WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM queen.queue_throughput WHERE bucket < p_stats_before LIMIT p_limit));
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    v_result := v_result || jsonb_build_object('queue_throughput', v_n);
+    RETURN v_result;
+END;
+$$;
+
+-- Services --------------------------------------------------------------------------------------------------
+
+-- A process took a job's advisory lock (src/queenpy/services): it is the job's holder from now on.
+CREATE OR REPLACE FUNCTION queen.service_acquired_v1(p_job text, p_holder text)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen.service_status (job, holder, holder_since, updated_at)
+    VALUES (p_job, p_holder, now(), now())
+    ON CONFLICT (job) DO UPDATE SET holder = EXCLUDED.holder, holder_since = now(), updated_at = now()
+$$;
+
+-- One finished run of a job: its status row and the run log.
+CREATE OR REPLACE FUNCTION queen.service_record_v1(p_job text, p_holder text, p_started_at timestamptz,
+                                                   p_finished_at timestamptz, p_rows bigint, p_error text,
+                                                   p_details jsonb)
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen.service_runs (job, holder, started_at, finished_at, rows, error, details)
+    VALUES (p_job, p_holder, p_started_at, p_finished_at, p_rows, p_error, p_details);
+    INSERT INTO queen.service_status AS s (job, holder, holder_since, last_started_at, last_finished_at,
+                                           last_duration_ms, last_rows, last_error, last_details, runs, errors,
+                                           rows_total, updated_at)
+    VALUES (p_job, p_holder, p_started_at, p_started_at, p_finished_at,
+            extract(epoch FROM p_finished_at - p_started_at) * 1000, p_rows, p_error, p_details, 1,
+            CASE WHEN p_error IS NULL THEN 0 ELSE 1 END, p_rows, now())
+    ON CONFLICT (job) DO UPDATE
+    SET holder = EXCLUDED.holder,
+        holder_since = CASE WHEN s.holder IS DISTINCT FROM EXCLUDED.holder THEN EXCLUDED.holder_since
+                            ELSE s.holder_since END,
+        last_started_at = EXCLUDED.last_started_at, last_finished_at = EXCLUDED.last_finished_at,
+        last_duration_ms = EXCLUDED.last_duration_ms, last_rows = EXCLUDED.last_rows,
+        last_error = EXCLUDED.last_error, last_details = EXCLUDED.last_details, runs = s.runs + 1,
+        errors = s.errors + EXCLUDED.errors, rows_total = s.rows_total + EXCLUDED.rows_total, updated_at = now()
+$$;
+
+-- {"<job>": {holder, holderSince, lastStartedAt, lastFinishedAt, lastDurationMs, lastRows, lastError,
+-- lastDetails, runs, errors, rowsTotal}} for /health and the operators' API.
+CREATE OR REPLACE FUNCTION queen.services_status_v1()
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_object_agg(s.job, jsonb_build_object(
+        'holder', s.holder, 'holderSince', queen.iso_ms(s.holder_since),
+        'lastStartedAt', queen.iso_ms(s.last_started_at), 'lastFinishedAt', queen.iso_ms(s.last_finished_at),
+        'lastDurationMs', round(s.last_duration_ms::numeric, 3), 'lastRows', s.last_rows,
+        'lastError', s.last_error, 'lastDetails', s.last_details, 'runs', s.runs, 'errors', s.errors,
+        'rowsTotal', s.rows_total)), '{}'::jsonb)
+    FROM queen.service_status s
+$$;
+
+-- Ids of the queues with a maxSize (the stats job's reconcile recounts their stored counts one by one).
+CREATE OR REPLACE FUNCTION queen.capped_queues_v1()
+RETURNS uuid[]
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') FROM queen.queues q WHERE q.max_queue_size > 0
+$$;
+
+-- Whether an operator paused the services everywhere: system_state 'services' = {"paused": true}. A paused job
+-- skips its runs (the process keeps its lock); the soak benchmark compares runs with and without them this way.
+CREATE OR REPLACE FUNCTION queen.services_paused_v1()
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT (s.value->>'paused')::boolean FROM queen.system_state s WHERE s.key = 'services'),
+                    false)
+$$;

@@ -1,0 +1,353 @@
+-- The operators' API (API.md sections 10.2, 11, 12): maintenance switches, message browsing, moving a
+-- message to the dead-letter queue, clearing a queue, metrics written by the broker workers and the
+-- analytics read from them, PostgreSQL statistics.
+
+-- Maintenance switches ------------------------------------------------------------------------------------
+
+-- Set a switch of queen.system_state (p_key 'maintenance_mode' or 'pop_maintenance_mode') and tell every
+-- broker process (NOTIFY queen_system_state, delivered at COMMIT). Returns the state of both switches.
+CREATE OR REPLACE FUNCTION queen.set_system_state_v1(p_key text, p_enabled boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queen.system_state (key, value, updated_at)
+    VALUES (p_key, jsonb_build_object('enabled', p_enabled), now())
+    ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now();
+    PERFORM pg_notify('queen_system_state', p_key);
+    RETURN queen.system_state_v1();
+END;
+$$;
+
+-- {"maintenanceMode": bool, "popMaintenanceMode": bool, "updatedAt": ms-ISO of the last change}
+CREATE OR REPLACE FUNCTION queen.system_state_v1()
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'maintenanceMode', coalesce((SELECT (value->>'enabled')::boolean FROM queen.system_state
+                                     WHERE key = 'maintenance_mode'), false),
+        'popMaintenanceMode', coalesce((SELECT (value->>'enabled')::boolean FROM queen.system_state
+                                        WHERE key = 'pop_maintenance_mode'), false),
+        'updatedAt', (SELECT queen.iso_ms(max(updated_at)) FROM queen.system_state
+                      WHERE key IN ('maintenance_mode', 'pop_maintenance_mode')))
+$$;
+
+-- Message browsing ----------------------------------------------------------------------------------------
+
+-- The smallest offset of partition p_partition_id whose message was created at or after p_ts (p_last + 1
+-- when none): a binary search over offsets by index probes on (partition_id, seq), O(log p_last). Offsets
+-- are assigned under the partition's lock with clock_timestamp(), so created_at grows with the offset.
+CREATE OR REPLACE FUNCTION queen.partition_seq_at_v1(p_partition_id uuid, p_ts timestamptz, p_last bigint)
+RETURNS bigint
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_lo bigint := 0;          -- every message below v_lo was created before p_ts
+    v_hi bigint := p_last + 1; -- every message at or above v_hi was created at or after p_ts
+    v_mid bigint;
+    v_seq bigint;
+    v_at timestamptz;
+BEGIN
+    WHILE v_lo < v_hi LOOP
+        v_mid := (v_lo + v_hi) / 2;
+        SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
+        WHERE m.partition_id = p_partition_id AND m.seq >= v_mid ORDER BY m.seq LIMIT 1;
+        IF NOT FOUND OR v_seq >= v_hi OR v_at >= p_ts THEN
+            v_hi := v_mid;
+        ELSE
+            v_lo := v_seq + 1;
+        END IF;
+    END LOOP;
+    RETURN v_lo;
+END;
+$$;
+
+-- What the status of a partition's messages depends on: the queue-mode cursor and lease, the other
+-- (bus) groups' cursors and leases. `*_lease_end`: the last offset under a live lease (NULL: none).
+CREATE OR REPLACE VIEW queen.partition_consumption AS
+    SELECT p.id AS partition_id,
+           qm.id IS NOT NULL AS has_queue_mode,
+           coalesce(qm.last_consumed_seq, 0) AS qm_cursor,
+           CASE WHEN qm.lease_expires_at > now()
+                THEN qm.last_consumed_seq + greatest(qm.batch_size - qm.acked_count, 0) END AS qm_lease_end,
+           qm.lease_expires_at AS qm_lease_expires_at,
+           coalesce(bus.groups, 0) AS bus_groups,
+           bus.min_cursor AS bus_min_cursor,
+           bus.lease_ranges AS bus_lease_ranges
+    FROM queen.partitions p
+    LEFT JOIN queen.partition_consumers qm ON qm.partition_id = p.id AND qm.consumer_group = '__QUEUE_MODE__'
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS groups, min(c.last_consumed_seq) AS min_cursor,
+               array_agg(int8range(c.last_consumed_seq, c.last_consumed_seq
+                                   + greatest(c.batch_size - c.acked_count, 0), '(]'))
+                   FILTER (WHERE c.lease_expires_at > now()) AS lease_ranges
+        FROM queen.partition_consumers c
+        WHERE c.partition_id = p.id AND c.consumer_group <> '__QUEUE_MODE__') bus ON true;
+
+-- Status of message (p_id, p_seq) in a partition described by c (API.md 10.2): dead_letter when in the DLQ;
+-- with a queue-mode consumer, from its cursor and lease; bus-only: completed once every group consumed it,
+-- processing while some group's live lease covers it; otherwise pending. A replayed dead letter is pending.
+CREATE OR REPLACE FUNCTION queen.message_status_v1(p_id uuid, p_seq bigint, c queen.partition_consumption)
+RETURNS text
+LANGUAGE sql STABLE AS $$
+    SELECT CASE
+        WHEN EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = p_id) THEN 'dead_letter'
+        WHEN EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = c.partition_id AND r.seq = p_seq)
+            THEN 'pending'
+        WHEN c.has_queue_mode THEN
+            CASE WHEN p_seq <= c.qm_cursor THEN 'completed'
+                 WHEN p_seq <= c.qm_lease_end THEN 'processing' ELSE 'pending' END
+        WHEN c.bus_groups > 0 THEN
+            CASE WHEN p_seq <= c.bus_min_cursor THEN 'completed'
+                 WHEN EXISTS (SELECT 1 FROM unnest(c.bus_lease_ranges) r WHERE r @> p_seq) THEN 'processing'
+                 ELSE 'pending' END
+        ELSE 'pending' END
+$$;
+
+-- {hasQueueMode, busGroupsCount, type: queue|bus|hybrid|none} of a set of partitions
+CREATE OR REPLACE FUNCTION queen.consumption_mode_v1(p_partition_ids uuid[])
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('hasQueueMode', qm, 'busGroupsCount', bus,
+        'type', CASE WHEN qm AND bus > 0 THEN 'hybrid' WHEN qm THEN 'queue' WHEN bus > 0 THEN 'bus' ELSE 'none' END)
+    FROM (SELECT coalesce(bool_or(c.consumer_group = '__QUEUE_MODE__'), false) AS qm,
+                 count(DISTINCT c.consumer_group) FILTER (WHERE c.consumer_group <> '__QUEUE_MODE__') AS bus
+          FROM queen.partition_consumers c WHERE c.partition_id = ANY (p_partition_ids)) t
+$$;
+
+-- GET /api/v1/messages. Input {"queue", "partition", "namespace", "task", "status", "from", "to", "limit",
+-- "offset"} (validated by the server; from/to ISO timestamps, defaults now-1h and now). Messages created in
+-- [from, date_trunc('minute', to) + 1 minute), newest first. Each partition's window is an offset range
+-- found by binary search (queen.partition_seq_at_v1), so no partition is read beyond its window.
+-- Returns {messages: [...], mode: {...}, total, pagination: {limit, offset}} (total and pagination are ours).
+CREATE OR REPLACE FUNCTION queen.messages_list_v1(p jsonb)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH params AS (
+        SELECT coalesce((p->>'from')::timestamptz, now() - interval '1 hour') AS t_from,
+               date_trunc('minute', coalesce((p->>'to')::timestamptz, now())) + interval '1 minute' AS t_to,
+               coalesce((p->>'limit')::int, 200) AS lim, coalesce((p->>'offset')::int, 0) AS off,
+               p->>'status' AS status
+    ), w AS MATERIALIZED (
+        SELECT pt.id AS partition_id, pt.name AS partition_name, q.name AS queue_name, q.namespace, q.task,
+               q.priority, c,
+               CASE WHEN pt.created_at >= params.t_from THEN 0
+                    ELSE queen.partition_seq_at_v1(pt.id, params.t_from, pt.last_seq) END AS lo,
+               CASE WHEN pt.last_message_at < params.t_to THEN pt.last_seq + 1
+                    ELSE queen.partition_seq_at_v1(pt.id, params.t_to, pt.last_seq) END AS hi
+        FROM params, queen.partitions pt
+        JOIN queen.queues q ON q.id = pt.queue_id
+        JOIN queen.partition_consumption c ON c.partition_id = pt.id
+        WHERE pt.last_message_at >= params.t_from AND pt.created_at < params.t_to
+          AND (p->>'queue' IS NULL OR q.name = p->>'queue')
+          AND (p->>'partition' IS NULL OR pt.name = p->>'partition')
+          AND (p->>'namespace' IS NULL OR q.namespace = p->>'namespace')
+          AND (p->>'task' IS NULL OR q.task = p->>'task')
+    ), total AS (
+        SELECT coalesce(sum(t.n), 0) AS n
+        FROM params, w CROSS JOIN LATERAL (
+            SELECT count(*) AS n FROM queen.messages m
+            WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
+              AND (params.status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = params.status)) t
+    ), candidates AS (
+        SELECT w.*, m.id, m.transaction_id, m.trace_id, m.producer_sub, m.created_at, m.seq,
+               queen.message_status_v1(m.id, m.seq, w.c) AS status
+        FROM params, w CROSS JOIN LATERAL (
+            SELECT m.* FROM queen.messages m
+            WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
+              AND (params.status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = params.status)
+            ORDER BY m.seq DESC
+            LIMIT coalesce((p->>'offset')::int, 0) + coalesce((p->>'limit')::int, 200)) m
+    ), page AS (
+        SELECT * FROM candidates ORDER BY created_at DESC, seq DESC, partition_id
+        LIMIT coalesce((p->>'limit')::int, 200) OFFSET coalesce((p->>'offset')::int, 0)
+    )
+    SELECT jsonb_build_object(
+        'messages', coalesce((SELECT jsonb_agg(jsonb_build_object(
+            'id', id, 'transactionId', transaction_id, 'partitionId', partition_id,
+            'queuePath', queue_name || '/' || partition_name, 'queue', queue_name, 'partition', partition_name,
+            'namespace', namespace, 'task', task, 'status', status,
+            'queueStatus', CASE WHEN (c).has_queue_mode THEN status END,
+            'busStatus', jsonb_build_object(
+                'consumedBy', (SELECT count(*) FROM queen.partition_consumers g
+                               WHERE g.partition_id = page.partition_id
+                                 AND g.consumer_group <> '__QUEUE_MODE__' AND g.last_consumed_seq >= page.seq),
+                'totalGroups', (c).bus_groups),
+            'traceId', trace_id, 'producerSub', producer_sub, 'queuePriority', priority, 'offset', seq,
+            'createdAt', queen.iso_ms(created_at),
+            'leaseExpiresAt', CASE WHEN status = 'processing' THEN queen.iso_ms((c).qm_lease_expires_at) END)
+            ORDER BY created_at DESC, seq DESC, partition_id) FROM page), '[]'::jsonb),
+        'mode', queen.consumption_mode_v1(coalesce((SELECT array_agg(partition_id) FROM w), '{}')),
+        'total', (SELECT n FROM total),
+        'pagination', jsonb_build_object('limit', params.lim, 'offset', params.off),
+        'timeRange', jsonb_build_object('from', queen.iso_ms(params.t_from), 'to', queen.iso_ms(params.t_to)))
+    FROM params
+$$;
+
+-- GET /api/v1/messages/:partitionId/:transactionId (API.md 10.2); the payload as stored (the server
+-- decrypts it). {"error": "Message not found"} when there is none.
+CREATE OR REPLACE FUNCTION queen.message_get_v1(p_partition_id uuid, p_transaction_id text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    v_msg queen.messages%ROWTYPE;
+    v_part queen.partitions%ROWTYPE;
+    v_queue queen.queues%ROWTYPE;
+    v_c queen.partition_consumption;
+    v_status text;
+    v_dlq record;
+BEGIN
+    SELECT * INTO v_msg FROM queen.messages
+    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('error', 'Message not found');
+    END IF;
+    SELECT * INTO v_part FROM queen.partitions WHERE id = v_msg.partition_id;
+    SELECT * INTO v_queue FROM queen.queues WHERE id = v_part.queue_id;
+    SELECT * INTO v_c FROM queen.partition_consumption WHERE partition_id = v_msg.partition_id;
+    v_status := queen.message_status_v1(v_msg.id, v_msg.seq, v_c);
+    SELECT d.error_message, d.retry_count INTO v_dlq FROM queen.dead_letter_queue d
+    WHERE d.message_id = v_msg.id ORDER BY d.failed_at DESC LIMIT 1;
+    RETURN jsonb_build_object(
+        'id', v_msg.id, 'transactionId', v_msg.transaction_id, 'partitionId', v_msg.partition_id,
+        'queuePath', v_queue.name || '/' || v_part.name, 'queue', v_queue.name, 'partition', v_part.name,
+        'namespace', v_queue.namespace, 'task', v_queue.task, 'status', v_status, 'offset', v_msg.seq,
+        'payload', v_msg.payload, 'isEncrypted', v_msg.is_encrypted, 'traceId', v_msg.trace_id,
+        'producerSub', v_msg.producer_sub, 'createdAt', queen.iso_ms(v_msg.created_at),
+        'errorMessage', v_dlq.error_message, 'retryCount', v_dlq.retry_count,
+        'leaseExpiresAt', CASE WHEN v_status = 'processing' THEN queen.iso_ms(v_c.qm_lease_expires_at) END,
+        'queueConfig', jsonb_build_object('leaseTime', v_queue.lease_time, 'retryLimit', v_queue.retry_limit,
+            'retryDelay', v_queue.retry_delay, 'ttl', v_queue.ttl, 'priority', v_queue.priority),
+        'mode', queen.consumption_mode_v1(ARRAY[v_msg.partition_id]) || jsonb_build_object(
+            'consumedByGroups', (SELECT count(*) FROM queen.partition_consumers g
+                                 WHERE g.partition_id = v_msg.partition_id AND g.last_consumed_seq >= v_msg.seq)),
+        'consumerGroups', coalesce((SELECT jsonb_agg(jsonb_build_object(
+            'name', g.consumer_group, 'consumed', g.last_consumed_seq >= v_msg.seq,
+            'leaseExpiresAt', CASE WHEN g.lease_expires_at > now() THEN queen.iso_ms(g.lease_expires_at) END)
+            ORDER BY g.consumer_group)
+            FROM queen.partition_consumers g WHERE g.partition_id = v_msg.partition_id), '[]'::jsonb));
+END;
+$$;
+
+-- DELETE /api/v1/messages/:partitionId/:transactionId: the row goes, and with it its DLQ rows, traces and
+-- replays (cascades). Cursors are offsets, so consumers simply never see it.
+CREATE OR REPLACE FUNCTION queen.message_delete_v1(p_partition_id uuid, p_transaction_id text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_deleted boolean;
+BEGIN
+    DELETE FROM queen.messages
+    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    v_deleted := FOUND;
+    RETURN jsonb_build_object('success', v_deleted, 'partitionId', p_partition_id,
+        'transactionId', p_transaction_id,
+        'message', CASE WHEN v_deleted THEN 'Message deleted successfully' ELSE 'Message not found' END);
+END;
+$$;
+
+-- POST /api/v1/messages/:partitionId/:transactionId/dlq (not in the original; its clients call it). The
+-- message goes to the dead-letter queue of consumer group p_group (queue mode by default) as if that group
+-- had failed it for good: a DLQ row is written, the group's cursor moves onto it and any lease of the group
+-- on the partition ends (a consumer holding it then gets "Invalid or expired lease" on ack). Only the
+-- message the group would receive next can be moved: cursors are offsets, and skipping a message further
+-- ahead would skip the ones before it too. A replayed dead letter waiting for redelivery can be moved back.
+-- Returns {success, partitionId, transactionId, consumerGroup, queue, partition} or {success: false, error}.
+CREATE OR REPLACE FUNCTION queen.message_to_dlq_v1(p_partition_id uuid, p_transaction_id text, p_group text,
+                                                   p_error text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_group text := coalesce(p_group, '__QUEUE_MODE__');
+    v_msg queen.messages%ROWTYPE;
+    v_pc queen.partition_consumers%ROWTYPE;
+    v_queue text;
+    v_partition text;
+    v_replayed boolean;
+    v_before bigint;
+BEGIN
+    SELECT * INTO v_msg FROM queen.messages
+    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Message not found');
+    END IF;
+    SELECT q.name, pt.name INTO v_queue, v_partition
+    FROM queen.partitions pt JOIN queen.queues q ON q.id = pt.queue_id WHERE pt.id = v_msg.partition_id;
+    INSERT INTO queen.partition_consumers (partition_id, consumer_group)
+    VALUES (v_msg.partition_id, v_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
+    SELECT * INTO v_pc FROM queen.partition_consumers
+    WHERE partition_id = v_msg.partition_id AND consumer_group = v_group FOR UPDATE;
+
+    DELETE FROM queen.replays
+    WHERE partition_id = v_msg.partition_id AND consumer_group = v_group AND seq = v_msg.seq;
+    v_replayed := FOUND;
+    IF NOT v_replayed THEN
+        IF EXISTS (SELECT 1 FROM queen.dead_letter_queue d
+                   WHERE d.message_id = v_msg.id AND d.consumer_group = v_group) THEN
+            RETURN jsonb_build_object('success', false, 'error', 'Message is already in the dead-letter queue');
+        END IF;
+        IF v_msg.seq <= v_pc.last_consumed_seq THEN
+            RETURN jsonb_build_object('success', false,
+                'error', format('Message was already consumed by consumer group %s', v_group));
+        END IF;
+        SELECT count(*) INTO v_before FROM queen.messages m
+        WHERE m.partition_id = v_msg.partition_id AND m.seq > v_pc.last_consumed_seq AND m.seq < v_msg.seq;
+        IF v_before > 0 THEN
+            RETURN jsonb_build_object('success', false, 'error', format(
+                'Only the next message of the partition for consumer group %s can be moved to the '
+                'dead-letter queue; %s message(s) come before it', v_group, v_before));
+        END IF;
+    END IF;
+
+    INSERT INTO queen.dead_letter_queue (message_id, partition_id, consumer_group, error_message, retry_count,
+                                         original_created_at)
+    VALUES (v_msg.id, v_msg.partition_id, v_group, coalesce(p_error, 'Moved to the dead-letter queue'),
+            v_pc.batch_retry_count, v_msg.created_at);
+    UPDATE queen.partition_consumers
+    SET last_consumed_seq = CASE WHEN v_replayed THEN last_consumed_seq ELSE v_msg.seq END,
+        last_consumed_id = CASE WHEN v_replayed THEN last_consumed_id ELSE v_msg.id END,
+        last_consumed_created_at = CASE WHEN v_replayed THEN last_consumed_created_at ELSE v_msg.created_at END,
+        last_consumed_at = now(),
+        worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0, acked_count = 0,
+        batch_retry_count = 0, retry_available_at = NULL
+    WHERE id = v_pc.id;
+    RETURN jsonb_build_object('success', true, 'partitionId', v_msg.partition_id,
+        'transactionId', p_transaction_id, 'consumerGroup', v_group, 'queue', v_queue, 'partition', v_partition);
+END;
+$$;
+
+-- DELETE /api/v1/queues/:name/clear[?partition=]: every message of the queue (or of one partition) is
+-- deleted, with its DLQ rows, traces and replays; every cursor moves to the partition's end and leases end.
+-- The partitions are locked first (as a push locks them), so a concurrent push lands wholly before or after.
+-- Returns {success, queue, partition, deleted} or {success: false, error} for an unknown queue/partition.
+CREATE OR REPLACE FUNCTION queen.queue_clear_v1(p_queue text, p_partition text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_queue_id uuid;
+    v_ids uuid[];
+    v_deleted bigint;
+BEGIN
+    SELECT id INTO v_queue_id FROM queen.queues WHERE name = p_queue;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Queue not found');
+    END IF;
+    SELECT array_agg(id ORDER BY id) INTO v_ids FROM (
+        SELECT id FROM queen.partitions
+        WHERE queue_id = v_queue_id AND (p_partition IS NULL OR name = p_partition)
+        ORDER BY id FOR UPDATE) locked;
+    IF v_ids IS NULL AND p_partition IS NOT NULL THEN
+        RETURN jsonb_build_object('success', false, 'error', 'Partition not found');
+    END IF;
+    DELETE FROM queen.messages WHERE partition_id = ANY (coalesce(v_ids, '{}'));
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    UPDATE queen.partition_consumers pc
+    SET last_consumed_seq = pt.last_seq,
+        last_consumed_id = coalesce(pt.last_message_id, '00000000-0000-0000-0000-000000000000'::uuid),
+        last_consumed_created_at = pt.last_message_at,
+        worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0, acked_count = 0,
+        batch_retry_count = 0, retry_available_at = NULL
+    FROM queen.partitions pt
+    WHERE pt.id = pc.partition_id AND pt.id = ANY (coalesce(v_ids, '{}'));
+    RETURN jsonb_build_object('success', true, 'queue', p_queue, 'partition', p_partition,
+                              'partitions', coalesce(cardinality(v_ids), 0), 'deleted', v_deleted);
+END;
+$$;

@@ -1,0 +1,146 @@
+"""Guards of the background services' SQL (STYLE.md rule 4, as tests/integration/test_explain.py): each step
+is bounded and served by indexes, whatever the size of the tables around it.
+
+Each step is a procedure call; what it read is measured in the backend's own table statistics (sequential
+scans started, per table) and in the shared buffers the call touched (EXPLAIN ANALYZE BUFFERS of the call,
+everything it ran included), under custom and generic plans alike.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+import pytest
+
+from helpers import call_procedure
+
+TABLES = ("messages", "partitions", "partition_consumers", "dead_letter_queue", "replays", "message_traces",
+          "message_trace_names", "partition_counters", "retention_history")
+
+
+@pytest.fixture
+def conn(db_url: str) -> Any:
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+def table_reads(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
+    return {r[0]: (int(r[1]), int(r[2] or 0)) for r in conn.execute(
+        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+        "AND relname = ANY (%s)", (list(TABLES),)).fetchall()}
+
+
+def measure(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]
+            ) -> tuple[int, dict[str, int], dict[str, int]]:
+    """(shared buffers touched, sequential scans started per table, rows fetched through indexes per table)
+    of one call, run in a transaction of its own (a backend's statistics are read before and after it, in it)."""
+    with conn.transaction():
+        before = table_reads(conn)
+        row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
+        after = table_reads(conn)
+    assert row is not None
+    plan = (row[0] if not isinstance(row[0], str) else json.loads(row[0]))[0]["Plan"]
+    buffers = int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
+    scans = {t: after.get(t, (0, 0))[0] - before.get(t, (0, 0))[0] for t in TABLES}
+    fetched = {t: after.get(t, (0, 0))[1] - before.get(t, (0, 0))[1] for t in TABLES}
+    return buffers, {t: n for t, n in scans.items() if n}, {t: n for t, n in fetched.items() if n}
+
+
+def deep_partition(conn: psycopg.Connection[Any], queue: str, count: int, **options: Any) -> Any:
+    """A queue whose Default partition holds ``count`` messages created an hour ago, each with a trace on one
+    in ten, and a dead letter and a replay elsewhere in the table: the tables a message delete cascades to are
+    not empty."""
+    call_procedure(conn, "configure_queue_v1", {"queue": queue, "options": options})
+    row = conn.execute("SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                       "WHERE q.name = %s", (queue,)).fetchone()
+    assert row is not None
+    partition = row[0]
+    conn.execute("""
+        INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
+        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '{"n": 1}', now() - interval '1 hour' + s * interval '1 us'
+        FROM generate_series(1, %s) s""", (partition, count))
+    conn.execute("UPDATE queen.partitions SET last_seq = %s, last_message_at = now() WHERE id = %s",
+                 (count, partition))
+    conn.execute("""
+        INSERT INTO queen.message_traces (message_id, partition_id, transaction_id, data)
+        SELECT m.id, m.partition_id, m.transaction_id, '{}' FROM queen.messages m
+        WHERE m.partition_id = %s AND m.seq %% 10 = 0""", (partition,))
+    conn.execute("INSERT INTO queen.message_trace_names (trace_id, trace_name) "
+                 "SELECT id, 'name' FROM queen.message_traces")
+    conn.execute("ANALYZE")
+    return partition
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+@pytest.mark.parametrize("kind", ["retention", "completed_retention", "max_wait_time_eviction"])
+def test_a_retention_step_reads_and_deletes_a_bounded_batch_through_indexes(
+        conn: psycopg.Connection[Any], kind: str, generic: bool) -> None:
+    options = {"retention": {"retentionSeconds": 60}, "completed_retention": {"completedRetentionSeconds": 60},
+               "max_wait_time_eviction": {"maxWaitTimeSeconds": 60}}[kind]
+    partition = deep_partition(conn, "deep", 100_000, **options)
+    if kind == "completed_retention":  # queue mode consumed most of it; eviction: everything after the cursor
+        conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 90000)",
+                     (partition,))
+    elif kind == "max_wait_time_eviction":
+        conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 10000)",
+                     (partition,))
+    queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'deep'").fetchone()[0]  # type: ignore[index]
+    groups = ["__QUEUE_MODE__"] if kind != "retention" else []
+    conn.execute(f"SET plan_cache_mode = {'force_generic_plan' if generic else 'force_custom_plan'}")
+    call = "SELECT queen.retention_step_v1(%s, %s, %s, '', true, 500, 100, now())"
+    for _ in range(2):  # plans made, first entries walked once
+        conn.execute(call, (kind, queue_id, groups))
+    buffers, scans, fetched = measure(conn, call, (kind, queue_id, groups))
+    assert scans == {}, scans
+    # of the 100,000 messages the step reads the 100 it deletes, twice (the offset-ordered read, then the
+    # delete by id); the deletes cascade by index to the 10 traces of those messages and their names
+    assert fetched.get("messages", 0) <= 2 * 100, fetched
+    assert fetched.get("message_traces", 0) <= 10 and fetched.get("message_trace_names", 0) <= 10, fetched
+    assert buffers < 30 * 100, buffers  # about 20 per deleted message: its page, its index entries, the cascades
+    deleted = conn.execute("SELECT messages_deleted FROM queen.partition_counters WHERE partition_id = %s",
+                           (partition,)).fetchone()
+    assert deleted == (300,)
+
+
+def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.Connection[Any]) -> None:
+    call_procedure(conn, "configure_queue_v1", {"queue": "many"})
+    conn.execute("""
+        INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
+        SELECT q.id, 'p' || s, now() - interval '40 days', now() - interval '40 days'
+        FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'many'""")
+    conn.execute("""
+        INSERT INTO queen.partition_consumers (partition_id, consumer_group, created_at, last_consumed_at)
+        SELECT p.id, 'g', now() - interval '40 days', now() - interval '40 days' FROM queen.partitions p
+        WHERE p.name LIKE 'p%'""")
+    deep_partition(conn, "other", 50_000)
+    buffers, scans, fetched = measure(conn, "SELECT queen.partition_cleanup_v1(%s, %s)", (30 * 86400.0, 500))
+    # candidates come from one scan of queen.partitions (once per retention run) and, for the consumer-row
+    # check, at most one of partition_consumers; every other check and every cascade of the 500 deletions is
+    # an index probe (the tables they cascade to are empty here: the case in which a plan made once per
+    # session would otherwise scan them for every deleted partition)
+    assert set(scans) <= {"partitions", "partition_consumers"} and all(n == 1 for n in scans.values()), scans
+    assert fetched.get("messages", 0) <= 2, fetched  # one row of a non-empty partition ends its probe
+    assert conn.execute("SELECT count(*) FROM queen.partitions WHERE name LIKE 'p%'").fetchone() == (19500,)
+    # per deleted partition: its row and its consumer row, each probe of the nine tables its delete cascades
+    # to, about 40 buffers; the candidates' scan reads the partitions table once
+    assert fetched.get("partition_consumers", 0) <= 2 * 500, fetched
+    assert buffers < 60 * 500, (buffers, fetched)
+
+
+def test_trimming_reads_only_what_it_deletes(conn: psycopg.Connection[Any]) -> None:
+    conn.execute("""
+        INSERT INTO queen.retention_history (queue_name, messages_deleted, retention_type, executed_at)
+        SELECT 'x', 1, 'retention', now() - s * interval '1 second' FROM generate_series(1, 100000) s""")
+    conn.execute("ANALYZE queen.retention_history")
+    conn.execute("SELECT queen.trim_history_v1('-infinity', '-infinity', 1)")  # plans made (catalog reads)
+    buffers, scans, fetched = measure(conn, "SELECT queen.trim_history_v1(now() - interval '2 days', "
+                                      "now() - interval '2 days', 100)", ())
+    assert scans == {}, scans
+    assert buffers < 200 and sum(fetched.values()) <= 1, (buffers, fetched)  # nothing that old: a probe per index
+    buffers, scans, fetched = measure(conn, "SELECT queen.trim_history_v1(now() - interval '50000 seconds', "
+                                      "now() - interval '1 day', 100)", ())
+    assert scans == {}, scans
+    assert fetched == {"retention_history": 100}, fetched  # the 100 rows deleted, through the time index
+    assert buffers < 1500, buffers  # their pages and index entries; the table spans over a thousand pages

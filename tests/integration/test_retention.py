@@ -1,0 +1,399 @@
+"""Retention, completed retention, eviction, partition cleanup, history trimming and maxSize, run by the
+services' jobs (queenpy.services.jobs) against real PostgreSQL. Messages are made old by moving their creation
+time back (creation times grow with offsets, as the push makes them), so no test waits for a clock."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from queenpy.services.jobs import EvictionJob, Job, RetentionJob, RunResult, StatsJob
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
+
+from helpers import call_procedure
+
+QM = "__QUEUE_MODE__"
+
+
+@pytest.fixture
+def conn(db_url: str) -> Any:
+    with psycopg.connect(db_url, autocommit=True) as connection:
+        yield connection
+
+
+def run_job(db_url: str, job: type[Job], **settings: Any) -> RunResult:
+    async def go() -> RunResult:
+        database = Database(db_url, 2)
+        await database.open()
+        try:
+            return await job(ServiceSettings(**settings)).run(database)
+        finally:
+            await database.close()
+
+    return asyncio.run(go())
+
+
+def push(conn: psycopg.Connection[Any], queue: str, count: int, partition: str = "Default") -> None:
+    results = call_procedure(conn, "push_items_v1", [{"queue": queue, "partition": partition, "payload": n}
+                                                     for n in range(count)])
+    assert all(r["status"] == "queued" for r in results)
+
+
+def age(conn: psycopg.Connection[Any], queue: str, upto_seq: int, partition: str = "Default",
+        seconds: int = 3600) -> None:
+    """Messages up to offset ``upto_seq`` were created ``seconds`` ago (older offsets a little earlier)."""
+    conn.execute("""
+        UPDATE queen.messages m SET created_at = now() - make_interval(secs => %s + (1000 - m.seq) * 0.001)
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+        WHERE m.partition_id = p.id AND q.name = %s AND p.name = %s AND m.seq <= %s""",
+                 (seconds, queue, partition, upto_seq))
+
+
+def offsets(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> list[int]:
+    return [r[0] for r in conn.execute(
+        "SELECT m.seq FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s AND p.name = %s ORDER BY m.seq",
+        (queue, partition)).fetchall()]
+
+
+def history(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.execute(
+        "SELECT retention_type, sum(messages_deleted) FROM queen.retention_history WHERE queue_name = %s "
+        "GROUP BY 1", (queue,)).fetchall()}
+
+
+def counters(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> tuple[Any, ...]:
+    row = conn.execute(
+        "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq FROM queen.partition_counters c "
+        "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = %s AND p.name = %s", (queue, partition)).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def configure(conn: psycopg.Connection[Any], queue: str, **options: Any) -> None:
+    assert call_procedure(conn, "configure_queue_v1", {"queue": queue, "options": options})["configured"]
+
+
+def pop(conn: psycopg.Connection[Any], queue: str, batch: int, group: str | None = None,
+        auto_ack: bool = False, partition: str = "Default") -> list[dict[str, Any]]:
+    request: dict[str, Any] = {"queue": queue, "partition": partition, "batch": batch, "autoAck": auto_ack}
+    if group:
+        request["consumerGroup"] = group
+    messages: list[dict[str, Any]] = call_procedure(conn, "pop_v1", [request])[0]["messages"]
+    return messages
+
+
+def ack(conn: psycopg.Connection[Any], message: dict[str, Any], status: str = "completed",
+        group: str | None = None) -> dict[str, Any]:
+    item = {"transactionId": message["transactionId"], "partitionId": message["partitionId"],
+            "leaseId": message["leaseId"], "status": status}
+    if group:
+        item["consumerGroup"] = group
+    result: dict[str, Any] = call_procedure(conn, "ack_v1", [item])[0]
+    return result
+
+
+def test_retention_deletes_old_messages_in_any_state_but_never_under_a_live_lease(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "logs", retentionSeconds=60)  # retentionEnabled follows from the period
+    push(conn, "logs", 10)
+    age(conn, "logs", 6)
+    leased = pop(conn, "logs", 3)  # offsets 1-3 leased by queue mode, not acked
+    assert [m["offset"] for m in leased] == [1, 2, 3]
+    assert run_job(db_url, RetentionJob).rows == 0  # all after the lease holder's cursor (0)
+    assert offsets(conn, "logs") == list(range(1, 11))
+
+    assert ack(conn, leased[0])["success"]  # cursor 1; the lease still holds 2-3
+    done = run_job(db_url, RetentionJob)
+    assert done.rows == 1 and offsets(conn, "logs") == list(range(2, 11))
+
+    conn.execute("UPDATE queen.partition_consumers SET lease_expires_at = now() - interval '1 second'")
+    done = run_job(db_url, RetentionJob)
+    assert done.rows == 5  # 2..6, unconsumed or not; 7..10 are young
+    assert offsets(conn, "logs") == list(range(7, 11))
+    assert history(conn, "logs") == {"retention": 6}
+    assert counters(conn, "logs") == (6, 6, 0, 0)
+    assert done.details["retention"]["queues"] == 1
+
+
+def test_retention_needs_retention_enabled_when_it_is_given_false(conn: psycopg.Connection[Any],
+                                                                 db_url: str) -> None:
+    configure(conn, "kept", retentionSeconds=60, retentionEnabled=False)
+    push(conn, "kept", 3)
+    age(conn, "kept", 3)
+    assert run_job(db_url, RetentionJob).rows == 0
+    assert offsets(conn, "kept") == [1, 2, 3]
+
+
+def test_completed_retention_waits_for_every_group_and_spares_dead_letters_and_replays(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "jobs", completedRetentionSeconds=60, retryLimit=0)
+    push(conn, "jobs", 10)
+    push(conn, "jobs", 4, partition="other")
+    age(conn, "jobs", 10)
+    age(conn, "jobs", 4, partition="other")
+    assert run_job(db_url, RetentionJob).rows == 0  # nobody consumed anything
+
+    first = pop(conn, "jobs", 3, group="slow")
+    for message in first[:2]:
+        assert ack(conn, message, group="slow")["success"]
+    assert ack(conn, first[2], status="failed", group="slow")["dlq"] is True  # offset 3 dead-lettered
+    more = pop(conn, "jobs", 2, group="slow", auto_ack=True)
+    assert [m["offset"] for m in more] == [4, 5]
+    pop(conn, "jobs", 8, group="fast", auto_ack=True)
+    # slow is at 5, fast at 8: offsets 1-5 are consumed by both; 3 is a dead letter and stays
+    done = run_job(db_url, RetentionJob)
+    assert done.rows == 4 and offsets(conn, "jobs") == [3, 6, 7, 8, 9, 10]
+    assert counters(conn, "jobs") == (4, 0, 5, 0)
+    # "other" has cursors of neither group: nothing consumed there by every group
+    assert offsets(conn, "jobs", "other") == [1, 2, 3, 4]
+
+    # the dead letter is replayed to "slow" (queen.replays): its offset is below the cursor, and it stays
+    replay = conn.execute(
+        "SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
+        "JOIN queen.partitions p ON p.id = m.partition_id WHERE p.name = 'Default' AND m.seq = 3").fetchone()
+    assert replay is not None and replay[0]["success"]
+    assert counters(conn, "jobs")[2] == 2  # the floor goes back below it
+    assert run_job(db_url, RetentionJob).rows == 0  # slow has not consumed the replay yet
+    pop(conn, "jobs", 10, group="fast", auto_ack=True)
+    assert [m["offset"] for m in pop(conn, "jobs", 10, group="slow", auto_ack=True)] == [3, 6, 7, 8, 9, 10]
+    assert run_job(db_url, RetentionJob).rows == 6
+    assert offsets(conn, "jobs") == []
+    assert history(conn, "jobs") == {"completed_retention": 10}
+
+
+def test_completed_retention_keeps_young_messages_and_a_queue_mode_cursor_counts(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "young", completedRetentionSeconds=60)
+    push(conn, "young", 6)
+    age(conn, "young", 2)
+    pop(conn, "young", 6, auto_ack=True)
+    assert run_job(db_url, RetentionJob).rows == 2
+    assert offsets(conn, "young") == [3, 4, 5, 6]
+
+
+def test_eviction_deletes_what_no_group_took_in_time(conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "stale", maxWaitTimeSeconds=60)
+    push(conn, "stale", 10)
+    push(conn, "stale", 3, partition="nobody")
+    age(conn, "stale", 8)
+    age(conn, "stale", 3, partition="nobody")
+    pop(conn, "stale", 2, auto_ack=True)  # consumed in time: 1, 2
+    leased = pop(conn, "stale", 2)  # 3, 4 taken, under a lease
+    done = run_job(db_url, EvictionJob)
+    assert done.rows == 3  # "nobody" has no cursor: everything old there goes
+    assert offsets(conn, "stale") == list(range(1, 11))  # the lease holder keeps 3.. while it lives
+    assert offsets(conn, "stale", "nobody") == []
+    assert ack(conn, leased[0])["success"] and ack(conn, leased[1])["success"]
+    done = run_job(db_url, EvictionJob)
+    assert done.rows == 4  # 5..8: old and after the cursor; 9, 10 young; 1..4 consumed
+    assert offsets(conn, "stale") == [1, 2, 3, 4, 9, 10]
+    assert counters(conn, "stale") == (4, 0, 0, 8)
+    assert history(conn, "stale") == {"max_wait_time_eviction": 7}
+    # the consumer goes on after the gap
+    assert [m["offset"] for m in pop(conn, "stale", 10, auto_ack=True)] == [9, 10]
+
+
+def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "bulk", retentionSeconds=60)
+    for name in ("a", "b", "c"):
+        push(conn, "bulk", 25, partition=name)
+        age(conn, "bulk", 20, partition=name)
+    done = run_job(db_url, RetentionJob, retention_batch_size=7)
+    assert done.rows == 60
+    assert done.details["retention"]["steps"] >= 60 // 7
+    rows = conn.execute("SELECT messages_deleted FROM queen.retention_history WHERE queue_name = 'bulk'").fetchall()
+    assert all(r[0] <= 7 for r in rows) and sum(r[0] for r in rows) == 60
+    for name in ("a", "b", "c"):
+        assert offsets(conn, "bulk", name) == list(range(21, 26))
+
+
+def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    push(conn, "tidy", 1, partition="busy")
+    push(conn, "tidy", 1, partition="idle")
+    pop(conn, "tidy", 1, group="g", auto_ack=True, partition="idle")
+    conn.execute("DELETE FROM queen.messages m USING queen.partitions p WHERE p.id = m.partition_id "
+                 "AND p.name = 'idle'")
+    conn.execute("UPDATE queen.partitions SET created_at = now() - interval '2 days', "
+                 "last_activity = now() - interval '2 days'")
+    conn.execute("UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
+                 "last_consumed_at = now() - interval '2 days'")
+    kept = run_job(db_url, RetentionJob, partition_cleanup_days=3)
+    assert kept.details["partitionCleanup"] == {"partitions": 0}
+    done = run_job(db_url, RetentionJob, partition_cleanup_days=1)
+    assert done.details["partitionCleanup"] == {"partitions": 1}
+    names = [r[0] for r in conn.execute("SELECT p.name FROM queen.partitions p ORDER BY 1").fetchall()]
+    assert names == ["Default", "busy"] or names == ["busy"]
+    assert conn.execute("SELECT count(*) FROM queen.partition_consumers").fetchone() == (0,)
+    assert history(conn, "tidy")["partition_cleanup"] == 0
+    # a push to the removed partition creates it again, from offset 1
+    push(conn, "tidy", 2, partition="idle")
+    assert offsets(conn, "tidy", "idle") == [1, 2]
+
+
+def test_a_push_that_finds_its_partition_gone_at_the_lock_creates_it_again(db_url: str) -> None:
+    """Partition cleanup deletes a partition between a push's lookup and its lock: the push waits for the
+    deleting transaction, finds the row gone, looks up again, creates the partition and stores its message."""
+    with psycopg.connect(db_url, autocommit=True) as setup:
+        push(setup, "race", 1, partition="p")
+        setup.execute("DELETE FROM queen.messages")
+    cleaner = psycopg.connect(db_url)
+    try:
+        cleaner.execute("SELECT id FROM queen.partitions WHERE name = 'p' FOR UPDATE")  # cleanup's lock
+        outcome: dict[str, Any] = {}
+
+        def pusher() -> None:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                outcome["result"] = call_procedure(conn, "push_items_v1",
+                                                   [{"queue": "race", "partition": "p", "payload": "after"}])
+
+        thread = threading.Thread(target=pusher)
+        thread.start()
+        with psycopg.connect(db_url, autocommit=True) as watcher:
+            for _ in range(400):  # the push is waiting for the lock
+                waiting = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                          "AND query LIKE '%%push_items_v1%%'").fetchone()
+                if waiting and waiting[0]:
+                    break
+                thread.join(0.02)
+        cleaner.execute("DELETE FROM queen.partitions WHERE name = 'p'")
+        cleaner.commit()
+        thread.join(30)
+    finally:
+        cleaner.close()
+    assert outcome["result"][0]["status"] == "queued"
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert offsets(conn, "race", "p") == [1]
+
+
+def test_history_tables_are_trimmed_after_their_retention(conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn.execute("""
+        INSERT INTO queen.retention_history (queue_name, messages_deleted, retention_type, executed_at)
+        VALUES ('x', 1, 'retention', now() - interval '3 days'), ('x', 2, 'retention', now());
+        INSERT INTO queen.system_metrics (sampled_at, hostname, worker_id, metrics)
+        VALUES (now() - interval '3 days', 'h', '0', '{}'), (now(), 'h', '0', '{}');
+        INSERT INTO queen.worker_metrics (sampled_at, hostname, worker_id, metrics)
+        VALUES (now() - interval '3 days', 'h', '0', '{}');
+        INSERT INTO queen.queue_lag_metrics (bucket_time, hostname, worker_id, queue_name)
+        VALUES (now() - interval '3 days', 'h', '0', 'x');
+        INSERT INTO queen.service_runs (job, holder, started_at, finished_at)
+        VALUES ('stats', 'h', now() - interval '3 days', now() - interval '3 days');
+        INSERT INTO queen.messages_consumed (partition_id, consumer_group, acked_at)
+        VALUES (gen_random_uuid(), 'g', now() - interval '3 days');
+    """)
+    push(conn, "tp", 1)
+    conn.execute("INSERT INTO queen.queue_throughput (queue_id, bucket, ingested) "
+                 "SELECT id, now() - interval '2 days', 5 FROM queen.queues WHERE name = 'tp'")
+    done = run_job(db_url, RetentionJob, metrics_retention_days=2, stats_history_retention_days=1)
+    assert done.details["trimmed"] == {"retention_history": 1, "system_metrics": 1, "worker_metrics": 1,
+                                       "queue_lag_metrics": 1, "service_runs": 1, "messages_consumed": 1,
+                                       "queue_throughput": 1}
+    assert conn.execute("SELECT sum(messages_deleted) FROM queen.retention_history").fetchone() == (2,)
+    assert conn.execute("SELECT count(*) FROM queen.system_metrics").fetchone() == (1,)
+
+
+def test_max_size_counts_from_the_maintained_count_and_frees_room_after_retention(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "capped", maxSize=5, retentionSeconds=60)
+    results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "partition": f"p{n % 2}", "payload": n}
+                                                     for n in range(7)] + [{"queue": "free", "payload": 1}])
+    assert [r["status"] for r in results] == ["queued"] * 5 + ["failed", "failed", "queued"]
+    assert results[5]["error"] == "queue full"
+    assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'capped'").fetchone() == (5,)
+    age(conn, "capped", 2, partition="p0")
+    assert run_job(db_url, RetentionJob).rows == 2
+    results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "payload": n} for n in range(3)])
+    assert [r["status"] for r in results] == ["queued", "queued", "failed"]
+    stored = conn.execute("SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
+                          "WHERE q.name = 'capped'").fetchone()
+    assert stored == (5,)
+    # the reconcile recounts it from offsets and counters: same number
+    conn.execute("UPDATE queen.queue_capacity SET stored = 0")
+    run_job(db_url, StatsJob)
+    assert conn.execute("SELECT stored FROM queen.queue_capacity").fetchone() == (5,)
+    # lifting the cap drops the count; setting it again recounts
+    configure(conn, "capped", maxSize=0)
+    assert conn.execute("SELECT count(*) FROM queen.queue_capacity").fetchone() == (0,)
+    configure(conn, "capped", maxSize=6)
+    assert conn.execute("SELECT stored FROM queen.queue_capacity").fetchone() == (5,)
+
+
+def test_concurrent_pushes_never_overfill_a_capped_queue(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        configure(conn, "tight", maxSize=300)
+    queued: list[int] = []
+
+    def pusher(worker: int) -> None:
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            for n in range(20):
+                results = call_procedure(conn, "push_items_v1", [
+                    {"queue": "tight", "partition": f"p{(worker + n + i) % 4}", "payload": i} for i in range(5)])
+                queued.append(sum(r["status"] == "queued" for r in results))
+
+    threads = [threading.Thread(target=pusher, args=(w,)) for w in range(6)]  # 600 offered, 300 fit
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        stored = conn.execute("SELECT count(*) FROM queen.messages").fetchone()
+    assert sum(queued) == 300 and stored == (300,)
+
+
+def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn: psycopg.Connection[Any]) -> None:
+    """The cascades of a message delete (now one set-based delete per statement, in the delete trigger): its
+    dead-letter rows, its traces with their names, its replays, and the partition's DLQ count."""
+    configure(conn, "gone", retryLimit=0)
+    push(conn, "gone", 3)
+    messages = pop(conn, "gone", 3)
+    for message in messages:
+        assert ack(conn, message, status="failed")["dlq"] is True
+        assert call_procedure(conn, "trace_record_v1", {"transactionId": message["transactionId"],
+                                                        "partitionId": message["partitionId"], "data": {"n": 1},
+                                                        "traceNames": ["t"]})["success"]
+    conn.execute("SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
+                 "WHERE m.seq = 3")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (2, 1, 3, 3)
+    conn.execute("DELETE FROM queen.messages WHERE seq >= 2")
+    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+                        "queen.message_trace_names)").fetchone() == (1, 0, 1, 1)
+    assert conn.execute("SELECT dlq_messages, dead_lettered, messages_deleted FROM queen.partition_counters c "
+                        "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'").fetchone() == (
+        1, 3, 2)
+    assert history(conn, "gone") == {"deleted": 2}
+
+
+def test_a_retention_step_takes_no_lock_a_push_holds(db_url: str) -> None:
+    """A push holds its partitions' rows locked for update until it commits. A retention step over two of them
+    must not wait for it: a foreign key of partition_counters, checked again when the step's delete trigger
+    updated a row the step had already updated, share-locked the partition rows, and a step and a push
+    deadlocked in the soak benchmark. The step runs under a lock timeout here."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        configure(conn, "held", retentionSeconds=60)
+        for name in ("a", "b"):
+            push(conn, "held", 3, partition=name)
+            age(conn, "held", 3, partition=name)
+        queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'held'").fetchone()[0]  # type: ignore[index]
+        pushing = psycopg.connect(db_url)
+        try:
+            pushing.execute("SELECT 1 FROM queen.partitions FOR UPDATE")  # a push's locks, not committed
+            conn.execute("SET lock_timeout = '2s'")
+            step = conn.execute("SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100, now())",
+                                (queue_id,)).fetchone()
+            assert step is not None and step[0]["deleted"] == 6
+        finally:
+            pushing.close()
+        conn.execute("SELECT queen.delete_queue_v1('held')")  # counters and stats rows go with the partitions
+        for table in ("partition_counters", "partition_stats", "consumer_stats"):
+            assert conn.execute(f"SELECT count(*) FROM queen.{table}").fetchone() == (0,), table
