@@ -314,12 +314,14 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
         assert pops(20, "measured") == 20  # only the top-level SELECT of each call
 
 
-def test_push_plans_its_statements_once_per_session(db_url: str) -> None:
+@pytest.mark.parametrize("procedure", ["push_items_v3", "push_items_v2"])
+def test_push_plans_its_statements_once_per_session(db_url: str, procedure: str) -> None:
     """The bench's trap: after the heavy push scenarios, the plan cache of a broker connection went over to
-    custom plans for push_items_v2 and re-planned on every one-message push (perf: parser and planner symbols
-    10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then statistics of the
-    grown table, do the same. push_items_v2 forces generic plans: a push then plans nothing but the top-level
-    SELECT (counted as in the pop test above)."""
+    custom plans for the push procedure and re-planned on every one-message push (perf: parser and planner
+    symbols 10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then statistics
+    of the grown table, do the same. push_items_v3 (the broker's call) and push_items_v2 (its SQL API wrapper)
+    force generic plans: a push then plans nothing but the top-level SELECT (counted as in the pop test
+    above)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         plannings = Plannings(conn)
 
@@ -328,10 +330,12 @@ def test_push_plans_its_statements_once_per_session(db_url: str) -> None:
             for n in range(count):
                 request = orjson.dumps([{"index": i, "queue": "burst", "partition": f"p{(n * size + i) % 100}",
                                          "payload": i} for i in range(size)]).decode()
-                row = conn.execute("SELECT queen.push_items_v2(%s::jsonb, false, false)::text", (request,),
+                row = conn.execute(f"SELECT queen.{procedure}(%s::jsonb, false, false)::text", (request,),
                                    prepare=False).fetchone()
                 assert row is not None
-                assert [r["status"] for r in orjson.loads(row[0])] == ["queued"] * size
+                answer = orjson.loads(row[0])
+                statuses = [r[1] for r in answer] if procedure == "push_items_v3" else [r["status"] for r in answer]
+                assert statuses == (["q"] if procedure == "push_items_v3" else ["queued"]) * size
             return plannings.since()
 
         pushes(1, 100)  # creates the partitions

@@ -6,6 +6,7 @@ broker calls, from several connections and threads at once.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import defaultdict
@@ -14,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from helpers import call_procedure
+from helpers import call_procedure, wait_until
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
@@ -397,6 +398,96 @@ def test_max_size_rejects_items_beyond_capacity(db_url: str) -> None:
         assert [r["status"] for r in push(conn, "capped", [{"n": 6}, {"n": 7}])] == ["queued", "failed"]
         # uncapped queues are unaffected
         assert push(conn, "free", [{"n": 1}] * 1)[0]["status"] == "queued"
+
+
+def test_max_size_counts_only_new_messages_in_index_order_across_partitions(db_url: str) -> None:
+    """Duplicates (of a stored message, or of an earlier item of the batch) take no room; the room goes to
+    the queue's new messages in index order, whatever their partition."""
+    with connect(db_url) as conn:
+        call_procedure(conn, "configure_queue_v1", {"queue": "capped", "options": {"maxSize": 4}})
+        assert push(conn, "capped", [{"n": 0}], partition="p1", transactionId="a")[0]["status"] == "queued"
+        items = [{"partition": "p1", "transactionId": "a"},  # duplicate of the stored message
+                 {"partition": "p2", "transactionId": "b"},
+                 {"partition": "p1", "transactionId": "b"},  # another partition: not a duplicate
+                 {"partition": "p2", "transactionId": "b"},  # duplicate of item 1
+                 {"partition": "p1"}, {"partition": "p2"}, {"partition": "p1"}]
+        results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "payload": n, **item}
+                                                         for n, item in enumerate(items)])
+        assert [r["status"] for r in results] == ["duplicate", "queued", "queued", "duplicate", "queued",
+                                                  "failed", "failed"]
+        assert results[0]["message_id"] != results[1]["message_id"] == results[3]["message_id"]
+        stored = conn.execute("SELECT p.name, m.seq, m.payload FROM queen.messages m JOIN queen.partitions p "
+                              "ON p.id = m.partition_id ORDER BY 1, 2").fetchall()
+        assert stored == [("p1", 1, {"n": 0}), ("p1", 2, 2), ("p1", 3, 4), ("p2", 1, 1)]
+        # the maintained count (queen.queue_capacity) added the admitted messages only
+        assert conn.execute("SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
+                            "WHERE q.name = 'capped'").fetchone() == (4,)
+
+
+def test_offsets_and_ids_follow_the_items_index_not_their_place_in_the_array(db_url: str) -> None:
+    """SQL callers may number items out of array order (push_messages_v3 with explicit indexes): offsets
+    follow the index, results come in index order, and ids increase with the offsets (the order the Streams
+    SDK sorts by). push_items_v3, the broker's call, follows the array; push_items_v2 sorts such a batch."""
+    with connect(db_url) as conn:
+        rows = conn.execute("SELECT queen.push_items_v1(%s::jsonb)::text", (json.dumps(
+            [{"index": index, "queue": "numbered", "payload": index} for index in (2, 0, 3, 1)]),)).fetchone()
+        assert rows is not None
+        results = json.loads(rows[0])
+        assert [r["index"] for r in results] == [0, 1, 2, 3] and {r["status"] for r in results} == {"queued"}
+        stored = conn.execute("SELECT seq, payload, id::text FROM queen.messages ORDER BY seq").fetchall()
+        assert [row[1] for row in stored] == [0, 1, 2, 3]
+        assert [row[2] for row in stored] == sorted(row[2] for row in stored)
+        assert [r["message_id"] for r in results] == [row[2] for row in stored]
+
+
+def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queue_created_again(db_url: str) -> None:
+    """The push reads its partition, then waits for the partition's row lock while another transaction
+    deletes the queue (and with it the partition). It must not answer "queued" for a message it did not
+    store, nor store one in a partition that no longer exists: it creates the queue and partition again."""
+    with connect(db_url) as conn, connect(db_url) as deleter, connect(db_url) as observer:
+        push(conn, "doomed", [{"n": 0}], partition="p")
+        pusher = conn.info.backend_pid
+        results: list[list[dict[str, Any]]] = []
+        with deleter.transaction():
+            deleter.execute("DELETE FROM queen.queues WHERE name = 'doomed'")
+            thread = threading.Thread(target=lambda: results.append(push(conn, "doomed", [{"n": 1}], partition="p")))
+            thread.start()
+            wait_until(lambda: observer.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", (pusher,)).fetchone()
+                       == (True,), message="the push waiting for the deleted partition's lock")
+        thread.join(timeout=30)
+        assert [r["status"] for r in results[0]] == ["queued"]
+        stored = conn.execute("SELECT m.payload, p.name, m.seq FROM queen.messages m JOIN queen.partitions p "
+                              "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+                              "WHERE q.name = 'doomed'").fetchall()
+        assert stored == [({"n": 1}, "p", 1)]
+        assert results[0][0]["partition_id"] == str(conn.execute(
+            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed'"
+        ).fetchone()[0])  # type: ignore[index]
+        assert conn.execute("SELECT count(*) FROM queen.messages m WHERE NOT EXISTS "
+                            "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)").fetchone() == (0,)
+
+
+def test_deleting_a_queue_or_a_partition_deletes_its_messages_and_nothing_else(db_url: str) -> None:
+    """Operators delete a queue with SQL (API.md section 2): everything in it goes, through the cascade from
+    queues to partitions and from partitions to messages (migration 015), dead letters included."""
+    with connect(db_url) as conn:
+        push(conn, "gone", [1, 2], partition="a")
+        push(conn, "gone", [3], partition="b")
+        push(conn, "kept", [4, 5], partition="a")
+        [message] = pop(conn, "gone", "b")["messages"]
+        conn.execute("UPDATE queen.queues SET retry_limit = 0, dead_letter_queue = true WHERE name = 'gone'")
+        ack(conn, message, status="failed", error="boom")
+        assert conn.execute("SELECT count(*) FROM queen.dead_letter_queue").fetchone() == (1,)
+
+        def payloads() -> list[Any]:
+            return [row[0] for row in conn.execute("SELECT payload FROM queen.messages ORDER BY payload")]
+
+        conn.execute("DELETE FROM queen.partitions p USING queen.queues q "
+                     "WHERE q.id = p.queue_id AND q.name = 'gone' AND p.name = 'a'")
+        assert payloads() == [3, 4, 5]
+        conn.execute("DELETE FROM queen.queues WHERE name = 'gone'")
+        assert payloads() == [4, 5]
+        assert conn.execute("SELECT count(*) FROM queen.dead_letter_queue").fetchone() == (0,)
 
 
 def test_transaction_push_op_with_many_items_is_one_all_or_nothing_push(db_url: str) -> None:

@@ -154,6 +154,14 @@ def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: 
         heads = {p["partition"]: p["head"] for p in
                  sql_json(conn, "SELECT queen.spark_offsets_v1('dst2', NULL)::text")["partitions"]}
         assert heads == {"p": 3, "q": 1}
+        # ids increase with the offsets of a partition, across commits too (the Streams SDK orders by them)
+        stage_rows(conn, "t3", 0, [("p", "z1", "5"), ("p", "z2", "6")], batch=5)
+        sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
+            {"queryId": "q2", "batchId": 5, "tokens": ["t3"], "counts": [2]}).decode())
+        ids = [r[0] for r in conn.execute(
+            "SELECT m.id::text FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst2' AND p.name = 'p' ORDER BY m.seq")]
+        assert len(ids) == 5 and ids == sorted(ids)
         assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'q2'").fetchone() == (0,)
         # the same batch again (a replay after a crash): nothing pushed twice
         stage_rows(conn, "t1-retry", 0, [("p", "x1", '{"n": 1}')])

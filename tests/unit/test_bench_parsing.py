@@ -148,12 +148,19 @@ def test_pgbench_log_skips_failed_transactions() -> None:
     assert pgbench_log_latencies_us(lines) == [2034.0, 1987.0]
 
 
+def test_pgbench_log_keeps_the_transactions_that_ended_in_the_window() -> None:
+    lines = ["0 1 900 0 1732190000 999000", "0 2 800 0 1732190001 500000", "1 1 700 0 1732190003 100"]
+    assert pgbench_log_latencies_us(lines, window=(1732190001.0, 1732190003.0)) == [800.0]
+    assert pgbench_log_latencies_us(lines, window=(1732190000.0, 1732190004.0)) == [900.0, 800.0, 700.0]
+
+
 def test_proc_stat_with_spaces_and_parentheses_in_the_name() -> None:
     line = ("4242 (postgres: postgres (x) idle) S 4200 4200 4200 0 -1 4194560 1500 0 0 0 "
             "37 12 5 3 20 0 1 0 12345 180000000 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0")
     stat = parse_proc_stat(line)
     assert (stat.pid, stat.comm, stat.state, stat.ppid) == (4242, "postgres: postgres (x) idle", "S", 4200)
     assert (stat.own_ticks, stat.reaped_children_ticks, stat.rss_pages) == (49, 8, 2048)
+    assert stat.start_ticks == 12345
 
 
 def test_cpu_line_busy_and_total() -> None:

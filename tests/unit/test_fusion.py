@@ -223,3 +223,35 @@ def test_announcements_of_parked_pops_fit_a_notify_payload_and_bad_ones_are_igno
         engine._on_waiting_notification(bad)
     engine._on_waiting_notification('{"queues": ["orders", 5, null]}')
     assert engine.remote_waiting_queues == ["orders"]
+
+
+async def test_push_answers_are_expanded_into_the_results_of_each_request() -> None:
+    """queen.push_items_v3 answers [position, status, message id, partition id] per item (020_push.sql); each
+    request gets API.md 4.1's results for its own items, fields the broker knows filled from the items."""
+    from queenpy.engine.engine import push_results
+
+    release = asyncio.Event()
+
+    async def procedure(payload: str) -> str:
+        items = orjson.loads(payload)
+        await release.wait()
+        answer = [[item["index"], "f" if item["payload"] == "full" else "d" if item.get("transactionId") == "t0"
+                   else "q", f"m{item['index']}", "p1"] for item in items]
+        return orjson.dumps(list(reversed(answer))).decode()  # any order: results go by position
+
+    fusion = Fusion("push", procedure, max_batch_size=100, limit=StaticLimit(1), decode=push_results)
+    busy = asyncio.create_task(fusion.submit([{"queue": "q", "payload": 0}]))
+    await asyncio.sleep(0)
+    fused = asyncio.gather(  # these two wait for the busy slot, then go as one call
+        fusion.submit([{"queue": "q", "payload": 1, "transactionId": "t0", "traceId": "tr"}]),
+        fusion.submit([{"queue": "q", "payload": 2}, {"queue": "r", "payload": "full"}]))
+    await asyncio.sleep(0)
+    release.set()
+    await busy
+    first, second = await fused
+    assert first == [{"index": 0, "transaction_id": "t0", "status": "duplicate", "message_id": "m0",
+                      "partition_id": "p1", "trace_id": "tr", "queueName": "q"}]
+    assert second == [{"index": 1, "transaction_id": "m1", "status": "queued", "message_id": "m1",
+                       "partition_id": "p1", "trace_id": None, "queueName": "q"},
+                      {"index": 2, "transaction_id": "m2", "status": "failed", "error": "queue full",
+                       "queueName": "r"}]

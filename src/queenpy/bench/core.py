@@ -19,6 +19,7 @@ load about 1.6 times faster than random ones.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import time
@@ -27,11 +28,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from queenpy.bench import procfs
 from queenpy.bench.broker import Broker
 from queenpy.bench.catalog import Limit, Options, Scenario, payload
 from queenpy.bench.parsing import percentile
-from queenpy.bench.postgres import PrivatePostgres, Sql, WaitSampler, postgres_process_kind, run_pgbench
+from queenpy.bench.postgres import (
+    BenchServer,
+    PgbenchProcess,
+    Sql,
+    WaitSampler,
+    postgres_process_kind,
+    wait_for_clients,
+)
 from queenpy.bench.wrk import WrkRun
 
 __all__ = ["BenchCore", "environment_facts"]
@@ -51,6 +61,8 @@ Q_ALL_ROWS = "SELECT coalesce(sum(last_seq), 0)::bigint FROM queen.partitions"
 Q_INSERTS = ("SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
              "WHERE schemaname = 'queen' AND relname = 'messages'")
 Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+# rows the pgbench limits inserted so far (each row takes nextval): their ground truth, read at the window's edges
+Q_LIMIT_ROWS = "SELECT coalesce(last_value, 0) FROM bench.seq"
 # WAL written (exact, from the insert position), full-page images and WAL fsyncs (pg_stat_wal: each backend
 # publishes its counts at most once a second, so these two lag the window's edges by up to a second)
 Q_WAL = ("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi, wal_sync "
@@ -97,6 +109,7 @@ LIMIT_SCHEMA = [
     "CREATE SCHEMA IF NOT EXISTS bench",
     "CREATE TABLE IF NOT EXISTS bench.messages (LIKE queen.messages INCLUDING ALL)",
     "CREATE SEQUENCE IF NOT EXISTS bench.seq",
+    "TRUNCATE bench.messages",  # a user's server may keep an earlier run's rows: every run starts empty
     ("CREATE OR REPLACE FUNCTION bench.partition_uuid(p int) RETURNS uuid LANGUAGE sql IMMUTABLE AS "
      "$$ SELECT ('00000000-0000-4000-8000-' || lpad(p::text, 12, '0'))::uuid $$"),
     # the cycle limit (streams): state rows and cursors of 100 partitions
@@ -130,12 +143,12 @@ class CpuMark:
     broker_s: float
     machine: procfs.MachineCpu
     harness_s: float
-    postgres_ticks: procfs.TreeTicks
+    postgres_ticks: procfs.TreeTicks | None  # None: PostgreSQL's processes are not on this machine
     wal: WalMark
 
     @property
     def postgres_s(self) -> float:
-        return self.postgres_ticks.cpu_s
+        return self.postgres_ticks.cpu_s if self.postgres_ticks is not None else 0.0
 
 
 @dataclass
@@ -152,7 +165,7 @@ class BenchCore:
     """The state of one benchmark session: server, broker, harness SQL connection, memory sampler,
     rate estimates that size the backlogs, and the n_tup_ins ledger."""
 
-    pg: PrivatePostgres
+    pg: BenchServer
     broker: Broker
     sql: Sql
     workdir: Path
@@ -163,6 +176,7 @@ class BenchCore:
     estimates: dict[str, float] = field(default_factory=dict)
     backlogs: dict[int, Backlog] = field(default_factory=dict)
     inserts_start: tuple[int, int] = (0, 0)  # (n_tup_ins, rows) when the session started
+    queue_prefix: str = ""  # before every queue name: a run on a user's server never meets an earlier run's queues
     limit_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     scenario_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
 
@@ -209,11 +223,14 @@ class BenchCore:
             previous = current
         return previous
 
+    def _postgres_ticks(self) -> procfs.TreeTicks | None:
+        """PostgreSQL's CPU so far, or None when its processes are not on this machine."""
+        return None if self.pg.pid is None else procfs.tree_ticks(self.pg.pid, self._process_kind())
+
     def _mark(self) -> CpuMark:
         usage = resource.getrusage(resource.RUSAGE_SELF)
         return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]),
-                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime,
-                       procfs.tree_ticks(self.pg.pid, self._process_kind()), self._wal())
+                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime, self._postgres_ticks(), self._wal())
 
     def _process_kind(self) -> Callable[[int], str]:
         """Labels for the PostgreSQL processes: client backends by application_name (``backend:queenpy``
@@ -233,7 +250,11 @@ class BenchCore:
 
     def _checkpoint(self) -> None:
         if self.options.checkpoint:
-            self.sql.execute("CHECKPOINT")
+            try:
+                self.sql.execute("CHECKPOINT")
+            except asyncpg.InsufficientPrivilegeError:
+                self.log("  CHECKPOINT needs a superuser or pg_checkpoint: the runs go on without it")
+                self.options.checkpoint = False
 
     def _new_run(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
         return {"scenario": scenario.name, "round": round_no, "valid": True, "problems": [], "notes": [],
@@ -246,6 +267,7 @@ class BenchCore:
         (``{"spark": ...}``), reported next to the broker's and PostgreSQL's instead of under "other"."""
         window = end.at - start.at
         broker_s = end.broker_s - start.broker_s
+        postgres_seen = start.postgres_ticks is not None and end.postgres_ticks is not None
         postgres_s = end.postgres_s - start.postgres_s
         wrk_s = sum(w.cpu_s for w in wrk_runs)
         extra = dict(extra_cpu_s or {})
@@ -259,11 +281,12 @@ class BenchCore:
         run.update({
             "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
             "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s, **extra},
-            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s), "wrk": per(wrk_s),
-                               **{name: per(seconds) for name, seconds in extra.items()}},
+            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s) if postgres_seen else None,
+                               "wrk": per(wrk_s), **{name: per(seconds) for name, seconds in extra.items()}},
             # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
             "postgres_cpu_s_by_kind": {kind: seconds for kind, seconds in sorted(
-                procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds},
+                procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items())
+                if seconds} if start.postgres_ticks is not None and end.postgres_ticks is not None else {},
             "cpu_share_of_machine": {"broker": broker_s / total, "postgres": postgres_s / total,
                                      "wrk": wrk_s / total, **{name: s / total for name, s in extra.items()},
                                      "other": max(0.0, busy - ours) / total,
@@ -311,7 +334,10 @@ class BenchCore:
 
     # --- limits -----------------------------------------------------------------------------------
     def measure_limit(self, limit: Limit, round_no: int) -> dict[str, Any]:
-        """Run pgbench for one limit (warm-up, then the measured window) and return its figures."""
+        """Run pgbench for one limit and return its figures, measured as the broker's are: one pgbench run;
+        once its connections are open, a warm-up; then a window whose rows are counted by PostgreSQL (the
+        sequence every inserted row draws from) and whose CPU is read from /proc at the window's edges, so
+        neither connection set-up nor the end of the run is in the figures."""
         if (round_no, limit.key) in self.limit_results:
             return self.limit_results[(round_no, limit.key)]
         script = self.workdir / f"limit-{limit.key}.sql"
@@ -328,27 +354,49 @@ class BenchCore:
                 f"nextval('bench.seq'), '{body}'::jsonb, clock_timestamp() "
                 f"FROM generate_series(1, {limit.rows});\n")
         self._checkpoint()
-        if self.options.warmup >= 1:
-            run_pgbench(self.pg, script, limit.clients, self.options.warmup)
-        before, wal_before = procfs.tree_cpu_s([self.pg.pid]), self._wal()
-        self.waits.mark()
-        started = time.monotonic()
-        run = run_pgbench(self.pg, script, limit.clients, self.options.seconds,
-                          log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
-        wall = time.monotonic() - started
-        postgres_s = procfs.tree_cpu_s([self.pg.pid]) - before
-        wal_after = self._wal()
-        rate = run.result.tps * limit.rows
-        rows = rate * self.options.seconds
+        options = self.options
+        # 5 s more than the warm-up and the window need (pgbench's clock may start before its connections are
+        # made), so the load is still on when the window closes; if not, the limit is INVALID
+        process = PgbenchProcess(self.pg, script, limit.clients, math.ceil(options.warmup + options.seconds) + 5,
+                                 log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
+        try:
+            wait_for_clients(self.sql, limit.clients)
+            time.sleep(options.warmup)
+            rows_before, start, started_epoch = int(self.sql.fetchval(Q_LIMIT_ROWS)), self._mark(), time.time()
+            self.waits.mark()
+            procfs.sleep_until(start.at + options.seconds)
+            rows_after, end, ended_epoch = int(self.sql.fetchval(Q_LIMIT_ROWS)), self._mark(), time.time()
+            still_running = process.running()
+        except BaseException:
+            process.stop()
+            raise
+        run = process.finish(window=(started_epoch, ended_epoch))
+        wall = end.at - start.at
+        if limit.kind == "select1":  # no rows to count: pgbench's own rate over its whole run
+            rate, rows = run.result.tps, run.result.tps * wall
+        else:
+            rows = rows_after - rows_before
+            rate = rows / wall if wall > 0 else 0.0
+        seen = start.postgres_ticks is not None and end.postgres_ticks is not None
+        postgres_s = end.postgres_s - start.postgres_s
         figures: dict[str, Any] = {
             "limit": limit.key, "round": round_no, "description": limit.description,
             "msg_per_s": rate, "tps": run.result.tps, "failed": run.result.failed, "wall_s": wall,
-            "cpu_us_per_msg": {"postgres": postgres_s / rows * 1e6 if rows else None,
-                               "pgbench": run.client_cpu_s / rows * 1e6 if rows else None},
-            "valid": run.result.failed == 0,
+            "cpu_us_per_msg": {"postgres": postgres_s / rows * 1e6 if rows and seen else None,
+                               "pgbench": None},
+            "valid": run.result.failed == 0 and still_running,
             "pg_waits": self.waits.shares(),
-            "wal_per_msg": wal_after.per_message(wal_before, rows),  # pgbench's connection setup included
+            "wal_per_msg": end.wal.per_message(start.wal, rows),
         }
+        if start.postgres_ticks is not None and end.postgres_ticks is not None:
+            figures["postgres_cpu_s_by_kind"] = {
+                kind: seconds for kind, seconds in sorted(
+                    procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds}
+        # pgbench's own CPU is known for its whole run only (wait4): per row of the whole run
+        total_rows = run.result.transactions * (limit.rows if limit.kind != "select1" else 1)
+        figures["cpu_us_per_msg"]["pgbench"] = run.client_cpu_s / total_rows * 1e6 if total_rows else None
+        if not still_running:
+            figures["problems"] = ["pgbench ended before the window closed"]
         if run.latencies_us:
             figures["latency_ms"] = {"50": (percentile(run.latencies_us, 50) or 0) / 1000,
                                      "99": (percentile(run.latencies_us, 99) or 0) / 1000}
@@ -369,7 +417,8 @@ class BenchCore:
 def environment_facts(sql: Sql) -> dict[str, Any]:
     """PostgreSQL version and the settings that decide its speed."""
     names = ["fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers",
-             "max_connections", "max_wal_size", "checkpoint_timeout", "wal_buffers", "commit_delay"]
+             "max_connections", "max_wal_size", "checkpoint_timeout", "wal_buffers", "commit_delay", "work_mem",
+             "wal_compression", "effective_io_concurrency", "jit"]
     facts: dict[str, Any] = {"version": str(sql.fetchval("SELECT version()")).split(",")[0]}
     for name in names:
         facts[name] = sql.fetchval("SELECT current_setting($1)", name)

@@ -156,16 +156,22 @@ def parse_pgbench(output: str) -> PgbenchResult:
     )
 
 
-def pgbench_log_latencies_us(lines: Iterable[str]) -> list[float]:
+def pgbench_log_latencies_us(lines: Iterable[str], window: tuple[float, float] | None = None) -> list[float]:
     """Per-transaction latencies (µs) from pgbench ``-l`` log lines.
 
     Line format: ``client_id transaction_no time script_no time_epoch time_us [schedule_lag]``, ``time``
-    being the elapsed microseconds; a failed or skipped transaction has a word there and is left out.
+    being the elapsed microseconds and ``time_epoch.time_us`` when the transaction ended; a failed or
+    skipped transaction has a word there and is left out. ``window``: (start, end) in seconds since the
+    epoch; only transactions that ended inside it count.
     """
     latencies = []
     for line in lines:
         fields = line.split()
         if len(fields) >= 6 and fields[2].isdigit():
+            if window is not None:
+                ended = int(fields[4]) + int(fields[5]) / 1e6
+                if not window[0] <= ended <= window[1]:
+                    continue
             latencies.append(float(fields[2]))
     return latencies
 
@@ -183,6 +189,7 @@ class ProcStat:
     cutime: int
     cstime: int
     rss_pages: int
+    start_ticks: int = 0  # when the process started, in clock ticks after boot
 
     @property
     def own_ticks(self) -> int:
@@ -206,7 +213,8 @@ def parse_proc_stat(text: str) -> ProcStat:
     rest = text[close_paren + 2:].split()
     # rest[0] is field 3 (state); field n is rest[n - 3]
     return ProcStat(pid=pid, comm=comm, state=rest[0], ppid=int(rest[1]), utime=int(rest[11]),
-                    stime=int(rest[12]), cutime=int(rest[13]), cstime=int(rest[14]), rss_pages=int(rest[21]))
+                    stime=int(rest[12]), cutime=int(rest[13]), cstime=int(rest[14]), rss_pages=int(rest[21]),
+                    start_ticks=int(rest[19]))
 
 
 def parse_cpu_line(text: str) -> tuple[int, int]:

@@ -1,7 +1,9 @@
-"""The private PostgreSQL of a benchmark run, a small synchronous SQL helper, and pgbench.
+"""The PostgreSQL of a benchmark run (private or the user's), a small synchronous SQL helper, and pgbench.
 
-The server comes from ``pgserver`` (the same binaries as ``queenpy serve``'s embedded default), with its
-default durability (fsync on, synchronous_commit on), listening on a Unix socket in the work directory.
+By default the server comes from ``pgserver`` (the same binaries as ``queenpy serve``'s embedded default),
+with its default settings (fsync on, synchronous_commit on, shared_buffers 128MB), listening on a Unix socket
+in the work directory (:class:`PrivatePostgres`). With ``--database-url`` the suite runs on a server the user
+started and tuned (:class:`ExternalPostgres`); its CPU is read from /proc when it runs on this machine.
 """
 
 from __future__ import annotations
@@ -12,16 +14,18 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
 from queenpy.bench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
-from queenpy.bench.procfs import SamplerThread
+from queenpy.bench.procfs import SamplerThread, local_postmaster
 
-__all__ = ["BenchError", "PgbenchRun", "PrivatePostgres", "Sql", "postgres_process_kind", "run_pgbench"]
+__all__ = ["BenchError", "BenchServer", "ExternalPostgres", "PgbenchProcess", "PgbenchRun", "PrivatePostgres",
+           "Sql", "postgres_process_kind", "wait_for_clients"]
 
 # PostgreSQL's auxiliary processes, by the title they set (``postgres: <title>``); anything else is a backend
 _AUXILIARY = ("autovacuum worker", "autovacuum launcher", "walwriter", "checkpointer", "background writer",
@@ -46,8 +50,24 @@ class BenchError(RuntimeError):
     """A benchmark could not run (missing tool, server that did not start, ...); the message says why."""
 
 
+class BenchServer(Protocol):
+    """What the suite needs of a PostgreSQL server: its URL; the pid of its postmaster on this machine
+    (None when its processes cannot be seen here: then its CPU is not measured); the pgbench binary and the
+    arguments that connect pgbench to the same database as the broker; where it comes from."""
+
+    url: str
+    pid: int | None
+    pgbench: Path
+    pgbench_connection: list[str]  # pgbench options, then the database name or URL last
+    origin: str
+
+    def stop(self) -> None: ...
+
+
 class PrivatePostgres:
     """A PostgreSQL server in ``workdir/pgdata`` for this run only; removed by :meth:`stop`."""
+
+    origin = "private (pgserver, stock settings)"
 
     def __init__(self, workdir: Path) -> None:
         os.environ.setdefault("XDG_RUNTIME_DIR", str(workdir))  # before pgserver (platformdirs) loads
@@ -70,10 +90,55 @@ class PrivatePostgres:
         if not match:
             raise BenchError(f"cannot find the socket directory in {self.url}")
         self.socket_dir = match.group(1)
-        self.pid: int = int(self._server.get_pid())
+        self.pid: int | None = int(self._server.get_pid())
+        self.pgbench_connection = ["-h", self.socket_dir, "-U", "postgres", "postgres"]
 
     def stop(self) -> None:
         self._server.cleanup()
+
+
+class ExternalPostgres:
+    """A server the user runs and tuned, reached by ``url`` (``--database-url``). The suite writes into that
+    database (the broker migrates it; the suite adds queues and a ``bench`` schema), so give it a scratch
+    database. :meth:`stop` leaves the server alone.
+
+    Its CPU is measured when its processes are on this machine (:func:`procfs.local_postmaster`); otherwise
+    :attr:`pid` is None. pgbench is the one on PATH (the user's installation), else pgserver's.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        found = shutil.which("pgbench")
+        if found:
+            self.pgbench = Path(found)
+        else:
+            try:
+                import pgserver
+            except ImportError as exc:  # pragma: no cover - pgserver is a queenpy dependency
+                raise BenchError("pgbench not found on PATH") from exc
+            self.pgbench = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        self.pgbench_connection = [url]
+        try:
+            sql = Sql(url)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise BenchError(f"cannot connect to {_redacted(url)}: {exc}") from exc
+        try:
+            row = sql.fetchrow("SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8, "
+                               "host(inet_server_addr()), current_setting('port'), current_database()")
+            self.pid = local_postmaster(int(row[0]), float(row[1]))  # while the backend is alive
+        finally:
+            sql.close()
+        self.origin = (f"external ({row[2] or 'Unix socket'}:{row[3]}/{row[4]}; "
+                       + ("its processes are on this machine)" if self.pid else
+                          "its processes are not visible here, so its CPU is not measured)"))
+
+    def stop(self) -> None:
+        """Nothing to stop: the server is the user's."""
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password."""
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
 
 
 class WaitSampler(SamplerThread):
@@ -152,8 +217,8 @@ class Sql:
 
 @dataclass
 class PgbenchRun:
-    """One pgbench run: its summary, per-transaction latencies (µs, with ``log``), and the CPU seconds
-    (user+system) of the pgbench process itself."""
+    """One pgbench run: its summary, per-transaction latencies (µs, with ``log``; only those that ended in
+    the measured window), and the CPU seconds (user+system) of the pgbench process itself."""
 
     result: PgbenchResult
     latencies_us: list[float]
@@ -161,28 +226,70 @@ class PgbenchRun:
     output: str
 
 
-def run_pgbench(pg: PrivatePostgres, script: Path, clients: int, seconds: float, log_dir: Path | None = None,
-                threads: int = 2, protocol: str = "prepared") -> PgbenchRun:
-    """Run ``pgbench -f script`` against ``pg`` for ``seconds``; raise :class:`BenchError` on failure."""
-    args = [str(pg.pgbench), "-h", pg.socket_dir, "-U", "postgres", "-n", "-M", protocol,
-            "-c", str(clients), "-j", str(min(threads, clients)), "-T", str(max(1, round(seconds))),
-            "-f", str(script)]
-    if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        for old in log_dir.glob("pgbench_log*"):
-            old.unlink()
-        args += ["-l", "--log-prefix", str(log_dir / "pgbench_log")]
-    out_path = script.with_suffix(".out")
-    with open(out_path, "w") as out:
-        process = subprocess.Popen(args + ["postgres"], stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-    output = out_path.read_text()
-    if process.returncode != 0:
-        raise BenchError(f"pgbench failed ({process.returncode}):\n{output[-2000:]}")
-    latencies: list[float] = []
-    if log_dir is not None:
-        for path in sorted(log_dir.glob("pgbench_log*")):
-            with open(path) as lines:
-                latencies.extend(pgbench_log_latencies_us(lines))
-    return PgbenchRun(parse_pgbench(output), latencies, usage.ru_utime + usage.ru_stime, output)
+class PgbenchProcess:
+    """pgbench ``-f script`` against ``server`` for ``seconds``, started now and running in the background,
+    so the caller can measure a window inside the run (after the connections are made and a warm-up), as it
+    does for the broker. :meth:`finish` waits for it and raises :class:`BenchError` on failure."""
+
+    def __init__(self, server: BenchServer, script: Path, clients: int, seconds: int,
+                 log_dir: Path | None = None, threads: int = 2, protocol: str = "prepared") -> None:
+        args = [str(server.pgbench), "-n", "-M", protocol, "-c", str(clients), "-j", str(min(threads, clients)),
+                "-T", str(max(1, seconds)), "-f", str(script)]
+        self.log_dir = log_dir
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            for old in log_dir.glob("pgbench_log*"):
+                old.unlink()
+            args += ["-l", "--log-prefix", str(log_dir / "pgbench_log")]
+        self.out_path = script.with_suffix(".out")
+        self._ended: tuple[int, Any] | None = None  # (wait status, rusage) once reaped
+        with open(self.out_path, "w") as out:
+            self.process = subprocess.Popen(args + server.pgbench_connection, stdout=out, stderr=subprocess.STDOUT)
+
+    def running(self) -> bool:
+        """Whether pgbench still runs (reaped here when it has ended, its status and CPU kept)."""
+        if self._ended is None:
+            pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
+            if pid:
+                self._ended = (status, usage)
+                self.process.returncode = os.waitstatus_to_exitcode(status)
+        return self._ended is None
+
+    def stop(self) -> None:
+        """End pgbench now (the harness failed) and reap it."""
+        if self.running():
+            self.process.kill()
+            self._reap()
+
+    def _reap(self) -> tuple[int, Any]:
+        if self._ended is None:
+            _, status, usage = os.wait4(self.process.pid, 0)
+            self._ended = (status, usage)
+        self.process.returncode = os.waitstatus_to_exitcode(self._ended[0])
+        return self._ended
+
+    def finish(self, window: tuple[float, float] | None = None) -> PgbenchRun:
+        """Wait for pgbench to end; ``window`` (epoch seconds) selects the logged latencies."""
+        _, usage = self._reap()
+        output = self.out_path.read_text()
+        if self.process.returncode != 0:
+            raise BenchError(f"pgbench failed ({self.process.returncode}):\n{output[-2000:]}")
+        latencies: list[float] = []
+        if self.log_dir is not None:
+            for path in sorted(self.log_dir.glob("pgbench_log*")):
+                with open(path) as lines:
+                    latencies.extend(pgbench_log_latencies_us(lines, window))
+        return PgbenchRun(parse_pgbench(output), latencies, usage.ru_utime + usage.ru_stime, output)
+
+
+Q_PGBENCH_CLIENTS = ("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench' "
+                     "AND datname = current_database()")
+
+
+def wait_for_clients(sql: Sql, clients: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``clients`` pgbench connections are open (pgbench connects them all before it starts)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if int(sql.fetchval(Q_PGBENCH_CLIENTS)) >= clients:
+            return
+        time.sleep(0.05)

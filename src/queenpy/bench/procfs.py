@@ -27,6 +27,7 @@ __all__ = [
     "SamplerThread",
     "TreeTicks",
     "cpu_by_kind_s",
+    "local_postmaster",
     "machine_cpu",
     "tree_cpu_s",
     "tree_of",
@@ -103,6 +104,35 @@ def cpu_by_kind_s(start: TreeTicks, end: TreeTicks) -> dict[str, float]:
     seen_of_gone = sum(ticks for pid, (_, ticks) in start.live.items() if pid not in end.live)
     out["exited"] = end.reaped - start.reaped - seen_of_gone
     return {kind: ticks / TICKS_PER_SECOND for kind, ticks in out.items()}
+
+
+def _boot_time_s() -> float:
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("btime "):
+            return float(line.split()[1])
+    raise OSError("no btime line in /proc/stat")
+
+
+def local_postmaster(backend_pid: int, postmaster_started_s: float, tolerance_s: float = 2.0) -> int | None:
+    """The pid of the postmaster that serves a connection, when it runs on this machine, else None.
+
+    ``backend_pid`` is the connection's ``pg_backend_pid()`` and ``postmaster_started_s`` the server's
+    ``pg_postmaster_start_time()`` in seconds since the epoch. The process ``backend_pid`` of this machine must
+    be a ``postgres`` process whose parent started at that time (within ``tolerance_s``): a server on another
+    host, or in a container with its own pid namespace, has pids that mean nothing here.
+    """
+    stats = _all_stats()
+    backend = stats.get(backend_pid)
+    if backend is None or backend.comm != "postgres":
+        return None
+    parent = stats.get(backend.ppid)
+    if parent is None or parent.comm != "postgres":
+        return None
+    try:
+        started = _boot_time_s() + parent.start_ticks / TICKS_PER_SECOND
+    except (OSError, ValueError):
+        return None
+    return parent.pid if abs(started - postmaster_started_s) <= tolerance_s else None
 
 
 @dataclass(frozen=True)

@@ -5,13 +5,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CHART_MISSING", "chart", "table"]
+__all__ = ["CHART_MISSING", "chart", "settings_line", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
 
 
 def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers", "max_connections",
+             "work_mem", "wal_buffers", "max_wal_size", "checkpoint_timeout", "commit_delay", "wal_compression",
+             "jit")
+
+
+def settings_line(facts: dict[str, Any]) -> str:
+    """PostgreSQL's version and the settings that decide its speed, on one line."""
+    return f"{facts['version']}; " + " ".join(f"{name}={facts[name]}" for name in _SETTINGS if name in facts)
 
 
 def table(document: dict[str, Any]) -> str:
@@ -21,18 +31,17 @@ def table(document: dict[str, Any]) -> str:
     git = document["git"]
     title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
              f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
-    server = (f"{pg['version']}; fsync={pg['fsync']} synchronous_commit={pg['synchronous_commit']} "
-              f"shared_buffers={pg['shared_buffers']}; broker workers: {broker['workers']} "
-              f"({broker['processes']} processes), env {broker['env'] or '{}'}")
+    server = (f"PostgreSQL: {pg.get('server', 'private (pgserver, stock settings)')}; {settings_line(pg)}\n"
+              f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
     load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
             f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
             f"median {_num((machine['other_cpu_share_median'] or 0) * 100)}%, max "
             f"{_num((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
     lines = [
         title, server, load, "",
-        ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | wrk µs/msg "
-        "| broker RSS (PSS) MB | other CPU | valid |"),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
+         "| PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
@@ -40,13 +49,14 @@ def table(document: dict[str, Any]) -> str:
             lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | skipped |")
             continue
         if not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | INVALID |")
+            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | - | - | INVALID |")
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
             f"| {entry['scenario']} | {_num(m['msg_per_s'])} | {_num(m['limit_msg_per_s'])} | "
             f"{_num(m['ratio'], 2)} | {_num(latency['50'], 1)} | {_num(latency['99'], 1)} | "
-            f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(cpu['wrk'], 1)} | "
+            f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(m.get('limit_postgres_us_per_row'), 1)} | "
+            f"{_num(m.get('postgres_cost_ratio'), 2)} | {_num(cpu['wrk'], 1)} | "
             f"{_num(m['broker_rss_mb_peak'])} ({_num(m['broker_pss_mb_peak'])}) | "
             f"{_num(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
     lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",

@@ -25,7 +25,7 @@ from queenpy.bench import report
 from queenpy.bench.broker import Broker
 from queenpy.bench.kinds.spark import ScenarioSkipped
 from queenpy.bench.parsing import median, select_names
-from queenpy.bench.postgres import BenchError, PrivatePostgres, Sql
+from queenpy.bench.postgres import BenchError, BenchServer, ExternalPostgres, PrivatePostgres, Sql
 from queenpy.bench.scenarios import LIMITS, SCENARIOS, Bench, Options, Scenario, environment_facts
 from queenpy.bench.wrk import find_wrk
 
@@ -36,7 +36,8 @@ __all__ = ["BenchError", "Config", "run", "scenario_names"]
 class Config:
     """What to run. ``None`` for runs/seconds/warmup means the mode's default (quick: 1 run, 3 s window,
     1 s warm-up; full: 3 runs, 10 s, 3 s). ``broker_env`` is added to the broker's environment;
-    ``workers`` 0 leaves the broker's default (one per core)."""
+    ``workers`` 0 leaves the broker's default (one per core). ``database_url``: run on that server (one the
+    user started and tuned) instead of a private one with stock settings."""
 
     quick: bool = False
     runs: int | None = None
@@ -55,6 +56,7 @@ class Config:
     soak_duration_s: float = 600.0
     soak_share: float = 0.5
     command: str = ""
+    database_url: str | None = None
 
 
 def scenario_names(quick: bool = False) -> list[str]:
@@ -108,17 +110,21 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     os.chmod(workdir, 0o755)  # pgserver runs PostgreSQL as its own user when we are root
     started = time.time()
     git = _git_describe()  # now: other sessions may commit while the suite runs
-    pg = broker = sql = bench = None
+    pg: BenchServer | None = None
+    broker = sql = bench = None
     try:
-        pg = PrivatePostgres(workdir)
+        pg = ExternalPostgres(config.database_url) if config.database_url else PrivatePostgres(workdir)
         broker = Broker(pg.url, workdir, config.workers or None, broker_env)
         broker.wait_ready()
         sql = Sql(pg.url)
         facts = environment_facts(sql)
+        facts["server"] = pg.origin
+        facts["pgbench"] = str(pg.pgbench)
         bench = Bench(pg, broker, sql, workdir, options, echo)
-        echo(f"PostgreSQL: {facts['version']}, fsync={facts['fsync']}, "
-             f"synchronous_commit={facts['synchronous_commit']}; broker {broker.url} "
-             f"({bench.memory.peak()[2]} processes); work dir {workdir}")
+        if config.database_url:  # the user's database may hold an earlier run's queues
+            bench.queue_prefix = f"qb{int(started) % 1_000_000}-"
+        echo(f"PostgreSQL: {pg.origin}; {report.settings_line(facts)}")
+        echo(f"broker {broker.url} ({bench.memory.peak()[2]} processes); work dir {workdir}")
         for round_no in range(1, runs + 1):
             echo(f"-- round {round_no}/{runs}")
             for key in limits_used:
@@ -173,7 +179,8 @@ def _echo_limit(echo: Callable[[str], None], figures: dict[str, Any]) -> None:
     latency = figures.get("latency_ms", {})
     extra = f"  p50 {latency['50']:.2f} ms p99 {latency['99']:.2f} ms" if "50" in latency else ""
     echo(f"   limit {figures['limit']:<24} {figures['msg_per_s']:>11,.0f} /s{extra}"
-         + ("" if figures["valid"] else "  INVALID (failed transactions)"))
+         + ("" if figures["valid"] else "  INVALID: " + "; ".join(
+             figures.get("problems") or [f"{figures['failed']} failed transactions"])))
 
 
 def _echo_run(echo: Callable[[str], None], run: dict[str, Any], limit: dict[str, Any] | None) -> None:
@@ -209,12 +216,17 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
         rounds = [bench.scenario_results[(n, scenario.name)] for n in range(1, runs + 1)
                   if (n, scenario.name) in bench.scenario_results]
         measured = [r for r in rounds if "msg_per_s" in r]
-        ratios = []
+        ratios, cost_ratios = [], []
         for r in measured:
             limit = bench.limit_results.get((r["round"], scenario.limit))
             if limit and limit["msg_per_s"]:
                 r["ratio"] = r["msg_per_s"] / limit["msg_per_s"]
                 ratios.append(r["ratio"])
+            ours, theirs = r["cpu_us_per_msg"]["postgres"], (limit or {}).get("cpu_us_per_msg", {}).get("postgres")
+            if ours is not None and theirs:
+                # PostgreSQL's CPU per message over the bare insert's per row, same round
+                r["postgres_cost_ratio"] = ours / theirs
+                cost_ratios.append(r["postgres_cost_ratio"])
         skipped = next((r["skipped"] for r in rounds if "skipped" in r), None)
         entry: dict[str, Any] = {
             "scenario": scenario.name, "description": scenario.description, "limit": scenario.limit,
@@ -237,7 +249,11 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
             entry["median"] = {
                 "msg_per_s": median(r["msg_per_s"] for r in measured),
                 "limit_msg_per_s": limits.get(scenario.limit, {}).get("median", {}).get("msg_per_s"),
+                # PostgreSQL's CPU per row of the bare insert it is compared with (same rounds, same method)
+                "limit_postgres_us_per_row": limits.get(scenario.limit, {}).get("median", {}).get(
+                    "cpu_us_per_msg", {}).get("postgres"),
                 "ratio": median(ratios),
+                "postgres_cost_ratio": median(cost_ratios),
                 "requests_per_s": median(r.get("requests_per_s") for r in measured),
                 "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in measured)
                                for k in ("50", "90", "99", "99.9")},

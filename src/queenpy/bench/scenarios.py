@@ -12,8 +12,8 @@ from queenpy.bench.kinds.keepup import KeepupRuns
 from queenpy.bench.kinds.operators import OperatorsRuns
 from queenpy.bench.kinds.push import PushRuns
 from queenpy.bench.kinds.soak import SoakRuns
-from queenpy.bench.kinds.streams import StreamsRuns
 from queenpy.bench.kinds.spark import SparkRuns
+from queenpy.bench.kinds.streams import StreamsRuns
 
 __all__ = ["LIMITS", "SCENARIOS", "Bench", "Limit", "Options", "Scenario", "environment_facts", "payload"]
 

@@ -5,6 +5,7 @@ package with its wrk Lua scripts, so it runs from any directory after ``pip inst
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -50,6 +51,11 @@ KeepupShareOption = Annotated[float, typer.Option(
     "--keepup-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_KEEPUP_SHARE",
     help="keepup-ack's producer rate as a share of the same round's push-10-40B figure. The bar is 0.5; the "
          "default offers 0.55, so a producer that keeps its pace clears the bar by more than the window's noise.")]
+DatabaseUrlOption = Annotated[str | None, typer.Option(
+    "--database-url", envvar="QUEENPY_BENCH_DATABASE_URL",
+    help="Run on this PostgreSQL (one you started and tuned; use a scratch database: the suite writes queues "
+         "and a 'bench' schema into it) instead of a private server with stock settings. PostgreSQL's CPU is "
+         "measured only when the server runs on this machine.")]
 DurationOption = Annotated[float, typer.Option(
     "--duration", min=10, envvar="QUEENPY_BENCH_DURATION",
     help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]
@@ -67,7 +73,8 @@ def _command_line() -> str:
         start = "queenpy"
     else:
         start = f"python {sys.argv[0]}"
-    return f"{start} {shlex.join(sys.argv[1:])}".strip()
+    # a password in --database-url stays out of the JSON and the report
+    return re.sub(r"(://[^:/@\s]+):[^@\s]*@", r"\1:***@", f"{start} {shlex.join(sys.argv[1:])}".strip())
 
 
 def register(app: typer.Typer) -> None:
@@ -92,11 +99,12 @@ def register(app: typer.Typer) -> None:
         keepup_share: KeepupShareOption = 0.55,
         duration: DurationOption = 600.0,
         soak_share: SoakShareOption = 0.5,
+        database_url: DatabaseUrlOption = None,
         verbose: VerboseOption = False,
     ) -> None:
         """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
 
-        Starts a private PostgreSQL (fsync on) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
+        Starts a private PostgreSQL (fsync on; or uses --database-url) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
         """
         import queenpy.bench as queenbench
 
@@ -112,7 +120,7 @@ def register(app: typer.Typer) -> None:
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
             checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
-            command=_command_line())
+            command=_command_line(), database_url=database_url)
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:

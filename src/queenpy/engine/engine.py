@@ -16,7 +16,7 @@ from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine"]
+__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "push_results"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -30,9 +30,9 @@ NOTIFY_CHANNEL = "queen_message_available"
 WAITING_CHANNEL = "queen_long_poll_waiting"
 _PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 
-# operation type -> stored procedure (one JSONB batch in, one JSONB array out)
+# operation type -> stored procedure (one JSONB batch in, one JSON array out)
 _OPERATIONS = {
-    "push": "push_items_v2",
+    "push": "push_items_v3",
     "pop": "pop_v2",
     "ack": "ack_v1",
     "renew_lease": "renew_lease_v1",
@@ -41,6 +41,28 @@ _OPERATIONS = {
 
 def _partition_key(item: dict[str, Any]) -> str:
     return f"{item['queue']}/{item.get('partition') or 'Default'}"
+
+
+def push_results(items: list[dict[str, Any]], text: str) -> list[Any]:
+    """Expand ``queen.push_items_v3``'s answer (``[[position, status, message id, partition id], ...]``, status
+    ``q``/``d``/``f``; 020_push.sql) into the per-item results of API.md section 4.1, in the items' order.
+    The procedure returns only what the broker does not know: transaction_id is the item's transactionId,
+    else the message id (the procedure's convention), trace_id and queueName are the item's own. PostgreSQL
+    spent more CPU building these objects as jsonb than storing the message (benchmarks/RESULTS.md, 2026-11-24).
+    """
+    results: list[Any] = [None] * len(items)
+    for position, status, message_id, partition_id in orjson.loads(text):
+        item = items[position]
+        transaction_id = item.get("transactionId") or message_id
+        if status == "f":
+            results[position] = {"index": position, "transaction_id": transaction_id, "status": "failed",
+                                  "error": "queue full", "queueName": item["queue"]}
+        else:
+            results[position] = {"index": position, "transaction_id": transaction_id,
+                                 "status": "queued" if status == "q" else "duplicate", "message_id": message_id,
+                                 "partition_id": partition_id, "trace_id": item.get("traceId"),
+                                 "queueName": item["queue"]}
+    return results
 
 
 class Engine:
@@ -56,7 +78,7 @@ class Engine:
             if op == "push":
                 # one lane per allowed call in flight; see LanedFusion for why pushes are laned
                 self.fusions[op] = LanedFusion(op, self._caller(procedure), fusion_settings.max_batch_size,
-                                               fusion_settings.max_concurrent, _partition_key)
+                                               fusion_settings.max_concurrent, _partition_key, push_results)
                 continue
             limit: StaticLimit | VegasLimit
             if settings.concurrency_mode == "vegas":

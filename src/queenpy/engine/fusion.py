@@ -4,8 +4,9 @@ Per worker process and per operation type there is one :class:`Fusion`: a FIFO o
 batch limit, a concurrency limit and the calls in flight. The policy is group commit: **fire as soon as a
 slot is free; batch only what accumulates while the slots are busy**. At low load a request goes straight
 to PostgreSQL with no hold timer; at high load batches grow by themselves. Every item of a fused batch gets
-an ``index``; the procedure answers one result per item carrying it, and the results are split back to
-their requests by index. A request whose client went away simply has its result dropped.
+an ``index`` (its position in the batch); the procedure answers one result per item carrying it (or, for
+push, a compact answer that :data:`Decode` expands), and the results are split back to their requests by
+index. A request whose client went away simply has its result dropped.
 
 The concurrency limit is static or adaptive (:class:`VegasLimit`).
 """
@@ -23,13 +24,25 @@ from typing import Any
 
 import orjson
 
-__all__ = ["Fusion", "FusionStats", "StaticLimit", "VegasLimit"]
+__all__ = ["Decode", "Fusion", "FusionStats", "StaticLimit", "VegasLimit", "results_by_index"]
 
 log = logging.getLogger("queenpy.engine")
 
 Call = Callable[[str], Awaitable[str]]
 # observer(operation type, items in the call, seconds the call took): one call per procedure call
 Observer = Callable[[str, int, float], None]
+# (the fused items, the procedure's answer) -> one result per item, in the items' order (None: no result)
+Decode = Callable[[list[Any], str], list[Any]]
+
+
+def results_by_index(items: list[Any], text: str) -> list[Any]:
+    """The default :data:`Decode`: a JSON array of result objects, each carrying its item's ``index``."""
+    by_index: list[Any] = [None] * len(items)
+    for result in orjson.loads(text) if text else []:
+        position = result.get("index") if isinstance(result, dict) else None
+        if isinstance(position, int) and 0 <= position < len(by_index):
+            by_index[position] = result
+    return by_index
 
 
 class StaticLimit:
@@ -104,12 +117,14 @@ class Fusion:
         max_batch_size: most items per call (a single request larger than this still goes alone).
         limit: a :class:`StaticLimit` or :class:`VegasLimit` for the calls in flight.
         max_hold_ms: optional extra wait before firing a partial batch; 0 (default) fires at once.
+        decode: turns the procedure's answer into one result per item (default :func:`results_by_index`).
     """
 
     def __init__(self, name: str, call: Call, max_batch_size: int, limit: StaticLimit | VegasLimit,
-                 max_hold_ms: int = 0) -> None:
+                 max_hold_ms: int = 0, decode: Decode = results_by_index) -> None:
         self.name = name
         self._call = call
+        self._decode = decode
         self.max_batch_size = max(1, max_batch_size)
         self.limit = limit
         self.max_hold_s = max_hold_ms / 1000.0
@@ -174,7 +189,7 @@ class Fusion:
         started = time.monotonic()
         try:
             text = await self._call(orjson.dumps(indexed).decode())
-            results = orjson.loads(text) if text else []
+            by_index = self._decode(indexed, text)
         except BaseException as exc:
             self.stats.errors += 1
             for pending in batch:
@@ -194,11 +209,6 @@ class Fusion:
             if self.observer is not None:
                 self.observer(self.op, count, rtt)
             self._fire()
-        by_index: list[Any] = [None] * len(indexed)
-        for result in results:
-            position = result.get("index") if isinstance(result, dict) else None
-            if isinstance(position, int) and 0 <= position < len(by_index):
-                by_index[position] = result
         start = 0
         for pending in batch:
             end = start + len(pending.items)
@@ -225,10 +235,11 @@ class LanedFusion:
     """
 
     def __init__(self, name: str, call: Call, max_batch_size: int, lanes: int,
-                 key: Callable[[Any], str]) -> None:
+                 key: Callable[[Any], str], decode: Decode = results_by_index) -> None:
         self.name = name
         self._key = key
-        self.lanes = [Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1)) for i in range(max(1, lanes))]
+        self.lanes = [Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1), decode=decode)
+                      for i in range(max(1, lanes))]
 
     async def submit(self, items: list[Any]) -> list[Any]:
         """As :meth:`Fusion.submit`, on the lane of ``items[0]``."""

@@ -20,8 +20,8 @@ from queenpy.server.encryption import PayloadCipher
 from queenpy.server.maintenance import MaintenanceState
 from queenpy.server.metrics import WorkerMetrics
 from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
-from queenpy.services import Services
 from queenpy.server.spark_apply import PendingApplier
+from queenpy.services import Services
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 

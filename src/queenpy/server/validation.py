@@ -12,7 +12,8 @@ import math
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from functools import partial
+from typing import Any, Literal, overload
 
 import orjson
 
@@ -71,6 +72,14 @@ def _object(body: Any, what: str = "request body") -> dict[str, Any]:
     if not isinstance(body, dict):
         raise InvalidRequest(f"{what} must be a JSON object")
     return body
+
+
+@overload
+def check_name(value: Any, field: str, *, required: Literal[True] = ..., message: str | None = None) -> str: ...
+
+
+@overload
+def check_name(value: Any, field: str, *, required: bool, message: str | None = None) -> str | None: ...
 
 
 def check_name(value: Any, field: str, *, required: bool = True, message: str | None = None) -> str | None:
@@ -181,7 +190,7 @@ def validate_push(body: Any, producer_sub: str | None = None, raw: bytes | None 
     if max_items is not None and len(items) > max_items:
         raise InvalidRequest(f"items: at most {max_items} items per push, got {len(items)}")
     may_contain_nul = raw is None or b"\\u0000" in raw
-    return [_push_item(item, lambda i=i: f"items[{i}]", producer_sub, may_contain_nul) for i, item in enumerate(items)]
+    return [_push_item(item, partial("items[{}]".format, i), producer_sub, may_contain_nul) for i, item in enumerate(items)]
 
 
 def _ack_item(item: Any, where: Callable[[], str], *, batch: bool, group: str | None,
@@ -250,7 +259,7 @@ def validate_ack_batch(body: Any) -> list[dict[str, Any]]:
     if group is not None:
         check_name(group, "consumerGroup", required=False)
     uuids: dict[str, str] = {}
-    return [_ack_item(a, lambda i=i: f"acknowledgments[{i}]", batch=True, group=group, uuids=uuids)
+    return [_ack_item(a, partial("acknowledgments[{}]".format, i), batch=True, group=group, uuids=uuids)
             for i, a in enumerate(acknowledgments)]
 
 
@@ -269,7 +278,7 @@ def validate_transaction(body: Any) -> dict[str, Any]:
             raise InvalidRequest(f"{where} must be an object")
         kind = op.get("type")
         if kind == "ack":
-            item = _ack_item(op, lambda where=where: where, batch=False, group=None)
+            item = _ack_item(op, partial(str, where), batch=False, group=None)
             item["error"] = op.get("error") if isinstance(op.get("error"), str) else None
             clean.append({"type": "ack", **item})
         elif kind == "push":
@@ -277,7 +286,7 @@ def validate_transaction(body: Any) -> dict[str, Any]:
             if not isinstance(items, list) or not items:
                 raise InvalidRequest(f"{where}.items must be a non-empty array")
             clean.append({"type": "push",
-                          "items": [_push_item(it, lambda where=where, j=j: f"{where}.items[{j}]", None)
+                          "items": [_push_item(it, partial((where + ".items[{}]").format, j), None)
                                     for j, it in enumerate(items)]})
         else:
             raise InvalidRequest(f"Unknown operation type: {kind}")

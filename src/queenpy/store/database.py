@@ -21,10 +21,10 @@ __all__ = ["PROCEDURES", "Database", "Unavailable"]
 log = logging.getLogger("queenpy.store")
 
 # The procedures the broker calls with one JSONB batch, and the statement that calls each: the name is
-# the key, never taken from users. Pushes do not NOTIFY inside their transaction (see push_items_v2);
+# the key, never taken from users. Pushes do not NOTIFY inside their transaction (see push_items_v3);
 # the engine notifies after COMMIT with :meth:`Database.notify`.
 PROCEDURES: dict[str, str] = {
-    "push_items_v2": "SELECT queen.push_items_v2($1::jsonb, false, false)::text",
+    "push_items_v3": "SELECT queen.push_items_v3($1::jsonb, false, false)",
     "pop_v2": "SELECT queen.pop_v2($1::jsonb)::text",
     "ack_v1": "SELECT queen.ack_v1($1::jsonb)::text",
     "renew_lease_v1": "SELECT queen.renew_lease_v1($1::jsonb)::text",

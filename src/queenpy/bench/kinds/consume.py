@@ -29,7 +29,7 @@ class ConsumeRuns(BenchCore):
         every other pop a short one."""
         backlog = self.backlogs.get(scenario.partitions)
         if backlog is None:
-            backlog = Backlog(f"backlog-p{scenario.partitions}", scenario.partitions)
+            backlog = Backlog(f"{self.queue_prefix}backlog-p{scenario.partitions}", scenario.partitions)
             self._precreate(backlog.queue, scenario.partitions)
             backlog.per_partition = 1
             self.backlogs[scenario.partitions] = backlog

@@ -26,7 +26,7 @@ class KeepupRuns(BenchCore):
         of 100, together for warm-up + window; does the backlog stay steady?"""
         run = self._new_run(scenario, round_no)
         options = self.options
-        queue = f"{scenario.name}-r{round_no}"
+        queue = f"{self.queue_prefix}{scenario.name}-r{round_no}"
         push = self.scenario_results.get((round_no, "push-10-40B"), {})
         push_figure = push.get("msg_per_s")
         target_rate = options.keepup_fraction * (push_figure or scenario.initial_rate)

@@ -20,7 +20,7 @@ class PushRuns(BenchCore):
     def _run_push(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
         run = self._new_run(scenario, round_no)
         options = self.options
-        queue = f"{scenario.name}-r{round_no}"
+        queue = f"{self.queue_prefix}{scenario.name}-r{round_no}"
         connections = options.connections if scenario.connections == 50 else scenario.connections
         self._precreate(queue, scenario.partitions)
         params = {"queue": queue, "partitions": scenario.partitions, "per_request": scenario.per_request,

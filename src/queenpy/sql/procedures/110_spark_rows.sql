@@ -101,6 +101,7 @@ DECLARE
     v_pushed integer := 0;
     v_results jsonb;
     v_bases bigint[];
+    v_id_bases uuid[];
     v_advanced integer;
 BEGIN
     -- queues and partitions are created on first push, as in push_items_v2
@@ -150,10 +151,13 @@ BEGIN
         -- lock in id order, and read each partition's last offset under the lock (v_bases[i] for
         -- v_partition_ids[i])
         PERFORM 1 FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE;
-        SELECT array_agg(p.last_seq ORDER BY t.i) INTO v_bases
+        -- and the id each partition's new messages count up from (queen.message_id_base_v1, as push_items_v3:
+        -- ids increase with the offsets of a partition, which the Streams SDK relies on)
+        v_now := clock_timestamp();
+        SELECT array_agg(p.last_seq ORDER BY t.i), array_agg(queen.message_id_base_v1(p.last_message_id, v_now) ORDER BY t.i)
+        INTO v_bases, v_id_bases
         FROM unnest(v_partition_ids) WITH ORDINALITY AS t(id, i)
         JOIN queen.partitions p ON p.id = t.id;
-        v_now := clock_timestamp();
         -- The plan works on narrow rows (no payload): the batch's order, the dedupe and the offsets are
         -- computed first; the payload is read by row address (ctid: the rows are not updated, and only this
         -- batch's commit or abort deletes them, which Spark never runs at once) for the rows inserted. (Carrying 1 KB
@@ -178,11 +182,12 @@ BEGIN
                    END AS existing_id
             FROM input i
         ), fresh AS (
-            SELECT k.row_tid, k.part, k.client_transaction_id, queen.uuid_v7(v_now) AS new_id,
-                   row_number() OVER (PARTITION BY k.part ORDER BY k.token_position, k.n) AS k_n,
-                   count(*) OVER (PARTITION BY k.part) AS total
-            FROM ranked k
-            WHERE k.occurrence = 1 AND k.existing_id IS NULL
+            SELECT n.*, queen.uuid_add_v1(v_id_bases[n.part], n.k_n) AS new_id
+            FROM (SELECT k.row_tid, k.part, k.client_transaction_id,
+                         row_number() OVER (PARTITION BY k.part ORDER BY k.token_position, k.n) AS k_n,
+                         count(*) OVER (PARTITION BY k.part) AS total
+                  FROM ranked k
+                  WHERE k.occurrence = 1 AND k.existing_id IS NULL) n
         ), advanced AS (
             UPDATE queen.partitions p
             SET last_seq = p.last_seq + f.total, last_message_id = f.new_id, last_message_at = v_now,
