@@ -16,10 +16,14 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
 from queenpy.server.routes._base import Endpoint, Level, broker_of, json_response
 
 __all__ = ["ENDPOINTS", "bucket_minutes", "time_range"]
+
+
+MAX_BUCKETS = 10_000
 
 
 def bucket_minutes(start: datetime, end: datetime) -> int:
@@ -33,13 +37,18 @@ def bucket_minutes(start: datetime, end: datetime) -> int:
 
 
 def time_range(request: Request, default: timedelta = timedelta(hours=1)) -> tuple[datetime, datetime, int]:
-    """``(from, to, bucket minutes)`` of the query; 400 on a bad ``from``/``to``."""
+    """``(from, to, bucket minutes)`` of the query; 400 on a bad ``from``/``to``, and on a range of more than
+    ``MAX_BUCKETS`` buckets (about 6.8 years of 6-hour buckets: every bucket is a row of the answer)."""
     start, end = v.query_window(request.query_params)
     end = end or datetime.now(UTC)
     start = start or end - default
     if start > end:
         start = end - default
-    return start, end, bucket_minutes(start, end)
+    minutes = bucket_minutes(start, end)
+    if end - start > timedelta(minutes=minutes * MAX_BUCKETS):
+        raise InvalidRequest(f"query parameters from and to span {(end - start).days} days; at most "
+                             f"{minutes * MAX_BUCKETS // (24 * 60)} days can be asked for at once")
+    return start, end, minutes
 
 
 def _iso(ts: datetime) -> str:
