@@ -158,6 +158,14 @@ def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: Br
                                                   "items": [{"queue": f"{queue}-sink", "payload": 1}]})
         call("POST", "/api/v1/spark/commit", json={"queryId": queue, "batchId": 1, "tokens": ["t1"]})
         call("POST", "/api/v1/spark/abort", json={"queryId": queue, "batchId": 2, "tokens": ["t2"]})
+        read = call("POST", "/api/v1/spark/read", json={"ranges": [{"partitionId": partition_id, "after": 0, "upto": 3}]})
+        assert read["ranges"] and read["ranges"][0]["offsets"] == [1, 2, 3]
+        call("POST", "/api/v1/spark/rows", json={"queryId": queue, "batchId": 3, "token": "t3", "queue": f"{queue}-sink",
+                                                 "data": ['{"n": 1}', "2"]})
+        assert call("POST", "/api/v1/spark/commit", json={"queryId": queue, "batchId": 3, "tokens": ["t3"],
+                                                          "counts": [2], "mode": "pipelined"})["pending"] is True
+        assert call("POST", "/api/v1/spark/flush", json={"queryId": queue})["success"] is True  # the broker may
+        # have applied the batch already, right after its answer
         stream = call("POST", "/streams/v1/queries", json={"name": unique("stream"), "source_queue": queue,
                                                            "config_hash": "h1"})
         call("POST", "/streams/v1/cycle", json={
