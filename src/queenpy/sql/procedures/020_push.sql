@@ -73,6 +73,26 @@ LANGUAGE sql VOLATILE AS $$
                 ELSE encode(set_bit(uuid_send(queen.uuid_v7(p_now)), 69, 0), 'hex')::uuid END
 $$;
 
+-- Queues and partitions are created on first push: the missing ones of (queue name, partition name) pairs,
+-- queues first, each in name order (concurrent creators take their locks in the same order); a queue's
+-- namespace and task come from its name. Used by push_items_v3 and the Spark sink's commit.
+CREATE OR REPLACE FUNCTION queen.create_partitions_v1(p_queue_names text[], p_partition_names text[])
+RETURNS void
+LANGUAGE sql AS $$
+    INSERT INTO queen.queues (name, namespace, task)
+    SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
+    FROM unnest(p_queue_names) t(queue_name)
+    ORDER BY 1
+    ON CONFLICT (name) DO NOTHING;
+
+    INSERT INTO queen.partitions (queue_id, name)
+    SELECT q.id, t.partition_name
+    FROM unnest(p_queue_names, p_partition_names) t(queue_name, partition_name)
+    CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
+    ORDER BY 1, 2
+    ON CONFLICT (queue_id, name) DO NOTHING;
+$$;
+
 CREATE OR REPLACE FUNCTION queen.push_items_v3(p_items jsonb, p_strict boolean, p_notify boolean)
 RETURNS text
 LANGUAGE plpgsql
@@ -131,18 +151,7 @@ BEGIN
               ON t.partition_id = x.id;
             EXIT WHEN v_locked = v_wanted;
         ELSE
-            INSERT INTO queen.queues (name, namespace, task)
-            SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
-            FROM unnest(v_queue_names) t(queue_name)
-            ORDER BY 1
-            ON CONFLICT (name) DO NOTHING;
-
-            INSERT INTO queen.partitions (queue_id, name)
-            SELECT q.id, t.partition_name
-            FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
-            CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
-            ORDER BY 1, 2
-            ON CONFLICT (queue_id, name) DO NOTHING;
+            PERFORM queen.create_partitions_v1(v_queue_names, v_partition_names);
         END IF;
         v_attempts := v_attempts + 1;
         IF v_attempts > 10 THEN

@@ -117,17 +117,7 @@ BEGIN
                                 WHERE p.queue_id = q.id AND p.name = w.partition_name LIMIT 1) p
             WHERE q.name = w.queue_name) x ON true;
         EXIT WHEN v_all_exist OR v_created OR v_queue_names IS NULL;
-        INSERT INTO queen.queues (name, namespace, task)
-        SELECT DISTINCT t.queue_name, queen.default_namespace(t.queue_name), queen.default_task(t.queue_name)
-        FROM unnest(v_queue_names) t(queue_name)
-        ORDER BY 1
-        ON CONFLICT (name) DO NOTHING;
-        INSERT INTO queen.partitions (queue_id, name)
-        SELECT q.id, t.partition_name
-        FROM unnest(v_queue_names, v_partition_names) t(queue_name, partition_name)
-        CROSS JOIN LATERAL (SELECT q.id FROM queen.queues q WHERE q.name = t.queue_name) q
-        ORDER BY 1, 2
-        ON CONFLICT (queue_id, name) DO NOTHING;
+        PERFORM queen.create_partitions_v1(v_queue_names, v_partition_names);
         v_created := true;
     END LOOP;
 
