@@ -81,3 +81,15 @@ def test_batch_write_then_rerun_with_the_same_write_id_pushes_nothing(spark, bro
     written = read_queue(broker.url, queue)
     assert sorted(name for name, messages in written.items() if messages) == ["p0", "p1", "p2"]
     assert sorted(m["data"]["k"] for ms in written.values() for m in ms) == list(range(300))
+
+
+def test_a_task_with_more_than_the_broker_body_limit_is_staged_in_several_requests(spark, broker) -> None:
+    """3,000 rows of 4 KB in one task (12 MB) against the broker's 10 MiB body limit: staged in byte-bounded
+    requests (stageBatchBytes), every row stored once (a single request was a 413)."""
+    queue = unique("sp-big")
+    configure(broker.url, queue)
+    text = "x" * 4000
+    df = spark.createDataFrame([(json.dumps({"k": i, "pad": text}),) for i in range(3000)], "data string").coalesce(1)
+    df.write.format("queen").option("url", broker.url).option("queue", queue).mode("append").save()
+    written = read_queue(broker.url, queue)
+    assert sorted(m["data"]["k"] for ms in written.values() for m in ms) == list(range(3000))

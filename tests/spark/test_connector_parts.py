@@ -12,7 +12,14 @@ import pytest
 from queenpy.spark.options import SinkOptions, SourceOptions
 from queenpy.spark.reader import DataLossError, QueenInputPartition, read_range
 from queenpy.spark.schema import arrow_schema
-from queenpy.spark.writer import RowEncoder, check_sink_schema, derive_transaction_id, first_non_json
+from queenpy.spark.writer import (
+    ROW_OVERHEAD_BYTES,
+    RowEncoder,
+    check_sink_schema,
+    derive_transaction_id,
+    first_non_json,
+    rows_that_fit,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -146,3 +153,13 @@ def test_sink_options_and_schema_checks() -> None:
     assert SinkOptions.parse({"queue": "q", "COMMIT": "Pipelined"}).commit_mode == "pipelined"
     with pytest.raises(ValueError, match="commit"):
         SinkOptions.parse({"queue": "q", "commit": "later"})
+
+
+def test_stage_requests_are_bounded_by_rows_and_by_bytes() -> None:
+    one = 1000 + ROW_OVERHEAD_BYTES
+    assert rows_that_fit(["a" * 1000] * 10, 4, 10**9) == 4
+    assert rows_that_fit(["a" * 1000] * 10, 100, 3 * one) == 3
+    assert rows_that_fit(['"' * 500] * 10, 100, 3 * one) == 3  # escaped quotes count twice
+    assert rows_that_fit(["é" * 500] * 10, 100, 3 * one) == 3  # UTF-8 bytes, not characters
+    assert rows_that_fit(["a" * 10**6], 100, 1024) == 1  # always at least one row
+    assert rows_that_fit([None, "1"], 100, 10**6) == 2

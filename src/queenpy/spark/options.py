@@ -32,7 +32,10 @@ partitionColumn        ``partition`` if the column holding the partition name; e
                        column exists
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
-stageBatchSize         10000                rows per ``/spark/rows`` request
+stageBatchSize         10000                most rows per ``/spark/rows`` request
+stageBatchBytes        4194304              most payload bytes per ``/spark/rows`` request (estimated as JSON
+                                            text, escapes counted; keeps requests under the broker's
+                                            HTTP_MAX_BODY_BYTES, 10 MiB by default)
 commit                 sync                 ``sync``: a micro-batch's messages are in the queue when Spark's commit
                                             returns. ``pipelined``: the commit records the batch and returns; the
                                             broker moves its rows into the queue while Spark runs the next batch
@@ -148,6 +151,7 @@ class SinkOptions:
     transaction_id_column: str | None
     write_id: str | None
     stage_batch_size: int
+    stage_batch_bytes: int = 4 * 1024 * 1024
     commit_mode: str = "sync"
 
     @classmethod
@@ -161,6 +165,7 @@ class SinkOptions:
             transaction_id_column=_get(options, "transactionIdColumn"),
             write_id=_get(options, "writeId"),
             stage_batch_size=_int(options, "stageBatchSize", 10_000, minimum=1),
+            stage_batch_bytes=_int(options, "stageBatchBytes", 4 * 1024 * 1024, minimum=1024),
             commit_mode=_choice(options, "commit", ("sync", "pipelined"), "sync"),
         )
 

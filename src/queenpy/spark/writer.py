@@ -170,6 +170,25 @@ class RowEncoder:
         return ids
 
 
+#: bytes counted per staged row for its other columns (partition, transaction id, trace id) and JSON syntax
+ROW_OVERHEAD_BYTES = 128
+
+
+def rows_that_fit(data: Sequence[str | None], max_rows: int, max_bytes: int) -> int:
+    """How many leading rows of ``data`` (JSON texts) go in one ``/spark/rows`` request: at most ``max_rows``,
+    and as many as keep the estimated body within ``max_bytes`` (each text's UTF-8 length plus one byte per
+    quote or backslash that the body's JSON escapes, plus ``ROW_OVERHEAD_BYTES``); always at least one."""
+    total = 0
+    for i, text in enumerate(data[:max_rows]):
+        size = ROW_OVERHEAD_BYTES
+        if text is not None:
+            size += len(text.encode()) + text.count('"') + text.count("\\")
+        total += size
+        if total > max_bytes:
+            return max(1, i)
+    return min(len(data), max_rows)
+
+
 def first_non_json(texts: Sequence[Any]) -> tuple[int, str] | None:
     """The first row (index, error) of ``texts`` that is not JSON text, or None when all parse."""
     for i, text in enumerate(texts):
@@ -211,7 +230,7 @@ def _stage_task(
     def flush(limit: int) -> None:
         nonlocal staged, pending
         while pending and len(pending["data"]) >= limit:
-            size = min(len(pending["data"]), options.stage_batch_size)
+            size = rows_that_fit(pending["data"], options.stage_batch_size, options.stage_batch_bytes)
             chunk = {name: values[:size] for name, values in pending.items()}
             pending = {name: values[size:] for name, values in pending.items()} if size < len(pending["data"]) else {}
             try:
