@@ -98,6 +98,8 @@ def table(document: dict[str, Any]) -> str:
         if spark:
             lines.append("")
             lines.append(spark_line(entry))
+        if entry["parameters"]["kind"] == "operators":
+            lines += [""] + operators_lines(entry)
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")
@@ -193,3 +195,21 @@ def chart(document: dict[str, Any], path: Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def operators_lines(entry: dict[str, Any]) -> list[str]:
+    """Per round of an ``operators`` scenario: push with and without a scraper, and each route's timings."""
+    lines = []
+    for run in entry["runs"]:
+        truth = run.get("ground_truth") or {}
+        if "push_msg_per_s_without_scraper" not in truth:
+            continue
+        lines.append(f"{entry['scenario']} round {run['round']}: push {_num(truth['push_msg_per_s_without_scraper'])} "
+                     f"msg/s without a scraper, {_num(truth['push_msg_per_s_with_scraper'])} with one scrape per "
+                     f"second ({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
+                     f"{_num(truth['scrape_p50_ms'], 1)} ms, max {_num(truth['scrape_max_ms'], 1)} ms "
+                     f"({truth['scrapes_in_window']} scrapes)")
+        for route, timing in (run.get("route_timings") or {}).items():
+            lines.append(f"- {route}: p50 {_num(timing['p50_ms'], 1)} ms, max {_num(timing['max_ms'], 1)} ms, "
+                         f"{_num(timing['bytes'])} bytes")
+    return lines

@@ -46,7 +46,9 @@ class ChaosPostgres:
     """
 
     def __init__(self, workdir: Path) -> None:
-        os.environ.setdefault("XDG_RUNTIME_DIR", str(workdir))  # before pgserver (platformdirs) loads
+        if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
+            (workdir / "runtime").mkdir(mode=0o700, exist_ok=True)
+            os.environ["XDG_RUNTIME_DIR"] = str(workdir / "runtime")
         try:
             import pgserver
             from pgserver import _commands
