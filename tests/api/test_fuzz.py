@@ -15,6 +15,7 @@ the JSON deserializer registered here does the same, and the document marks thos
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,9 @@ from conftest import BrokerProcess, PgServer, launch_broker
 from helpers import unique
 
 FUZZ_EXAMPLES = int(os.environ.get("QUEENPY_FUZZ_EXAMPLES", "12"))
-# the dashboard's time-series routes run seconds-long queries over generated (wide) time ranges
-SLOW_PREFIXES = ("/api/v1/status", "/api/v1/analytics/")
+# the dashboard's time-series routes run seconds-long queries over generated (wide) time ranges; the
+# migration routes try to connect to the generated hosts
+SLOW_PREFIXES = ("/api/v1/status", "/api/v1/analytics/", "/api/v1/migration/")
 LONG_POLL_CAP_MS = 300
 
 
@@ -85,7 +87,8 @@ def test_every_operation_answers_as_documented(api_schema: Any, method: str, pat
     fuzz()
 
 
-def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: BrokerProcess) -> None:
+def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: BrokerProcess,
+                                              pg_server: PgServer) -> None:
     """Generated data rarely reaches the success shapes (a pop that returns messages, a trace of a real
     message, a DLQ listing with rows), so every operation is also called on real data, each answer checked
     against the document."""
@@ -174,6 +177,16 @@ def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: Br
             "push_items": [{"queue": f"{queue}-sink", "payload": 1}]})
         assert call("POST", "/streams/v1/state/get", json={"query_id": stream["query_id"],
                                                            "partition_id": partition_id})["rows"]
+        target = pg_server.create_database()
+        socket_dir = pg_server.url(target).split("host=", 1)[1]
+        body = {"host": socket_dir, "database": target, "user": "postgres"}
+        assert call("POST", "/api/v1/migration/test-connection", json=body)["success"] is True
+        assert call("POST", "/api/v1/migration/start", json=body)["status"] == "running"
+        deadline = time.monotonic() + 60
+        while call("GET", "/api/v1/migration/status")["status"] == "running" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert call("POST", "/api/v1/migration/validate", json=body)["tables"]
+        assert call("POST", "/api/v1/migration/reset")["status"] == "idle"
         call("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}",
              f"/api/v1/consumer-groups/{group}/queues/{queue}")
         call("DELETE", "/api/v1/consumer-groups/{group}", f"/api/v1/consumer-groups/{group}")

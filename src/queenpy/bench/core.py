@@ -374,8 +374,8 @@ class BenchCore:
         wall = end.at - start.at
         if limit.kind == "select1":  # no rows to count: pgbench's own rate over its whole run
             rate, rows = run.result.tps, run.result.tps * wall
-        else:
-            rows = rows_after - rows_before
+        else:  # a cycle transaction draws one number from bench.seq and stands for the limit's `rows` messages
+            rows = (rows_after - rows_before) * (limit.rows if limit.kind == "cycle" else 1)
             rate = rows / wall if wall > 0 else 0.0
         seen = start.postgres_ticks is not None and end.postgres_ticks is not None
         postgres_s = end.postgres_s - start.postgres_s

@@ -19,6 +19,7 @@ from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
 from queenpy.server.maintenance import MaintenanceState
 from queenpy.server.metrics import WorkerMetrics
+from queenpy.server.migration import MigrationRunner
 from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
 from queenpy.server.spark_apply import PendingApplier
 from queenpy.services import Services
@@ -54,6 +55,7 @@ class Broker:
         holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
         self.services = Services(self.database, settings.services, holder)
         self.spark_applier = PendingApplier(self.database, self.engine.announce)
+        self.migration = MigrationRunner(self.database, database_url, holder)
 
     async def start(self) -> None:
         await self.database.open()
@@ -66,6 +68,7 @@ class Broker:
         self.spark_applier.start()
 
     async def stop(self) -> None:
+        await self.migration.stop()
         await self.spark_applier.stop()
         await self.services.stop()
         await self.metrics.stop()

@@ -32,6 +32,13 @@ _ERRORS = {
     "413": _error("The request body is larger than HTTP_MAX_BODY_BYTES"),
     "431": _error("The request's head is larger than HTTP_MAX_HEADER_BYTES"),
 }
+_MIGRATION_TARGET = {
+    "type": "object", "required": ["host", "database", "user"], "properties": {
+        "host": {"type": "string", "minLength": 1, "maxLength": 255}, "port": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+        "database": {"type": "string", "minLength": 1, "maxLength": 63},
+        "user": {"type": "string", "minLength": 1, "maxLength": 63}, "password": {"type": "string"},
+        "ssl": {"type": "boolean"}, "schema": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,62}$"},
+        "excludeTableData": {"type": "array", "items": {"type": "string"}}}}
 _NO_ROUTE = _error("A path parameter holding '/' matches no route")
 _OVERLOADED = {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
                "content": {"text/plain": {"schema": {"type": "string"}}}}
@@ -284,6 +291,12 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/"): ("The web console (HTML page; public, no authentication)", [], None),
     ("get", "/ui/{path}"): ("A static file of the web console (script, style, vendored library); public",
                             [_param("path", "path")], None),
+    **{("post", f"/api/v1/migration/{name}"): (summary, [], _MIGRATION_TARGET) for name, summary in (
+        ("test-connection", "Migration: can the target PostgreSQL be reached, and has it the schema already"),
+        ("start", "Migration: copy the queen schema to the target (pg_dump | pg_restore in one transaction)"),
+        ("validate", "Migration: rows per table of the schema here and on the target"))},
+    ("post", "/api/v1/migration/reset"): ("Migration: back to idle (not while a run is going on)", [], None),
+    ("get", "/api/v1/migration/status"): ("Migration: the state of the last run, shared by every worker", [], None),
     ("post", "/api/v1/spark/flush"): ("Apply a query's pipelined micro-batches still pending", [], {
         "type": "object", "required": ["queryId"], "properties": {"queryId": _NAME}}),
 }
@@ -316,6 +329,9 @@ def _responses(method: str, path: str) -> dict[str, Any]:
                       if not (public and code in ("400", "401", "403"))})
     if "{" in path:
         responses["404"] = _NO_ROUTE
+    if path in ("/api/v1/migration/start", "/api/v1/migration/reset"):
+        responses["409"] = _error("A migration is running, or the target has the schema already or cannot be "
+                                  "reached: nothing was done")
     if path == "/health":
         responses["503"] = {"description": "The database is unreachable (same body, status unhealthy), or the "
                                            "worker is over its connection limit (plain text)",

@@ -84,6 +84,12 @@ _TRACE = obj(["id", "event_type", "data", "created_at"], id=UUID, event_type=STR
              transaction_id=STR, partition_id=UUID, queue_name=STR, partition_name=STR, message_payload=ANY)
 
 #: The 200 body of each operation, by (method, path).
+_MIGRATION_STATE: dict[str, Schema] = {
+    "startedAt": nullable(TIME), "finishedAt": nullable(TIME), "heartbeatAt": TIME, "holder": STR,
+    "error": nullable(STR), "excludeTableData": array(STR),
+    "target": obj(["host", "port", "database", "user"], host=STR, port=INT, database=STR, user=STR, ssl=BOOL,
+                  schema=STR)}
+
 RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/health"): obj(["status", "database"], status={"type": "string", "enum": ["healthy", "unhealthy"]},
                             database={"type": "string", "enum": ["connected", "disconnected"]}, server=STR,
@@ -173,6 +179,13 @@ RESULTS: dict[tuple[str, str], Schema] = {
                                                       duplicate=BOOL, duplicates=INT, pending=BOOL)),
     ("post", "/api/v1/spark/flush"): _or_failure(obj(["success"], success=BOOL, applied=INT, pushed=INT)),
     ("post", "/api/v1/spark/abort"): _or_failure(obj(["success"], success=BOOL, deleted=INT)),
+    ("post", "/api/v1/migration/test-connection"): obj(["success"], success=BOOL, version=STR, schemaExists=BOOL,
+                                                       error=STR),
+    ("post", "/api/v1/migration/start"): obj(["success", "status"], success=BOOL, status=STR, **_MIGRATION_STATE),
+    ("get", "/api/v1/migration/status"): obj(["status"], status=STR, **_MIGRATION_STATE),
+    ("post", "/api/v1/migration/validate"): obj(["success"], success=BOOL, schema=STR, error=STR, tables=array(obj(
+        ["table", "source", "match"], table=STR, source=INT, target=nullable(INT), match=BOOL, dataExcluded=BOOL))),
+    ("post", "/api/v1/migration/reset"): obj(["success", "status"], success=BOOL, status=STR),
     ("post", "/streams/v1/queries"): _or_failure(obj(["success"], success=BOOL, query_id=nullable(UUID), name=STR,
                                                      config_hash=STR, fresh=BOOL, reset=BOOL, error=STR)),
     ("post", "/streams/v1/cycle"): _or_failure(obj(

@@ -11,6 +11,7 @@ from queenpy.server.routes import (
     groups,
     maintenance,
     messages,
+    migration,
     queues,
     resources,
     spark,
@@ -24,7 +25,7 @@ from queenpy.server.routes._base import Endpoint
 __all__ = ["AREAS", "endpoints"]
 
 AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, streams, status,
-         analytics, dashboard)
+         analytics, migration, dashboard)
 
 
 def endpoints() -> list[Endpoint]:
