@@ -48,16 +48,14 @@ WITH queues AS (
     SELECT $1 || g, 'ns' || (g % 20), 'task' || (g % 7) FROM generate_series(1, $2::int) g
     RETURNING id, name
 ), parts AS (
-    INSERT INTO queen.partitions (queue_id, name)
-    SELECT q.id, 'p' || g FROM queues q CROSS JOIN generate_series(1, $3::int) g
-    RETURNING id, queue_id
-), messages AS (
-    INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
-    SELECT queen.uuid_v7(), 'seed', p.id, 1, '{"seed": true}'::jsonb, clock_timestamp() FROM parts p
-    RETURNING partition_id, id, created_at
+    -- each partition is written once, with its one message's offset and id (an UPDATE of the partitions in
+    -- the same statement would not see these rows: every part of a statement reads one snapshot)
+    INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_id, last_message_at)
+    SELECT q.id, 'p' || g, 1, queen.uuid_v7(), clock_timestamp() FROM queues q CROSS JOIN generate_series(1, $3::int) g
+    RETURNING id, last_message_id, last_message_at
 )
-UPDATE queen.partitions p SET last_seq = 1, last_message_id = m.id, last_message_at = m.created_at
-FROM messages m WHERE p.id = m.partition_id
+INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
+SELECT p.last_message_id, 'seed', p.id, 1, '{"seed": true}'::jsonb, p.last_message_at FROM parts p
 """
 SEED_CURSORS = """
 INSERT INTO queen.partition_consumers (partition_id, consumer_group)
