@@ -23,6 +23,7 @@ import asyncpg
 
 from queenpy.bench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
 from queenpy.bench.procfs import SamplerThread, local_postmaster
+from queenpy.store.embedded import EmbeddedPostgres
 
 __all__ = ["BenchError", "BenchServer", "ExternalPostgres", "PgbenchProcess", "PgbenchRun", "PrivatePostgres",
            "Sql", "postgres_process_kind", "wait_for_clients"]
@@ -70,13 +71,8 @@ class PrivatePostgres:
     origin = "private (pgserver, stock settings)"
 
     def __init__(self, workdir: Path) -> None:
-        if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
-            (workdir / "runtime").mkdir(mode=0o700, exist_ok=True)
-            os.environ["XDG_RUNTIME_DIR"] = str(workdir / "runtime")
-        try:
-            import pgserver
-        except ImportError as exc:  # pragma: no cover - pgserver is a queenpy dependency
-            raise BenchError("the pgserver package is missing (it comes with queenpy)") from exc
+        import pgserver  # a queenpy dependency, as EmbeddedPostgres
+
         self.bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
         self.pgbench = self.bin_dir / "pgbench"
         if not self.pgbench.exists():
@@ -85,18 +81,14 @@ class PrivatePostgres:
                 raise BenchError(f"pgbench not found in {self.bin_dir} nor on PATH")
             self.pgbench = Path(found)
         self.data_dir = workdir / "pgdata"
-        module: Any = pgserver
-        self._server: Any = module.get_server(self.data_dir, cleanup_mode="delete")
-        self.url: str = self._server.get_uri()
-        match = re.search(r"host=([^&]+)", self.url)
-        if not match:
-            raise BenchError(f"cannot find the socket directory in {self.url}")
-        self.socket_dir = match.group(1)
-        self.pid: int | None = int(self._server.get_pid())
+        self._embedded = EmbeddedPostgres(self.data_dir, cleanup_mode="delete")
+        self.url: str = self._embedded.url
+        self.socket_dir = self._embedded.socket_dir
+        self.pid: int | None = int(self._embedded.server.get_pid())
         self.pgbench_connection = ["-h", self.socket_dir, "-U", "postgres", "postgres"]
 
     def stop(self) -> None:
-        self._server.cleanup()
+        self._embedded.stop()
 
 
 class ExternalPostgres:

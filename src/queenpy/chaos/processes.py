@@ -11,7 +11,6 @@ socket, so the brokers' database URL stays valid.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -23,6 +22,8 @@ from typing import Any
 
 import asyncpg
 import httpx
+
+from queenpy.store.embedded import EmbeddedPostgres
 
 __all__ = ["BrokerProcess", "ChaosError", "ChaosPostgres", "free_port"]
 
@@ -46,23 +47,14 @@ class ChaosPostgres:
     """
 
     def __init__(self, workdir: Path) -> None:
-        if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
-            (workdir / "runtime").mkdir(mode=0o700, exist_ok=True)
-            os.environ["XDG_RUNTIME_DIR"] = str(workdir / "runtime")
-        try:
-            import pgserver
-            from pgserver import _commands
-        except ImportError as exc:  # pragma: no cover - pgserver is a queenpy dependency
-            raise ChaosError("the pgserver package is missing (it comes with queenpy)") from exc
+        from pgserver import _commands  # a queenpy dependency, as EmbeddedPostgres
+
         self._pg_ctl: Callable[..., str] = _commands.pg_ctl  # type: ignore[attr-defined]
         self.data_dir = workdir / "pgdata"
-        module: Any = pgserver
-        self._server: Any = module.get_server(self.data_dir, cleanup_mode="delete")
-        self.url: str = self._server.get_uri()
-        match = re.search(r"host=([^&]+)", self.url)
-        if not match:
-            raise ChaosError(f"cannot find the socket directory in {self.url}")
-        self.socket_dir = match.group(1)
+        self._embedded = EmbeddedPostgres(self.data_dir, cleanup_mode="delete")
+        self._server: Any = self._embedded.server
+        self.url: str = self._embedded.url
+        self.socket_dir = self._embedded.socket_dir
         self.running = True
 
     def database_url(self, name: str) -> str:

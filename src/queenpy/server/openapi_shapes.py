@@ -84,7 +84,7 @@ _TRACE = obj(["id", "event_type", "data", "created_at"], id=UUID, event_type=STR
              transaction_id=STR, partition_id=UUID, queue_name=STR, partition_name=STR, message_payload=ANY)
 
 #: The 200 body of each operation, by (method, path).
-_MIGRATION_STATE: dict[str, Schema] = {
+_MIGRATION_STATE: dict[str, Any] = {  # Any: spread into obj(), whose nullable flag is a bool
     "startedAt": nullable(TIME), "finishedAt": nullable(TIME), "heartbeatAt": TIME, "holder": STR,
     "error": nullable(STR), "excludeTableData": array(STR),
     "target": obj(["host", "port", "database", "user"], host=STR, port=INT, database=STR, user=STR, ssl=BOOL,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import platformdirs
 
@@ -30,7 +31,7 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop") -> None:
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if not os.environ.get("XDG_RUNTIME_DIR"):
+        if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
             runtime = self.data_dir.parent / "runtime"
             runtime.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
@@ -42,6 +43,16 @@ class EmbeddedPostgres:
     def url(self) -> str:
         """``postgresql://postgres:@/postgres?host=<socket dir>``."""
         return str(self._server.get_uri())
+
+    @property
+    def socket_dir(self) -> str:
+        """The directory of the server's Unix socket (the URL's ``host``)."""
+        return parse_qs(urlparse(self.url).query)["host"][0]
+
+    @property
+    def server(self) -> Any:
+        """The ``pgserver`` server object (its postmaster pid, system user, cleanup)."""
+        return self._server
 
     def stop(self) -> None:
         """Stop the server (idempotent)."""
