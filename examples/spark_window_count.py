@@ -24,7 +24,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 import httpx
-from window_count_data import Window, expected_windows, make_events, produce
+from window_count_data import Window, check, expected_windows, make_events, produce
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     events = make_events(args.events)
     produced = produce(args.url, source, events)
     windows = run_window_count(get_session("window-count"), args.url, source, sink)
-    expected = expected_windows(events)
-    print(f"events: {produced}, windows emitted: {len(windows)}, expected: {len(expected)}")
-    if windows != expected:
-        print("MISMATCH with the Python computation", file=sys.stderr)
-        return 1
-    print("windows ok: equal to the Python computation")
-    return 0
+    return check(produced, windows, expected_windows(events))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import uuid
 from typing import Any
 
 import httpx
-from window_count_data import WINDOW_MS, Window, expected_windows, make_events, produce
+from window_count_data import WINDOW_MS, Window, check, expected_windows, make_events, produce
 
 
 def window_count(queen: Any, source: str, sink: str) -> Any:
@@ -106,13 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     events = make_events(args.events)
     produced = produce(args.url, source, events)
     windows = asyncio.run(run_window_count(args.url, source, sink, f"{args.query_id}-{suffix}", produced))
-    expected = expected_windows(events)
-    print(f"events: {produced}, windows emitted: {len(windows)}, expected: {len(expected)}")
-    if windows != expected:
-        print("MISMATCH with the Python computation", file=sys.stderr)
-        return 1
-    print("windows ok: equal to the Python computation")
-    return 0
+    return check(produced, windows, expected_windows(events))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ number of events per key and 1-minute tumbling window, as ``(key, windowStartMs,
 from __future__ import annotations
 
 import random
+import sys
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -48,3 +49,13 @@ def produce(url: str, queue: str, events: dict[str, list[dict[str, Any]]]) -> in
                          for i, e in enumerate(items[lo:lo + 1000])]
                 client.post("/api/v1/push", json={"items": chunk}).raise_for_status()
     return sum(len(items) for items in events.values())
+
+
+def check(produced: int, windows: list[Window], expected: list[Window]) -> int:
+    """Print what a run emitted against the plain-Python computation; the exit code (0 when equal, else 1)."""
+    print(f"events: {produced}, windows emitted: {len(windows)}, expected: {len(expected)}")
+    if windows != expected:
+        print("MISMATCH with the Python computation", file=sys.stderr)
+        return 1
+    print("windows ok: equal to the Python computation")
+    return 0
