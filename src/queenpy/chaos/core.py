@@ -123,17 +123,18 @@ async def configure_queue(url: str, queue: str, lease_s: int) -> None:
         await client.aclose()
 
 
-async def stored_ids(database_url: str, queue: str) -> collections.Counter[str]:
-    """transactionId -> number of stored rows, over every partition of ``queue``."""
+async def stored_ids(database_url: str, queue: str, key: str = "m.transaction_id") -> collections.Counter[str]:
+    """``key`` of each stored row (an SQL expression over ``queen.messages m``; default the transactionId) ->
+    number of stored rows with it, over every partition of ``queue``."""
     connection = await asyncpg.connect(database_url)
     try:
         rows = await connection.fetch(
-            "SELECT m.transaction_id, count(*) AS n FROM queen.messages m "
+            f"SELECT {key} AS key, count(*) AS n FROM queen.messages m "
             "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-            "WHERE q.name = $1 GROUP BY m.transaction_id", queue)
+            "WHERE q.name = $1 GROUP BY 1", queue)
     finally:
         await connection.close()
-    return collections.Counter({row["transaction_id"]: row["n"] for row in rows})
+    return collections.Counter({row["key"]: row["n"] for row in rows})
 
 
 async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault: Callable[[], Awaitable[float]],

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncpg
 import orjson
 
 from queenpy.chaos.core import (
@@ -190,7 +189,7 @@ async def consumer_killed(ctx: Context, result: Result) -> None:
             await asyncio.gather(*producer_tasks, *readers, return_exceptions=True)
     stored = await stored_ids(database, source)
     fill(result, ledger, stored)
-    sources = await _handoff_sources(database, target)
+    sources = await stored_ids(database, target, key="m.payload->>'source'")  # B's messages name A's
     if ledger.acknowledged - set(sources):
         result.notes += [f"at the end: {line}" for line in await partition_states(database, source, "chaos")]
         result.notes.append(f"handed off in the last 10 s of the drain: "
@@ -217,18 +216,6 @@ async def consumer_killed(ctx: Context, result: Result) -> None:
     result.check(f"every message of A is in B exactly once ({len(sources)} in B, {len(missing)} missing, "
                  f"{len(twice)} twice)", not missing and not twice)
     result.recovery_s = min(back) - killed_at if back else None
-
-
-async def _handoff_sources(database_url: str, queue: str) -> collections.Counter[str]:
-    connection = await asyncpg.connect(database_url)
-    try:
-        rows = await connection.fetch(
-            "SELECT m.payload->>'source' AS source, count(*) AS n FROM queen.messages m "
-            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-            "WHERE q.name = $1 GROUP BY 1", queue)
-    finally:
-        await connection.close()
-    return collections.Counter({row["source"]: row["n"] for row in rows})
 
 
 async def broker_failover(ctx: Context, result: Result) -> None:
