@@ -332,6 +332,17 @@ class BenchCore:
                      for i in range(start, min(partitions, start + 2000))]
             self.sql.fetchval("SELECT queen.push_messages_v3($1::jsonb)::text", json.dumps(items))
 
+    def _load_backlog(self, queue: str, partitions: int, per_partition: int, payload_bytes: int,
+                      rows_per_statement: int) -> None:
+        """Add ``per_partition`` messages to each of the queue's ``partitions`` by SQL (``BULK_LOAD``), in
+        statements of about ``rows_per_statement`` rows so each stays a few seconds at most; logs the time."""
+        started = time.monotonic()
+        self.log(f"  loading backlog: {per_partition * partitions:,} messages into {queue}")
+        step = max(1, rows_per_statement // partitions)
+        for done in range(0, per_partition, step):
+            self.sql.execute(BULK_LOAD, queue, min(step, per_partition - done), payload(payload_bytes))
+        self.log(f"  loaded in {time.monotonic() - started:.1f}s")
+
     # --- limits -----------------------------------------------------------------------------------
     def measure_limit(self, limit: Limit, round_no: int) -> dict[str, Any]:
         """Run pgbench for one limit and return its figures, measured as the broker's are: one pgbench run;

@@ -4,13 +4,11 @@ backlog; the consumer groups' cursors are the ground truth."""
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 from typing import Any
 
 from queenpy.bench.catalog import Scenario, payload
 from queenpy.bench.core import (
-    BULK_LOAD,
     Q_CHECKPOINTS,
     Q_QUEUE_ROWS,
     Backlog,
@@ -35,15 +33,8 @@ class ConsumeRuns(BenchCore):
             self.backlogs[scenario.partitions] = backlog
         wanted = scenario.batch * max(1, math.ceil(need_per_group / scenario.partitions / scenario.batch))
         if wanted > backlog.per_partition:
-            add = wanted - backlog.per_partition
-            started = time.monotonic()
-            self.log(f"  loading backlog: {add * scenario.partitions:,} messages into {backlog.queue}")
-            # in slices, so one statement stays a few seconds at most
-            step = max(1, 200_000 // scenario.partitions)
-            for done in range(0, add, step):
-                self.sql.execute(BULK_LOAD, backlog.queue, min(step, add - done), payload(40))
+            self._load_backlog(backlog.queue, scenario.partitions, wanted - backlog.per_partition, 40, 200_000)
             backlog.per_partition = wanted
-            self.log(f"  loaded in {time.monotonic() - started:.1f}s")
         return backlog
 
     def _run_consume(self, scenario: Scenario, round_no: int) -> dict[str, Any]:

@@ -106,14 +106,9 @@ class SparkRuns(BenchCore):
             self._precreate(queue, scenario.partitions)
             self._spark_backlog = 1
         if per_partition > self._spark_backlog:
-            add = per_partition - self._spark_backlog
-            started = time.monotonic()
-            self.log(f"  loading backlog: {add * scenario.partitions:,} messages into {queue}")
-            step = max(1, 20_000 // scenario.partitions)
-            for done in range(0, add, step):
-                self.sql.execute(BULK_LOAD, queue, min(step, add - done), payload(scenario.payload_bytes))
+            self._load_backlog(queue, scenario.partitions, per_partition - self._spark_backlog,
+                               scenario.payload_bytes, 20_000)
             self._spark_backlog = per_partition
-            self.log(f"  loaded in {time.monotonic() - started:.1f}s")
         return queue
 
     def _copy(self, source: str, target: str, checkpoint: Path, per_trigger: int, commit: str) -> Any:
