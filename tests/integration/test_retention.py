@@ -214,6 +214,51 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
         assert offsets(conn, "bulk", name) == list(range(21, 26))
 
 
+@pytest.mark.parametrize("old", [0, 1, 137, 499, 500])
+def test_the_run_of_old_messages_ends_at_the_first_young_one_at_any_depth(
+        conn: psycopg.Connection[Any], db_url: str, old: int) -> None:
+    """The step finds where the old run ends by a binary search over offsets (queen.retention_run_end_v1)."""
+    queue = f"depth-{old}"
+    configure(conn, queue, retentionSeconds=60)
+    push(conn, queue, 500)
+    if old:
+        age(conn, queue, old)
+    assert run_job(db_url, RetentionJob).rows == old
+    assert offsets(conn, queue) == list(range(old + 1, 501))
+    assert counters(conn, queue)[0] == old
+
+
+def test_offsets_deleted_one_by_one_are_stepped_over(conn: psycopg.Connection[Any], db_url: str) -> None:
+    configure(conn, "gaps", retentionSeconds=60)
+    push(conn, "gaps", 100)
+    age(conn, "gaps", 60)
+    conn.execute("DELETE FROM queen.messages m USING queen.partitions p, queen.queues q "
+                 "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'gaps' "
+                 "AND (m.seq BETWEEN 10 AND 40 OR m.seq BETWEEN 55 AND 70)")
+    assert run_job(db_url, RetentionJob).rows == 60 - 31 - 6
+    assert offsets(conn, "gaps") == list(range(71, 101))
+    # head_seq: past the last message deleted (54), never past the first young one (71); where in the gap it
+    # stops is the search's business
+    assert 54 <= counters(conn, "gaps")[1] <= 70
+
+
+def test_a_young_message_before_old_ones_is_kept_and_stops_the_run(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    """Creation times out of offset order (the clock stepped back): the step never deletes a young message,
+    and its floor stays below it, so the old ones after it go once it is old too."""
+    configure(conn, "skew", retentionSeconds=60)
+    push(conn, "skew", 50)
+    age(conn, "skew", 50)
+    conn.execute("UPDATE queen.messages m SET created_at = now() FROM queen.partitions p, queen.queues q "
+                 "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'skew' AND m.seq = 20")
+    assert run_job(db_url, RetentionJob).rows == 19
+    assert offsets(conn, "skew") == list(range(20, 51))
+    assert counters(conn, "skew")[:2] == (19, 19)  # messages deleted, head_seq
+    age(conn, "skew", 20)
+    assert run_job(db_url, RetentionJob).rows == 31
+    assert offsets(conn, "skew") == []
+
+
 def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
         conn: psycopg.Connection[Any], db_url: str) -> None:
     push(conn, "tidy", 1, partition="busy")

@@ -50,26 +50,37 @@ END;
 $$;
 
 -- Every DELETE of messages, whoever runs it: their dead letters, traces and replays (through the message_id
--- indexes: enable_seqscan = off, as the plans of a trigger are made once per session), the partitions'
+-- indexes: enable_seqscan = off, as the plans of a trigger are made once per session; each table only when it
+-- holds a row at all), the partitions'
 -- messages_deleted, the capped queues' stored count, and a retention_history row per queue of type 'deleted'
 -- unless the deleting transaction set queen.deletion_kind (the retention steps and partition cleanup write
 -- their own, typed history). Rows of a partition deleted in the same transaction (a queue or partition deletion
--- cascading) are not counted: their counters go with them.
+-- cascading) are not counted: their counters go with them. Hash and merge joins are off: the transition table
+-- looks like 1,000 rows to the planner, and a hash join read every partition_counters row for each deleting
+-- statement (100,000 at 100,000 partitions) where an index probe per touched partition is enough.
 CREATE OR REPLACE FUNCTION queen.messages_deleted_v1()
 RETURNS trigger
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     v_kind text := nullif(current_setting('queen.deletion_kind', true), '');
 BEGIN
-    DELETE FROM queen.dead_letter_queue d WHERE d.message_id IN (SELECT g.id FROM gone g);
-    DELETE FROM queen.message_traces t WHERE t.message_id IN (SELECT g.id FROM gone g);
-    DELETE FROM queen.replays r WHERE r.message_id IN (SELECT g.id FROM gone g);
-    WITH per_partition AS (
-        SELECT g.partition_id, p.queue_id, count(*) AS n
-        FROM gone g JOIN queen.partitions p ON p.id = g.partition_id
-        GROUP BY g.partition_id, p.queue_id
+    IF EXISTS (SELECT 1 FROM queen.dead_letter_queue) THEN
+        DELETE FROM queen.dead_letter_queue d WHERE d.message_id IN (SELECT g.id FROM gone g);
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.message_traces) THEN
+        DELETE FROM queen.message_traces t WHERE t.message_id IN (SELECT g.id FROM gone g);
+    END IF;
+    IF EXISTS (SELECT 1 FROM queen.replays) THEN
+        DELETE FROM queen.replays r WHERE r.message_id IN (SELECT g.id FROM gone g);
+    END IF;
+    WITH per_partition AS MATERIALIZED (
+        SELECT a.partition_id, p.queue_id, a.n
+        FROM (SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id) a
+        JOIN queen.partitions p ON p.id = a.partition_id
     ), counted AS (
         UPDATE queen.partition_counters c
         SET messages_deleted = c.messages_deleted + pp.n, updated_at = now()
@@ -240,8 +251,60 @@ LANGUAGE sql STABLE AS $$
               ELSE false END
 $$;
 
+-- The end of the old run at the front of one partition's offsets (p_lo, p_hi]: the offset just before the first
+-- message created at or after p_cutoff, or p_hi when there is none. Creation times grow with the offsets of a
+-- partition (created_at is taken after the partition lock, queen.push_items_v3), so this is a binary search
+-- over offsets: one probe of the newest message of the range (the common case of a backlog wholly past its
+-- period: done), then about log2(p_hi - p_lo) probes of the (partition_id, seq) index, each reading one
+-- message, instead of reading every message of the range (a step read each partition's young messages on every
+-- run: five times what it deleted in the soak, with completedRetentionSeconds 5 and a run a second).
+-- Offsets without a message (deleted one by one) are skipped by the probes. If the clock stepped back, a young
+-- message may sit before an old one; the caller's delete checks every message's time again and never deletes a
+-- young one (queen.retention_step_v1).
+CREATE OR REPLACE FUNCTION queen.retention_run_end_v1(p_partition_id uuid, p_lo bigint, p_hi bigint,
+                                                      p_cutoff timestamptz)
+RETURNS bigint
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+AS $$
+DECLARE
+    v_old bigint := p_lo;  -- every message in (p_lo, v_old] is old
+    v_young bigint;        -- a message at v_young is young; the answer is below it
+    v_mid bigint;
+    v_seq bigint;
+    v_at timestamptz;
+BEGIN
+    IF p_hi <= p_lo THEN
+        RETURN p_lo;
+    END IF;
+    SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
+    WHERE m.partition_id = p_partition_id AND m.seq > p_lo AND m.seq <= p_hi
+    ORDER BY m.seq DESC LIMIT 1;
+    IF v_seq IS NULL OR v_at < p_cutoff THEN
+        RETURN p_hi;
+    END IF;
+    v_young := v_seq;
+    WHILE v_young - v_old > 1 LOOP
+        v_mid := v_old + (v_young - v_old) / 2;
+        v_seq := NULL;
+        SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
+        WHERE m.partition_id = p_partition_id AND m.seq >= v_mid AND m.seq < v_young
+        ORDER BY m.seq LIMIT 1;
+        IF v_seq IS NULL THEN
+            v_young := v_mid;  -- no message in [v_mid, v_young): the old run ends before v_mid all the same
+        ELSIF v_at < p_cutoff THEN
+            v_old := v_seq;
+        ELSE
+            v_young := v_seq;
+        END IF;
+    END LOOP;
+    RETURN v_young - 1;
+END;
+$$;
+
 -- One bounded step of retention or eviction over the partitions of one queue: at most p_partitions
--- partitions looked at (in name order, from p_after) and at most p_batch messages read, in one short
+-- partitions looked at (in name order, from p_after) and at most p_batch offsets deleted, in one short
 -- transaction. Only messages created before p_run_at minus the queue's period are deleted.
 --
 -- Per partition, the offsets that may go, (lo, hi]:
@@ -253,10 +316,13 @@ $$;
 -- where a group's cursor is its offset minus any dead letter replayed to it (queen.replays), and the slowest
 -- cursor counts every group of p_groups without a cursor on the partition at 0 (p_groups: the queue's
 -- groups, queen.retention_queues_v1). A group holding a live lease keeps everything after its cursor.
--- Messages are read from lo in offset order through the (partition_id, seq) index; creation times grow with
--- offsets, so the step deletes the run of old messages at the front and stops at the first young one. The
--- floor of the kind (head_seq, completed_seq, evicted_seq) moves to the end of that run, so the next step
--- starts there without walking the deleted entries again. No partition row is locked: pushes go on.
+-- Partition by partition, queen.retention_run_end_v1 finds where the run of old messages at the front ends
+-- (a binary search: creation times grow with offsets), capped by what is left of p_batch; then one DELETE
+-- reads those ranges through the (partition_id, seq) index and deletes their messages by row address (no
+-- second index lookup per message), checking each message's time again (a young one stops its partition's
+-- run: the floor stays below it). The floor of the kind (head_seq, completed_seq, evicted_seq) moves to the end
+-- of the run, so the next step starts there without walking the deleted entries again. No partition row is
+-- locked: pushes go on.
 --
 -- Returns {"deleted", "partitions" (touched), "next": partition name to go on from or null when the queue is
 -- done, "inclusive": whether "next" itself still has work}. The caller writes nothing: this step writes
@@ -267,12 +333,27 @@ CREATE OR REPLACE FUNCTION queen.retention_step_v1(p_kind text, p_queue_id uuid,
 RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
 AS $$
 DECLARE
     v_queue queen.queues%ROWTYPE;
     v_seconds integer;
     v_cutoff timestamptz;
-    v_result jsonb;
+    v_left bigint := greatest(p_batch, 1);
+    v_cap bigint;
+    v_end bigint;
+    v_looked integer := 0;
+    v_last_name text;
+    v_next text;
+    v_inclusive boolean := false;
+    v_ids uuid[] := '{}';
+    v_los bigint[] := '{}';
+    v_ends bigint[] := '{}';
+    v_deleted integer := 0;
+    v_touched integer := 0;
+    r record;
 BEGIN
     IF p_kind NOT IN ('retention', 'completed_retention', 'max_wait_time_eviction') THEN
         RAISE EXCEPTION 'unknown retention kind %', p_kind USING ERRCODE = 'QN400';
@@ -286,105 +367,118 @@ BEGIN
         RETURN jsonb_build_object('deleted', 0, 'partitions', 0, 'next', NULL, 'inclusive', false);
     END IF;
     v_cutoff := p_run_at - make_interval(secs => v_seconds);
-    PERFORM set_config('queen.deletion_kind', p_kind, true);  -- the delete trigger leaves the history to us
 
-    WITH parts AS MATERIALIZED (
-        SELECT row_number() OVER (ORDER BY p.name) AS n, p.id, p.name, p.last_seq,
-               c.head_seq, c.completed_seq, c.evicted_seq
-        FROM queen.partitions p
-        JOIN queen.partition_counters c ON c.partition_id = p.id
-        WHERE p.queue_id = p_queue_id AND p.name >= p_after AND (p_inclusive OR p.name <> p_after)
-        ORDER BY p.name
-        LIMIT p_partitions
-    ), cursors AS MATERIALIZED (
-        SELECT parts.*, k.slowest, k.leased
-        FROM parts
-        CROSS JOIN LATERAL (
-            SELECT CASE WHEN count(*) = 0
-                             OR count(*) FILTER (WHERE pc.consumer_group = ANY (p_groups)) < cardinality(p_groups)
-                        THEN 0 ELSE min(e.cursor) END AS slowest,
-                   min(e.cursor) FILTER (WHERE pc.lease_expires_at > now()) AS leased
-            FROM queen.partition_consumers pc
+    FOR r IN
+        WITH parts AS MATERIALIZED (
+            SELECT p.id, p.name, p.last_seq, c.head_seq, c.completed_seq, c.evicted_seq
+            FROM queen.partitions p
+            JOIN queen.partition_counters c ON c.partition_id = p.id
+            WHERE p.queue_id = p_queue_id AND p.name >= p_after AND (p_inclusive OR p.name <> p_after)
+            ORDER BY p.name
+            LIMIT p_partitions
+        ), cursors AS (
+            SELECT parts.*, k.slowest, k.leased
+            FROM parts
             CROSS JOIN LATERAL (
-                SELECT least(pc.last_consumed_seq,
-                             coalesce((SELECT min(r.seq) - 1 FROM queen.replays r
-                                       WHERE r.partition_id = pc.partition_id
-                                         AND r.consumer_group = pc.consumer_group), pc.last_consumed_seq)) AS cursor
-            ) e
-            WHERE pc.partition_id = parts.id) k
-        ORDER BY parts.n
-    ), bounds AS (
-        SELECT c.n, c.id,
+                SELECT CASE WHEN count(*) = 0
+                                 OR count(*) FILTER (WHERE pc.consumer_group = ANY (p_groups)) < cardinality(p_groups)
+                            THEN 0 ELSE min(e.cursor) END AS slowest,
+                       min(e.cursor) FILTER (WHERE pc.lease_expires_at > now()) AS leased
+                FROM queen.partition_consumers pc
+                CROSS JOIN LATERAL (
+                    SELECT least(pc.last_consumed_seq,
+                                 coalesce((SELECT min(rp.seq) - 1 FROM queen.replays rp
+                                           WHERE rp.partition_id = pc.partition_id
+                                             AND rp.consumer_group = pc.consumer_group), pc.last_consumed_seq)) AS cursor
+                ) e
+                WHERE pc.partition_id = parts.id) k
+        )
+        SELECT c.id, c.name,
                CASE p_kind WHEN 'retention' THEN c.head_seq
                            WHEN 'completed_retention' THEN greatest(c.head_seq, c.completed_seq)
                            ELSE greatest(c.head_seq, c.completed_seq, c.evicted_seq, c.slowest) END AS lo,
                least(c.last_seq, coalesce(c.leased, c.last_seq),
                      CASE WHEN p_kind = 'completed_retention' THEN c.slowest ELSE c.last_seq END) AS hi
         FROM cursors c
-    ), chunk AS MATERIALIZED (
-        SELECT b.n, b.id AS partition_id, m.id AS message_id, m.seq, m.created_at < v_cutoff AS old_enough
-        FROM bounds b
-        CROSS JOIN LATERAL (
-            SELECT m.id, m.seq, m.created_at FROM queen.messages m
-            WHERE m.partition_id = b.id AND m.seq > b.lo AND m.seq <= b.hi
-            ORDER BY m.seq
-            LIMIT p_batch) m
-        WHERE b.lo < b.hi
-        LIMIT p_batch
-    ), ranked AS MATERIALIZED (
-        SELECT ch.*, bool_and(ch.old_enough) OVER (PARTITION BY ch.partition_id ORDER BY ch.seq) AS in_prefix
-        FROM chunk ch
-    ), doomed AS (
-        SELECT r.message_id FROM ranked r
-        WHERE r.in_prefix
-          AND NOT (p_kind = 'completed_retention'
-                   AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = r.message_id))
-    ), gone AS (
-        DELETE FROM queen.messages m USING doomed d WHERE m.id = d.message_id
-        RETURNING m.partition_id
-    ), per_partition AS (
-        SELECT r.n, r.partition_id, max(r.seq) FILTER (WHERE r.in_prefix) AS reached,
-               bool_and(r.in_prefix) AS all_old, count(*) AS taken
-        FROM ranked r GROUP BY r.n, r.partition_id
-    ), moved AS (
-        UPDATE queen.partition_counters c
-        SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, pp.reached) ELSE c.head_seq END,
-            completed_seq = CASE WHEN p_kind = 'completed_retention' THEN greatest(c.completed_seq, pp.reached)
-                                 ELSE c.completed_seq END,
-            evicted_seq = CASE WHEN p_kind = 'max_wait_time_eviction' THEN greatest(c.evicted_seq, pp.reached)
-                               ELSE c.evicted_seq END,
-            updated_at = now()
-        FROM per_partition pp
-        WHERE c.partition_id = pp.partition_id AND pp.reached IS NOT NULL
-        RETURNING 1
-    ), history AS (
-        INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
-                                             retention_type)
-        SELECT CASE WHEN count(DISTINCT g.partition_id) = 1 THEN (array_agg(g.partition_id))[1] END,
-               p_queue_id, v_queue.name, count(DISTINCT g.partition_id), count(*), p_kind
-        FROM gone g
-        HAVING count(*) > 0
-        RETURNING 1
-    ), totals AS (
-        SELECT count(*) AS taken, max(n) AS last_n FROM chunk
-    ), unfinished AS (
-        -- a partition may hold more when its read ended on old messages at its own limit, or where the step's
-        -- budget ran out (the last partition read, and those after it)
-        SELECT min(p.n) AS n
-        FROM parts p CROSS JOIN totals t LEFT JOIN per_partition pp ON pp.n = p.n
-        WHERE (pp.n IS NOT NULL AND pp.all_old AND (pp.taken >= p_batch OR (t.taken >= p_batch AND p.n = t.last_n)))
-           OR (t.taken >= p_batch AND p.n > t.last_n)
-    )
-    SELECT jsonb_build_object(
-        'deleted', (SELECT count(*) FROM gone),
-        'partitions', (SELECT count(DISTINCT partition_id) FROM gone),
-        'next', CASE WHEN u.n IS NOT NULL THEN (SELECT name FROM parts WHERE n = u.n)
-                     WHEN (SELECT count(*) FROM parts) >= p_partitions THEN (SELECT max(name) FROM parts) END,
-        'inclusive', u.n IS NOT NULL)
-    INTO v_result
-    FROM unfinished u;
-    PERFORM set_config('queen.deletion_kind', '', true);
-    RETURN v_result;
+        ORDER BY c.name
+    LOOP
+        IF v_left <= 0 THEN  -- the budget is spent: this partition may still hold work
+            v_next := r.name;
+            v_inclusive := true;
+            EXIT;
+        END IF;
+        v_looked := v_looked + 1;
+        v_last_name := r.name;
+        CONTINUE WHEN r.lo >= r.hi;
+        v_cap := least(r.hi, r.lo + v_left);
+        v_end := queen.retention_run_end_v1(r.id, r.lo, v_cap, v_cutoff);
+        IF v_end > r.lo THEN
+            v_ids := v_ids || r.id;
+            v_los := v_los || r.lo;
+            v_ends := v_ends || v_end;
+            v_left := v_left - (v_end - r.lo);
+        END IF;
+        IF v_end = v_cap AND v_cap < r.hi THEN  -- cut by the budget, not by a young message
+            v_next := r.name;
+            v_inclusive := true;
+            EXIT;
+        END IF;
+    END LOOP;
+    IF v_next IS NULL AND v_looked >= p_partitions THEN
+        v_next := v_last_name;
+    END IF;
+
+    IF cardinality(v_ids) > 0 THEN
+        PERFORM set_config('queen.deletion_kind', p_kind, true);  -- the delete trigger leaves the history to us
+        WITH ranges AS (
+            SELECT * FROM unnest(v_ids, v_los, v_ends) AS x(partition_id, lo, run_end)
+        ), scanned AS MATERIALIZED (  -- a range without a message (deleted one by one) gives one row of nulls
+            SELECT rg.partition_id, rg.run_end, m.ctid AS row_id, m.id, m.seq, m.created_at < v_cutoff AS old_enough
+            FROM ranges rg
+            LEFT JOIN LATERAL (
+                SELECT m.ctid, m.id, m.seq, m.created_at FROM queen.messages m
+                WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo AND m.seq <= rg.run_end
+                OFFSET 0) m ON true  -- not pulled up into a join: one index range scan per range, whatever the plan
+        ), marked AS MATERIALIZED (  -- the run ends before the first young message (the clock stepped back)
+            SELECT s.*, coalesce(min(s.seq) FILTER (WHERE NOT s.old_enough) OVER (PARTITION BY s.partition_id) - 1,
+                                 s.run_end) AS reached
+            FROM scanned s
+        ), runs AS (
+            SELECT DISTINCT mk.partition_id, mk.reached FROM marked mk
+        ), doomed AS (
+            SELECT mk.row_id FROM marked mk
+            WHERE mk.seq <= mk.reached
+              AND NOT (p_kind = 'completed_retention'
+                       AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = mk.id))
+        ), gone AS (
+            DELETE FROM queen.messages m WHERE m.ctid = ANY (ARRAY(SELECT d.row_id FROM doomed d))
+            RETURNING m.partition_id
+        ), moved AS (
+            UPDATE queen.partition_counters c
+            SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, u.reached) ELSE c.head_seq END,
+                completed_seq = CASE WHEN p_kind = 'completed_retention' THEN greatest(c.completed_seq, u.reached)
+                                     ELSE c.completed_seq END,
+                evicted_seq = CASE WHEN p_kind = 'max_wait_time_eviction' THEN greatest(c.evicted_seq, u.reached)
+                                   ELSE c.evicted_seq END,
+                updated_at = now()
+            FROM runs u
+            WHERE c.partition_id = u.partition_id
+            RETURNING 1
+        ), history AS (
+            INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
+                                                 retention_type)
+            SELECT CASE WHEN count(DISTINCT g.partition_id) = 1 THEN (array_agg(g.partition_id))[1] END,
+                   p_queue_id, v_queue.name, count(DISTINCT g.partition_id), count(*), p_kind
+            FROM gone g
+            HAVING count(*) > 0
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM gone), (SELECT count(DISTINCT partition_id) FROM gone)
+        INTO v_deleted, v_touched;
+        PERFORM set_config('queen.deletion_kind', '', true);
+    END IF;
+    RETURN jsonb_build_object('deleted', v_deleted, 'partitions', v_touched, 'next', v_next,
+                              'inclusive', v_inclusive);
 END;
 $$;
 
