@@ -368,39 +368,38 @@ BEGIN
     END IF;
     v_cutoff := p_run_at - make_interval(secs => v_seconds);
 
+    -- read as the loop goes (a cursor, 10 rows a fetch): partitions in name order from the index on (queue_id,
+    -- name), each with its counters and cursors, so a step that spends its budget on the first partition
+    -- reads no more than those (no CTE, no sort: nothing makes the whole window first)
     FOR r IN
-        WITH parts AS MATERIALIZED (
+        SELECT parts.id, parts.name,
+               CASE p_kind WHEN 'retention' THEN parts.head_seq
+                           WHEN 'completed_retention' THEN greatest(parts.head_seq, parts.completed_seq)
+                           ELSE greatest(parts.head_seq, parts.completed_seq, parts.evicted_seq, k.slowest) END AS lo,
+               least(parts.last_seq, coalesce(k.leased, parts.last_seq),
+                     CASE WHEN p_kind = 'completed_retention' THEN k.slowest ELSE parts.last_seq END) AS hi
+        FROM (
             SELECT p.id, p.name, p.last_seq, c.head_seq, c.completed_seq, c.evicted_seq
             FROM queen.partitions p
             JOIN queen.partition_counters c ON c.partition_id = p.id
             WHERE p.queue_id = p_queue_id AND p.name >= p_after AND (p_inclusive OR p.name <> p_after)
             ORDER BY p.name
             LIMIT p_partitions
-        ), cursors AS (
-            SELECT parts.*, k.slowest, k.leased
-            FROM parts
+        ) parts
+        CROSS JOIN LATERAL (
+            SELECT CASE WHEN count(*) = 0
+                             OR count(*) FILTER (WHERE pc.consumer_group = ANY (p_groups)) < cardinality(p_groups)
+                        THEN 0 ELSE min(e.cursor) END AS slowest,
+                   min(e.cursor) FILTER (WHERE pc.lease_expires_at > now()) AS leased
+            FROM queen.partition_consumers pc
             CROSS JOIN LATERAL (
-                SELECT CASE WHEN count(*) = 0
-                                 OR count(*) FILTER (WHERE pc.consumer_group = ANY (p_groups)) < cardinality(p_groups)
-                            THEN 0 ELSE min(e.cursor) END AS slowest,
-                       min(e.cursor) FILTER (WHERE pc.lease_expires_at > now()) AS leased
-                FROM queen.partition_consumers pc
-                CROSS JOIN LATERAL (
-                    SELECT least(pc.last_consumed_seq,
-                                 coalesce((SELECT min(rp.seq) - 1 FROM queen.replays rp
-                                           WHERE rp.partition_id = pc.partition_id
-                                             AND rp.consumer_group = pc.consumer_group), pc.last_consumed_seq)) AS cursor
-                ) e
-                WHERE pc.partition_id = parts.id) k
-        )
-        SELECT c.id, c.name,
-               CASE p_kind WHEN 'retention' THEN c.head_seq
-                           WHEN 'completed_retention' THEN greatest(c.head_seq, c.completed_seq)
-                           ELSE greatest(c.head_seq, c.completed_seq, c.evicted_seq, c.slowest) END AS lo,
-               least(c.last_seq, coalesce(c.leased, c.last_seq),
-                     CASE WHEN p_kind = 'completed_retention' THEN c.slowest ELSE c.last_seq END) AS hi
-        FROM cursors c
-        ORDER BY c.name
+                SELECT least(pc.last_consumed_seq,
+                             coalesce((SELECT min(rp.seq) - 1 FROM queen.replays rp
+                                       WHERE rp.partition_id = pc.partition_id
+                                         AND rp.consumer_group = pc.consumer_group), pc.last_consumed_seq)) AS cursor
+            ) e
+            WHERE pc.partition_id = parts.id) k
+        ORDER BY parts.name
     LOOP
         IF v_left <= 0 THEN  -- the budget is spent: this partition may still hold work
             v_next := r.name;
