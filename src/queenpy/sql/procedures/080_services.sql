@@ -319,10 +319,10 @@ $$;
 -- Partition by partition, queen.retention_run_end_v1 finds where the run of old messages at the front ends
 -- (a binary search: creation times grow with offsets), capped by what is left of p_batch; then one DELETE
 -- reads those ranges through the (partition_id, seq) index and deletes their messages by row address (no
--- second index lookup per message), checking each message's time again (a young one stops its partition's
--- run: the floor stays below it). The floor of the kind (head_seq, completed_seq, evicted_seq) moves to the end
--- of the run, so the next step starts there without walking the deleted entries again. No partition row is
--- locked: pushes go on.
+-- second index lookup per message), checking each message's time again: a young one in a range (possible only
+-- if the clock stepped back) is kept, and its partition's floor stays below it. The floor of the kind
+-- (head_seq, completed_seq, evicted_seq) moves to the end of the run, so the next step starts there without
+-- walking the deleted entries again. No partition row is locked: pushes go on.
 --
 -- Returns {"deleted", "partitions" (touched), "next": partition name to go on from or null when the queue is
 -- done, "inclusive": whether "next" itself still has work}. The caller writes nothing: this step writes
@@ -438,20 +438,21 @@ BEGIN
                 SELECT m.ctid, m.id, m.seq, m.created_at FROM queen.messages m
                 WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo AND m.seq <= rg.run_end
                 OFFSET 0) m ON true  -- not pulled up into a join: one index range scan per range, whatever the plan
-        ), marked AS MATERIALIZED (  -- the run ends before the first young message (the clock stepped back)
-            SELECT s.*, coalesce(min(s.seq) FILTER (WHERE NOT s.old_enough) OVER (PARTITION BY s.partition_id) - 1,
-                                 s.run_end) AS reached
-            FROM scanned s
-        ), runs AS (
-            SELECT DISTINCT mk.partition_id, mk.reached FROM marked mk
-        ), doomed AS (
-            SELECT mk.row_id FROM marked mk
-            WHERE mk.seq <= mk.reached
+        ), runs AS MATERIALIZED (  -- a young message in a range (the clock stepped back) keeps the floor below it
+            SELECT s.partition_id,
+                   coalesce(min(s.seq) FILTER (WHERE NOT s.old_enough) - 1, max(s.run_end)) AS reached
+            FROM scanned s GROUP BY s.partition_id
+        ), doomed AS (  -- every old message of the ranges; the DLQ is probed only when it holds a row at all
+            SELECT s.row_id FROM scanned s
+            WHERE s.old_enough
               AND NOT (p_kind = 'completed_retention'
-                       AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = mk.id))
+                       AND (SELECT EXISTS (SELECT 1 FROM queen.dead_letter_queue))
+                       AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = s.id))
         ), gone AS (
             DELETE FROM queen.messages m WHERE m.ctid = ANY (ARRAY(SELECT d.row_id FROM doomed d))
             RETURNING m.partition_id
+        ), per_partition AS MATERIALIZED (
+            SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id
         ), moved AS (
             UPDATE queen.partition_counters c
             SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, u.reached) ELSE c.head_seq END,
@@ -466,13 +467,13 @@ BEGIN
         ), history AS (
             INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
                                                  retention_type)
-            SELECT CASE WHEN count(DISTINCT g.partition_id) = 1 THEN (array_agg(g.partition_id))[1] END,
-                   p_queue_id, v_queue.name, count(DISTINCT g.partition_id), count(*), p_kind
-            FROM gone g
+            SELECT CASE WHEN count(*) = 1 THEN (array_agg(pp.partition_id))[1] END,
+                   p_queue_id, v_queue.name, count(*), sum(pp.n), p_kind
+            FROM per_partition pp
             HAVING count(*) > 0
             RETURNING 1
         )
-        SELECT (SELECT count(*) FROM gone), (SELECT count(DISTINCT partition_id) FROM gone)
+        SELECT coalesce((SELECT sum(n) FROM per_partition), 0), (SELECT count(*) FROM per_partition)
         INTO v_deleted, v_touched;
         PERFORM set_config('queen.deletion_kind', '', true);
     END IF;
