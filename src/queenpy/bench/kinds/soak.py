@@ -5,7 +5,10 @@ services cost the hot path less than 5%?
 Timeline of ``--duration`` D (warm-up first): the services run for the first 60% of D (the flatness window);
 the last 40% alternates 4 slices with the services paused everywhere and running again (off, on, off, on;
 ``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
-rates of the "on" slices are compared with the "off" slices of the same run. The producer is paced at
+rates of the "on" slices are compared with the "off" slices of the same run. An "on" slice starts once
+retention has caught up with what the "off" slice before it left (the stored count back within 10% of the
+flatness window's mean; at most one slice long, reported as ``catch_up_s``): the comparison is of the steady
+states, not of a steady state against the deletions a pause postponed. The producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
 probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
 :data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
@@ -116,7 +119,8 @@ class SoakRuns(BenchCore):
         duration = options.soak_duration_s
         flat_s = 0.6 * duration
         slice_s = (duration - flat_s) / 4
-        total = options.warmup + duration
+        # the load runs long enough for the two catch-ups (see the module docstring) at their longest
+        total = options.warmup + duration + 2 * slice_s
         results: dict[str, WrkRun] = {}
 
         def drive(name: str, script: Path, connections: int, threads: int) -> None:
@@ -146,8 +150,12 @@ class SoakRuns(BenchCore):
             start = self._mark()
             plan = [("on", flat_s)] + [(state, slice_s) for state in ("off", "on", "off", "on")]
             at = start.at
+            baseline: float | None = None
             for state, length in plan:
                 self.sql.execute(Q_PAUSE, state == "off")
+                catch_up_s = None
+                if state == "on" and baseline is not None:
+                    at, catch_up_s = self._catch_up(queue, start.at, samples, baseline, slice_s, produced, cursor)
                 begin = (time.monotonic(), produced(), cursor())
                 end_at = at + length
                 while time.monotonic() < end_at - 0.05:
@@ -157,7 +165,11 @@ class SoakRuns(BenchCore):
                 elapsed = finish[0] - begin[0]
                 slices.append({"services": state, "seconds": elapsed,
                                "push_msg_per_s": (finish[1] - begin[1]) / elapsed if elapsed > 0 else 0.0,
-                               "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0})
+                               "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0,
+                               "catch_up_s": catch_up_s})
+                if baseline is None:  # the stored count the services hold when always on: the flat window's
+                    steady = [x["stored"] for x in samples if x["t"] >= flat_s / 3]
+                    baseline = sum(steady) / len(steady) if steady else samples[-1]["stored"]
                 at = end_at
             samples.append(self._soak_sample(queue, start.at, "on", produced(), cursor()))
             end = self._mark()
@@ -194,6 +206,21 @@ class SoakRuns(BenchCore):
             if soak["flatness"][key]["flat"] is False:
                 run["notes"].append(f"{key} grows: {soak['flatness'][key]['slope_per_min']:+,.2f} per minute")
         return run
+
+    def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], baseline: float, limit_s: float,
+                  produced: Any, cursor: Any) -> tuple[float, float]:
+        """After an "off" slice: sample until the stored count is back to ``baseline`` x 1.1 (retention has
+        deleted what the pause left behind) or ``limit_s`` passed; returns (when that was, its duration in s).
+        The "on" slice is measured from then on: what the services do in a steady state, not the deletions a
+        pause postponed (those would charge the "on" slice twice for the same work)."""
+        begin = time.monotonic()
+        while True:
+            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
+            samples.append(sample)
+            now = time.monotonic()
+            if sample["stored"] <= 1.1 * baseline or now - begin >= limit_s:
+                return now, now - begin
+            procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
     def _push_capacity(self, round_no: int) -> tuple[float, str]:
         """msg/s of push-10-40B in this round, measured now if the run did not include it."""
