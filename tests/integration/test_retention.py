@@ -153,6 +153,14 @@ def test_completed_retention_waits_for_every_group_and_spares_dead_letters_and_r
     assert counters(conn, "jobs") == (4, 0, 5, 0)
     # "other" has cursors of neither group: nothing consumed there by every group
     assert offsets(conn, "jobs", "other") == [1, 2, 3, 4]
+    # the stats job finds the oldest message below the floor (the dead letter), not only from the floor on
+    run_job(db_url, StatsJob)
+    oldest = conn.execute(
+        "SELECT s.oldest_seq, s.oldest_at = (SELECT min(m.created_at) FROM queen.messages m "
+        "WHERE m.partition_id = s.partition_id) FROM queen.partition_stats s JOIN queen.partitions p "
+        "ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'jobs' "
+        "AND p.name = 'Default'").fetchone()
+    assert oldest == (3, True)
 
     # the dead letter is replayed to "slow" (queen.replays): its offset is below the cursor, and it stays
     replay = conn.execute(

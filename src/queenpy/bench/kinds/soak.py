@@ -6,8 +6,8 @@ Timeline of ``--duration`` D (warm-up first): the services run for the first 60%
 the last 40% alternates 4 slices with the services paused everywhere and running again (off, on, off, on;
 ``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
 rates of the "on" slices are compared with the "off" slices of the same run. An "on" slice starts once
-retention has caught up with what the "off" slice before it left (the stored count back within 10% of the
-flatness window's mean; at most one slice long, reported as ``catch_up_s``): the comparison is of the steady
+retention has caught up with what the "off" slice before it left (the messages consumed and not yet deleted
+back within 10% of the flatness window's mean; at most one slice long, reported as ``catch_up_s``): the comparison is of the steady
 states, not of a steady state against the deletions a pause postponed. The producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
 probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
@@ -74,6 +74,12 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
     if var == 0:
         return None
     return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
+
+
+def _retained(sample: dict[str, Any]) -> float:
+    """Messages consumed and not yet deleted in a sample: stored minus not yet consumed (offsets assigned minus
+    the queue-mode cursor)."""
+    return float(sample["stored"] - (sample["produced"] - sample["cursor"]))
 
 
 def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None) -> dict[str, Any]:
@@ -167,9 +173,9 @@ class SoakRuns(BenchCore):
                                "push_msg_per_s": (finish[1] - begin[1]) / elapsed if elapsed > 0 else 0.0,
                                "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0,
                                "catch_up_s": catch_up_s})
-                if baseline is None:  # the stored count the services hold when always on: the flat window's
-                    steady = [x["stored"] for x in samples if x["t"] >= flat_s / 3]
-                    baseline = sum(steady) / len(steady) if steady else samples[-1]["stored"]
+                if baseline is None:  # what the services leave consumed and not deleted when always on
+                    steady = [_retained(x) for x in samples if x["t"] >= flat_s / 3]
+                    baseline = sum(steady) / len(steady) if steady else _retained(samples[-1])
                 at = end_at
             samples.append(self._soak_sample(queue, start.at, "on", produced(), cursor()))
             end = self._mark()
@@ -209,8 +215,10 @@ class SoakRuns(BenchCore):
 
     def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], baseline: float, limit_s: float,
                   produced: Any, cursor: Any) -> tuple[float, float]:
-        """After an "off" slice: sample until the stored count is back to ``baseline`` x 1.1 (retention has
-        deleted what the pause left behind) or ``limit_s`` passed; returns (when that was, its duration in s).
+        """After an "off" slice: sample until the messages consumed and not yet deleted are back to ``baseline``
+        x 1.1 (retention has deleted what the pause left behind) or ``limit_s`` passed; returns (when that was,
+        its duration in s). Consumed messages, not all stored ones: consumers that fall behind grow the stored
+        count without any retention debt.
         The "on" slice is measured from then on: what the services do in a steady state, not the deletions a
         pause postponed (those would charge the "on" slice twice for the same work)."""
         begin = time.monotonic()
@@ -218,7 +226,7 @@ class SoakRuns(BenchCore):
             sample = self._soak_sample(queue, origin, "on", produced(), cursor())
             samples.append(sample)
             now = time.monotonic()
-            if sample["stored"] <= 1.1 * baseline or now - begin >= limit_s:
+            if _retained(sample) <= 1.1 * baseline or now - begin >= limit_s:
                 return now, now - begin
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
