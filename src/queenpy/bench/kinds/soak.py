@@ -4,7 +4,7 @@ services cost the hot path less than 5%?
 
 Timeline of ``--duration`` D (warm-up first): the services run for the first 60% of D (the flatness window);
 the last 40% alternates 4 slices with the services paused everywhere and running again (off, on, off, on;
-each slice at most :data:`MAX_SLICE_S`, the flatness window taking the rest of a long run;
+a slice is at most :data:`MAX_SLICE_S` long, and in a longer run the flatness window takes the rest;
 ``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
 rates of the "on" slices are compared with the "off" slices of the same run. An "on" slice starts once
 retention has caught up with what the "off" slice before it left (the messages consumed and not yet deleted
