@@ -8,8 +8,9 @@ a slice is at most :data:`MAX_SLICE_S` long, and in a longer run the flatness wi
 ``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
 rates of the "on" slices are compared with the "off" slices of the same run. An "on" slice starts once
 retention has caught up with what the "off" slice before it left (the messages consumed and not yet deleted
-back within 10% of the flatness window's mean; at most one slice long, reported as ``catch_up_s``): the comparison is of the steady
-states, not of a steady state against the deletions a pause postponed. The producer is paced at
+back within 10% of the flatness window's mean; at most one slice long, reported as ``catch_up_s``): the
+comparison is of the steady states, not of a steady state against the deletions a pause postponed. The
+producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
 probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
 :data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
@@ -220,9 +221,8 @@ class SoakRuns(BenchCore):
         """After an "off" slice: sample until the messages consumed and not yet deleted are back to ``baseline``
         x 1.1 (retention has deleted what the pause left behind) or ``limit_s`` passed; returns (when that was,
         its duration in s). Consumed messages, not all stored ones: consumers that fall behind grow the stored
-        count without any retention debt.
-        The "on" slice is measured from then on: what the services do in a steady state, not the deletions a
-        pause postponed (those would charge the "on" slice twice for the same work)."""
+        count without any retention debt. The "on" slice is measured from then on: what the services do in a
+        steady state, not the deletions a pause postponed (those would charge the "on" slice twice)."""
         begin = time.monotonic()
         while True:
             sample = self._soak_sample(queue, origin, "on", produced(), cursor())
