@@ -145,3 +145,39 @@ def test_trimming_reads_only_what_it_deletes(conn: psycopg.Connection[Any]) -> N
     assert scans == {}, scans
     assert fetched == {"retention_history": 100}, fetched  # the 100 rows deleted, through the time index
     assert buffers < 1500, buffers  # their pages and index entries; the table spans over a thousand pages
+
+
+def test_a_completed_retention_step_reads_the_old_run_not_the_young_messages_behind_it(
+        conn: psycopg.Connection[Any]) -> None:
+    """The soak's case: everything is consumed, a short period, a run a second. The step finds where the old
+    run ends by a binary search (queen.retention_run_end_v1) instead of reading every consumed message."""
+    partition = deep_partition(conn, "young", 20_000, completedRetentionSeconds=60)
+    conn.execute("UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 100", (partition,))
+    conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 20000)",
+                 (partition,))
+    queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'young'").fetchone()[0]  # type: ignore[index]
+    call = "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', '', true, 500, 1000, now())"
+    buffers, scans, fetched = measure(conn, call, (queue_id,))
+    assert scans == {}, scans
+    assert conn.execute("SELECT min(seq) FROM queen.messages WHERE partition_id = %s", (partition,)).fetchone() == (101,)
+    # the 100 old messages, and about log2(20,000) = 15 probes; not the 19,900 young ones (nor 1,000 of them)
+    assert fetched.get("messages", 0) <= 100 + 20, fetched
+    assert buffers < 30 * 100, buffers
+
+
+def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(conn: psycopg.Connection[Any]) -> None:
+    """After retention deleted 50,000 messages, their index entries stay until a vacuum; the oldest-message
+    probe of the stats job starts at the floor, so it never walks them (it did, in the soak: 350 ms a run)."""
+    partition = deep_partition(conn, "floor", 60_000, retentionSeconds=60)
+    conn.execute("UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 50000",
+                 (partition,))
+    queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'floor'").fetchone()[0]  # type: ignore[index]
+    conn.execute("SELECT queen.stats_refresh_v1(true)")
+    step = "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100000, now())"
+    assert conn.execute(step, (queue_id,)).fetchone()[0]["deleted"] == 50_000  # type: ignore[index]
+    buffers, scans, _ = measure(conn, "SELECT queen.stats_refresh_v1(false)", ())
+    row = conn.execute("SELECT oldest_seq FROM queen.partition_stats WHERE partition_id = %s", (partition,))
+    assert row.fetchone() == (50_001,)
+    assert "messages" not in scans, scans
+    # 50,000 dead index entries span about 150 leaf pages (and a heap page per entry on a first walk)
+    assert buffers < 150, buffers
