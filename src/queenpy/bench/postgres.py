@@ -12,7 +12,6 @@ import asyncio
 import collections
 import os
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ import asyncpg
 
 from queenpy.bench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
 from queenpy.bench.procfs import SamplerThread, local_postmaster
-from queenpy.store.embedded import EmbeddedPostgres
+from queenpy.store.embedded import EmbeddedPostgres, postgres_program
 
 __all__ = ["BenchError", "BenchServer", "ExternalPostgres", "PgbenchProcess", "PgbenchRun", "PrivatePostgres",
            "Sql", "postgres_process_kind", "wait_for_clients"]
@@ -71,15 +70,10 @@ class PrivatePostgres:
     origin = "private (pgserver, stock settings)"
 
     def __init__(self, workdir: Path) -> None:
-        import pgserver  # a queenpy dependency, as EmbeddedPostgres
-
-        self.bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
-        self.pgbench = self.bin_dir / "pgbench"
-        if not self.pgbench.exists():
-            found = shutil.which("pgbench")
-            if not found:
-                raise BenchError(f"pgbench not found in {self.bin_dir} nor on PATH")
-            self.pgbench = Path(found)
+        found = postgres_program("pgbench")
+        if found is None:
+            raise BenchError("pgbench not found in the pgserver wheel nor on PATH")
+        self.pgbench = found
         self.data_dir = workdir / "pgdata"
         self._embedded = EmbeddedPostgres(self.data_dir, cleanup_mode="delete")
         self.url: str = self._embedded.url
@@ -102,15 +96,10 @@ class ExternalPostgres:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        found = shutil.which("pgbench")
-        if found:
-            self.pgbench = Path(found)
-        else:
-            try:
-                import pgserver
-            except ImportError as exc:  # pragma: no cover - pgserver is a queenpy dependency
-                raise BenchError("pgbench not found on PATH") from exc
-            self.pgbench = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pgbench"
+        found = postgres_program("pgbench", path_first=True)
+        if found is None:
+            raise BenchError("pgbench not found on PATH nor in the pgserver wheel")
+        self.pgbench = found
         self.pgbench_connection = [url]
         try:
             sql = Sql(url)

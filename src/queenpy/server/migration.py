@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -32,6 +30,7 @@ import orjson
 
 from queenpy.errors import InvalidRequest
 from queenpy.store.database import Database
+from queenpy.store.embedded import postgres_program
 
 __all__ = ["MigrationConflict", "MigrationRunner", "Target", "parse_target"]
 
@@ -115,17 +114,10 @@ def parse_target(body: dict[str, Any]) -> Target:
 
 
 def _binary(name: str) -> str:
-    try:
-        from pgserver import _commands
-        shipped = Path(_commands.POSTGRES_BIN_PATH) / name
-        if shipped.exists():
-            return str(shipped)
-    except (ImportError, AttributeError):
-        pass
-    found = shutil.which(name)
-    if not found:
+    found = postgres_program(name)
+    if found is None:
         raise MigrationConflict(f"{name} not found (neither in the pgserver wheel nor on PATH)")
-    return found
+    return str(found)
 
 
 def _now() -> str:

@@ -7,6 +7,7 @@ wheel) with its data in the user data directory, listening on a Unix socket only
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -19,6 +20,26 @@ __all__ = ["EmbeddedPostgres", "default_data_dir"]
 def default_data_dir() -> Path:
     """``<user data dir>/queenpy/pgdata`` (for example ``~/.local/share/queenpy/pgdata``)."""
     return Path(platformdirs.user_data_dir("queenpy")) / "pgdata"
+
+
+def postgres_program(name: str, *, path_first: bool = False) -> Path | None:
+    """A PostgreSQL program (``pg_dump``, ``pg_restore``, ``pgbench``, ...): the one shipped in the pgserver
+    wheel, else the one on ``PATH``; ``path_first`` looks on ``PATH`` first (the user's own installation).
+    None when neither has it."""
+    def shipped() -> Path | None:
+        try:
+            import pgserver
+        except ImportError:  # pragma: no cover - pgserver is a queenpy dependency
+            return None
+        candidate = Path(pgserver.__file__).parent / "pginstall" / "bin" / name
+        return candidate if candidate.exists() else None
+
+    def on_path() -> Path | None:
+        found = shutil.which(name)
+        return Path(found) if found else None
+
+    first, second = (on_path, shipped) if path_first else (shipped, on_path)
+    return first() or second()
 
 
 class EmbeddedPostgres:
