@@ -353,6 +353,9 @@ DECLARE
     v_ends bigint[] := '{}';
     v_deleted integer := 0;
     v_touched integer := 0;
+    v_dlq boolean;
+    v_gone_ids uuid[];
+    v_gone_counts bigint[];
     r record;
 BEGIN
     IF p_kind NOT IN ('retention', 'completed_retention', 'max_wait_time_eviction') THEN
@@ -429,30 +432,43 @@ BEGIN
 
     IF cardinality(v_ids) > 0 THEN
         PERFORM set_config('queen.deletion_kind', p_kind, true);  -- the delete trigger leaves the history to us
+        v_dlq := p_kind = 'completed_retention' AND EXISTS (SELECT 1 FROM queen.dead_letter_queue);
+        -- the old messages of each range: one index range scan per range finds them (OFFSET 0: never pulled
+        -- up into a join that could scan the whole index instead), the delete goes by row address; a young
+        -- one (the clock stepped back) stays, and under completed retention so does a dead letter's message
+        -- (the DLQ is probed only when it holds a row at all; OFFSET 0: one probe per message, never a hash
+        -- of the whole DLQ)
+        WITH gone AS (
+            DELETE FROM queen.messages m WHERE m.ctid = ANY (ARRAY(
+                SELECT s.row_id
+                FROM unnest(v_ids, v_los, v_ends) AS rg(partition_id, lo, run_end)
+                CROSS JOIN LATERAL (
+                    SELECT o.ctid AS row_id FROM queen.messages o
+                    WHERE o.partition_id = rg.partition_id AND o.seq > rg.lo AND o.seq <= rg.run_end
+                      AND o.created_at < v_cutoff
+                      AND NOT (v_dlq AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d
+                                                 WHERE d.message_id = o.id OFFSET 0))
+                    OFFSET 0) s))
+            RETURNING m.partition_id
+        )
+        SELECT coalesce(array_agg(c.partition_id), '{}'), coalesce(array_agg(c.n), '{}')
+        INTO v_gone_ids, v_gone_counts
+        FROM (SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id) c;
+        -- a range whose every offset was deleted ends the run at its end; otherwise (offsets deleted before,
+        -- dead letters kept, a young message) the floor stays below its first young message, if any
         WITH ranges AS (
             SELECT * FROM unnest(v_ids, v_los, v_ends) AS x(partition_id, lo, run_end)
-        ), scanned AS MATERIALIZED (  -- a range without a message (deleted one by one) gives one row of nulls
-            SELECT rg.partition_id, rg.run_end, m.ctid AS row_id, m.id, m.seq, m.created_at < v_cutoff AS old_enough
+        ), counted AS (
+            SELECT * FROM unnest(v_gone_ids, v_gone_counts) AS y(partition_id, n)
+        ), runs AS MATERIALIZED (
+            SELECT rg.partition_id,
+                   CASE WHEN coalesce((SELECT c.n FROM counted c WHERE c.partition_id = rg.partition_id), 0)
+                             = rg.run_end - rg.lo THEN rg.run_end
+                        ELSE coalesce((SELECT min(m.seq) - 1 FROM queen.messages m
+                                       WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo
+                                         AND m.seq <= rg.run_end AND m.created_at >= v_cutoff), rg.run_end)
+                   END AS reached
             FROM ranges rg
-            LEFT JOIN LATERAL (
-                SELECT m.ctid, m.id, m.seq, m.created_at FROM queen.messages m
-                WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo AND m.seq <= rg.run_end
-                OFFSET 0) m ON true  -- not pulled up into a join: one index range scan per range, whatever the plan
-        ), runs AS MATERIALIZED (  -- a young message in a range (the clock stepped back) keeps the floor below it
-            SELECT s.partition_id,
-                   coalesce(min(s.seq) FILTER (WHERE NOT s.old_enough) - 1, max(s.run_end)) AS reached
-            FROM scanned s GROUP BY s.partition_id
-        ), doomed AS (  -- every old message of the ranges; the DLQ is probed only when it holds a row at all
-            SELECT s.row_id FROM scanned s
-            WHERE s.old_enough
-              AND NOT (p_kind = 'completed_retention'
-                       AND (SELECT EXISTS (SELECT 1 FROM queen.dead_letter_queue))
-                       AND EXISTS (SELECT 1 FROM queen.dead_letter_queue d WHERE d.message_id = s.id))
-        ), gone AS (
-            DELETE FROM queen.messages m WHERE m.ctid = ANY (ARRAY(SELECT d.row_id FROM doomed d))
-            RETURNING m.partition_id
-        ), per_partition AS MATERIALIZED (
-            SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id
         ), moved AS (
             UPDATE queen.partition_counters c
             SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, u.reached) ELSE c.head_seq END,
@@ -464,17 +480,14 @@ BEGIN
             FROM runs u
             WHERE c.partition_id = u.partition_id
             RETURNING 1
-        ), history AS (
-            INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
-                                                 retention_type)
-            SELECT CASE WHEN count(*) = 1 THEN (array_agg(pp.partition_id))[1] END,
-                   p_queue_id, v_queue.name, count(*), sum(pp.n), p_kind
-            FROM per_partition pp
-            HAVING count(*) > 0
-            RETURNING 1
         )
-        SELECT coalesce((SELECT sum(n) FROM per_partition), 0), (SELECT count(*) FROM per_partition)
-        INTO v_deleted, v_touched;
+        INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
+                                             retention_type)
+        SELECT CASE WHEN count(*) = 1 THEN (array_agg(c.partition_id))[1] END,
+               p_queue_id, v_queue.name, count(*), sum(c.n), p_kind
+        FROM counted c
+        HAVING count(*) > 0;
+        SELECT coalesce(sum(n), 0), count(*) INTO v_deleted, v_touched FROM unnest(v_gone_counts) AS z(n);
         PERFORM set_config('queen.deletion_kind', '', true);
     END IF;
     RETURN jsonb_build_object('deleted', v_deleted, 'partitions', v_touched, 'next', v_next,
