@@ -116,6 +116,10 @@ class ServiceSettings:
     ``partition_cleanup_days``: empty partitions idle that long are deleted; ``metrics_retention_days``:
     metrics, retention history and the services' run log are kept that long; ``stats_history_retention_days``:
     the per-minute throughput. Day counts may be fractions (tests use seconds' worth).
+    ``retention_vacuum_rows`` (``RETENTION_VACUUM_ROWS``, queenpy's own): once retention has deleted that many
+    messages since its last vacuum, it runs ``VACUUM (SKIP_LOCKED) queen.messages`` itself, which bounds the dead
+    space the table carries by rows instead of by delete rate x ``autovacuum_naptime``; 0 (the default) leaves
+    vacuuming to autovacuum.
     """
 
     enabled: bool = True
@@ -128,6 +132,7 @@ class ServiceSettings:
     stats_interval_ms: int = 10_000
     stats_reconcile_interval_ms: int = 120_000
     stats_history_retention_days: float = 7.0
+    retention_vacuum_rows: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ServiceSettings:
@@ -142,6 +147,7 @@ class ServiceSettings:
             stats_interval_ms=_int(env, "STATS_INTERVAL_MS", 10_000),
             stats_reconcile_interval_ms=_int(env, "STATS_RECONCILE_INTERVAL_MS", 120_000),
             stats_history_retention_days=_float(env, "STATS_HISTORY_RETENTION_DAYS", 7.0),
+            retention_vacuum_rows=_int(env, "RETENTION_VACUUM_ROWS", 0),
         )
 
 

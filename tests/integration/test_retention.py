@@ -222,6 +222,32 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
         assert offsets(conn, "bulk", name) == list(range(21, 26))
 
 
+def test_retention_vacuums_the_messages_table_after_enough_deletions(conn: psycopg.Connection[Any],
+                                                                     db_url: str) -> None:
+    """Past ``RETENTION_VACUUM_ROWS`` deleted messages the job vacuums queen.messages itself (so the space is
+    reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to autovacuum."""
+    def vacuumed() -> Any:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return conn.execute("SELECT vacuum_count FROM pg_stat_user_tables "
+                            "WHERE schemaname = 'queen' AND relname = 'messages'").fetchone()[0]  # type: ignore[index]
+
+    configure(conn, "vacuumed", retentionSeconds=60)
+    push(conn, "vacuumed", 30)
+    age(conn, "vacuumed", 30)
+    before = vacuumed()
+    done = run_job(db_url, RetentionJob, retention_vacuum_rows=31)
+    assert done.rows == 30 and "vacuum" not in done.details
+    push(conn, "vacuumed", 30)
+    age(conn, "vacuumed", 60)
+    done = run_job(db_url, RetentionJob, retention_vacuum_rows=30)
+    assert done.rows == 30
+    assert done.details["vacuum"]["messagesDeleted"] == 30
+    assert vacuumed() == before + 1
+    push(conn, "vacuumed", 5)
+    age(conn, "vacuumed", 65)
+    assert "vacuum" not in run_job(db_url, RetentionJob, retention_vacuum_rows=0).details  # 0: never
+
+
 @pytest.mark.parametrize("old", [0, 1, 137, 499, 500])
 def test_the_run_of_old_messages_ends_at_the_first_young_one_at_any_depth(
         conn: psycopg.Connection[Any], db_url: str, old: int) -> None:

@@ -9,7 +9,8 @@ deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_
 - :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
   them (``queen.retention_step_v1``, ``RETENTION_BATCH_SIZE`` messages per step), partition cleanup
   (``PARTITION_CLEANUP_DAYS``), then trimming of the metrics and history tables (``METRICS_RETENTION_DAYS``,
-  ``STATS_HISTORY_RETENTION_DAYS``).
+  ``STATS_HISTORY_RETENTION_DAYS``); with ``RETENTION_VACUUM_ROWS`` set, a vacuum of ``queen.messages`` once it
+  has deleted that many messages since the last one.
 - :class:`EvictionJob` (``EVICTION_INTERVAL``): ``maxWaitTimeSeconds`` eviction (``EVICTION_BATCH_SIZE``).
 """
 
@@ -115,6 +116,27 @@ class RetentionJob(Job):
     name = "retention"
     lock_key = 737_001
 
+    def __init__(self, settings: ServiceSettings) -> None:
+        super().__init__(settings)
+        self._unvacuumed = 0  # messages this job deleted since it last vacuumed queen.messages
+
+    async def _vacuum(self, database: Database) -> dict[str, Any] | None:
+        """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows`` messages
+        since its last vacuum (0: never; autovacuum alone). None when it did not vacuum."""
+        threshold = self.settings.retention_vacuum_rows
+        if threshold <= 0 or self._unvacuumed < threshold:
+            return None
+        clock = time.monotonic()
+        async with database.pool.acquire() as connection:
+            await connection.execute("SET statement_timeout = 0")
+            try:
+                await connection.execute("VACUUM (SKIP_LOCKED) queen.messages")
+            finally:
+                await connection.execute("RESET statement_timeout")
+        done = {"messagesDeleted": self._unvacuumed, "ms": round((time.monotonic() - clock) * 1000, 1)}
+        self._unvacuumed = 0
+        return done
+
     @property
     def interval_s(self) -> float:
         return self.settings.retention_interval_ms / 1000
@@ -128,6 +150,10 @@ class RetentionJob(Job):
             part = await _delete_kind(database, kind, settings.retention_batch_size, run_at)
             details[kind] = part
             rows += part["deleted"]
+        self._unvacuumed += rows
+        vacuum = await self._vacuum(database)
+        if vacuum is not None:
+            details["vacuum"] = vacuum
         removed = 0
         while True:
             step = await _json(database, "SELECT queen.partition_cleanup_v1($1, $2)::text",
