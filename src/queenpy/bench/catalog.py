@@ -151,3 +151,4 @@ class Options:
     keepup_fraction: float = 0.55
     soak_duration_s: float = 600.0
     soak_share: float = 0.5
+    soak_rate: float | None = None  # msg/s; None: soak_share of the push capacity

@@ -55,6 +55,7 @@ class Config:
     keepup_fraction: float = 0.55
     soak_duration_s: float = 600.0
     soak_share: float = 0.5
+    soak_rate: float | None = None
     command: str = ""
     database_url: str | None = None
 
@@ -94,7 +95,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
                       warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
                       connections=config.connections, checkpoint=config.checkpoint,
                       keepup_fraction=config.keepup_fraction, soak_duration_s=config.soak_duration_s,
-                      soak_share=config.soak_share)
+                      soak_share=config.soak_share, soak_rate=config.soak_rate)
     limits_used = sorted({s.limit for s in scenarios} | {"select1"}, key=list(LIMITS).index)
     per_round = len(scenarios) * (options.warmup + options.seconds + 3) + len(limits_used) * (
         options.warmup + options.seconds + 1) + sum(options.soak_duration_s for s in scenarios if s.kind == "soak")
@@ -301,7 +302,8 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
         "settings": {"quick": config.quick, "runs": runs, "seconds": options.seconds, "warmup": options.warmup,
                      "push_connections": options.connections, "checkpoint_before_each": options.checkpoint,
                      "keepup_share_of_push": options.keepup_fraction,
-                     "soak_duration_s": options.soak_duration_s, "soak_share_of_push": options.soak_share},
+                     "soak_duration_s": options.soak_duration_s, "soak_share_of_push": options.soak_share,
+                     "soak_rate_msg_per_s": options.soak_rate},
         "machine": {"cores": os.cpu_count(), "load_average_at_end": os.getloadavg(),
                     "other_cpu_share_median": median(others),
                     "other_cpu_share_max": max(others) if others else None},

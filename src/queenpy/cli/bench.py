@@ -62,6 +62,10 @@ DurationOption = Annotated[float, typer.Option(
 SoakShareOption = Annotated[float, typer.Option(
     "--soak-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_SOAK_SHARE",
     help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe).")]
+SoakRateOption = Annotated[float | None, typer.Option(
+    "--soak-rate", min=1, envvar="QUEENPY_BENCH_SOAK_RATE",
+    help="soak's producer rate in msg/s, instead of --soak-share of a measured capacity (the same load in runs "
+         "compared with each other).")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
@@ -99,6 +103,7 @@ def register(app: typer.Typer) -> None:
         keepup_share: KeepupShareOption = 0.55,
         duration: DurationOption = 600.0,
         soak_share: SoakShareOption = 0.5,
+        soak_rate: SoakRateOption = None,
         database_url: DatabaseUrlOption = None,
         verbose: VerboseOption = False,
     ) -> None:
@@ -120,7 +125,7 @@ def register(app: typer.Typer) -> None:
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
             checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
-            command=_command_line(), database_url=database_url)
+            soak_rate=soak_rate, command=_command_line(), database_url=database_url)
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:

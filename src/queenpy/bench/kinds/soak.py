@@ -19,7 +19,8 @@ probe when that scenario is not in the run. The queue has ``completedRetentionSe
 Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its indexes and TOAST
 (``pg_total_relation_size``), the messages it stores (offsets assigned minus messages deleted, from
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
-the consumers' cursor. Slopes are least-squares fits per minute over the flatness window after its first
+the consumers' cursor; per slice, the push and consume rates and the WAL the server wrote (MB/s and full-page
+images/s, from ``pg_stat_wal``: deletions and vacuum write WAL too). Slopes are least-squares fits per minute over the flatness window after its first
 third (the table fills to its steady size in the first seconds: completedRetentionSeconds plus a retention
 interval). "flat": the fitted change over that window is under 10% of the mean (and, for the table, under
 8 MB).
@@ -64,6 +65,8 @@ Q_RUNS = ("SELECT job, count(*), coalesce(sum(rows), 0)::bigint, "
 Q_PAUSE = ("INSERT INTO queen.system_state (key, value) VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()")
 Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
+# the server's WAL so far (PostgreSQL 14 and later): bytes and full-page images
+Q_WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
 
 
 def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
@@ -110,8 +113,12 @@ class SoakRuns(BenchCore):
         run = self._new_run(scenario, round_no)
         options = self.options
         queue = f"{scenario.name}-r{round_no}"
-        capacity, source = self._push_capacity(round_no)
-        target_rate = options.soak_share * capacity
+        capacity: float | None
+        if options.soak_rate:  # a fixed load, for runs compared with each other
+            capacity, source, target_rate = None, "--soak-rate", options.soak_rate
+        else:
+            capacity, source = self._push_capacity(round_no)
+            target_rate = options.soak_share * capacity
         producers, producer_threads = 100, 2
         rate_per_thread = target_rate / scenario.per_request / producer_threads
         self.sql.fetchval(Q_CONFIGURE, json.dumps({"queue": queue, "options": {
@@ -143,8 +150,9 @@ class SoakRuns(BenchCore):
             return self._cursors(queue, ["__QUEUE_MODE__"])["__QUEUE_MODE__"]
 
         self._checkpoint()
-        self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({options.soak_share:.0%} of {capacity:,.0f}, "
-                 f"{source}) for {duration:g} s; services on for {flat_s:g} s, then off/on slices of {slice_s:g} s")
+        share = f"{options.soak_share:.0%} of {capacity:,.0f}, {source}" if capacity else source
+        self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({share}) for {duration:g} s; services on for "
+                 f"{flat_s:g} s, then off/on slices of {slice_s:g} s")
         threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),
                    threading.Thread(target=drive, args=("consumer", consumer, scenario.connections, 2))]
         for thread in threads:
@@ -166,15 +174,19 @@ class SoakRuns(BenchCore):
                 if state == "on" and baseline is not None:
                     at, catch_up_s = self._catch_up(queue, start.at, samples, baseline, slice_s, produced, cursor)
                 begin = (time.monotonic(), produced(), cursor())
+                wal_begin = self.sql.fetchrow(Q_WAL)
                 end_at = at + length
                 while time.monotonic() < end_at - 0.05:
                     samples.append(self._soak_sample(queue, start.at, state, produced(), cursor()))
                     procfs.sleep_until(min(end_at, time.monotonic() + SAMPLE_S))
                 finish = (time.monotonic(), produced(), cursor())
+                wal_end = self.sql.fetchrow(Q_WAL)
                 elapsed = finish[0] - begin[0]
                 slices.append({"services": state, "seconds": elapsed,
                                "push_msg_per_s": (finish[1] - begin[1]) / elapsed if elapsed > 0 else 0.0,
                                "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0,
+                               "wal_mb_per_s": (wal_end[0] - wal_begin[0]) / 2**20 / elapsed if elapsed > 0 else 0.0,
+                               "wal_fpi_per_s": (wal_end[1] - wal_begin[1]) / elapsed if elapsed > 0 else 0.0,
                                "catch_up_s": catch_up_s})
                 if baseline is None:  # what the services leave consumed and not deleted when always on
                     steady = [_retained(x) for x in samples if x["t"] >= flat_s / 3]
@@ -251,7 +263,7 @@ class SoakRuns(BenchCore):
 
     @staticmethod
     def _soak_figures(samples: list[dict[str, Any]], slices: list[dict[str, Any]], flat_s: float,
-                      target_rate: float, capacity: float, source: str, produced: float, consumed: float,
+                      target_rate: float, capacity: float | None, source: str, produced: float, consumed: float,
                       window_s: float) -> dict[str, Any]:
         steady = [s for s in samples if flat_s / 3 <= s["t"] <= flat_s]
 
