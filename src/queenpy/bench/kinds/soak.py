@@ -20,10 +20,10 @@ Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its index
 (``pg_total_relation_size``), the messages it stores (offsets assigned minus messages deleted, from
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
 the consumers' cursor; per slice, the push and consume rates and the WAL the server wrote (MB/s and full-page
-images/s, from ``pg_stat_wal``: deletions and vacuum write WAL too). Slopes are least-squares fits per minute over the flatness window after its first
-third (the table fills to its steady size in the first seconds: completedRetentionSeconds plus a retention
-interval). "flat": the fitted change over that window is under 10% of the mean (and, for the table, under
-8 MB).
+images/s, from ``pg_stat_wal``: deletions and vacuum write WAL too). Slopes are least-squares fits per minute
+over the flatness window after its first third (the table fills to its steady size in the first seconds:
+completedRetentionSeconds plus a retention interval). "flat": the fitted change over that window is under 10%
+of the mean (and, for the table, under 8 MB).
 """
 
 from __future__ import annotations
