@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 import orjson
 
 from queenpy.settings import ServiceSettings
@@ -122,17 +123,19 @@ class RetentionJob(Job):
 
     async def _vacuum(self, database: Database) -> dict[str, Any] | None:
         """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows`` messages
-        since its last vacuum (0: never; autovacuum alone). None when it did not vacuum."""
+        since its last vacuum (0: never; autovacuum alone). None when it did not vacuum. The vacuum runs on a
+        connection of its own, without the pool's ``statement_timeout`` (pooled connections carry no session
+        settings of their own: see ``queenpy.store.database``)."""
         threshold = self.settings.retention_vacuum_rows
         if threshold <= 0 or self._unvacuumed < threshold:
             return None
         clock = time.monotonic()
-        async with database.pool.acquire() as connection:
-            await connection.execute("SET statement_timeout = 0")
-            try:
-                await connection.execute("VACUUM (SKIP_LOCKED) queen.messages")
-            finally:
-                await connection.execute("RESET statement_timeout")
+        connection = await asyncpg.connect(database.url, server_settings={
+            "application_name": "queenpy-vacuum", "statement_timeout": "0"})
+        try:
+            await connection.execute("VACUUM (SKIP_LOCKED) queen.messages")
+        finally:
+            await connection.close(timeout=5)
         done = {"messagesDeleted": self._unvacuumed, "ms": round((time.monotonic() - clock) * 1000, 1)}
         self._unvacuumed = 0
         return done
