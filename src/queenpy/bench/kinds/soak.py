@@ -82,6 +82,10 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
     return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
 
 
+def _per_s(change: float, seconds: float) -> float:
+    return change / seconds if seconds > 0 else 0.0
+
+
 def _retained(sample: dict[str, Any]) -> float:
     """Messages consumed and not yet deleted in a sample: stored minus not yet consumed (offsets assigned minus
     the queue-mode cursor)."""
@@ -183,10 +187,10 @@ class SoakRuns(BenchCore):
                 wal_end = self.sql.fetchrow(Q_WAL)
                 elapsed = finish[0] - begin[0]
                 slices.append({"services": state, "seconds": elapsed,
-                               "push_msg_per_s": (finish[1] - begin[1]) / elapsed if elapsed > 0 else 0.0,
-                               "consume_msg_per_s": (finish[2] - begin[2]) / elapsed if elapsed > 0 else 0.0,
-                               "wal_mb_per_s": (wal_end[0] - wal_begin[0]) / 2**20 / elapsed if elapsed > 0 else 0.0,
-                               "wal_fpi_per_s": (wal_end[1] - wal_begin[1]) / elapsed if elapsed > 0 else 0.0,
+                               "push_msg_per_s": _per_s(finish[1] - begin[1], elapsed),
+                               "consume_msg_per_s": _per_s(finish[2] - begin[2], elapsed),
+                               "wal_mb_per_s": _per_s(wal_end[0] - wal_begin[0], elapsed) / 2**20,
+                               "wal_fpi_per_s": _per_s(wal_end[1] - wal_begin[1], elapsed),
                                "catch_up_s": catch_up_s})
                 if baseline is None:  # what the services leave consumed and not deleted when always on
                     steady = [_retained(x) for x in samples if x["t"] >= flat_s / 3]

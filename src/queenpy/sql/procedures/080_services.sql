@@ -451,8 +451,9 @@ BEGIN
                     OFFSET 0) s))
             RETURNING m.partition_id
         )
-        SELECT coalesce(array_agg(c.partition_id), '{}'), coalesce(array_agg(c.n), '{}')
-        INTO v_gone_ids, v_gone_counts
+        SELECT coalesce(array_agg(c.partition_id), '{}'), coalesce(array_agg(c.n), '{}'), coalesce(sum(c.n), 0),
+               count(*)
+        INTO v_gone_ids, v_gone_counts, v_deleted, v_touched
         FROM (SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id) c;
         -- a range whose every offset was deleted ends the run at its end; otherwise (offsets deleted before,
         -- dead letters kept, a young message) the floor stays below its first young message, if any
@@ -487,7 +488,6 @@ BEGIN
                p_queue_id, v_queue.name, count(*), sum(c.n), p_kind
         FROM counted c
         HAVING count(*) > 0;
-        SELECT coalesce(sum(n), 0), count(*) INTO v_deleted, v_touched FROM unnest(v_gone_counts) AS z(n);
         PERFORM set_config('queen.deletion_kind', '', true);
     END IF;
     RETURN jsonb_build_object('deleted', v_deleted, 'partitions', v_touched, 'next', v_next,
