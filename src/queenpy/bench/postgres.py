@@ -67,7 +67,7 @@ class BenchServer(Protocol):
 class PrivatePostgres:
     """A PostgreSQL server in ``workdir/pgdata`` for this run only; removed by :meth:`stop`."""
 
-    origin = "private (pgserver, stock settings)"
+    origin = "private (pgserver, the embedded default's settings)"
 
     def __init__(self, workdir: Path) -> None:
         found = postgres_program("pgbench")

@@ -37,7 +37,7 @@ class Config:
     """What to run. ``None`` for runs/seconds/warmup means the mode's default (quick: 1 run, 3 s window,
     1 s warm-up; full: 3 runs, 10 s, 3 s). ``broker_env`` is added to the broker's environment;
     ``workers`` 0 leaves the broker's default (one per core). ``database_url``: run on that server (one the
-    user started and tuned) instead of a private one with stock settings."""
+    user started and tuned) instead of a private one with the embedded default's settings."""
 
     quick: bool = False
     runs: int | None = None

@@ -54,8 +54,8 @@ KeepupShareOption = Annotated[float, typer.Option(
 DatabaseUrlOption = Annotated[str | None, typer.Option(
     "--database-url", envvar="QUEENPY_BENCH_DATABASE_URL",
     help="Run on this PostgreSQL (one you started and tuned; use a scratch database: the suite writes queues "
-         "and a 'bench' schema into it) instead of a private server with stock settings. PostgreSQL's CPU is "
-         "measured only when the server runs on this machine.")]
+         "and a 'bench' schema into it) instead of a private server with the embedded default's settings. "
+         "PostgreSQL's CPU is measured only when the server runs on this machine.")]
 DurationOption = Annotated[float, typer.Option(
     "--duration", min=10, envvar="QUEENPY_BENCH_DURATION",
     help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]

@@ -14,7 +14,16 @@ from urllib.parse import parse_qs, urlparse
 
 import platformdirs
 
-__all__ = ["EmbeddedPostgres", "default_data_dir"]
+__all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir"]
+
+#: Server settings the embedded PostgreSQL runs with, applied with ``ALTER SYSTEM`` and a reload on every
+#: start (all take effect without a restart). initdb's defaults suit no workload in particular; a queue writes
+#: WAL for every push, ack and retention delete, so checkpoints forced by ``max_wal_size`` every few seconds
+#: make each page touched after one log a full-page image again (measured: RESULTS.md, 2026-11-25).
+EMBEDDED_SETTINGS: dict[str, str] = {
+    "max_wal_size": "4GB",
+    "wal_compression": "pglz",
+}
 
 
 def default_data_dir() -> Path:
@@ -59,6 +68,12 @@ class EmbeddedPostgres:
         import pgserver
         self._server: Any = pgserver.get_server(  # type: ignore[attr-defined]
             self.data_dir, cleanup_mode=cleanup_mode)
+        self._configure(EMBEDDED_SETTINGS)
+
+    def _configure(self, settings: dict[str, str]) -> None:
+        """``ALTER SYSTEM SET`` each of ``settings`` (names and values are ours, never a user's), then reload."""
+        statements = "".join(f"ALTER SYSTEM SET {name} = '{value}';\n" for name, value in settings.items())
+        self._server.psql(statements + "SELECT pg_reload_conf();\n")
 
     @property
     def url(self) -> str:
