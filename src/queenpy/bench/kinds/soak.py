@@ -19,7 +19,9 @@ probe when that scenario is not in the run. The queue has ``completedRetentionSe
 Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its indexes and TOAST
 (``pg_total_relation_size``), the messages it stores (offsets assigned minus messages deleted, from
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
-the consumers' cursor; per slice, the push and consume rates and the WAL the server wrote (MB/s and full-page
+the consumers' cursor (so the stored messages split into ``unconsumed_messages``, the consumers' backlog, and
+``retained_messages``, consumed and not yet deleted: retention's backlog; a table that grows with the first
+and not the second means the consumers fell behind, not the services); per slice, the push and consume rates and the WAL the server wrote (MB/s and full-page
 images/s, from ``pg_stat_wal``: deletions and vacuum write WAL too). Slopes are least-squares fits per minute
 over the flatness window after its first third (the table fills to its steady size in the first seconds:
 completedRetentionSeconds plus a retention interval). "flat": the fitted change over that window is under 10%
@@ -93,6 +95,8 @@ def _retained(sample: dict[str, Any]) -> float:
 
 
 def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None) -> dict[str, Any]:
+    """Least-squares trend of ``(t_s, value)`` samples; figures reported in ``unit``s of the value; "flat" when
+    the fitted change is within FLAT_SHARE of the mean and ``absolute_limit`` (in the samples' own unit)."""
     slope = slope_per_minute(samples)
     if slope is None:
         return {"samples": len(samples), "slope_per_min": None, "flat": None}
@@ -227,9 +231,11 @@ class SoakRuns(BenchCore):
             run["notes"].append(f"push with the services on: {soak['throughput_on_vs_off']['push']:.1%} of off")
         if soak["throughput_on_vs_off"]["consume"] is not None and soak["throughput_on_vs_off"]["consume"] < 0.95:
             run["notes"].append(f"consume with the services on: {soak['throughput_on_vs_off']['consume']:.1%} of off")
-        for key in ("table_mb", "stored_messages", "broker_rss_mb"):
-            if soak["flatness"][key]["flat"] is False:
-                run["notes"].append(f"{key} grows: {soak['flatness'][key]['slope_per_min']:+,.2f} per minute")
+        for key in ("table_mb", "stored_messages", "unconsumed_messages", "retained_messages", "broker_rss_mb"):
+            trend = soak["flatness"][key]
+            if trend["flat"] is False:
+                run["notes"].append(f"{key} {'grows' if trend['slope_per_min'] > 0 else 'shrinks'}: "
+                                    f"{trend['slope_per_min']:+,.2f} per minute")
         return run
 
     def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], baseline: float, limit_s: float,
@@ -274,6 +280,8 @@ class SoakRuns(BenchCore):
         def series(key: str) -> list[tuple[float, float]]:
             return [(s["t"], s[key]) for s in steady]
 
+        unconsumed = [(s["t"], s["produced"] - s["cursor"]) for s in steady]
+
         def mean_rate(state: str, key: str) -> float | None:
             rates = [s[key] for s in slices[1:] if s["services"] == state]
             return sum(rates) / len(rates) if rates else None
@@ -287,8 +295,10 @@ class SoakRuns(BenchCore):
             "push_capacity_from": source, "window_s": window_s, "flatness_window_s": [flat_s / 3, flat_s],
             "producer_msg_per_s": produced / window_s if window_s > 0 else 0.0,
             "consumer_msg_per_s": consumed / window_s if window_s > 0 else 0.0,
-            "flatness": {"table_mb": _trend(series("table_bytes"), 2**20, FLAT_TABLE_BYTES / 2**20),
+            "flatness": {"table_mb": _trend(series("table_bytes"), 2**20, FLAT_TABLE_BYTES),
                          "stored_messages": _trend(series("stored"), 1.0),
+                         "unconsumed_messages": _trend(unconsumed, 1.0),
+                         "retained_messages": _trend([(s["t"], _retained(s)) for s in steady], 1.0),
                          "broker_rss_mb": _trend(series("rss_bytes"), 2**20)},
             "slices": slices,
             "throughput_on_vs_off": ratios,

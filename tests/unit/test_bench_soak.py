@@ -1,0 +1,58 @@
+"""The soak's figures: which backlog a growing table comes from (consumers behind, or retention behind)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from queenpy.bench.kinds.soak import SoakRuns
+
+
+def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, Any]]:
+    """A sample every 5 s for 10 minutes at 20,000 msg/s produced; the table grows 400 bytes a stored message."""
+    samples = []
+    for n in range(121):
+        t = 5.0 * n
+        produced = 20_000 * t
+        unconsumed = 50_000 + unconsumed_per_s * t
+        retained = 30_000 + retained_per_s * t
+        samples.append({"t": t, "services": "on", "produced": produced, "cursor": produced - unconsumed,
+                        "stored": unconsumed + retained, "table_bytes": 400.0 * (unconsumed + retained) + 2**29,
+                        "rss_bytes": 180.0 * 2**20})
+    return samples
+
+
+def _flatness(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    figures = SoakRuns._soak_figures(samples, [], 600.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
+    return figures["flatness"]  # type: ignore[no-any-return]
+
+
+def test_a_table_grown_by_the_consumers_backlog_shows_in_unconsumed_not_in_retained() -> None:
+    flatness = _flatness(_samples(unconsumed_per_s=100.0, retained_per_s=0.0))
+    assert flatness["table_mb"]["flat"] is False and flatness["stored_messages"]["flat"] is False
+    assert flatness["unconsumed_messages"]["slope_per_min"] == pytest.approx(6_000.0)
+    assert flatness["unconsumed_messages"]["flat"] is False
+    assert flatness["retained_messages"]["slope_per_min"] == pytest.approx(0.0, abs=1e-6)
+    assert flatness["retained_messages"]["flat"] is True and flatness["broker_rss_mb"]["flat"] is True
+
+
+def test_retention_falling_behind_shows_in_retained() -> None:
+    flatness = _flatness(_samples(unconsumed_per_s=0.0, retained_per_s=100.0))
+    assert flatness["unconsumed_messages"]["flat"] is True
+    assert flatness["retained_messages"]["slope_per_min"] == pytest.approx(6_000.0)
+    assert flatness["retained_messages"]["flat"] is False
+
+
+def test_the_table_is_flat_within_8_mb_of_fitted_change() -> None:
+    """The 8 MB limit is in the samples' unit (bytes): it once was compared in MB with a change in bytes, and
+    a table that moved 1.5 MB in 17 minutes was called "not flat"."""
+    def table(change_bytes: float) -> dict[str, Any]:
+        samples = _samples(unconsumed_per_s=0.0, retained_per_s=0.0)
+        for sample in samples:
+            sample["table_bytes"] += change_bytes * sample["t"] / 600.0
+        return _flatness(samples)["table_mb"]  # type: ignore[no-any-return]
+
+    assert table(2 * 2**20)["flat"] is True  # 2 MB over the run, 1.3 MB over the window
+    assert table(-2 * 2**20)["flat"] is True
+    assert table(20 * 2**20)["flat"] is False  # 13 MB over the window
