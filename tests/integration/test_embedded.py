@@ -31,7 +31,8 @@ def _applied(url: str, expected: dict[str, tuple[str, str | None, bool]]) -> Non
 
 def test_embedded_server_runs_with_the_queue_settings_on_every_start(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
-    expected = {"max_wal_size": ("4096", "MB", False), "wal_compression": ("pglz", None, False)}
+    expected = {"max_wal_size": ("4096", "MB", False), "wal_compression": ("pglz", None, False),
+                "autovacuum_naptime": ("10", "s", False)}
     assert set(EMBEDDED_SETTINGS) == set(expected)
     server = EmbeddedPostgres(data_dir, cleanup_mode="stop")
     try:

@@ -19,10 +19,13 @@ __all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir"]
 #: Server settings the embedded PostgreSQL runs with, applied with ``ALTER SYSTEM`` and a reload on every
 #: start (all take effect without a restart). initdb's defaults suit no workload in particular; a queue writes
 #: WAL for every push, ack and retention delete, so checkpoints forced by ``max_wal_size`` every few seconds
-#: make each page touched after one log a full-page image again (measured: RESULTS.md, 2026-11-25).
+#: make each page touched after one log a full-page image again; and its table of messages, deleted behind the
+#: consumers as fast as it is filled, carries the dead rows of one ``autovacuum_naptime`` (measured:
+#: benchmarks/RESULTS.md, 2026-11-25).
 EMBEDDED_SETTINGS: dict[str, str] = {
     "max_wal_size": "4GB",
     "wal_compression": "pglz",
+    "autovacuum_naptime": "10s",
 }
 
 
