@@ -31,7 +31,8 @@ def table(document: dict[str, Any]) -> str:
     git = document["git"]
     title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
              f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
-    server = (f"PostgreSQL: {pg.get('server', 'private (pgserver, embedded settings)')}; {settings_line(pg)}\n"
+    origin = pg.get("server", "private (pgserver, the embedded default's settings)")
+    server = (f"PostgreSQL: {origin}; {settings_line(pg)}\n"
               f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
     load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
             f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
