@@ -166,4 +166,3 @@ def test_services_can_be_off_in_a_process_and_paused_everywhere(
     wait_until(lambda: set(holders(database)) == set(JOBS), message="the jobs held")
     on.stop(signal.SIGTERM)
     assert runs(database) == []  # held, but paused: nothing ran
-

@@ -21,8 +21,9 @@ Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its index
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
 the consumers' cursor (so the stored messages split into ``unconsumed_messages``, the consumers' backlog, and
 ``retained_messages``, consumed and not yet deleted: retention's backlog; a table that grows with the first
-and not the second means the consumers fell behind, not the services); per slice, the push and consume rates and the WAL the server wrote (MB/s and full-page
-images/s, from ``pg_stat_wal``: deletions and vacuum write WAL too). Slopes are least-squares fits per minute
+and not the second means the consumers fell behind, not the services); per slice, the push and consume rates
+and the WAL the server wrote (MB/s and full-page images/s, from ``pg_stat_wal``: deletions and vacuum write
+WAL too). Slopes are least-squares fits per minute
 over the flatness window after its first third (the table fills to its steady size in the first seconds:
 completedRetentionSeconds plus a retention interval). "flat": the fitted change over that window is under 10%
 of the mean (and, for the table, under 8 MB).
@@ -88,10 +89,14 @@ def _per_s(change: float, seconds: float) -> float:
     return change / seconds if seconds > 0 else 0.0
 
 
+def _unconsumed(sample: dict[str, Any]) -> float:
+    """Messages not yet consumed in a sample: offsets assigned minus the queue-mode cursor."""
+    return float(sample["produced"] - sample["cursor"])
+
+
 def _retained(sample: dict[str, Any]) -> float:
-    """Messages consumed and not yet deleted in a sample: stored minus not yet consumed (offsets assigned minus
-    the queue-mode cursor)."""
-    return float(sample["stored"] - (sample["produced"] - sample["cursor"]))
+    """Messages consumed and not yet deleted in a sample: stored minus not yet consumed."""
+    return float(sample["stored"]) - _unconsumed(sample)
 
 
 def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None) -> dict[str, Any]:
@@ -280,8 +285,6 @@ class SoakRuns(BenchCore):
         def series(key: str) -> list[tuple[float, float]]:
             return [(s["t"], s[key]) for s in steady]
 
-        unconsumed = [(s["t"], s["produced"] - s["cursor"]) for s in steady]
-
         def mean_rate(state: str, key: str) -> float | None:
             rates = [s[key] for s in slices[1:] if s["services"] == state]
             return sum(rates) / len(rates) if rates else None
@@ -297,7 +300,7 @@ class SoakRuns(BenchCore):
             "consumer_msg_per_s": consumed / window_s if window_s > 0 else 0.0,
             "flatness": {"table_mb": _trend(series("table_bytes"), 2**20, FLAT_TABLE_BYTES),
                          "stored_messages": _trend(series("stored"), 1.0),
-                         "unconsumed_messages": _trend(unconsumed, 1.0),
+                         "unconsumed_messages": _trend([(s["t"], _unconsumed(s)) for s in steady], 1.0),
                          "retained_messages": _trend([(s["t"], _retained(s)) for s in steady], 1.0),
                          "broker_rss_mb": _trend(series("rss_bytes"), 2**20)},
             "slices": slices,
