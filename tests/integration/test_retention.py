@@ -318,6 +318,33 @@ def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
     assert offsets(conn, "tidy", "idle") == [1, 2]
 
 
+def test_partition_cleanup_records_the_deletions_the_stats_job_has_not_seen(
+        conn: psycopg.Connection[Any], db_url: str) -> None:
+    """Completed retention empties a partition and partition cleanup removes it in the same run, before any
+    stats run: the deletions still reach the queue's throughput minutes (they were lost with the partition's
+    counters before)."""
+    configure(conn, "swept", completedRetentionSeconds=60)
+    push(conn, "swept", 7, partition="p")
+    run_job(db_url, StatsJob)  # ingested recorded; the partition's stats row now knows offset 7
+    for message in pop(conn, "swept", 7, partition="p"):
+        assert ack(conn, message)["success"]
+    run_job(db_url, StatsJob)  # processed recorded
+    age(conn, "swept", 7, partition="p")
+    conn.execute("UPDATE queen.partitions SET created_at = now() - interval '2 days', "
+                 "last_activity = now() - interval '2 days' WHERE name = 'p'")
+    conn.execute("UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
+                 "last_consumed_at = now() - interval '2 days', lease_acquired_at = now() - interval '2 days'")
+    done = run_job(db_url, RetentionJob, partition_cleanup_days=1)
+    assert done.details["completed_retention"]["deleted"] == 7
+    assert done.details["partitionCleanup"] == {"partitions": 1}
+    assert conn.execute("SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                        "WHERE q.name = 'swept' AND p.name = 'p'").fetchone() == (0,)
+    run_job(db_url, StatsJob)
+    totals = conn.execute("SELECT sum(t.ingested), sum(t.processed), sum(t.deleted) FROM queen.queue_throughput t "
+                          "JOIN queen.queues q ON q.id = t.queue_id WHERE q.name = 'swept'").fetchone()
+    assert totals == (7, 7, 7)
+
+
 def test_a_push_that_finds_its_partition_gone_at_the_lock_creates_it_again(db_url: str) -> None:
     """Partition cleanup deletes a partition between a push's lookup and its lock: the push waits for the
     deleting transaction, finds the row gone, looks up again, creates the partition and stores its message."""

@@ -507,6 +507,13 @@ $$;
 -- enable_seqscan = off also holds for the cascades of the deletes (the foreign keys' own queries, planned
 -- once per session): planned while dead_letter_queue or replays was small, they scanned the whole table for
 -- every deleted partition (tests/integration/test_explain_services.py).
+-- The deleted partitions' counters and stats rows go with them (queen.partitions_removed_v1), so what the
+-- stats job has not yet recorded into queue_throughput is recorded here first, in the same statement: the
+-- growth of their offsets, dead letters and deletions since their partition_stats rows (the deletions of the
+-- retention step that just emptied a partition, above all). Their consumed totals are not read again: the
+-- consumer rows saw no consumption since the cutoff, so a stats run since then recorded it. The stats job's
+-- lock (stats_refresh_v1) is taken first: a run in flight commits its rows before they are read, and none
+-- starts until this commits, so nothing is recorded twice or lost.
 CREATE OR REPLACE FUNCTION queen.partition_cleanup_v1(p_idle_seconds double precision, p_limit integer)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -517,6 +524,7 @@ DECLARE
     v_deleted integer;
 BEGIN
     PERFORM set_config('queen.deletion_kind', 'partition_cleanup', true);
+    PERFORM pg_advisory_xact_lock(737013);  -- the stats job's (081_stats.sql)
     WITH doomed AS (
         SELECT p.id FROM queen.partitions p
         WHERE p.last_activity < v_cutoff AND p.created_at < v_cutoff
@@ -529,6 +537,24 @@ BEGIN
                LIMIT 1) IS NULL
         LIMIT p_limit
         FOR UPDATE OF p SKIP LOCKED
+    ), unrecorded AS (
+        SELECT p.queue_id, greatest(p.last_seq - coalesce(s.last_seq, 0), 0) AS ingested,
+               greatest(coalesce(c.dead_lettered, 0) - coalesce(s.dead_lettered, 0), 0) AS dead_lettered,
+               greatest(coalesce(c.messages_deleted, 0) - coalesce(s.messages_deleted, 0), 0) AS deleted
+        FROM doomed d
+        JOIN queen.partitions p ON p.id = d.id
+        LEFT JOIN queen.partition_counters c ON c.partition_id = d.id
+        LEFT JOIN queen.partition_stats s ON s.partition_id = d.id
+    ), recorded AS (
+        INSERT INTO queen.queue_throughput AS t (queue_id, bucket, ingested, processed, dead_lettered, deleted)
+        SELECT u.queue_id, date_trunc('minute', now()), sum(u.ingested), 0, sum(u.dead_lettered), sum(u.deleted)
+        FROM unrecorded u
+        GROUP BY u.queue_id
+        HAVING sum(u.ingested) + sum(u.dead_lettered) + sum(u.deleted) > 0
+        ON CONFLICT (queue_id, bucket) DO UPDATE
+        SET ingested = t.ingested + EXCLUDED.ingested, dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered,
+            deleted = t.deleted + EXCLUDED.deleted
+        RETURNING 1
     ), gone AS (
         DELETE FROM queen.partitions p USING doomed d WHERE p.id = d.id
         RETURNING p.id, p.queue_id
