@@ -1,4 +1,5 @@
-"""The soak's figures: which backlog a growing table comes from (consumers behind, or retention behind)."""
+"""The soak's figures: which backlog a growing table comes from (consumers behind, or retention behind), and
+its plan of off/on slices."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from queenpy.bench.kinds.soak import SoakRuns
+from queenpy.bench.kinds.soak import SoakRuns, slice_plan
 
 
 def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, Any]]:
@@ -56,3 +57,14 @@ def test_the_table_is_flat_within_8_mb_of_fitted_change() -> None:
     assert table(2 * 2**20)["flat"] is True  # 2 MB over the run, 1.3 MB over the window
     assert table(-2 * 2**20)["flat"] is True
     assert table(20 * 2**20)["flat"] is False  # 13 MB over the window
+
+
+@pytest.mark.parametrize(("duration_s", "plan"), [(60, (6.0, 2)), (600, (60.0, 2)), (1200, (60.0, 2)),
+                                                  (1800, (60.0, 3)), (3600, (60.0, 6))])
+def test_longer_runs_compare_more_pairs_of_slices(duration_s: float, plan: tuple[float, int]) -> None:
+    """Pairs of 60 s slices, each slice with a wait of up to one slice before it, fill 40% of the run: a
+    checkpoint inside one slice moves the ratio less when there are more of them. The flatness window keeps
+    the rest, at least half the run."""
+    assert slice_plan(duration_s) == plan
+    slice_s, pairs = plan
+    assert duration_s - 2 * pairs * slice_s >= 0.5 * duration_s

@@ -2,15 +2,19 @@
 retention deleting behind them. Do the messages table and the broker's memory stay flat, and do the background
 services cost the hot path less than 5%?
 
-Timeline of ``--duration`` D (warm-up first): the services run for the first 60% of D (the flatness window);
-the last 40% alternates 4 slices with the services paused everywhere and running again (off, on, off, on;
-a slice is at most :data:`MAX_SLICE_S` long, and in a longer run the flatness window takes the rest;
-``system_state`` 'services' {"paused": true}, read by every job before each run), and the push and consume
-rates of the "on" slices are compared with the "off" slices of the same run. An "on" slice starts once
-retention has caught up with what the "off" slice before it left (the messages consumed and not yet deleted
-back within 10% of the flatness window's mean; at most one slice long, reported as ``catch_up_s``): the
-comparison is of the steady states, not of a steady state against the deletions a pause postponed. The
-producer is paced at
+Timeline of ``--duration`` D (warm-up first): the services run for the first part of D (the flatness window);
+then slices alternate with the services paused everywhere and running again (off, on, off, on, ...;
+``system_state`` 'services' {"paused": true}, read by every job before each run). Slices last
+:data:`MAX_SLICE_S` (a tenth of D when shorter); a pair of them takes up to four slice lengths with the waits
+below, and there are as many pairs as 40% of D holds so, at least 2 (:func:`slice_plan`: 2 pairs in 10 and
+20 minutes, 3 in 30, 6 in 60). The flatness window takes the rest of D. The push and consume
+rates of the "on" slices are compared with the "off" slices of the same run. Each slice starts from a steady
+state, free of what the slice before it left, after a wait of at most one slice reported as ``catch_up_s``:
+an "on" slice once retention has caught up with what the pause left (the messages consumed and not yet
+deleted back within 10% of the flatness window's mean), an "off" slice once the consumers have caught up with
+what the services' slice left (the messages not yet consumed back within 10% of that window's mean). Without
+the second wait an "off" slice counted the backlog the "on" slice before it left as consume throughput of
+its own (the consumers draining it: 20,703 msg/s consumed against 20,363 pushed). The producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
 probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
 :data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
@@ -42,11 +46,12 @@ from queenpy.bench.catalog import SCENARIOS, Scenario, payload
 from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
 from queenpy.bench.wrk import WrkRun, render_script, run_wrk
 
-__all__ = ["COMPLETED_RETENTION_S", "SAMPLE_S", "SoakRuns", "slope_per_minute"]
+__all__ = ["COMPLETED_RETENTION_S", "SAMPLE_S", "SoakRuns", "slice_plan", "slope_per_minute"]
 
 COMPLETED_RETENTION_S = 5
 SAMPLE_S = 5.0
 MAX_SLICE_S = 60.0  # a paused slice leaves its deletions to the next: 60 s at 20,000 msg/s is 1.2 million rows
+MIN_PAIRS = 2  # of off and on slices
 FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
 
@@ -70,6 +75,12 @@ Q_PAUSE = ("INSERT INTO queen.system_state (key, value) VALUES ('services', json
 Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
 # the server's WAL so far (PostgreSQL 14 and later): bytes and full-page images
 Q_WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
+
+
+def slice_plan(duration_s: float) -> tuple[float, int]:
+    """(slice length in s, pairs of off/on slices) for a soak of ``duration_s``: see the module docstring."""
+    slice_s = min(0.1 * duration_s, MAX_SLICE_S)
+    return slice_s, max(MIN_PAIRS, int(0.4 * duration_s // (4 * slice_s)))
 
 
 def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
@@ -146,10 +157,10 @@ class SoakRuns(BenchCore):
                                              "mode": "ack", "timeout_ms": options.long_poll_ms, "target": "",
                                              "payload": payload(40)}, self.workdir)
         duration = options.soak_duration_s
-        slice_s = min(0.1 * duration, MAX_SLICE_S)
-        flat_s = duration - 4 * slice_s
-        # the load runs long enough for the two catch-ups (see the module docstring) at their longest
-        total = options.warmup + duration + 2 * slice_s
+        slice_s, pairs = slice_plan(duration)
+        flat_s = duration - 2 * pairs * slice_s
+        # the load runs long enough for every catch-up (see the module docstring) at its longest
+        total = options.warmup + duration + 2 * pairs * slice_s
         results: dict[str, WrkRun] = {}
 
         def drive(name: str, script: Path, connections: int, threads: int) -> None:
@@ -165,7 +176,7 @@ class SoakRuns(BenchCore):
         self._checkpoint()
         share = f"{options.soak_share:.0%} of {capacity:,.0f}, {source}" if capacity else source
         self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({share}) for {duration:g} s; services on for "
-                 f"{flat_s:g} s, then off/on slices of {slice_s:g} s")
+                 f"{flat_s:g} s, then {pairs} pairs of off/on slices of {slice_s:g} s")
         threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),
                    threading.Thread(target=drive, args=("consumer", consumer, scenario.connections, 2))]
         for thread in threads:
@@ -178,14 +189,17 @@ class SoakRuns(BenchCore):
             self.memory.mark()
             self.waits.mark()
             start = self._mark()
-            plan = [("on", flat_s)] + [(state, slice_s) for state in ("off", "on", "off", "on")]
+            plan = [("on", flat_s)] + [(state, slice_s) for _ in range(pairs) for state in ("off", "on")]
             at = start.at
-            baseline: float | None = None
+            # what the flatness window leaves, on average, consumed and not deleted, and not consumed
+            baselines: dict[str, float] | None = None
             for state, length in plan:
                 self.sql.execute(Q_PAUSE, state == "off")
                 catch_up_s = None
-                if state == "on" and baseline is not None:
-                    at, catch_up_s = self._catch_up(queue, start.at, samples, baseline, slice_s, produced, cursor)
+                if baselines is not None:  # "on": retention's backlog; "off": the consumers'
+                    backlog = _retained if state == "on" else _unconsumed
+                    at, catch_up_s = self._catch_up(queue, start.at, samples, backlog, baselines[state], slice_s,
+                                                    state, produced, cursor)
                 begin = (time.monotonic(), produced(), cursor())
                 wal_begin = self.sql.fetchrow(Q_WAL)
                 end_at = at + length
@@ -201,9 +215,10 @@ class SoakRuns(BenchCore):
                                "wal_mb_per_s": _per_s(wal_end[0] - wal_begin[0], elapsed) / 2**20,
                                "wal_fpi_per_s": _per_s(wal_end[1] - wal_begin[1], elapsed),
                                "catch_up_s": catch_up_s})
-                if baseline is None:  # what the services leave consumed and not deleted when always on
-                    steady = [_retained(x) for x in samples if x["t"] >= flat_s / 3]
-                    baseline = sum(steady) / len(steady) if steady else _retained(samples[-1])
+                if baselines is None:
+                    steady = [x for x in samples if x["t"] >= flat_s / 3] or samples[-1:]
+                    baselines = {"on": sum(map(_retained, steady)) / len(steady),
+                                 "off": sum(map(_unconsumed, steady)) / len(steady)}
                 at = end_at
             samples.append(self._soak_sample(queue, start.at, "on", produced(), cursor()))
             end = self._mark()
@@ -243,19 +258,21 @@ class SoakRuns(BenchCore):
                                     f"{trend['slope_per_min']:+,.2f} per minute")
         return run
 
-    def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], baseline: float, limit_s: float,
-                  produced: Any, cursor: Any) -> tuple[float, float]:
-        """After an "off" slice: sample until the messages consumed and not yet deleted are back to ``baseline``
-        x 1.1 (retention has deleted what the pause left behind) or ``limit_s`` passed; returns (when that was,
-        its duration in s). Consumed messages, not all stored ones: consumers that fall behind grow the stored
-        count without any retention debt. The "on" slice is measured from then on: what the services do in a
-        steady state, not the deletions a pause postponed (those would charge the "on" slice twice)."""
+    def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], backlog: Any, baseline: float,
+                  limit_s: float, state: str, produced: Any, cursor: Any) -> tuple[float, float]:
+        """Before a slice: sample until ``backlog(sample)`` is back to ``baseline`` x 1.1 or ``limit_s``
+        passed; returns (when that was, its duration in s). Before an "on" slice the backlog is retention's
+        (messages consumed and not yet deleted, :func:`_retained`: not all stored ones, since consumers that
+        fall behind grow the stored count without any retention debt); the slice then measures what the
+        services do in a steady state, not the deletions a pause postponed (those would charge it twice).
+        Before an "off" slice it is the consumers' (:func:`_unconsumed`), so the slice does not count as its own
+        consume throughput the draining of a backlog the services' slice left."""
         begin = time.monotonic()
         while True:
-            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
+            sample = self._soak_sample(queue, origin, state, produced(), cursor())
             samples.append(sample)
             now = time.monotonic()
-            if _retained(sample) <= 1.1 * baseline or now - begin >= limit_s:
+            if backlog(sample) <= 1.1 * baseline or now - begin >= limit_s:
                 return now, now - begin
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
