@@ -9,7 +9,8 @@ then slices alternate with the services paused everywhere and running again (off
 below, and there are as many pairs as 40% of D holds so, at least 2 (:func:`slice_plan`: 2 pairs in 10 and
 20 minutes, 3 in 30, 6 in 60). The flatness window takes the rest of D. The push and consume
 rates of the "on" slices are compared with the "off" slices of the same run. Each slice starts from a steady
-state, free of what the slice before it left, after a wait of at most one slice reported as ``catch_up_s``:
+state, free of what the slice before it left, after a wait of at most one slice reported as ``catch_up_s``
+(``caught_up`` false, and a note, when the wait reached that limit: then there was no steady state to compare):
 an "on" slice once retention has caught up with what the pause left (the messages consumed and not yet
 deleted back within 10% of the flatness window's mean), an "off" slice once the consumers have caught up with
 what the services' slice left (the messages not yet consumed back within 10% of that window's mean). Without
@@ -195,11 +196,11 @@ class SoakRuns(BenchCore):
             baselines: dict[str, float] | None = None
             for state, length in plan:
                 self.sql.execute(Q_PAUSE, state == "off")
-                catch_up_s = None
+                catch_up_s, caught_up = None, None
                 if baselines is not None:  # "on": retention's backlog; "off": the consumers'
                     backlog = _retained if state == "on" else _unconsumed
-                    at, catch_up_s = self._catch_up(queue, start.at, samples, backlog, baselines[state], slice_s,
-                                                    state, produced, cursor)
+                    at, catch_up_s, caught_up = self._catch_up(queue, start.at, samples, backlog, baselines[state],
+                                                               slice_s, state, produced, cursor)
                 begin = (time.monotonic(), produced(), cursor())
                 wal_begin = self.sql.fetchrow(Q_WAL)
                 end_at = at + length
@@ -214,7 +215,7 @@ class SoakRuns(BenchCore):
                                "consume_msg_per_s": _per_s(finish[2] - begin[2], elapsed),
                                "wal_mb_per_s": _per_s(wal_end[0] - wal_begin[0], elapsed) / 2**20,
                                "wal_fpi_per_s": _per_s(wal_end[1] - wal_begin[1], elapsed),
-                               "catch_up_s": catch_up_s})
+                               "catch_up_s": catch_up_s, "caught_up": caught_up})
                 if baselines is None:
                     steady = [x for x in samples if x["t"] >= flat_s / 3] or samples[-1:]
                     baselines = {"on": sum(map(_retained, steady)) / len(steady),
@@ -251,6 +252,13 @@ class SoakRuns(BenchCore):
             run["notes"].append(f"push with the services on: {soak['throughput_on_vs_off']['push']:.1%} of off")
         if soak["throughput_on_vs_off"]["consume"] is not None and soak["throughput_on_vs_off"]["consume"] < 0.95:
             run["notes"].append(f"consume with the services on: {soak['throughput_on_vs_off']['consume']:.1%} of off")
+        behind = [f"{n}:{x['services']}" for n, x in enumerate(slices) if x["caught_up"] is False]
+        if behind:  # the ratios then compare states that are not steady: note it next to them
+            run["notes"].append(
+                f"{len(behind)} of {len(slices) - 1} slices began before the backlog was back to the flatness "
+                f"window's level (the wait reached its {slice_s:g} s limit; slice:state {', '.join(behind)}): "
+                "the on/off ratios then include the catching up a pause left; a load the consumers cannot keep up "
+                "with (unconsumed_messages growing) leaves no steady state to compare")
         for key in ("table_mb", "stored_messages", "unconsumed_messages", "retained_messages", "broker_rss_mb"):
             trend = soak["flatness"][key]
             if trend["flat"] is False:
@@ -259,9 +267,9 @@ class SoakRuns(BenchCore):
         return run
 
     def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], backlog: Any, baseline: float,
-                  limit_s: float, state: str, produced: Any, cursor: Any) -> tuple[float, float]:
+                  limit_s: float, state: str, produced: Any, cursor: Any) -> tuple[float, float, bool]:
         """Before a slice: sample until ``backlog(sample)`` is back to ``baseline`` x 1.1 or ``limit_s``
-        passed; returns (when that was, its duration in s). Before an "on" slice the backlog is retention's
+        passed; returns (when that was, its duration in s, whether the backlog got back). Before an "on" slice the backlog is retention's
         (messages consumed and not yet deleted, :func:`_retained`: not all stored ones, since consumers that
         fall behind grow the stored count without any retention debt); the slice then measures what the
         services do in a steady state, not the deletions a pause postponed (those would charge it twice).
@@ -272,8 +280,9 @@ class SoakRuns(BenchCore):
             sample = self._soak_sample(queue, origin, state, produced(), cursor())
             samples.append(sample)
             now = time.monotonic()
-            if backlog(sample) <= 1.1 * baseline or now - begin >= limit_s:
-                return now, now - begin
+            caught_up = backlog(sample) <= 1.1 * baseline
+            if caught_up or now - begin >= limit_s:
+                return now, now - begin, caught_up
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
     def _push_capacity(self, round_no: int) -> tuple[float, str]:
