@@ -151,6 +151,32 @@ def test_parked_long_polls_are_counted_per_queue(http: httpx.Client) -> None:
         thread.join()
 
 
+def test_a_parked_namespace_long_poll_leaves_the_metrics_rows_written(http: httpx.Client) -> None:
+    """A namespace/task long poll parks under no queue name; the per-queue rows of the minute once got a row
+    for queue None, and the worker's flush failed (queue_lag_metrics.queue_name is NOT NULL) for the rest of
+    the minute: no row of any queue was written. Here a queue's parked pop is counted while one parks."""
+    queue = unique("beside")
+    with httpx.Client(base_url=http.base_url, timeout=30) as other, \
+            httpx.Client(base_url=http.base_url, timeout=30) as third:
+        import threading
+
+        by_namespace = threading.Thread(target=lambda: other.get("/api/v1/pop", params={
+            "namespace": unique("nobody"), "wait": "true", "timeout": 4000}))
+        by_namespace.start()
+        time.sleep(0.6)  # three samples with only the namespace pop parked
+        by_queue = threading.Thread(target=lambda: third.get(f"/api/v1/pop/queue/{queue}",
+                                                             params={"wait": "true", "timeout": 2000}))
+        by_queue.start()
+
+        def parked() -> bool:
+            series = http.get("/api/v1/analytics/queue-parked-replicas", params={"queue": queue}).json()["series"]
+            return any(row["parked"] == 1 for row in series)
+
+        wait_until(parked, timeout_s=10, message="the queue's parked long poll, beside a namespace one")
+        by_queue.join()
+        by_namespace.join()
+
+
 def test_retention_and_postgres_stats_shapes(http: httpx.Client) -> None:
     retention = http.get("/api/v1/analytics/retention").json()
     assert retention["bucketMinutes"] == 15 and {"series", "totals", "timeRange"} <= set(retention)

@@ -61,8 +61,8 @@ class WaiterRegistry:
         """Names of the queues with parked pops."""
         return list(self._by_queue)
 
-    def counts(self) -> dict[str, int]:
-        """Parked pops per queue."""
+    def counts(self) -> dict[str | None, int]:
+        """Parked pops per queue (None: the namespace/task pops, which name no queue)."""
         return {queue: len(waiters) for queue, waiters in self._by_queue.items()}
 
     def unregister(self, waiter: Waiter) -> None:

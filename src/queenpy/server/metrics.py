@@ -222,6 +222,8 @@ class WorkerMetrics:
         for key, value in values.items():
             minute.system[key].add(value)
         for queue, count in parked.items():
+            if queue is None:  # namespace/task long polls park under no queue: counted in "parked" above only
+                continue
             counters = minute.queues[queue]
             counters.parked_max = max(counters.parked_max, count)
         for name, fusion in broker.engine.fusions.items():
