@@ -4,6 +4,7 @@ database error in a 200 body."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -66,3 +67,15 @@ def test_a_message_id_that_exists_nowhere_is_not_found(http: httpx.Client) -> No
     assert http.get(f"/api/v1/messages/{PARTITION}/nothing").json() == {"error": "Message not found"}
     moved = http.post(f"/api/v1/messages/{PARTITION}/nothing/dlq").json()
     assert moved == {"success": False, "error": "Message not found"}
+
+
+@pytest.mark.parametrize("path", ["/api/v1/analytics/system-metrics", "/api/v1/analytics/worker-metrics",
+                                  "/api/v1/analytics/queue-ops", "/api/v1/analytics/queue-parked-replicas",
+                                  "/api/v1/analytics/retention"])
+def test_an_early_year_comes_back_with_four_digits(http: httpx.Client, path: str) -> None:
+    """Found by the fuzzer: year 97 was echoed as ``97-07-07T...`` (``strftime("%Y")``), not a date-time."""
+    response = http.get(path, params={"to": "0097-07-06T09:32:48.8-19:51"})
+    assert response.status_code == 200, response.text
+    window = response.json()["timeRange"]
+    assert window["to"] == "0097-07-07T05:23:48.800Z"
+    assert re.fullmatch(r"0097-07-0[67]T\d\d:\d\d:\d\d\.\d{3}Z", window["from"]), window

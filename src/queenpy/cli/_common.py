@@ -126,8 +126,8 @@ def iso_z(moment: datetime | None) -> str | None:
     """A timestamp as the broker writes them: UTC, milliseconds, ``Z`` (``2026-11-24T22:30:49.599Z``)."""
     if moment is None:
         return None
-    utc = moment.astimezone(UTC) if moment.tzinfo else moment
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")  # a four-digit year, unlike strftime
 
 
 _DEFAULTS: dict[str, Any] = {"url": DEFAULT_URL, "json_output": False, "verbose": False}

@@ -52,7 +52,8 @@ def time_range(request: Request, default: timedelta = timedelta(hours=1)) -> tup
 
 
 def _iso(ts: datetime) -> str:
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+    """UTC, milliseconds, ``Z``; the year always four digits (``strftime("%Y")`` writes year 97 as ``97``)."""
+    return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _bucket_of(iso: str, minutes: int) -> str:
