@@ -42,6 +42,9 @@ FUZZ_EXAMPLES = int(os.environ.get("QUEENPY_FUZZ_EXAMPLES", "12"))
 # migration routes try to connect to the generated hosts
 SLOW_PREFIXES = ("/api/v1/status", "/api/v1/analytics/", "/api/v1/migration/")
 LONG_POLL_CAP_MS = 300
+# the worker writes its metrics rows (read by the analytics routes) every half second, sampling every 200 ms,
+# so the real-data test finds its own pops and parked long polls there without waiting for the minute's end
+METRICS_ENV = {"METRICS_SAMPLE_INTERVAL_MS": "200", "METRICS_AGGREGATE_INTERVAL_S": "0.5"}
 
 
 @schemathesis.deserializer("application/json")
@@ -54,7 +57,7 @@ def fuzzed_broker(pg_server: PgServer, template_db: str,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     url = pg_server.url(pg_server.create_database(template_db))
     broker = launch_broker(url, Path(tmp_path_factory.mktemp("fuzz")), workers=1,
-                           extra_env={"DEFAULT_TIMEOUT": str(LONG_POLL_CAP_MS)})
+                           extra_env={"DEFAULT_TIMEOUT": str(LONG_POLL_CAP_MS), **METRICS_ENV})
     yield broker
     broker.stop()
 
@@ -187,11 +190,111 @@ def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: Br
             time.sleep(0.2)
         assert call("POST", "/api/v1/migration/validate", json=body)["tables"]
         assert call("POST", "/api/v1/migration/reset")["status"] == "idle"
+        operator_routes(call, client, queue, partition_id, first[0]["transactionId"])
         call("DELETE", "/api/v1/consumer-groups/{group}/queues/{queue}",
              f"/api/v1/consumer-groups/{group}/queues/{queue}")
         call("DELETE", "/api/v1/consumer-groups/{group}", f"/api/v1/consumer-groups/{group}")
         call("DELETE", "/api/v1/resources/queues/{queue}", f"/api/v1/resources/queues/{queue}-next")
-    # every operation whose 200 body is documented key by key (the dashboard and operator routes merged from
-    # main are documented as any JSON for now: docs/reliability.md)
+    # every operation whose 200 body is documented key by key: all of them (only payloads and a few free-form
+    # values inside the bodies are any JSON)
     shaped = {key for key, schema in RESULTS.items() if schema is not ANY}
     assert shaped <= checked, sorted(shaped - checked)
+
+
+def operator_routes(call: Any, client: httpx.Client, queue: str, partition_id: str, transaction_id: str) -> None:
+    """The dashboard and operator routes (API.md sections 10-12) on the data of the test above: ``queue``
+    (namespace docs, task check) holds 8 messages of partition ``partition_id``, consumed in queue mode and by
+    consumer groups, one dead-lettered; ``transaction_id`` is its first message. Each answer is checked
+    against the document by ``call``."""
+    # maintenance: a push while it is on is buffered (to a queue of its own), replayed once it is off
+    assert call("POST", "/api/v1/system/maintenance", json={"enabled": True})["maintenanceMode"] is True
+    buffered = call("POST", "/api/v1/push", json={"items": [{"queue": f"{queue}-buffered", "payload": 1}]})
+    assert buffered[0]["status"] == "buffered"
+    assert call("GET", "/api/v1/system/maintenance")["maintenanceMode"] is True
+    assert call("POST", "/api/v1/system/maintenance", json={"enabled": False})["maintenanceMode"] is False
+    assert call("POST", "/api/v1/system/maintenance/pop", json={"enabled": True})["popMaintenanceMode"] is True
+    assert call("GET", "/api/v1/system/maintenance/pop")["popMaintenanceMode"] is True
+    assert call("POST", "/api/v1/system/maintenance/pop", json={"enabled": False})["popMaintenanceMode"] is False
+    for path in ("/api/v1/system/shared-state", "/internal/api/shared-state/stats",
+                 "/internal/api/inter-instance/stats"):
+        assert call("GET", path)["transport"] == "postgresql-notify"
+    assert call("POST", "/internal/api/notify", json={"queue": queue, "partition": "Default"}) == {"status": "ok"}
+
+    # message browsing; the first message goes to the dead-letter queue of a group that has consumed nothing
+    one = "/api/v1/messages/{partition_id}/{transaction_id}"
+    first = f"/api/v1/messages/{partition_id}/{transaction_id}"
+    to_dlq = "/api/v1/messages/{partition_id}/{transaction_id}/dlq"
+    dlq_group = unique("dlq-group")
+    moved = call("POST", to_dlq, f"{first}/dlq", json={"consumerGroup": dlq_group, "errorMessage": "by hand"})
+    assert moved["success"] is True and moved["consumerGroup"] == dlq_group
+    assert call("POST", to_dlq, f"{first}/dlq", json={"consumerGroup": dlq_group})["success"] is False  # already
+    detail = call("GET", one, first)
+    assert detail["payload"] == {"n": 0} and detail["status"] == "dead_letter" and detail["errorMessage"] == "by hand"
+    assert dlq_group in {g["name"] for g in detail["consumerGroups"]}
+    assert call("GET", one, f"/api/v1/messages/{partition_id}/{unique('missing')}") == {"error": "Message not found"}
+    listed = call("GET", "/api/v1/messages", params={"queue": queue})
+    assert listed["total"] == len(listed["messages"]) == 8 and listed["mode"]["type"] == "hybrid"
+    assert call("GET", "/api/v1/messages", params={"queue": queue, "status": "dead_letter"})["total"] >= 1
+    assert call("GET", "/api/v1/messages", params={"queue": unique("none")})["messages"] == []
+    newest = "/api/v1/status/queues/{queue}/messages"
+    assert len(call("GET", newest, f"/api/v1/status/queues/{queue}/messages", params={"limit": 5})) == 5
+
+    # delete one message, then clear a queue of its own (by partition, then whole)
+    scratch = f"{queue}-scratch"
+    pushed = call("POST", "/api/v1/push", json={"items": [
+        {"queue": scratch, "partition": "p", "payload": n, "transactionId": f"s{n}"} for n in range(3)]})
+    scratch_message = f"/api/v1/messages/{pushed[0]['partition_id']}/s0"
+    assert call("DELETE", one, scratch_message)["success"] is True
+    assert call("DELETE", one, scratch_message) == {
+        "success": False, "partitionId": pushed[0]["partition_id"], "transactionId": "s0",
+        "message": "Message not found"}
+    clear, scratch_clear = "/api/v1/queues/{queue}/clear", f"/api/v1/queues/{scratch}/clear"
+    assert call("DELETE", clear, scratch_clear, params={"partition": "p"})["deleted"] == 2
+    assert call("DELETE", clear, scratch_clear)["partition"] is None
+    assert call("DELETE", clear, scratch_clear, params={"partition": "nowhere"})["error"] == "Partition not found"
+    assert call("GET", newest, f"/api/v1/status/queues/{scratch}/messages") == []
+
+    # resources and status, from the stats job's tables
+    assert call("POST", "/api/v1/stats/refresh", json={"full": True})["full"] is True
+    call("POST", "/api/v1/stats/refresh")  # no body: an incremental run
+    overview = call("GET", "/api/v1/resources/overview")
+    assert overview["queues"] >= 1 and overview["statsAge"] is not None
+    assert "docs" in {row["namespace"] for row in call("GET", "/api/v1/resources/namespaces")["namespaces"]}
+    assert "check" in {row["task"] for row in call("GET", "/api/v1/resources/tasks")["tasks"]}
+    partitions = call("GET", "/api/v1/resources/partitions", params={"queue": queue})["partitions"]
+    assert [p["name"] for p in partitions] == ["Default"] and partitions[0]["messages"]["total"] == 8
+    status = call("GET", "/api/v1/status", params={"queue": queue})
+    assert [q["name"] for q in status["queues"]] == [queue] and status["messages"]["total"] == 8
+    assert call("GET", "/api/v1/status/queues", params={"namespace": "docs"})["total"] >= 1
+    queue_status = call("GET", "/api/v1/status/queues/{queue}", f"/api/v1/status/queues/{queue}")
+    assert queue_status["queue"]["name"] == queue and queue_status["partitions"][0]["cursor"]["offset"] is not None
+    assert call("GET", "/api/v1/status/queues/{queue}", f"/api/v1/status/queues/{unique('none')}") == {
+        "error": "Queue not found"}
+    analytics = call("GET", "/api/v1/status/analytics", params={"queue": queue, "interval": "minute",
+                                                                 "from": status["timeRange"]["from"]})
+    assert analytics["total"] == 8 == sum(point["messages"] for point in analytics["dataPoints"])
+
+    # analytics, from the metrics rows the worker writes (METRICS_ENV): a long poll parked on the empty scratch
+    # queue, then a push and a pop there, repeated until the rows show them (a flush every 0.5 s). A namespace/
+    # task long poll of the fuzzer's once made every flush of the minute fail (test_operators_metrics.py)
+    deadline = time.monotonic() + 30
+    while True:
+        assert call("GET", "/api/v1/pop/queue/{queue}", f"/api/v1/pop/queue/{scratch}",
+                    params={"wait": "true", "timeout": 1000})["messages"] == []
+        call("POST", "/api/v1/push", json={"items": [{"queue": scratch, "partition": "p", "payload": 1}]})
+        assert len(call("GET", "/api/v1/pop/queue/{queue}", f"/api/v1/pop/queue/{scratch}",
+                        params={"autoAck": "true"})["messages"]) == 1
+        time.sleep(1)  # two flushes
+        parked = call("GET", "/api/v1/analytics/queue-parked-replicas", params={"queue": scratch})
+        lag = call("GET", "/api/v1/analytics/queue-lag", params={"queue": scratch})
+        if parked["series"] and lag:
+            break
+        assert time.monotonic() < deadline, "no parked long poll or pop of the scratch queue in the metrics rows"
+    assert parked["replicas"] and lag[0]["popCount"] >= 1
+    system = call("GET", "/api/v1/analytics/system-metrics")
+    assert system["series"] and system["replicas"]
+    workers = call("GET", "/api/v1/analytics/worker-metrics")
+    assert workers["workers"] and scratch in {q["queueName"] for q in workers["queues"]}
+    assert call("GET", "/api/v1/analytics/queue-ops", params={"queue": scratch})["totals"]["pushMessages"] >= 1
+    assert call("GET", "/api/v1/analytics/retention", params={"queue": scratch})["totals"] == {"deleted": 3}
+    assert call("GET", "/api/v1/analytics/postgres-stats")["tableSizes"]
