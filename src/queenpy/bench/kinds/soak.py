@@ -13,9 +13,11 @@ state, free of what the slice before it left, after a wait of at most one slice 
 (``caught_up`` false, and a note, when the wait reached that limit: then there was no steady state to compare):
 an "on" slice once retention has caught up with what the pause left (the messages consumed and not yet
 deleted back within 10% of the flatness window's mean), an "off" slice once the consumers have caught up with
-what the services' slice left (the messages not yet consumed back within 10% of that window's mean). Without
-the second wait an "off" slice counted the backlog the "on" slice before it left as consume throughput of
-its own (the consumers draining it: 20,703 msg/s consumed against 20,363 pushed). The producer is paced at
+what the services' slice left (the messages not yet consumed back within 10% of that window's mean; the
+services still run during that wait, so a pause lasts one slice and leaves retention no more to catch up
+with). Without the second wait an "off" slice counted the backlog the "on" slice before it left as consume
+throughput of its own (the consumers draining it: 20,703 msg/s consumed against 20,363 pushed). The
+producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
 probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
 :data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
@@ -195,12 +197,15 @@ class SoakRuns(BenchCore):
             # what the flatness window leaves, on average, consumed and not deleted, and not consumed
             baselines: dict[str, float] | None = None
             for state, length in plan:
-                self.sql.execute(Q_PAUSE, state == "off")
+                if state == "on":  # resumed before its wait: retention catches up with what the pause left
+                    self.sql.execute(Q_PAUSE, False)
                 catch_up_s, caught_up = None, None
-                if baselines is not None:  # "on": retention's backlog; "off": the consumers'
+                if baselines is not None:  # "on": retention's backlog; "off": the consumers', services still on
                     backlog = _retained if state == "on" else _unconsumed
                     at, catch_up_s, caught_up = self._catch_up(queue, start.at, samples, backlog, baselines[state],
-                                                               slice_s, state, produced, cursor)
+                                                               slice_s, produced, cursor)
+                if state == "off":  # paused after its wait, which would otherwise add to retention's debt
+                    self.sql.execute(Q_PAUSE, True)
                 begin = (time.monotonic(), produced(), cursor())
                 wal_begin = self.sql.fetchrow(Q_WAL)
                 end_at = at + length
@@ -267,17 +272,18 @@ class SoakRuns(BenchCore):
         return run
 
     def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], backlog: Any, baseline: float,
-                  limit_s: float, state: str, produced: Any, cursor: Any) -> tuple[float, float, bool]:
-        """Before a slice: sample until ``backlog(sample)`` is back to ``baseline`` x 1.1 or ``limit_s``
-        passed; returns (when that was, its duration in s, whether the backlog got back). Before an "on" slice the backlog is retention's
-        (messages consumed and not yet deleted, :func:`_retained`: not all stored ones, since consumers that
-        fall behind grow the stored count without any retention debt); the slice then measures what the
-        services do in a steady state, not the deletions a pause postponed (those would charge it twice).
-        Before an "off" slice it is the consumers' (:func:`_unconsumed`), so the slice does not count as its own
-        consume throughput the draining of a backlog the services' slice left."""
+                  limit_s: float, produced: Any, cursor: Any) -> tuple[float, float, bool]:
+        """Before a slice, with the services on: sample until ``backlog(sample)`` is back to ``baseline`` x 1.1
+        or ``limit_s`` passed; returns (when that was, its duration in s, whether the backlog got back). Before
+        an "on" slice the backlog is retention's (messages consumed and not yet deleted, :func:`_retained`: not
+        all stored ones, since consumers that fall behind grow the stored count without any retention debt);
+        the slice then measures what the services do in a steady state, not the deletions a pause postponed
+        (those would charge it twice). Before an "off" slice it is the consumers' (:func:`_unconsumed`), so the
+        slice does not count as its own consume throughput the draining of a backlog the services' slice
+        left."""
         begin = time.monotonic()
         while True:
-            sample = self._soak_sample(queue, origin, state, produced(), cursor())
+            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
             samples.append(sample)
             now = time.monotonic()
             caught_up = backlog(sample) <= 1.1 * baseline
