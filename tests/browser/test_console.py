@@ -288,7 +288,8 @@ def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], conso
     pop_button.click()
     expect(pop_button).to_have_text("pop maintenance: ON (turn off)")
     assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is True
-    expect(banner).to_have_text("Maintenance mode: pops answer 204")
+    # the overview reads /health once per refresh period (5 s by default): wait longer than one period
+    expect(banner).to_have_text("Maintenance mode: pops answer 204", timeout=15_000)
     page.once("dialog", lambda dialog: dialog.accept())
     pop_button.click()
     expect(pop_button).to_have_text("pop maintenance: off (turn on)")
