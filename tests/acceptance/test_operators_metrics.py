@@ -3,6 +3,7 @@ their metrics rows every 0.2 s (``METRICS_AGGREGATE_INTERVAL_S``), checked again
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -134,20 +135,24 @@ def test_system_and_worker_metrics_have_both_workers(http: httpx.Client) -> None
     assert len(parked["replicas"]) == 2
 
 
+def wait_for_a_parked_pop(http: httpx.Client, queue: str, message: str) -> None:
+    """Waits until the per-queue parked series of ``/api/v1/analytics/queue-parked-replicas`` counts one
+    parked long poll of ``queue`` (10 s at most)."""
+
+    def parked() -> bool:
+        series = http.get("/api/v1/analytics/queue-parked-replicas", params={"queue": queue}).json()["series"]
+        return any(row["parked"] == 1 for row in series)
+
+    wait_until(parked, timeout_s=10, message=message)
+
+
 def test_parked_long_polls_are_counted_per_queue(http: httpx.Client) -> None:
     queue = unique("parked")
     with httpx.Client(base_url=http.base_url, timeout=30) as other:
-        import threading
-
         thread = threading.Thread(target=lambda: other.get(f"/api/v1/pop/queue/{queue}",
                                                            params={"wait": "true", "timeout": 1500}))
         thread.start()
-
-        def parked() -> bool:
-            series = http.get("/api/v1/analytics/queue-parked-replicas", params={"queue": queue}).json()["series"]
-            return any(row["parked"] == 1 for row in series)
-
-        wait_until(parked, timeout_s=10, message="a parked long poll")
+        wait_for_a_parked_pop(http, queue, "a parked long poll")
         thread.join()
 
 
@@ -158,8 +163,6 @@ def test_a_parked_namespace_long_poll_leaves_the_metrics_rows_written(http: http
     queue = unique("beside")
     with httpx.Client(base_url=http.base_url, timeout=30) as other, \
             httpx.Client(base_url=http.base_url, timeout=30) as third:
-        import threading
-
         by_namespace = threading.Thread(target=lambda: other.get("/api/v1/pop", params={
             "namespace": unique("nobody"), "wait": "true", "timeout": 4000}))
         by_namespace.start()
@@ -167,12 +170,7 @@ def test_a_parked_namespace_long_poll_leaves_the_metrics_rows_written(http: http
         by_queue = threading.Thread(target=lambda: third.get(f"/api/v1/pop/queue/{queue}",
                                                              params={"wait": "true", "timeout": 2000}))
         by_queue.start()
-
-        def parked() -> bool:
-            series = http.get("/api/v1/analytics/queue-parked-replicas", params={"queue": queue}).json()["series"]
-            return any(row["parked"] == 1 for row in series)
-
-        wait_until(parked, timeout_s=10, message="the queue's parked long poll, beside a namespace one")
+        wait_for_a_parked_pop(http, queue, "the queue's parked long poll, beside a namespace one")
         by_queue.join()
         by_namespace.join()
 
