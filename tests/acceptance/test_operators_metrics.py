@@ -131,6 +131,10 @@ def test_system_and_worker_metrics_have_both_workers(http: httpx.Client) -> None
     workers = wait_until(lambda: both("worker-metrics", "workers"), timeout_s=10, message="two workers")
     assert {"timeRange", "bucketMinutes", "pointCount", "timeSeries", "workers", "queues", "summary"} <= set(workers)
     assert workers["summary"]["requests"] >= 1 and workers["summary"]["workers"] == 2
+    # whole counts, as documented (they were written and summed as floats: 12.0)
+    assert all(type(w["requests"]) is int and type(w["errors"]) is int for w in workers["workers"])
+    status = http.get("/api/v1/status").json()
+    assert type(status["errors"]["requestErrors"]) is int
     parked = http.get("/api/v1/analytics/queue-parked-replicas").json()
     assert len(parked["replicas"]) == 2
 

@@ -79,3 +79,11 @@ def test_an_early_year_comes_back_with_four_digits(http: httpx.Client, path: str
     window = response.json()["timeRange"]
     assert window["to"] == "0097-07-07T05:23:48.800Z"
     assert re.fullmatch(r"0097-07-0[67]T\d\d:\d\d:\d\d\.\d{3}Z", window["from"]), window
+
+
+def test_a_window_that_ends_after_year_9999_comes_back_with_four_digits(http: httpx.Client) -> None:
+    """The message list's window ends at the minute after ``to``: year 10000 for a ``to`` in 9999's last minute,
+    which PostgreSQL's to_char wrote with five digits, not a date-time."""
+    response = http.get("/api/v1/messages", params={"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:30Z"})
+    assert response.status_code == 200, response.text
+    assert response.json()["timeRange"] == {"from": "9999-12-31T00:00:00.000Z", "to": "9999-12-31T23:59:59.999Z"}

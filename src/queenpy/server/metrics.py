@@ -91,7 +91,7 @@ class QueueCounters:
 class _Minute:
     bucket: datetime
     system: dict[str, _Agg] = field(default_factory=lambda: defaultdict(_Agg))
-    counts: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # requests, errors: whole counts
     fusion: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
     queues: dict[str, QueueCounters] = field(default_factory=lambda: defaultdict(QueueCounters))
 

@@ -354,7 +354,7 @@ RESULTS: dict[tuple[str, str], Schema] = {
                              errors=INT, fusion=_FUSION, **_OPS)),
         workers=array(obj(["hostname", "workerId", "pid", "requests", "errors", "lastSeen"], hostname=STR,
                           workerId=STR, pid=nullable(INT), lastSeen=TIME,
-                          requests=NUM, errors=NUM)),  # NUM: summed as the stored floats (12.0)
+                          requests=INT, errors=INT)),
         queues=array(obj(["queueName", *_OPS], queueName=STR, **_OPS)),
         summary=obj(["requests", "errors", *_OPS, "workers", "queues"], requests=INT, errors=INT, workers=INT,
                     queues=INT, **_OPS))),
@@ -409,8 +409,7 @@ RESULTS: dict[tuple[str, str], Schema] = {
         workers=array(obj(["hostname", "workerId", "pid", "lastSeen", "cpuPercent", "rssBytes", "poolActive"],
                           hostname=STR, workerId=STR, pid=nullable(INT), lastSeen=TIME, cpuPercent=nullable(NUM),
                           rssBytes=nullable(NUM), poolActive=nullable(NUM))),
-        errors=obj(["deadLettered", "requestErrors"], deadLettered=INT,
-                   requestErrors=NUM),  # NUM: a sum of the stored floats (3.0)
+        errors=obj(["deadLettered", "requestErrors"], deadLettered=INT, requestErrors=INT),
         statsAge=_STATS_AGE)),
     ("get", "/api/v1/status/queues"): _or_failure(obj(
         ["queues", "total", "pagination", "statsAge"], queues=array(_QUEUE_ROW), total=INT, pagination=_PAGINATION,

@@ -154,8 +154,9 @@ async def worker_metrics(request: Request) -> Response:
         worker = workers.setdefault((row["hostname"], row["workerId"]), {
             "hostname": row["hostname"], "workerId": row["workerId"], "pid": row["pid"], "requests": 0,
             "errors": 0})
-        worker["requests"] += metrics.get("requests", 0)
-        worker["errors"] += metrics.get("errors", 0)
+        # int(): the rows written before the counts were whole numbers hold them as floats (12.0)
+        worker["requests"] += int(metrics.get("requests", 0))
+        worker["errors"] += int(metrics.get("errors", 0))
         worker["lastSeen"], worker["pid"] = row["bucket"], row["pid"]
     by_bucket: dict[str, list[dict[str, Any]]] = defaultdict(list)
     by_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)

@@ -178,7 +178,10 @@ LANGUAGE sql STABLE AS $$
         'mode', queen.consumption_mode_v1(coalesce((SELECT array_agg(partition_id) FROM w), '{}')),
         'total', (SELECT n FROM total),
         'pagination', jsonb_build_object('limit', params.lim, 'offset', params.off),
-        'timeRange', jsonb_build_object('from', queen.iso_ms(params.t_from), 'to', queen.iso_ms(params.t_to)))
+        -- the window's end is the minute after ``to``: 10000-01-01 for a ``to`` in 9999's last minute, which
+        -- to_char writes with five digits; the last millisecond of 9999 is the same bound for any message
+        'timeRange', jsonb_build_object('from', queen.iso_ms(params.t_from),
+                                        'to', queen.iso_ms(least(params.t_to, '9999-12-31 23:59:59.999+00'))))
     FROM params
 $$;
 

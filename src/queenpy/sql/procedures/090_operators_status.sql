@@ -297,7 +297,7 @@ LANGUAGE sql STABLE AS $$
                   ORDER BY hostname, worker_id, sampled_at DESC) w), '[]'::jsonb),
         'errors', jsonb_build_object(
             'deadLettered', (SELECT coalesce(sum(dead_lettered), 0) FROM ingest),
-            'requestErrors', (SELECT coalesce(sum((metrics->>'errors')::numeric), 0) FROM queen.worker_metrics
+            'requestErrors', (SELECT coalesce(sum((metrics->>'errors')::numeric), 0)::bigint FROM queen.worker_metrics
                               WHERE sampled_at >= date_trunc('minute', params.t_from) AND sampled_at <= params.t_to)),
         'statsAge', queen.stats_age_v1())
     FROM params LEFT JOIN stats st ON true
