@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from queenpy.bench.postgres import PrivatePostgres
+
 __all__ = ["CHART_MISSING", "chart", "settings_line", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
@@ -31,7 +33,7 @@ def table(document: dict[str, Any]) -> str:
     git = document["git"]
     title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
              f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
-    origin = pg.get("server", "private (pgserver, the embedded default's settings)")
+    origin = pg.get("server", PrivatePostgres.origin)  # documents written before "server" was recorded
     server = (f"PostgreSQL: {origin}; {settings_line(pg)}\n"
               f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
     load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "

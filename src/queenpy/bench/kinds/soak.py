@@ -24,7 +24,8 @@ probe when that scenario is not in the run. The queue has ``completedRetentionSe
 (unless ``--env`` sets it), so what is consumed goes within seconds.
 
 Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its indexes and TOAST
-(``pg_total_relation_size``), the messages it stores (offsets assigned minus messages deleted, from
+(``pg_total_relation_size``; and split, under ``table_parts_mb``, into the heap with its TOAST and maps
+and each index), the messages it stores (offsets assigned minus messages deleted, from
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
 the consumers' cursor (so the stored messages split into ``unconsumed_messages``, the consumers' backlog, and
 ``retained_messages``, consumed and not yet deleted: retention's backlog; a table that grows with the first
@@ -59,6 +60,10 @@ FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
 
 Q_TABLE_BYTES = "SELECT pg_total_relation_size('queen.messages')"
+# what that size is made of: the heap with its TOAST and maps (pg_table_size), and each index
+Q_TABLE_PARTS = ("SELECT jsonb_build_object('heap', pg_table_size('queen.messages')) || coalesce((SELECT "
+                 "jsonb_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i JOIN pg_class c "
+                 "ON c.oid = i.indexrelid WHERE i.indrelid = 'queen.messages'::regclass), '{}')")
 Q_STORED = ("SELECT coalesce(sum(p.last_seq - c.messages_deleted), 0)::bigint FROM queen.partitions p "
             "JOIN queen.partition_counters c ON c.partition_id = p.id JOIN queen.queues q ON q.id = p.queue_id "
             "WHERE q.name = $1")
@@ -304,6 +309,7 @@ class SoakRuns(BenchCore):
         tree = procfs.tree_of(self.broker.pid)
         return {"t": time.monotonic() - origin, "services": state,
                 "table_bytes": float(self.sql.fetchval(Q_TABLE_BYTES)),
+                "table_parts_bytes": json.loads(self.sql.fetchval(Q_TABLE_PARTS)),
                 "stored": float(self.sql.fetchval(Q_STORED, queue)),
                 "rss_bytes": float(sum(p.rss_pages for p in tree) * procfs.PAGE_SIZE),
                 "produced": float(produced), "cursor": float(cursor)}
@@ -335,6 +341,9 @@ class SoakRuns(BenchCore):
                          "unconsumed_messages": _trend([(s["t"], _unconsumed(s)) for s in steady], 1.0),
                          "retained_messages": _trend([(s["t"], _retained(s)) for s in steady], 1.0),
                          "broker_rss_mb": _trend(series("rss_bytes"), 2**20)},
+            # the table's size split (heap, then each index): which part grows when the table does
+            "table_parts_mb": {part: _trend([(s["t"], s["table_parts_bytes"][part]) for s in steady], 2**20)
+                               for part in (steady[-1].get("table_parts_bytes", {}) if steady else {})},
             "slices": slices,
             "throughput_on_vs_off": ratios,
             "samples": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()} for s in samples],
