@@ -59,10 +59,10 @@ MIN_PAIRS = 2  # of off and on slices
 FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
 
-Q_TABLE_BYTES = "SELECT pg_total_relation_size('queen.messages')"
-# what that size is made of: the heap with its TOAST and maps (pg_table_size), and each index
+# the messages table's size by part: the heap with its TOAST and maps (pg_table_size), and each index with all
+# its forks (pg_total_relation_size of the index); they sum to pg_total_relation_size('queen.messages')
 Q_TABLE_PARTS = ("SELECT jsonb_build_object('heap', pg_table_size('queen.messages')) || coalesce((SELECT "
-                 "jsonb_object_agg(c.relname, pg_relation_size(c.oid)) FROM pg_index i JOIN pg_class c "
+                 "jsonb_object_agg(c.relname, pg_total_relation_size(c.oid)) FROM pg_index i JOIN pg_class c "
                  "ON c.oid = i.indexrelid WHERE i.indrelid = 'queen.messages'::regclass), '{}')")
 Q_STORED = ("SELECT coalesce(sum(p.last_seq - c.messages_deleted), 0)::bigint FROM queen.partitions p "
             "JOIN queen.partition_counters c ON c.partition_id = p.id JOIN queen.queues q ON q.id = p.queue_id "
@@ -307,9 +307,9 @@ class SoakRuns(BenchCore):
 
     def _soak_sample(self, queue: str, origin: float, state: str, produced: int, cursor: int) -> dict[str, Any]:
         tree = procfs.tree_of(self.broker.pid)
+        parts = json.loads(self.sql.fetchval(Q_TABLE_PARTS))
         return {"t": time.monotonic() - origin, "services": state,
-                "table_bytes": float(self.sql.fetchval(Q_TABLE_BYTES)),
-                "table_parts_bytes": json.loads(self.sql.fetchval(Q_TABLE_PARTS)),
+                "table_bytes": float(sum(parts.values())), "table_parts_bytes": parts,
                 "stored": float(self.sql.fetchval(Q_STORED, queue)),
                 "rss_bytes": float(sum(p.rss_pages for p in tree) * procfs.PAGE_SIZE),
                 "produced": float(produced), "cursor": float(cursor)}
