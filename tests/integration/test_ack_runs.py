@@ -1,11 +1,13 @@
 """Fused acknowledgments: a run of one (partition, consumer group) acknowledged in one pass
-(queen.ack_run_v1, 040_ack.sql) ends exactly where acknowledging its items one by one (queen.ack_one_v1, the
+(queen.ack_run_v2, 040_ack.sql) ends exactly where acknowledging its items one by one (queen.ack_one_v1, the
 reference) ends: the same per-item results, the same consumer rows (cursor, lease, counters), the same scan
 floors and dead letters.
 
-Each case builds a state, then inside one transaction runs ``ack_v1`` on the items, records the outcome,
-rolls back to a savepoint and runs ``ack_one_v1`` item by item in ``ack_v1``'s order (partition, group,
-offset, index). ``now()`` is the same for both, so even the timestamps must match.
+Each case builds a state, then inside one transaction runs ``ack_v2`` on the items, expands its compact answer
+as the broker does (``ack_results``) and as SQL does (``queen.ack_results_v1``, which ``ack_v1`` returns) and
+checks the two agree, records the outcome, rolls back to a savepoint and runs ``ack_one_v1`` item by item in
+``ack_v2``'s order (partition, group, offset, index). ``now()`` is the same for both, so even the timestamps
+must match.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+
+from queenpy.engine.engine import ack_results
 
 from helpers import call_procedure
 
@@ -77,15 +81,18 @@ def item_by_item_calls(conn: psycopg.Connection[Any]) -> int:
 def assert_same_as_item_by_item(conn: psycopg.Connection[Any], items: list[dict[str, Any]],
                                 one_pass: bool) -> list[dict[str, Any]]:
     """Run both ways in one transaction; return the fused results after checking they match and that
-    ``ack_v1`` took the one-pass path (``one_pass``) or went item by item."""
+    ``ack_v2`` took the one-pass path (``one_pass``) or went item by item."""
     numbered = [{**entry, "index": i} for i, entry in enumerate(items)]
+    payload = orjson.dumps(numbered).decode()
     with conn.transaction():
         conn.execute("SET LOCAL track_functions = 'pl'")
         conn.execute("SAVEPOINT before_ack")
         calls_before = item_by_item_calls(conn)
-        row = conn.execute("SELECT queen.ack_v1(%s::jsonb)::text", (orjson.dumps(numbered).decode(),)).fetchone()
+        row = conn.execute("SELECT queen.ack_v2(%s::jsonb)::text", (payload,)).fetchone()
         assert row is not None
-        fused = orjson.loads(row[0])
+        fused = ack_results(numbered, row[0])
+        in_sql = conn.execute("SELECT queen.ack_results_v1(%s::jsonb, %s::json)::text", (payload, row[0])).fetchone()
+        assert in_sql is not None and orjson.loads(in_sql[0]) == fused
         fused_state = state(conn)
         assert (item_by_item_calls(conn) == calls_before) is one_pass
         conn.execute("ROLLBACK TO SAVEPOINT before_ack")
@@ -163,8 +170,7 @@ def test_runs_the_fast_path_does_not_take(conn: psycopg.Connection[Any]) -> None
 
 
 def test_several_runs_each_in_offset_order(conn: psycopg.Connection[Any]) -> None:
-    """What consumers send: each run's items in offset order. ack_v1 hands a run's results back as they are
-    only when the call is that one run; here the other run's results must be there too."""
+    """What consumers send: each run's items in offset order; the other run's results must be there too."""
     push(conn, "a", 3)
     push(conn, "b", 3)
     items = [item(m) for partition in ("a", "b") for m in pop(conn, partition, 3)]

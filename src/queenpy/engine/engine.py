@@ -11,12 +11,12 @@ from typing import Any
 
 import orjson
 
-from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit
+from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit, results_by_index
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "push_results"]
+__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "ack_results", "push_results"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -34,7 +34,7 @@ _PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 _OPERATIONS = {
     "push": "push_items_v3",
     "pop": "pop_v2",
-    "ack": "ack_v1",
+    "ack": "ack_v2",
     "renew_lease": "renew_lease_v1",
 }
 
@@ -65,6 +65,33 @@ def push_results(items: list[dict[str, Any]], text: str) -> list[Any]:
     return results
 
 
+def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
+    """Expand ``queen.ack_v2``'s compact answer (040_ack.sql) into the per-item results of API.md section 6.3,
+    in the items' order: ``{"index", "transactionId", "queueName", "partitionName", "success", "error",
+    "leaseReleased", "dlq"}``. An element ``[positions, queueName, partitionName, held, k]`` is a run of one
+    partition and group acknowledged in one pass (the o-th position, 1-based, released the lease when o >= k;
+    all failed with an invalid lease when not held); an object is one item's result as the procedure built it.
+    Building those objects as jsonb cost PostgreSQL about 9 us an item (benchmarks/RESULTS.md, 2026-11-27)."""
+    results: list[Any] = [None] * len(items)
+    for entry in orjson.loads(text):
+        if isinstance(entry, dict):
+            position = entry.get("index")
+            if isinstance(position, int) and 0 <= position < len(results):
+                results[position] = entry
+            continue
+        positions, queue_name, partition_name, held, lease_end = entry
+        for place, position in enumerate(positions, 1):
+            item = items[position]
+            result = {"index": item["index"], "transactionId": item.get("transactionId"),
+                      "queueName": queue_name, "partitionName": partition_name}
+            if held:
+                result.update(success=True, error=None, leaseReleased=place >= lease_end, dlq=False)
+            else:
+                result.update(success=False, error="Invalid or expired lease")
+            results[position] = result
+    return results
+
+
 class Engine:
     """Fusion queues and long-poll waiters of one process, over one :class:`Database`."""
 
@@ -89,7 +116,7 @@ class Engine:
             else:
                 limit = StaticLimit(fusion_settings.max_concurrent)
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
-                                      fusion_settings.max_hold_ms)
+                                      fusion_settings.max_hold_ms, ack_results if op == "ack" else results_by_index)
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
         self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY

@@ -7,7 +7,7 @@
 -- Written as IS TRUE, that condition is never an index condition, so only the unique index can serve the
 -- lookup (migration 005 put transaction_id first in it; 006 keys its partition as text, so no index has
 -- partition_id in second place). Consumer rows need no such care: migration 007 made the group index a
--- one-row probe too. The entry points of the hot paths (push_items_v2, pop_v2, ack_v1, renew_lease_v1,
+-- one-row probe too. The entry points of the hot paths (push_items_v2, pop_v2, ack_v2, renew_lease_v1,
 -- transaction_v1) also run with enable_seqscan = off, so no table's size at planning time can make a
 -- sequential scan look cheapest. tests/integration/test_explain.py checks all three. pop_v2 also forces
 -- generic plans (see there): its candidate scan was re-planned on every call otherwise.

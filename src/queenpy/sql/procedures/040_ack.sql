@@ -122,47 +122,30 @@ BEGIN
 END;
 $$;
 
--- A run of plain acknowledgments of one (partition, consumer group), in one pass: the result ack_one_v1
--- would give item by item, or NULL when the run needs it item by item. The fast case is what consumers send:
--- every message found, every status completed/success, one lease (or none) for all, not more items than the
--- lease has left, no replayed dead letters in the partition. One consumer row update instead of one per item
--- (each of which left a row version that the next item's lookup walked past).
+-- A run of plain acknowledgments of one (partition, consumer group), in one pass, ending where ack_one_v1 item
+-- by item would; one_pass false (nothing done) when the run needs it item by item. The fast case is what
+-- consumers send, and queen.ack_v2 checks its first part before calling: more than one item, every message
+-- found, every status completed/success, one lease (or none) for all (p_lease, '' for none). Here: not more
+-- items than the lease has left, no replayed dead letters in the partition. One consumer row update instead of
+-- one per item (each of which left a row version that the next item's lookup walked past).
 --
--- p_items: the run's items in ack_one_v1 order (offset, then index); p_found: how many name a stored message;
--- p_min_seq, p_max_seq: the lowest and highest offset among those.
---
--- Item by item, the cursor ends at the highest offset; only the first item can move it backwards (the others
--- come in offset order), so the scan floor is dropped when p_min_seq is below the cursor; the lease ends at
--- item k = batch_size - acked_count (at once when no lease is held), and every item from k on reports
--- leaseReleased and counts as a finished batch.
-CREATE OR REPLACE FUNCTION queen.ack_run_v1(p_partition_id uuid, p_group text, p_items jsonb, p_found integer,
-                                            p_min_seq bigint, p_max_seq bigint)
-RETURNS jsonb
+-- p_n: how many items; p_min_seq, p_max_seq: the lowest and highest offset among them. Item by item, the cursor
+-- ends at the highest offset; only the first item can move it backwards (the others come in offset order), so
+-- the scan floor is dropped when p_min_seq is below the cursor; the lease ends at item k = batch_size -
+-- acked_count (at once when no lease is held), and every item from k on reports leaseReleased and counts as a
+-- finished batch. Out: held (the lease was live, or none was named: every item succeeded; else every item
+-- failed with 'Invalid or expired lease' and nothing changed), k, and the names the results carry.
+CREATE OR REPLACE FUNCTION queen.ack_run_v2(p_partition_id uuid, p_group text, p_lease text, p_n integer,
+                                            p_min_seq bigint, p_max_seq bigint,
+                                            OUT one_pass boolean, OUT held boolean, OUT k integer,
+                                            OUT queue_name text, OUT partition_name text)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_n integer := jsonb_array_length(p_items);
-    v_lease text;
-    v_plain boolean;
-    v_leases integer;
-    v_queue_name text;
-    v_partition_name text;
     v_pc queen.partition_consumers%ROWTYPE;
     v_last queen.messages%ROWTYPE;
-    v_held boolean;
-    v_k integer;
 BEGIN
-    IF p_found < v_n THEN
-        RETURN NULL;
-    END IF;
-    SELECT min(coalesce(e->>'leaseId', '')), count(DISTINCT coalesce(e->>'leaseId', '')),
-           bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success'))
-    INTO v_lease, v_leases, v_plain
-    FROM jsonb_array_elements(p_items) e;
-    IF v_leases <> 1 OR NOT v_plain THEN
-        RETURN NULL;
-    END IF;
-
-    SELECT p.name, q.name INTO v_partition_name, v_queue_name
+    one_pass := false;
+    SELECT p.name, q.name INTO partition_name, queue_name
     FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE p.id = p_partition_id;
     INSERT INTO queen.partition_consumers (partition_id, consumer_group)
     VALUES (p_partition_id, p_group) ON CONFLICT (partition_id, consumer_group) DO NOTHING;
@@ -170,73 +153,78 @@ BEGIN
     WHERE partition_id = p_partition_id AND consumer_group = p_group FOR UPDATE;
     IF EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group)
     THEN
-        RETURN NULL;
+        RETURN;
     END IF;
 
-    v_held := v_lease = '' OR queen.holds_lease(v_pc, v_lease);
-    IF v_held THEN
-        v_k := CASE WHEN v_pc.worker_id IS NULL THEN 1 ELSE greatest(v_pc.batch_size - v_pc.acked_count, 1) END;
-        IF v_lease <> '' AND v_k < v_n THEN
-            RETURN NULL;  -- the items after the lease's end fail their lease check: item by item
+    held := p_lease = '' OR queen.holds_lease(v_pc, p_lease);
+    IF held THEN
+        k := CASE WHEN v_pc.worker_id IS NULL THEN 1 ELSE greatest(v_pc.batch_size - v_pc.acked_count, 1) END;
+        IF p_lease <> '' AND k < p_n THEN
+            RETURN;  -- the items after the lease's end fail their lease check: item by item
         END IF;
 
         SELECT * INTO v_last FROM queen.messages WHERE partition_id = p_partition_id AND seq = p_max_seq;
         IF p_min_seq < v_pc.last_consumed_seq THEN
-            PERFORM queen.reset_scan_floor_v1(v_queue_name, p_group);  -- the cursor moves backwards
+            PERFORM queen.reset_scan_floor_v1(queue_name, p_group);  -- the cursor moves backwards
         END IF;
         UPDATE queen.partition_consumers
         SET last_consumed_seq = v_last.seq, last_consumed_id = v_last.id,
             last_consumed_created_at = v_last.created_at,
-            last_consumed_at = now(), total_messages_consumed = total_messages_consumed + v_n,
-            total_batches_consumed = total_batches_consumed + greatest(v_n - v_k + 1, 0),
-            worker_id = CASE WHEN v_k <= v_n THEN NULL ELSE worker_id END,
-            lease_expires_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_expires_at END,
-            lease_acquired_at = CASE WHEN v_k <= v_n THEN NULL ELSE lease_acquired_at END,
-            batch_size = CASE WHEN v_k <= v_n THEN 0 ELSE batch_size END,
-            acked_count = CASE WHEN v_k <= v_n THEN 0 ELSE acked_count + v_n END,
-            batch_retry_count = CASE WHEN v_k <= v_n THEN 0 ELSE batch_retry_count END,
+            last_consumed_at = now(), total_messages_consumed = total_messages_consumed + p_n,
+            total_batches_consumed = total_batches_consumed + greatest(p_n - k + 1, 0),
+            worker_id = CASE WHEN k <= p_n THEN NULL ELSE worker_id END,
+            lease_expires_at = CASE WHEN k <= p_n THEN NULL ELSE lease_expires_at END,
+            lease_acquired_at = CASE WHEN k <= p_n THEN NULL ELSE lease_acquired_at END,
+            batch_size = CASE WHEN k <= p_n THEN 0 ELSE batch_size END,
+            acked_count = CASE WHEN k <= p_n THEN 0 ELSE acked_count + p_n END,
+            batch_retry_count = CASE WHEN k <= p_n THEN 0 ELSE batch_retry_count END,
             retry_available_at = NULL
         WHERE id = v_pc.id;
     END IF;
-
-    RETURN (SELECT jsonb_agg(jsonb_build_object('index', (e->>'index')::int, 'transactionId', e->>'transactionId',
-                                                'queueName', v_queue_name, 'partitionName', v_partition_name)
-                             || CASE WHEN v_held
-                                     THEN jsonb_build_object('success', true, 'error', NULL,
-                                                             'leaseReleased', o >= v_k, 'dlq', false)
-                                     ELSE jsonb_build_object('success', false, 'error', 'Invalid or expired lease')
-                                END
-                             ORDER BY o)
-            FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o));
+    one_pass := true;
 END;
 $$;
 
--- Fused acknowledgments: items processed in (partition, group, offset) order, a run of one (partition, group)
--- in one pass when it can be (queen.ack_run_v1), else item by item. Output: one result per item, ordered by
--- index. Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot make the call
--- fail; no per-item subtransaction (re-locking one consumer row from many subtransactions makes PostgreSQL
--- build ever-growing MultiXacts: quadratic in the batch size).
+DROP FUNCTION IF EXISTS queen.ack_run_v1(uuid, text, jsonb, integer, bigint, bigint);
+
+-- Fused acknowledgments, the broker's call: items processed in (partition, group, offset) order, a run of one
+-- (partition, group) in one pass when it can be (queen.ack_run_v2), else item by item (queen.ack_one_v1).
+-- Items are validated by the broker before fusion (UUIDs, statuses), so an item cannot make the call fail; no
+-- per-item subtransaction (re-locking one consumer row from many subtransactions makes PostgreSQL build
+-- ever-growing MultiXacts: quadratic in the batch size).
+--
+-- A compact answer (json), expanded by the broker (queenpy.engine.engine.ack_results) and in SQL by
+-- queen.ack_results_v1: per run acknowledged in one pass, [positions, queueName, partitionName, held, k],
+-- positions being the 0-based places in p_items of the run's items in the order they were applied; the o-th of
+-- them (1-based) succeeded with leaseReleased = (o >= k) when held, else failed with 'Invalid or expired
+-- lease'. Per item acknowledged on its own, ack_one_v1's result object. Building one jsonb object per
+-- acknowledged item cost PostgreSQL about 9 us an item, more than the rest of a run's acknowledgment
+-- (pg_stat_statements in the soak, benchmarks/RESULTS.md 2026-11-27).
 -- enable_seqscan = off: index probes only, whatever size the tables had when the session cached its plans
 -- (see queen.pop_v2).
-CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
-RETURNS jsonb
+CREATE OR REPLACE FUNCTION queen.ack_v2(p_items jsonb)
+RETURNS json
 LANGUAGE plpgsql
 SET enable_seqscan = off
 AS $$
 DECLARE
     run record;
-    a jsonb;
-    v_run jsonb;
-    v_results jsonb[] := '{}';
+    v_pos integer;
+    v_one_pass boolean;
+    v_held boolean;
+    v_k integer;
+    v_queue_name text;
+    v_partition_name text;
+    v_out text[] := '{}';
 BEGIN
     FOR run IN
         SELECT min(e->>'partitionId') AS partition_text, min(k.consumer_group) AS consumer_group,
-               jsonb_agg(e ORDER BY m.seq, (e->>'index')::int) AS items, count(m.seq)::int AS found,
-               min(m.seq) AS min_seq, max(m.seq) AS max_seq,
-               count(*) OVER () AS runs,
-               array_agg((e->>'index')::int ORDER BY m.seq, (e->>'index')::int)
-                   = array_agg((e->>'index')::int ORDER BY (e->>'index')::int) AS in_index_order
-        FROM jsonb_array_elements(p_items) e
+               array_agg(t.o - 1 ORDER BY m.seq, (e->>'index')::int) AS positions,
+               count(*)::int AS n, count(m.seq)::int AS found, min(m.seq) AS min_seq, max(m.seq) AS max_seq,
+               min(coalesce(e->>'leaseId', '')) AS lease,
+               count(DISTINCT coalesce(e->>'leaseId', ''))::int AS leases,
+               bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success')) AS plain
+        FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o)
         CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
         -- LATERAL ... LIMIT 1: one probe of the unique transaction_id index per item (migrations 005, 006)
         LEFT JOIN LATERAL (
@@ -247,31 +235,60 @@ BEGIN
         GROUP BY e->>'partitionId', k.consumer_group
         ORDER BY e->>'partitionId', k.consumer_group
     LOOP
-        v_run := NULL;
-        IF jsonb_array_length(run.items) > 1 THEN
-            v_run := queen.ack_run_v1(run.partition_text::uuid, run.consumer_group, run.items, run.found,
-                                      run.min_seq, run.max_seq);
+        v_one_pass := false;
+        IF run.n > 1 AND run.found = run.n AND run.leases = 1 AND run.plain THEN
+            SELECT r.one_pass, r.held, r.k, r.queue_name, r.partition_name
+            INTO v_one_pass, v_held, v_k, v_queue_name, v_partition_name
+            FROM queen.ack_run_v2(run.partition_text::uuid, run.consumer_group, run.lease, run.n, run.min_seq,
+                                  run.max_seq) r;
         END IF;
-        IF v_run IS NOT NULL AND run.runs = 1 AND run.in_index_order THEN
-            RETURN v_run;  -- the whole call was one run, acknowledged in index order: its results as they are
-        ELSIF v_run IS NOT NULL THEN
-            v_results := v_results || ARRAY(SELECT jsonb_array_elements(v_run));
+        IF v_one_pass THEN
+            v_out := v_out || json_build_array(run.positions, v_queue_name, v_partition_name, v_held, v_k)::text;
         ELSE
-            FOR a IN SELECT x FROM jsonb_array_elements(run.items) x LOOP
-                v_results := array_append(v_results, queen.ack_one_v1(a, 'ack'));
+            FOREACH v_pos IN ARRAY run.positions LOOP
+                v_out := v_out || queen.ack_one_v1(p_items->v_pos, 'ack')::text;
             END LOOP;
         END IF;
     END LOOP;
-    RETURN (SELECT coalesce(jsonb_agg(x ORDER BY (x->>'index')::int), '[]'::jsonb) FROM unnest(v_results) x);
+    RETURN ('[' || array_to_string(v_out, ',') || ']')::json;
 END;
 $$;
+
+-- queen.ack_v2's answer (p_answer) for its items as one result object per item, ordered by index (API.md 6.3):
+-- {"index", "transactionId", "queueName", "partitionName", "success", "error", "leaseReleased", "dlq"}, as the
+-- broker expands it (queenpy.engine.engine.ack_results; tests/integration/test_ack_runs.py compares the two).
+CREATE OR REPLACE FUNCTION queen.ack_results_v1(p_items jsonb, p_answer json)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(jsonb_agg(r.result ORDER BY (r.result->>'index')::int), '[]'::jsonb)
+    FROM json_array_elements(p_answer) x
+    CROSS JOIN LATERAL (
+        SELECT x::jsonb AS result WHERE json_typeof(x) = 'object'
+        UNION ALL
+        SELECT jsonb_build_object('index', (p_items->(t.pos::int)->>'index')::int,
+                                  'transactionId', p_items->(t.pos::int)->>'transactionId',
+                                  'queueName', x->>1, 'partitionName', x->>2)
+               || CASE WHEN (x->>3)::boolean
+                       THEN jsonb_build_object('success', true, 'error', NULL,
+                                               'leaseReleased', t.o >= (x->>4)::int, 'dlq', false)
+                       ELSE jsonb_build_object('success', false, 'error', 'Invalid or expired lease')
+                  END
+        FROM json_array_elements_text(x->0) WITH ORDINALITY AS t(pos, o)
+        WHERE json_typeof(x) = 'array') r
+$$;
+
+-- Acknowledgments with one result object per item (queen.ack_results_v1): the call of queen.ack_messages_v2
+-- (Queen's SQL API), and the broker's before queen.ack_v2.
+CREATE OR REPLACE FUNCTION queen.ack_v1(p_items jsonb)
+RETURNS jsonb
+LANGUAGE sql AS $$ SELECT queen.ack_results_v1(p_items, queen.ack_v2(p_items)) $$;
 
 -- Lease renewal: items {"index", "leaseId", "seconds"}. Extends every live lease row with that id to
 -- max(current expiry, now + seconds); never shortens, never revives an expired lease.
 CREATE OR REPLACE FUNCTION queen.renew_lease_v1(p_items jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
-SET enable_seqscan = off  -- as queen.ack_v1
+SET enable_seqscan = off  -- as queen.ack_v2
 AS $$
 DECLARE
     e jsonb;
@@ -307,7 +324,7 @@ $$;
 CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
-SET enable_seqscan = off  -- as queen.ack_v1
+SET enable_seqscan = off  -- as queen.ack_v2
 AS $$
 DECLARE
     v_txid uuid := gen_random_uuid();
