@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 
-from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit, results_by_index
+from queenpy.engine.fusion import Decode, Fusion, LanedFusion, StaticLimit, VegasLimit, results_by_index
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
@@ -92,6 +92,10 @@ def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
     return results
 
 
+# operation type -> how its procedure's answer becomes one result per item (default: results_by_index)
+_DECODERS: dict[str, Decode] = {"push": push_results, "ack": ack_results}
+
+
 class Engine:
     """Fusion queues and long-poll waiters of one process, over one :class:`Database`."""
 
@@ -105,7 +109,7 @@ class Engine:
             if op == "push":
                 # one lane per allowed call in flight; see LanedFusion for why pushes are laned
                 self.fusions[op] = LanedFusion(op, self._caller(procedure), fusion_settings.max_batch_size,
-                                               fusion_settings.max_concurrent, _partition_key, push_results)
+                                               fusion_settings.max_concurrent, _partition_key, _DECODERS["push"])
                 continue
             limit: StaticLimit | VegasLimit
             if settings.concurrency_mode == "vegas":
@@ -116,7 +120,7 @@ class Engine:
             else:
                 limit = StaticLimit(fusion_settings.max_concurrent)
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
-                                      fusion_settings.max_hold_ms, ack_results if op == "ack" else results_by_index)
+                                      fusion_settings.max_hold_ms, _DECODERS.get(op, results_by_index))
         self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
         self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
