@@ -62,9 +62,26 @@ def test_the_table_is_flat_within_8_mb_of_fitted_change() -> None:
 @pytest.mark.parametrize(("duration_s", "plan"), [(60, (6.0, 2)), (600, (60.0, 2)), (1200, (60.0, 2)),
                                                   (1800, (60.0, 3)), (3600, (60.0, 6))])
 def test_longer_runs_compare_more_pairs_of_slices(duration_s: float, plan: tuple[float, int]) -> None:
-    """Pairs of 60 s slices, each slice with a wait of up to one slice before it, fill 40% of the run: a
+    """Pairs of 60 s slices (each "off" slice with a wait of up to one slice before it, each "on" slice up to
+    two), fill 40% of the run, waits aside: a
     checkpoint inside one slice moves the ratio less when there are more of them. The flatness window keeps
     the rest, at least half the run."""
     assert slice_plan(duration_s) == plan
     slice_s, pairs = plan
     assert duration_s - 2 * pairs * slice_s >= 0.5 * duration_s
+
+
+def test_the_flatness_window_is_compared_with_the_off_slices_too() -> None:
+    """The "on" slices follow a pause (its deletions and their vacuum are caught up with first); the flatness
+    window runs the services without pauses. Both are reported against the mean of the "off" slices."""
+    def piece(services: str, push: float, consume: float) -> dict[str, Any]:
+        return {"services": services, "seconds": 60.0, "push_msg_per_s": push, "consume_msg_per_s": consume}
+
+    slices = [piece("on", 26_000, 25_900), piece("off", 27_000, 27_100), piece("on", 25_000, 24_800),
+              piece("off", 26_000, 26_100), piece("on", 24_000, 24_400)]
+    figures = SoakRuns._soak_figures(_samples(0.0, 0.0), slices, 600.0, 27_000.0, 54_000.0, "a probe",
+                                     1.6e7, 1.6e7, 600.0)
+    assert figures["throughput_on_vs_off"]["push"] == pytest.approx(24_500 / 26_500)
+    assert figures["throughput_on_vs_off"]["consume"] == pytest.approx(24_600 / 26_600)
+    assert figures["throughput_window_vs_off"]["push"] == pytest.approx(26_000 / 26_500)
+    assert figures["throughput_window_vs_off"]["consume"] == pytest.approx(25_900 / 26_600)

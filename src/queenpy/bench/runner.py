@@ -283,7 +283,10 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                     "broker_rss_mb_slope_per_min": median(r["soak"]["flatness"]["broker_rss_mb"]["slope_per_min"]
                                                           for r in measured),
                     "push_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["push"] for r in measured),
-                    "consume_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["consume"] for r in measured)}
+                    "consume_on_vs_off": median(r["soak"]["throughput_on_vs_off"]["consume"] for r in measured),
+                    "push_window_vs_off": median(r["soak"]["throughput_window_vs_off"]["push"] for r in measured),
+                    "consume_window_vs_off": median(r["soak"]["throughput_window_vs_off"]["consume"]
+                                                    for r in measured)}
             if scenario.kind == "spark":
                 entry["median"]["spark"] = {
                     k: median(r["spark"].get(k) for r in measured)

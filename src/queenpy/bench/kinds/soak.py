@@ -5,14 +5,18 @@ services cost the hot path less than 5%?
 Timeline of ``--duration`` D (warm-up first): the services run for the first part of D (the flatness window);
 then slices alternate with the services paused everywhere and running again (off, on, off, on, ...;
 ``system_state`` 'services' {"paused": true}, read by every job before each run). Slices last
-:data:`MAX_SLICE_S` (a tenth of D when shorter); a pair of them takes up to four slice lengths with the waits
+:data:`MAX_SLICE_S` (a tenth of D when shorter); a pair of them takes up to five slice lengths with the waits
 below, and there are as many pairs as 40% of D holds so, at least 2 (:func:`slice_plan`: 2 pairs in 10 and
 20 minutes, 3 in 30, 6 in 60). The flatness window takes the rest of D. The push and consume
 rates of the "on" slices are compared with the "off" slices of the same run. Each slice starts from a steady
 state, free of what the slice before it left, after a wait of at most one slice reported as ``catch_up_s``
-(``caught_up`` false, and a note, when the wait reached that limit: then there was no steady state to compare):
+(``caught_up`` false, and a note, when a wait reached its limit: then there was no steady state to compare):
 an "on" slice once retention has caught up with what the pause left (the messages consumed and not yet
-deleted back within 10% of the flatness window's mean), an "off" slice once the consumers have caught up with
+deleted back within 10% of the flatness window's mean) and a vacuum of ``queen.messages`` that began after that
+has finished (:meth:`SoakRuns._vacuum_pass`: the pause's deletions leave as many dead rows, and their vacuum,
+with its full-page images and the heap's truncation, ran into the "on" slices: 2026-11-27's 60-minute run
+pushed 23,600-26,200 msg/s in those against 26,350 over the flatness window, where the services run without
+pauses; that wait, ``vacuum_s``, has a limit of one more slice), an "off" slice once the consumers have caught up with
 what the services' slice left (the messages not yet consumed back within 10% of that window's mean; the
 services still run during that wait, so a pause lasts one slice and leaves retention no more to catch up
 with). Without the second wait an "off" slice counted the backlog the "on" slice before it left as consume
@@ -83,6 +87,11 @@ Q_PAUSE = ("INSERT INTO queen.system_state (key, value) VALUES ('services', json
 Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
 # the server's WAL so far (PostgreSQL 14 and later): bytes and full-page images
 Q_WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
+# vacuums of queen.messages finished so far, and whether one runs now (PostgreSQL 15 and later report a vacuum's
+# end to the statistics at once)
+Q_VACUUMS = ("SELECT s.vacuum_count + s.autovacuum_count, "
+             "EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = s.relid) "
+             "FROM pg_stat_user_tables s WHERE s.relid = 'queen.messages'::regclass")
 
 
 def slice_plan(duration_s: float) -> tuple[float, int]:
@@ -167,8 +176,9 @@ class SoakRuns(BenchCore):
         duration = options.soak_duration_s
         slice_s, pairs = slice_plan(duration)
         flat_s = duration - 2 * pairs * slice_s
-        # the load runs long enough for every catch-up (see the module docstring) at its longest
-        total = options.warmup + duration + 2 * pairs * slice_s
+        # the load runs long enough for every wait (see the module docstring) at its longest: one slice before
+        # an "off" slice, two before an "on" one (retention's catch-up, then a vacuum pass)
+        total = options.warmup + duration + 3 * pairs * slice_s
         results: dict[str, WrkRun] = {}
 
         def drive(name: str, script: Path, connections: int, threads: int) -> None:
@@ -204,11 +214,14 @@ class SoakRuns(BenchCore):
             for state, length in plan:
                 if state == "on":  # resumed before its wait: retention catches up with what the pause left
                     self.sql.execute(Q_PAUSE, False)
-                catch_up_s, caught_up = None, None
+                catch_up_s, caught_up, vacuum_s = None, None, None
                 if baselines is not None:  # "on": retention's backlog; "off": the consumers', services still on
                     backlog = _retained if state == "on" else _unconsumed
                     at, catch_up_s, caught_up = self._catch_up(queue, start.at, samples, backlog, baselines[state],
                                                                slice_s, produced, cursor)
+                    if state == "on" and caught_up:  # and the vacuum of what retention deleted
+                        at, vacuum_s, caught_up = self._vacuum_pass(queue, start.at, samples, slice_s, produced,
+                                                                    cursor)
                 if state == "off":  # paused after its wait, which would otherwise add to retention's debt
                     self.sql.execute(Q_PAUSE, True)
                 begin = (time.monotonic(), produced(), cursor())
@@ -225,7 +238,7 @@ class SoakRuns(BenchCore):
                                "consume_msg_per_s": _per_s(finish[2] - begin[2], elapsed),
                                "wal_mb_per_s": _per_s(wal_end[0] - wal_begin[0], elapsed) / 2**20,
                                "wal_fpi_per_s": _per_s(wal_end[1] - wal_begin[1], elapsed),
-                               "catch_up_s": catch_up_s, "caught_up": caught_up})
+                               "catch_up_s": catch_up_s, "vacuum_s": vacuum_s, "caught_up": caught_up})
                 if baselines is None:
                     steady = [x for x in samples if x["t"] >= flat_s / 3] or samples[-1:]
                     baselines = {"on": sum(map(_retained, steady)) / len(steady),
@@ -266,8 +279,9 @@ class SoakRuns(BenchCore):
         if behind:  # the ratios then compare states that are not steady: note it next to them
             run["notes"].append(
                 f"{len(behind)} of {len(slices) - 1} slices began before the backlog was back to the flatness "
-                f"window's level (the wait reached its {slice_s:g} s limit; slice:state {', '.join(behind)}): "
-                "the on/off ratios then include the catching up a pause left; a load the consumers cannot keep up "
+                f"window's level, or (\"on\") before a vacuum had followed (a wait reached its {slice_s:g} s limit; "
+                f"slice:state {', '.join(behind)}): the on/off ratios then include the catching up a pause left; "
+                "a load the consumers cannot keep up "
                 "with (unconsumed_messages growing) leaves no steady state to compare")
         for key in ("table_mb", "stored_messages", "unconsumed_messages", "retained_messages", "broker_rss_mb"):
             trend = soak["flatness"][key]
@@ -294,6 +308,23 @@ class SoakRuns(BenchCore):
             caught_up = backlog(sample) <= 1.1 * baseline
             if caught_up or now - begin >= limit_s:
                 return now, now - begin, caught_up
+            procfs.sleep_until(min(begin + limit_s, now + 1.0))
+
+    def _vacuum_pass(self, queue: str, origin: float, samples: list[dict[str, Any]], limit_s: float,
+                     produced: Any, cursor: Any) -> tuple[float, float, bool]:
+        """Before an "on" slice, after retention caught up: sample until a vacuum of ``queen.messages`` that
+        began after this call has finished (vacuums finished +1, or +2 when one was running at the call), or
+        ``limit_s`` passed; returns (when that was, its duration in s, whether it finished). Such a vacuum
+        removed the dead rows of every deletion retention made before it began, the pause's included."""
+        begin = time.monotonic()
+        finished, running = self.sql.fetchrow(Q_VACUUMS)
+        wanted = int(finished) + (2 if running else 1)
+        while True:
+            samples.append(self._soak_sample(queue, origin, "on", produced(), cursor()))
+            now = time.monotonic()
+            done = int(self.sql.fetchrow(Q_VACUUMS)[0]) >= wanted
+            if done or now - begin >= limit_s:
+                return now, now - begin, done
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
     def _push_capacity(self, round_no: int) -> tuple[float, str]:
@@ -327,10 +358,15 @@ class SoakRuns(BenchCore):
             rates = [s[key] for s in slices[1:] if s["services"] == state]
             return sum(rates) / len(rates) if rates else None
 
+        # the "on" slices against the "off" ones; and the flatness window (the services on without pauses, so
+        # without a pause's deletions to catch up with, and without any wait) against the same "off" slices
         ratios: dict[str, float | None] = {}
+        window_ratios: dict[str, float | None] = {}
         for label, key in (("push", "push_msg_per_s"), ("consume", "consume_msg_per_s")):
             on, off = mean_rate("on", key), mean_rate("off", key)
             ratios[label] = on / off if on is not None and off else None
+            window = slices[0][key] if slices and slices[0]["services"] == "on" else None
+            window_ratios[label] = window / off if window is not None and off else None
         return {
             "target_producer_msg_per_s": target_rate, "push_capacity_msg_per_s": capacity,
             "push_capacity_from": source, "window_s": window_s, "flatness_window_s": [flat_s / 3, flat_s],
@@ -346,6 +382,7 @@ class SoakRuns(BenchCore):
                                for part in (steady[-1].get("table_parts_bytes", {}) if steady else {})},
             "slices": slices,
             "throughput_on_vs_off": ratios,
+            "throughput_window_vs_off": window_ratios,
             "samples": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()} for s in samples],
         }
 
