@@ -12,14 +12,14 @@ rates of the "on" slices are compared with the "off" slices of the same run. Eac
 state, free of what the slice before it left, after a wait of at most one slice reported as ``catch_up_s``
 (``caught_up`` false, and a note, when a wait reached its limit: then there was no steady state to compare):
 an "on" slice once retention has caught up with what the pause left (the messages consumed and not yet
-deleted back within 10% of the flatness window's mean) and a vacuum of ``queen.messages`` that began after that
-has finished (:meth:`SoakRuns._vacuum_pass`: the pause's deletions leave as many dead rows, and their vacuum,
-with its full-page images and the heap's truncation, ran into the "on" slices: 2026-11-27's 60-minute run
-pushed 23,600-26,200 msg/s in those against 26,350 over the flatness window, where the services run without
-pauses; that wait, ``vacuum_s``, has a limit of one more slice), an "off" slice once the consumers have caught up with
-what the services' slice left (the messages not yet consumed back within 10% of that window's mean; the
+deleted back within 10% of the flatness window's mean) and a vacuum of ``queen.messages`` that began after
+that has finished (:meth:`SoakRuns._vacuum_pass`: the pause's deletions leave as many dead rows, and their
+vacuum, with its full-page images and the heap's truncation, ran into the "on" slices: 2026-11-27's 60-minute
+run pushed 23,600-26,200 msg/s in those against 26,350 over the flatness window, where the services run without
+pauses; that wait, ``vacuum_s``, has a limit of one more slice), an "off" slice once the consumers have caught
+up with what the services' slice left (the messages not yet consumed back within 10% of that window's mean; the
 services still run during that wait, so a pause lasts one slice and leaves retention no more to catch up
-with). Without the second wait an "off" slice counted the backlog the "on" slice before it left as consume
+with). Without the wait before it an "off" slice counted the backlog the "on" slice before it left as consume
 throughput of its own (the consumers draining it: 20,703 msg/s consumed against 20,363 pushed). The
 producer is paced at
 ``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
