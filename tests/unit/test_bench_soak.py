@@ -63,9 +63,8 @@ def test_the_table_is_flat_within_8_mb_of_fitted_change() -> None:
                                                   (1800, (60.0, 3)), (3600, (60.0, 6))])
 def test_longer_runs_compare_more_pairs_of_slices(duration_s: float, plan: tuple[float, int]) -> None:
     """Pairs of 60 s slices (each "off" slice with a wait of up to one slice before it, each "on" slice up to
-    two), fill 40% of the run, waits aside: a
-    checkpoint inside one slice moves the ratio less when there are more of them. The flatness window keeps
-    the rest, at least half the run."""
+    two), fill 40% of the run, waits aside: a checkpoint inside one slice moves the ratio less when there are
+    more of them. The flatness window keeps the rest, at least half the run."""
     assert slice_plan(duration_s) == plan
     slice_s, pairs = plan
     assert duration_s - 2 * pairs * slice_s >= 0.5 * duration_s

@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -281,8 +282,8 @@ class SoakRuns(BenchCore):
                 f"{len(behind)} of {len(slices) - 1} slices began before the backlog was back to the flatness "
                 f"window's level, or (\"on\") before a vacuum had followed (a wait reached its {slice_s:g} s limit; "
                 f"slice:state {', '.join(behind)}): the on/off ratios then include the catching up a pause left; "
-                "a load the consumers cannot keep up "
-                "with (unconsumed_messages growing) leaves no steady state to compare")
+                "a load the consumers cannot keep up with (unconsumed_messages growing) leaves no steady state to "
+                "compare")
         for key in ("table_mb", "stored_messages", "unconsumed_messages", "retained_messages", "broker_rss_mb"):
             trend = soak["flatness"][key]
             if trend["flat"] is False:
@@ -300,15 +301,8 @@ class SoakRuns(BenchCore):
         (those would charge it twice). Before an "off" slice it is the consumers' (:func:`_unconsumed`), so the
         slice does not count as its own consume throughput the draining of a backlog the services' slice
         left."""
-        begin = time.monotonic()
-        while True:
-            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
-            samples.append(sample)
-            now = time.monotonic()
-            caught_up = backlog(sample) <= 1.1 * baseline
-            if caught_up or now - begin >= limit_s:
-                return now, now - begin, caught_up
-            procfs.sleep_until(min(begin + limit_s, now + 1.0))
+        return self._sample_until(queue, origin, samples, lambda sample: backlog(sample) <= 1.1 * baseline,
+                                  limit_s, produced, cursor)
 
     def _vacuum_pass(self, queue: str, origin: float, samples: list[dict[str, Any]], limit_s: float,
                      produced: Any, cursor: Any) -> tuple[float, float, bool]:
@@ -316,15 +310,24 @@ class SoakRuns(BenchCore):
         began after this call has finished (vacuums finished +1, or +2 when one was running at the call), or
         ``limit_s`` passed; returns (when that was, its duration in s, whether it finished). Such a vacuum
         removed the dead rows of every deletion retention made before it began, the pause's included."""
-        begin = time.monotonic()
         finished, running = self.sql.fetchrow(Q_VACUUMS)
         wanted = int(finished) + (2 if running else 1)
+        return self._sample_until(queue, origin, samples, lambda _: int(self.sql.fetchrow(Q_VACUUMS)[0]) >= wanted,
+                                  limit_s, produced, cursor)
+
+    def _sample_until(self, queue: str, origin: float, samples: list[dict[str, Any]],
+                      done: Callable[[dict[str, Any]], bool], limit_s: float, produced: Any,
+                      cursor: Any) -> tuple[float, float, bool]:
+        """A wait before a slice, with the services on: a sample a second into ``samples`` until ``done(sample)``
+        or ``limit_s`` passed; returns (when that was, its duration in s, whether ``done`` held)."""
+        begin = time.monotonic()
         while True:
-            samples.append(self._soak_sample(queue, origin, "on", produced(), cursor()))
+            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
+            samples.append(sample)
             now = time.monotonic()
-            done = int(self.sql.fetchrow(Q_VACUUMS)[0]) >= wanted
-            if done or now - begin >= limit_s:
-                return now, now - begin, done
+            finished = done(sample)
+            if finished or now - begin >= limit_s:
+                return now, now - begin, finished
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
     def _push_capacity(self, round_no: int) -> tuple[float, str]:
