@@ -78,6 +78,34 @@ def test_pop_from_deep_partition_is_an_index_lookup(conn: psycopg.Connection[Any
 
 
 @pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
+def test_transaction_lookup_probes_the_primary_key_then_the_client_dedupe_index(conn: psycopg.Connection[Any],
+                                                                                  generic: bool) -> None:
+    """Push, ack, traces, the DLQ and the message routes find a message by (partition, transactionId) through
+    queen.message_by_transaction_v1: a broker-given transactionId (the message id) is a primary-key probe, a
+    client one a probe of the partial dedupe index (migration 017). Inlined, so each caller's plan holds
+    both probes; measured on a partition of 100,000 messages, half with client transactionIds."""
+    call_procedure(conn, "push_items_v1", [{"queue": "lookups", "payload": 0}])
+    partition_id, broker_given = conn.execute(  # type: ignore[misc]
+        "SELECT partition_id, transaction_id FROM queen.messages").fetchone()
+    conn.execute("""
+        INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload)
+        SELECT g.id, CASE WHEN g.s %% 2 = 0 THEN 'client-' || g.s ELSE g.id::text END, %s, g.s, '1'
+        FROM (SELECT s, gen_random_uuid() AS id FROM generate_series(2, 100000) s) g""",
+                 (partition_id,))
+    conn.execute("ANALYZE queen.messages")
+    for transaction_id, index in ((broker_given, "messages_pkey"), ("client-500", "messages_client_transaction_key")):
+        nodes = explain(conn, "SELECT id FROM queen.message_by_transaction_v1($1, $2)",
+                        (("uuid", partition_id), ("text", transaction_id)), generic)
+        scans = scans_of(nodes, "messages")
+        assert not [n for n in nodes if n["Node Type"] == "Function Scan"], "not inlined"
+        assert scans and all(s.startswith("Index Scan:") for s in scans), scans
+        assert "Index Scan:" + index in scans, (transaction_id, scans)
+        found = conn.execute("SELECT transaction_id FROM queen.message_by_transaction_v1(%s, %s)",
+                             (partition_id, transaction_id)).fetchall()
+        assert found == [(transaction_id,)]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
 def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(conn: psycopg.Connection[Any],
                                                                generic: bool) -> None:
     call_procedure(conn, "configure_queue_v1", {"queue": "wide"})
@@ -188,6 +216,11 @@ def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partit
         return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(
             [{"index": 0, "queue": "young", "partition": "p0", "payload": "one more"}]),))
 
+    def push_client(transaction_id: str) -> int:  # the dedupe probes: a duplicate ("bulk-...") or a new id
+        return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(
+            [{"index": 0, "queue": "young", "partition": "p0", "payload": "again",
+              "transactionId": transaction_id}]),))
+
     def ack(count: int) -> int:
         popped = call_procedure(conn, "pop_v1", [{"queue": "young", "partition": "p0", "batch": count}])[0]
         acks = [{"index": i, "transactionId": m["transactionId"], "partitionId": m["partitionId"],
@@ -199,9 +232,10 @@ def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partit
         return procedure_buffers(conn, "SELECT queen.pop_v1(%s::jsonb)", (json.dumps(
             [{"index": 0, "queue": "broad", "partition": "b777", "consumerGroup": "wide", "batch": 1}]),))
 
-    for measure in (push, lambda: ack(3), lambda: ack(1), pop_wide):
+    for measure in (push, lambda: push_client("bulk-7"), lambda: ack(3), lambda: ack(1), pop_wide):
         measure()  # plans made (catalog reads are counted too)
-    figures = {"push": push(), "ack 3": ack(3), "ack 1": ack(1), "pop in a 20,000-row group": pop_wide()}
+    figures = {"push": push(), "push a duplicate": push_client("bulk-9"), "push a client id": push_client("new-1"),
+               "ack 3": ack(3), "ack 1": ack(1), "pop in a 20,000-row group": pop_wide()}
     # the partition holds 50,000 messages and the group 20,000 rows, hundreds of pages each; unique-index
     # probes touch a few dozen
     assert all(buffers < 100 for buffers in figures.values()), figures

@@ -69,8 +69,9 @@ def test_push_dedupes_by_partition_and_transaction_id(db_url: str) -> None:
 
 
 def test_a_push_without_transaction_id_gets_its_message_id_a_uuidv7(db_url: str) -> None:
-    """The generated transactionId is the message id, a UUIDv7, so the (transaction_id, partition_id)
-    index grows at its right edge; a client that later sends that id on the partition gets a duplicate."""
+    """The generated transactionId is the message id's text, a UUIDv7, found through the primary key (the
+    dedupe index holds client transactionIds only, migration 017); a client that later sends that id on the
+    partition gets a duplicate, in any other spelling (upper case) it is another transactionId."""
     with connect(db_url) as conn:
         results = push(conn, "plain", [{"n": n} for n in range(3)]) + push(conn, "plain", [{"n": 3}])
         assert [r["status"] for r in results] == ["queued"] * 4
@@ -80,6 +81,12 @@ def test_a_push_without_transaction_id_gets_its_message_id_a_uuidv7(db_url: str)
         again = push(conn, "plain", [{"n": 9}], transactionId=results[0]["transaction_id"])
         assert (again[0]["status"], again[0]["message_id"]) == ("duplicate", results[0]["message_id"])
         assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (4,)
+        upper = push(conn, "plain", [{"n": 10}], transactionId=results[1]["transaction_id"].upper())
+        assert upper[0]["status"] == "queued"
+        # and that one, a client transactionId, is deduplicated through the dedupe index
+        twice = push(conn, "plain", [{"n": 11}], transactionId=results[1]["transaction_id"].upper())
+        assert (twice[0]["status"], twice[0]["message_id"]) == ("duplicate", upper[0]["message_id"])
+        assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (5,)
 
 
 def test_concurrent_pushers_one_partition_delivered_once_in_order(db_url: str) -> None:

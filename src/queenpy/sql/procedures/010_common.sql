@@ -1,12 +1,13 @@
 -- Shared helpers of the queen procedures.
 --
 -- Convention, "(partition_id = value) IS TRUE": the hot paths look a message up by (transactionId,
--- partition), which two indexes could serve, the unique one and (partition_id, seq). Statistics taken while
+-- partition), which two indexes could serve, a unique one and (partition_id, seq). Statistics taken while
 -- the table was young (one row per partition) rate both alike, and PL/pgSQL keeps the generic plan it made
 -- then for the whole session: (partition_id, seq) turned each lookup into a walk through a whole partition.
 -- Written as IS TRUE, that condition is never an index condition, so only the unique index can serve the
 -- lookup (migration 005 put transaction_id first in it; 006 keys its partition as text, so no index has
--- partition_id in second place). Consumer rows need no such care: migration 007 made the group index a
+-- partition_id in second place; 017 keeps only client transactionIds in it, the primary key serves the
+-- others: every such lookup is queen.message_by_transaction_v1 below). Consumer rows need no such care: migration 007 made the group index a
 -- one-row probe too. The entry points of the hot paths (push_items_v2, pop_v2, ack_v2, renew_lease_v1,
 -- transaction_v1) also run with enable_seqscan = off, so no table's size at planning time can make a
 -- sequential scan look cheapest. tests/integration/test_explain.py checks all three. pop_v2 also forces
@@ -28,6 +29,34 @@ $$;
 -- STABLE, as to_char and json_build_object are: the planner inlines a SQL function only when its declared
 -- volatility is not stricter than its body's. Declared IMMUTABLE, the message JSON function ran as a function
 -- call of its own for every delivered message (20 us each, pg_stat_statements.track = all).
+-- The message id that a transactionId is when the broker chose it: a push without a client transactionId
+-- stores its new message id's text (lower-case canonical form) as the transactionId. NULL for any other text.
+CREATE OR REPLACE FUNCTION queen.generated_transaction_uuid_v1(p_transaction_id text) RETURNS uuid
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN p_transaction_id ~ '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                THEN p_transaction_id::uuid END
+$$;
+
+-- The message of a partition with a transactionId: zero or one row. Two unique-index probes at most: the
+-- primary key for a broker-given transactionId (the message id's text), else the dedupe index, which holds
+-- only client transactionIds (migration 017; its predicate is repeated so the planner may use it). A client
+-- transactionId may equal another message's broker-given one (a consumer re-pushing what it popped): the
+-- first probe finds that message. Inlined by the planner (a single SQL SELECT, STABLE), so callers' cached
+-- plans hold the probes themselves. The primary-key probe filters the partition "IS TRUE" (the convention
+-- above); the dedupe-index probe names it as that index keys it (text), its second column.
+CREATE OR REPLACE FUNCTION queen.message_by_transaction_v1(p_partition_id uuid, p_transaction_id text)
+RETURNS SETOF queen.messages
+LANGUAGE sql STABLE AS $$
+    (SELECT m.* FROM queen.messages m
+     WHERE m.id = queen.generated_transaction_uuid_v1(p_transaction_id) AND m.transaction_id = p_transaction_id
+       AND (m.partition_id = p_partition_id) IS TRUE
+     UNION ALL
+     SELECT m.* FROM queen.messages m
+     WHERE m.transaction_id = p_transaction_id AND m.transaction_id <> m.id::text
+       AND (m.partition_id::text) = p_partition_id::text)
+    LIMIT 1
+$$;
+
 CREATE OR REPLACE FUNCTION queen.iso_ms(ts timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')

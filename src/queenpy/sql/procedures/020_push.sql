@@ -197,9 +197,8 @@ BEGIN
                   ORDER BY t.partition_id, r.client_transaction_id,
                            CASE WHEN r.client_transaction_id IS NULL THEN r.pos END, r.pos) d
             WHERE d.client_transaction_id IS NULL
-               OR NOT EXISTS (SELECT 1 FROM queen.messages m
-                              WHERE m.transaction_id = d.client_transaction_id
-                                AND (m.partition_id = d.partition_id) IS TRUE)
+               OR NOT EXISTS (SELECT 1 FROM queen.message_by_transaction_v1(d.partition_id,
+                                                                             d.client_transaction_id))
         ), counted AS (
             UPDATE queen.queue_capacity c
             SET stored = c.stored + a.admitted
@@ -251,12 +250,10 @@ BEGIN
         SELECT k.*,
                CASE WHEN k.client_transaction_id IS NULL THEN 1 ELSE row_number() OVER d END AS occurrence,
                first_value(k.new_id_text) OVER d AS first_id,
-               -- a scalar subquery: one probe of the unique transaction_id index per item with a
-               -- client transactionId; "IS TRUE" keeps the partition out of the index conditions, so no index
-               -- led by partition_id can serve it (migration 005)
+               -- a scalar subquery per item with a client transactionId: a probe of the primary key if it
+               -- has a message id's form, then of the dedupe index (010_common.sql, migration 017)
                CASE WHEN k.client_transaction_id IS NOT NULL THEN
-                   (SELECT m.id FROM queen.messages m
-                    WHERE m.transaction_id = k.client_transaction_id AND (m.partition_id = k.partition_id) IS TRUE)
+                   (SELECT m.id FROM queen.message_by_transaction_v1(k.partition_id, k.client_transaction_id) m)
                END AS existing_id,
                coalesce(k.pos = ANY (v_full), false) AS over_capacity
         FROM items k

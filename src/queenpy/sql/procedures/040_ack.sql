@@ -31,9 +31,7 @@ DECLARE
     v_replayed boolean;
     v_result jsonb;
 BEGIN
-    -- "IS TRUE": looked up through the unique transaction_id index only (migrations 005, 006)
-    SELECT * INTO v_msg FROM queen.messages
-    WHERE transaction_id = v_txid AND (partition_id = v_partition_id) IS TRUE;
+    SELECT * INTO v_msg FROM queen.message_by_transaction_v1(v_partition_id, v_txid);
     IF NOT FOUND THEN
         RETURN jsonb_build_object('index', v_index, 'transactionId', v_txid, 'success', false,
                                   'error', 'Message not found');
@@ -226,12 +224,9 @@ BEGIN
                bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success')) AS plain
         FROM jsonb_array_elements(p_items) WITH ORDINALITY AS t(e, o)
         CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
-        -- LATERAL ... LIMIT 1: one probe of the unique transaction_id index per item (migrations 005, 006)
-        LEFT JOIN LATERAL (
-            SELECT stored.seq FROM queen.messages stored
-            WHERE stored.transaction_id = e->>'transactionId'
-              AND (stored.partition_id = (e->>'partitionId')::uuid) IS TRUE
-            LIMIT 1) m ON true
+        -- one or two unique-index probes per item (010_common.sql)
+        LEFT JOIN LATERAL queen.message_by_transaction_v1((e->>'partitionId')::uuid, e->>'transactionId') m
+          ON true
         GROUP BY e->>'partitionId', k.consumer_group
         ORDER BY e->>'partitionId', k.consumer_group
     LOOP

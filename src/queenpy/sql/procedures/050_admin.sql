@@ -295,8 +295,8 @@ DECLARE
     v_message_id uuid;
     v_trace_id uuid;
 BEGIN
-    SELECT id INTO v_message_id FROM queen.messages
-    WHERE partition_id = (p->>'partitionId')::uuid AND transaction_id = p->>'transactionId';
+    SELECT m.id INTO v_message_id
+    FROM queen.message_by_transaction_v1((p->>'partitionId')::uuid, p->>'transactionId') m;
     IF NOT FOUND THEN
         RETURN jsonb_build_object('success', false, 'error', 'Message not found');
     END IF;
@@ -383,8 +383,7 @@ DECLARE
     v_queue_name text;
     v_groups text[];
 BEGIN
-    SELECT * INTO v_msg FROM queen.messages
-    WHERE partition_id = p_partition_id AND transaction_id = p_transaction_id;
+    SELECT * INTO v_msg FROM queen.message_by_transaction_v1(p_partition_id, p_transaction_id);
     IF NOT FOUND THEN
         RETURN jsonb_build_object('success', false, 'error', 'Message not found');
     END IF;

@@ -198,8 +198,7 @@ DECLARE
     v_status text;
     v_dlq record;
 BEGIN
-    SELECT * INTO v_msg FROM queen.messages
-    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    SELECT * INTO v_msg FROM queen.message_by_transaction_v1(p_partition_id, p_transaction_id);
     IF NOT FOUND THEN
         RETURN jsonb_build_object('error', 'Message not found');
     END IF;
@@ -239,7 +238,7 @@ DECLARE
     v_deleted boolean;
 BEGIN
     DELETE FROM queen.messages
-    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    WHERE id = (SELECT m.id FROM queen.message_by_transaction_v1(p_partition_id, p_transaction_id) m);
     v_deleted := FOUND;
     RETURN jsonb_build_object('success', v_deleted, 'partitionId', p_partition_id,
         'transactionId', p_transaction_id,
@@ -267,8 +266,7 @@ DECLARE
     v_replayed boolean;
     v_before bigint;
 BEGIN
-    SELECT * INTO v_msg FROM queen.messages
-    WHERE transaction_id = p_transaction_id AND (partition_id::text) = p_partition_id::text;
+    SELECT * INTO v_msg FROM queen.message_by_transaction_v1(p_partition_id, p_transaction_id);
     IF NOT FOUND THEN
         RETURN jsonb_build_object('success', false, 'error', 'Message not found');
     END IF;

@@ -87,9 +87,7 @@ DECLARE
     v_msg queen.messages%ROWTYPE;
     v_pc queen.partition_consumers%ROWTYPE;
 BEGIN
-    -- "IS TRUE": looked up through the unique transaction_id index only (migrations 005, 006)
-    SELECT * INTO v_msg FROM queen.messages
-    WHERE transaction_id = v_txid AND (partition_id = p_partition_id) IS TRUE;
+    SELECT * INTO v_msg FROM queen.message_by_transaction_v1(p_partition_id, v_txid);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'Message not found' USING ERRCODE = 'QN404';
     END IF;

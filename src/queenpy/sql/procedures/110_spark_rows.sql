@@ -166,9 +166,8 @@ BEGIN
                        row_number() OVER (PARTITION BY i.part, i.client_transaction_id
                                           ORDER BY i.token_position, i.n) END AS occurrence,
                    CASE WHEN i.client_transaction_id IS NOT NULL THEN
-                       (SELECT m.id FROM queen.messages m
-                        WHERE m.transaction_id = i.client_transaction_id
-                          AND (m.partition_id = v_partition_ids[i.part]) IS TRUE)
+                       (SELECT m.id
+                        FROM queen.message_by_transaction_v1(v_partition_ids[i.part], i.client_transaction_id) m)
                    END AS existing_id
             FROM input i
         ), fresh AS (
