@@ -7,11 +7,11 @@
 -- Written as IS TRUE, that condition is never an index condition, so only the unique index can serve the
 -- lookup (migration 005 put transaction_id first in it; 006 keys its partition as text, so no index has
 -- partition_id in second place; 017 keeps only client transactionIds in it, the primary key serves the
--- others: every such lookup is queen.message_by_transaction_v1 below). Consumer rows need no such care: migration 007 made the group index a
--- one-row probe too. The entry points of the hot paths (push_items_v2, pop_v2, ack_v2, renew_lease_v1,
--- transaction_v1) also run with enable_seqscan = off, so no table's size at planning time can make a
--- sequential scan look cheapest. tests/integration/test_explain.py checks all three. pop_v2 also forces
--- generic plans (see there): its candidate scan was re-planned on every call otherwise.
+-- others: every such lookup is queen.message_by_transaction_v1 below). Consumer rows need no such care:
+-- migration 007 made the group index a one-row probe too. The entry points of the hot paths (push_items_v2,
+-- pop_v2, ack_v2, renew_lease_v1, transaction_v1) also run with enable_seqscan = off, so no table's size at
+-- planning time can make a sequential scan look cheapest. tests/integration/test_explain.py checks all three.
+-- pop_v2 also forces generic plans (see there): its candidate scan was re-planned on every call otherwise.
 
 -- UUIDv7 (RFC 9562 section 5.7): 48-bit Unix milliseconds, version 7, variant 10, random rest.
 -- Order inside one millisecond is random; queen orders by the per-partition offset `seq`, not by id.
@@ -25,10 +25,6 @@ LANGUAGE sql VOLATILE AS $$
             52, 1), 53, 1), 'hex')::uuid
 $$;
 
--- Timestamps on the wire, always UTC: milliseconds everywhere, microseconds for pop `createdAt`.
--- STABLE, as to_char and json_build_object are: the planner inlines a SQL function only when its declared
--- volatility is not stricter than its body's. Declared IMMUTABLE, the message JSON function ran as a function
--- call of its own for every delivered message (20 us each, pg_stat_statements.track = all).
 -- The message id that a transactionId is when the broker chose it: a push without a client transactionId
 -- stores its new message id's text (lower-case canonical form) as the transactionId. NULL for any other text.
 CREATE OR REPLACE FUNCTION queen.generated_transaction_uuid_v1(p_transaction_id text) RETURNS uuid
@@ -57,6 +53,10 @@ LANGUAGE sql STABLE AS $$
     LIMIT 1
 $$;
 
+-- Timestamps on the wire, always UTC: milliseconds everywhere, microseconds for pop `createdAt`.
+-- STABLE, as to_char and json_build_object are: the planner inlines a SQL function only when its declared
+-- volatility is not stricter than its body's. Declared IMMUTABLE, the message JSON function ran as a function
+-- call of its own for every delivered message (20 us each, pg_stat_statements.track = all).
 CREATE OR REPLACE FUNCTION queen.iso_ms(ts timestamptz) RETURNS text
 LANGUAGE sql STABLE AS $$
     SELECT to_char(ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
