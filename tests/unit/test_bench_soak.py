@@ -1,5 +1,5 @@
-"""The soak's figures: which backlog a growing table comes from (consumers behind, or retention behind), and
-its plan of off/on slices."""
+"""The soak's figures: which backlog a growing table comes from (consumers behind, or retention behind), its
+plan of off/on slices, and the producer's rate."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from queenpy.bench.kinds.soak import SoakRuns, slice_plan
+from queenpy.bench.kinds.soak import PIPELINE_SHARE, SoakRuns, slice_plan, soak_load
 
 
 def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, Any]]:
@@ -84,3 +84,26 @@ def test_the_flatness_window_is_compared_with_the_off_slices_too() -> None:
     assert figures["throughput_on_vs_off"]["consume"] == pytest.approx(24_600 / 26_600)
     assert figures["throughput_window_vs_off"]["push"] == pytest.approx(26_000 / 26_500)
     assert figures["throughput_window_vs_off"]["consume"] == pytest.approx(25_900 / 26_600)
+
+
+def test_the_producer_runs_at_half_the_push_capacity_when_the_consumers_can_follow_it() -> None:
+    """Push 20,000 and consume 100,000 msg/s: the estimate together is 16,667, 70% of it 11,667, more than half
+    of push (10,000)."""
+    load = soak_load(20_000.0, 100_000.0, 0.5)
+    assert load["rate"] == pytest.approx(10_000.0) and load["bound"] == "push"
+    assert load["pipeline_estimate"] == pytest.approx(1 / (1 / 20_000 + 1 / 100_000))
+
+
+def test_the_producer_is_capped_by_what_push_and_consume_allow_together() -> None:
+    """The 2-core figures of 2026-11-27: push 58,000 and consume 45,000 msg/s; half of push (29,000) is more
+    than the consumers held beside the producer (about 22,000); the cap is 70% of 25,340."""
+    load = soak_load(58_000.0, 45_000.0, 0.5)
+    assert load["bound"] == "pipeline"
+    assert load["pipeline_estimate"] == pytest.approx(25_339.8, abs=0.1)
+    assert load["rate"] == pytest.approx(PIPELINE_SHARE * 25_339.8, abs=0.1)
+    assert load["rate"] < 22_000
+
+
+def test_a_capacity_that_is_not_positive_is_refused() -> None:
+    with pytest.raises(ValueError, match="capacities must be positive"):
+        soak_load(0.0, 45_000.0, 0.5)

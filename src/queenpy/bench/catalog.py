@@ -122,7 +122,8 @@ SCENARIOS: list[Scenario] = [
              "cycle (window upsert + delete, 1 sink push, ack); 8 connections, 100 partitions",
              connections=8, threads=8, batch=100, quick=True, initial_rate=20_000),
     Scenario("soak", "soak", "insert-10-40B",
-             "producer paced at half of push-10-40B (--soak-share), 10 connections pop 100 + /ack/batch, "
+             "producer paced at half of push-10-40B (--soak-share), at most 70% of what push and consume-ack "
+             "together allow (1/(1/push + 1/consume)), 10 connections pop 100 + /ack/batch, "
              "completedRetentionSeconds 5, for --duration (default 10 min): table size, broker RSS and the "
              "services' cost on push/consume (only with --only soak)",
              per_request=10, connections=10, mode="ack", initial_rate=10_000, default=False),

@@ -12,9 +12,11 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from queenpy.bench.kinds.spark import ScenarioSkipped
 from queenpy.bench.parsing import median, select_names
 from queenpy.bench.postgres import BenchError, BenchServer, ExternalPostgres, PrivatePostgres, Sql
 from queenpy.bench.scenarios import LIMITS, SCENARIOS, Bench, Options, Scenario, environment_facts
-from queenpy.bench.wrk import find_wrk
+from queenpy.bench.wrk import find_wrk, stop_all
 
 __all__ = ["BenchError", "Config", "run", "scenario_names"]
 
@@ -85,9 +87,33 @@ def _git_describe() -> dict[str, Any]:
         return {}
 
 
+def _stop_on_signal(signum: int, _frame: Any) -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a second signal must not cut the cleanup short
+        if signal.getsignal(sig) is _stop_on_signal:
+            signal.signal(sig, signal.SIG_IGN)
+    stop_all()  # first: threads wait for their wrk, and the cleanup joins them
+    raise KeyboardInterrupt(f"stopped by {signal.Signals(signum).name}")
+
+
+def _install_stop_handlers() -> dict[int, Any]:
+    """SIGTERM (and SIGINT, SIGHUP unless ignored, as in a background job or under nohup) stop the run through
+    its cleanup: wrk killed, broker and private PostgreSQL stopped. Returns the previous handlers (none when
+    not on the main thread, where Python allows no handler)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        handler = signal.getsignal(sig)
+        if sig != signal.SIGTERM and handler == signal.SIG_IGN:
+            continue
+        previous[sig] = signal.signal(sig, _stop_on_signal)
+    return previous
+
+
 def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the benchmark and write the outputs; return the JSON document. Raises :class:`BenchError` when
-    something needed is missing (wrk, pgbench) or the broker does not start."""
+    something needed is missing (wrk, pgbench) or the broker does not start, KeyboardInterrupt when stopped by
+    SIGTERM, SIGINT or SIGHUP (after stopping wrk, the broker and the private PostgreSQL)."""
     find_wrk()
     scenarios = _select(config)
     runs = config.runs or (1 if config.quick else 3)
@@ -113,6 +139,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     git = _git_describe()  # now: other sessions may commit while the suite runs
     pg: BenchServer | None = None
     broker = sql = bench = None
+    handlers = _install_stop_handlers()
     try:
         pg = ExternalPostgres(config.database_url) if config.database_url else PrivatePostgres(workdir)
         broker = Broker(pg.url, workdir, config.workers or None, broker_env)
@@ -156,6 +183,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
         document["git"] = git
         document["inserts_ledger"] = ledger
     finally:
+        stop_all()
         if bench is not None:
             bench.close()
         if sql is not None:
@@ -166,6 +194,8 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
             pg.stop()
         if not config.keep:
             shutil.rmtree(workdir, ignore_errors=True)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(document, indent=2, default=str) + "\n")
     echo("")

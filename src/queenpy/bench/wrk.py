@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +19,14 @@ from typing import Any
 from queenpy.bench.parsing import WrkResult, parse_wrk
 from queenpy.bench.postgres import BenchError
 
-__all__ = ["WrkRun", "find_wrk", "lua_literal", "render_script", "run_wrk"]
+__all__ = ["WrkRun", "find_wrk", "lua_literal", "render_script", "run_wrk", "stop_all"]
 
 LUA_DIR = Path(__file__).parent / "lua"
+
+# the wrk processes running now, from any thread: a bench stopped early kills them (stop_all), or those run by
+# threads (the soak's and keep-up's producer and consumers) would load the broker until their duration ends
+_LIVE: set[subprocess.Popen[bytes]] = set()
+_LIVE_LOCK = threading.Lock()
 
 MISSING_WRK = ("wrk is not installed, and queenpy bench drives all of its load through wrk.\n"
                "Install it with:  apt-get install wrk   (Debian/Ubuntu; 'brew install wrk' on macOS)")
@@ -82,8 +88,18 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: float, threads
     started = time.monotonic()
     with open(out_path, "w") as out:
         process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
+        with _LIVE_LOCK:
+            _LIVE.add(process)
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+            process.returncode = os.waitstatus_to_exitcode(status)
+        except BaseException:  # interrupted (a signal, Ctrl-C): wrk must not outlive the bench
+            process.kill()
+            process.wait()
+            raise
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.discard(process)
     wall = time.monotonic() - started
     output = out_path.read_text(errors="replace")
     if process.returncode != 0:
@@ -93,3 +109,16 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: float, threads
     except ValueError as exc:
         raise BenchError(str(exc)) from exc
     return WrkRun(result, wall, usage.ru_utime + usage.ru_stime, output)
+
+
+def stop_all() -> int:
+    """Kill (SIGKILL) every wrk that :func:`run_wrk` started and that still runs, from whichever thread; their
+    :func:`run_wrk` calls then raise :class:`BenchError`. Returns how many were killed."""
+    with _LIVE_LOCK:
+        live = [p for p in _LIVE if p.returncode is None]
+    for process in live:
+        try:
+            process.kill()
+        except ProcessLookupError:  # it ended (and was reaped by its thread's wait4) meanwhile
+            pass
+    return len(live)

@@ -61,7 +61,8 @@ DurationOption = Annotated[float, typer.Option(
     help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]
 SoakShareOption = Annotated[float, typer.Option(
     "--soak-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_SOAK_SHARE",
-    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe).")]
+    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe); at most "
+         "70% of the push-and-consume estimate 1/(1/push + 1/consume) (consume-ack of the round, or a probe).")]
 SoakRateOption = Annotated[float | None, typer.Option(
     "--soak-rate", min=1, envvar="QUEENPY_BENCH_SOAK_RATE",
     help="soak's producer rate in msg/s, instead of --soak-share of a measured capacity (the same load in runs "

@@ -21,9 +21,12 @@ up with what the services' slice left (the messages not yet consumed back within
 services still run during that wait, so a pause lasts one slice and leaves retention no more to catch up
 with). Without the wait before it an "off" slice counted the backlog the "on" slice before it left as consume
 throughput of its own (the consumers draining it: 20,703 msg/s consumed against 20,363 pushed). The
-producer is paced at
-``--soak-share`` (default half) of the push capacity: the same round's push-10-40B figure, or a short push-10
-probe when that scenario is not in the run. The queue has ``completedRetentionSeconds`` =
+producer is paced at ``--soak-share`` (default half) of the push capacity (the same round's push-10-40B figure,
+or a short push-10 probe when that scenario is not in the run), unless that is more than the consumers can
+follow beside it on this machine: then at :data:`PIPELINE_SHARE` of the push-and-consume estimate
+(:func:`soak_load`; consume-ack of the round, or a probe). A load the consumers cannot follow grows their
+backlog, and the table with it, whatever the services do (2026-11-27: at 22,000 msg/s, 87% of that estimate,
+the backlog went from 8,000 to 125,000 in an hour and the table 120 to 147 MB). The queue has ``completedRetentionSeconds`` =
 :data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
 (unless ``--env`` sets it), so what is consumed goes within seconds.
 
@@ -55,7 +58,8 @@ from queenpy.bench.catalog import SCENARIOS, Scenario, payload
 from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
 from queenpy.bench.wrk import WrkRun, render_script, run_wrk
 
-__all__ = ["COMPLETED_RETENTION_S", "SAMPLE_S", "SoakRuns", "slice_plan", "slope_per_minute"]
+__all__ = ["COMPLETED_RETENTION_S", "PIPELINE_SHARE", "SAMPLE_S", "SoakRuns", "slice_plan", "slope_per_minute",
+           "soak_load"]
 
 COMPLETED_RETENTION_S = 5
 SAMPLE_S = 5.0
@@ -63,6 +67,10 @@ MAX_SLICE_S = 60.0  # a paused slice leaves its deletions to the next: 60 s at 2
 MIN_PAIRS = 2  # of off and on slices
 FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
+# of the push-and-consume estimate (soak_load): room for what the two probes leave out, the services' own work
+# (deletes, vacuum, their WAL) and the probes' spread (consume-ack 43,000-52,600 msg/s on 2026-11-27). At 87% of
+# it (22,000 msg/s) the consumers fell behind by 40 msg/s over an hour
+PIPELINE_SHARE = 0.7
 
 # the messages table's size by part: the heap with its TOAST and maps (pg_table_size), and each index with all
 # its forks (pg_total_relation_size of the index); they sum to pg_total_relation_size('queen.messages')
@@ -114,6 +122,27 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
     return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
 
 
+def soak_load(push_capacity: float, consume_capacity: float, share: float) -> dict[str, Any]:
+    """The soak producer's rate: ``share`` of ``push_capacity``, or :data:`PIPELINE_SHARE` of the
+    push-and-consume estimate when that is lower. All rates in msg/s.
+
+    The estimate is ``1 / (1/push_capacity + 1/consume_capacity)``: each message is pushed once and consumed
+    (popped and acked) once, and where producer, consumers, broker and PostgreSQL share one machine's CPU the
+    time each message costs on the two paths adds up (the harmonic sum, as for two stages sharing one
+    resource). Half of push-10-40B alone is about 29,000 msg/s on the 2-core machine, the estimate with
+    consume-ack about 25,000, and the consumers held about 22,000 beside the producer with the services on.
+
+    Returns ``{"rate", "push_capacity", "consume_capacity", "pipeline_estimate", "bound"}``, ``bound`` being
+    ``"push"`` (share of the push capacity) or ``"pipeline"`` (the cap). Raises ValueError when a capacity is
+    not positive."""
+    if push_capacity <= 0 or consume_capacity <= 0:
+        raise ValueError(f"capacities must be positive: push {push_capacity}, consume {consume_capacity}")
+    pipeline = 1.0 / (1.0 / push_capacity + 1.0 / consume_capacity)
+    by_push, cap = share * push_capacity, PIPELINE_SHARE * pipeline
+    return {"rate": min(by_push, cap), "push_capacity": push_capacity, "consume_capacity": consume_capacity,
+            "pipeline_estimate": pipeline, "bound": "push" if by_push <= cap else "pipeline"}
+
+
 def _per_s(change: float, seconds: float) -> float:
     return change / seconds if seconds > 0 else 0.0
 
@@ -147,8 +176,10 @@ def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: floa
 
 
 class SoakRuns(BenchCore):
-    if TYPE_CHECKING:  # the push runner, a sibling base of Bench (kinds/push.py)
+    if TYPE_CHECKING:  # the push and consume runners, sibling bases of Bench (kinds/push.py, consume.py)
         def _run_push(self, scenario: Scenario, round_no: int) -> dict[str, Any]: ...
+
+        def _run_consume(self, scenario: Scenario, round_no: int) -> dict[str, Any]: ...
 
     def _run_soak(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
         """See the module docstring."""
@@ -156,11 +187,15 @@ class SoakRuns(BenchCore):
         options = self.options
         queue = f"{scenario.name}-r{round_no}"
         capacity: float | None
+        load: dict[str, Any] = {}
         if options.soak_rate:  # a fixed load, for runs compared with each other
             capacity, source, target_rate = None, "--soak-rate", options.soak_rate
         else:
             capacity, source = self._push_capacity(round_no)
-            target_rate = options.soak_share * capacity
+            consume_capacity, consume_source = self._consume_capacity(round_no)
+            load = soak_load(capacity, consume_capacity, options.soak_share)
+            load["consume_capacity_from"] = consume_source
+            target_rate = load["rate"]
         producers, producer_threads = 100, 2
         rate_per_thread = target_rate / scenario.per_request / producer_threads
         self.sql.fetchval(Q_CONFIGURE, json.dumps({"queue": queue, "options": {
@@ -193,7 +228,13 @@ class SoakRuns(BenchCore):
             return self._cursors(queue, ["__QUEUE_MODE__"])["__QUEUE_MODE__"]
 
         self._checkpoint()
-        share = f"{options.soak_share:.0%} of {capacity:,.0f}, {source}" if capacity else source
+        share = source
+        if load and load["bound"] == "push":
+            share = f"{options.soak_share:.0%} of {capacity:,.0f}, {source}"
+        elif load:
+            share = (f"{PIPELINE_SHARE:.0%} of the push-and-consume estimate {load['pipeline_estimate']:,.0f} from push "
+                     f"{capacity:,.0f} and consume {load['consume_capacity']:,.0f}; {options.soak_share:.0%} of push "
+                     "is more than the consumers follow")
         self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({share}) for {duration:g} s; services on for "
                  f"{flat_s:g} s, then {pairs} pairs of off/on slices of {slice_s:g} s")
         threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),
@@ -262,6 +303,8 @@ class SoakRuns(BenchCore):
         run["notes"].append("latency is the consumer's (pop and ack requests), warm-up included")
         run["soak"] = self._soak_figures(samples, slices, flat_s, target_rate, capacity, source,
                                          produced_total, consumed_total, end.at - start.at)
+        if load:
+            run["soak"]["load"] = {k: v for k, v in load.items() if k != "rate"}
         run["soak"]["service_runs"] = [
             {"job": r[0], "runs": int(r[1]), "rows": int(r[2]), "mean_ms": float(r[3] or 0),
              "max_ms": float(r[4] or 0), "errors": int(r[5]), "error_texts": list(r[6])}
@@ -338,6 +381,15 @@ class SoakRuns(BenchCore):
         probe = next(s for s in SCENARIOS if s.name == "push-10-40B")
         measured = self._run_push(probe, round_no)
         return float(measured.get("msg_per_s") or probe.initial_rate), "a push-10-40B probe before the soak"
+
+    def _consume_capacity(self, round_no: int) -> tuple[float, str]:
+        """msg/s of consume-ack in this round, measured now if the run did not include it."""
+        figure = self.scenario_results.get((round_no, "consume-ack"), {}).get("msg_per_s")
+        if figure:
+            return float(figure), "consume-ack of this round"
+        probe = next(s for s in SCENARIOS if s.name == "consume-ack")
+        measured = self._run_consume(probe, round_no)
+        return float(measured.get("msg_per_s") or probe.initial_rate), "a consume-ack probe before the soak"
 
     def _soak_sample(self, queue: str, origin: float, state: str, produced: int, cursor: int) -> dict[str, Any]:
         tree = procfs.tree_of(self.broker.pid)
