@@ -8,7 +8,9 @@ the helpers must read through their pattern fallback.
 
 from __future__ import annotations
 
+import itertools
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,50 @@ def test_a_pop_of_two_partitions_is_a_parse_error_not_a_wrong_ack(tmp_path: Path
 
     assert (g.pops, g.delivered, g.parse_errors) == (1, 3, 1)
     assert g.dequeue() is None
+
+
+PUSH = {"queue": "q", "partitions": 4, "per_request": 10, "payload": '{"n":1}', "seed": 1, "rate_per_thread": 0}
+
+
+def push_items(request: str) -> list[dict[str, Any]]:
+    head, body = request.split("\n", 1)
+    assert head == "POST /api/v1/push"
+    return json.loads(body)["items"]  # type: ignore[no-any-return]
+
+
+def test_push_leaves_transaction_ids_to_the_broker_and_reuses_its_requests(tmp_path: Path) -> None:
+    g = load("push", PUSH, tmp_path).globals()
+    g.init(None)
+    requests = [g.request() for _ in range(40)]
+    assert len(set(requests)) <= PUSH["partitions"]
+    items = push_items(requests[0])
+    assert len(items) == 10 and all("transactionId" not in item for item in items)
+    assert items[0]["payload"] == {"n": 1} and items[0]["queue"] == "q"
+
+
+def test_push_with_client_transaction_ids_sends_a_fresh_uuidv7_shaped_one_per_message(tmp_path: Path) -> None:
+    """As the official clients do: UUIDv7 (RFC 9562) layout, the time field in Unix milliseconds, unique per
+    message across requests and across wrk threads (each thread has its own Lua state and index)."""
+    ids: list[str] = []
+    before_ms = int(time.time() * 1000)
+    for thread_index in (1, 2):
+        lua = load("push", {**PUSH, "transaction_ids": True}, tmp_path)
+        g = lua.globals()
+        g.thread_index = thread_index
+        g.init(None)
+        for _ in range(30):
+            ids += [item["transactionId"] for item in push_items(g.request())]
+    after_ms = int(time.time() * 1000)
+    assert len(ids) == 600 and len(set(ids)) == 600
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert before_ms - 1 <= parsed.int >> 80 <= after_ms + 1
+
+
+def test_a_paced_push_hands_out_send_slots_1000_over_the_rate_ms_apart(tmp_path: Path) -> None:
+    g = load("push", {**PUSH, "rate_per_thread": 100}, tmp_path).globals()
+    g.init(None)
+    delays = [g.delay() for _ in range(5)]
+    assert delays[0] == 0
+    assert [b - a for a, b in itertools.pairwise(delays)] == pytest.approx([10.0] * 4, abs=0.5)

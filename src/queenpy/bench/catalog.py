@@ -153,3 +153,4 @@ class Options:
     soak_duration_s: float = 600.0
     soak_share: float = 0.5
     soak_rate: float | None = None  # msg/s; None: soak_share of the push capacity
+    soak_transaction_ids: bool = False  # the soak's producer sends a transactionId per message (push.lua)

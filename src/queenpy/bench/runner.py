@@ -58,6 +58,7 @@ class Config:
     soak_duration_s: float = 600.0
     soak_share: float = 0.5
     soak_rate: float | None = None
+    soak_transaction_ids: bool = False
     command: str = ""
     database_url: str | None = None
 
@@ -121,7 +122,8 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
                       warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
                       connections=config.connections, checkpoint=config.checkpoint,
                       keepup_fraction=config.keepup_fraction, soak_duration_s=config.soak_duration_s,
-                      soak_share=config.soak_share, soak_rate=config.soak_rate)
+                      soak_share=config.soak_share, soak_rate=config.soak_rate,
+                      soak_transaction_ids=config.soak_transaction_ids)
     limits_used = sorted({s.limit for s in scenarios} | {"select1"}, key=list(LIMITS).index)
     per_round = len(scenarios) * (options.warmup + options.seconds + 3) + len(limits_used) * (
         options.warmup + options.seconds + 1) + sum(options.soak_duration_s for s in scenarios if s.kind == "soak")
@@ -336,7 +338,8 @@ def _document(config: Config, options: Options, runs: int, facts: dict[str, Any]
                      "push_connections": options.connections, "checkpoint_before_each": options.checkpoint,
                      "keepup_share_of_push": options.keepup_fraction,
                      "soak_duration_s": options.soak_duration_s, "soak_share_of_push": options.soak_share,
-                     "soak_rate_msg_per_s": options.soak_rate},
+                     "soak_rate_msg_per_s": options.soak_rate,
+                     "soak_transaction_ids": options.soak_transaction_ids},
         "machine": {"cores": os.cpu_count(), "load_average_at_end": os.getloadavg(),
                     "other_cpu_share_median": median(others),
                     "other_cpu_share_max": max(others) if others else None},

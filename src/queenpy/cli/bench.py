@@ -67,6 +67,10 @@ SoakRateOption = Annotated[float | None, typer.Option(
     "--soak-rate", min=1, envvar="QUEENPY_BENCH_SOAK_RATE",
     help="soak's producer rate in msg/s, instead of --soak-share of a measured capacity (the same load in runs "
          "compared with each other).")]
+SoakTransactionIdsOption = Annotated[bool, typer.Option(
+    "--soak-transaction-ids", envvar="QUEENPY_BENCH_SOAK_TRANSACTION_IDS",
+    help="soak's producer gives every message a transactionId of its own (UUIDv7-shaped), as the official "
+         "clients do; without it the broker assigns them.")]
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
@@ -105,6 +109,7 @@ def register(app: typer.Typer) -> None:
         duration: DurationOption = 600.0,
         soak_share: SoakShareOption = 0.5,
         soak_rate: SoakRateOption = None,
+        soak_transaction_ids: SoakTransactionIdsOption = False,
         database_url: DatabaseUrlOption = None,
         verbose: VerboseOption = False,
     ) -> None:
@@ -126,7 +131,8 @@ def register(app: typer.Typer) -> None:
             quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
             connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
             checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
-            soak_rate=soak_rate, command=_command_line(), database_url=database_url)
+            soak_rate=soak_rate, soak_transaction_ids=soak_transaction_ids, command=_command_line(),
+            database_url=database_url)
         try:
             document = queenbench.run(config, echo=typer.echo)
         except (queenbench.BenchError, ValueError) as exc:

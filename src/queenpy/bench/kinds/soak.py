@@ -204,7 +204,8 @@ class SoakRuns(BenchCore):
         self.sql.execute(Q_PAUSE, False)
         producer = render_script("push", {"queue": queue, "partitions": scenario.partitions,
                                           "per_request": scenario.per_request, "payload": payload(40),
-                                          "seed": 1000 * round_no + 31, "rate_per_thread": rate_per_thread},
+                                          "seed": 1000 * round_no + 31, "rate_per_thread": rate_per_thread,
+                                          "transaction_ids": options.soak_transaction_ids},
                                  self.workdir)
         consumer = render_script("consume", {"queue": queue, "groups": [""], "batch": scenario.batch,
                                              "mode": "ack", "timeout_ms": options.long_poll_ms, "target": "",
