@@ -177,6 +177,7 @@ class BenchCore:
     backlogs: dict[int, Backlog] = field(default_factory=dict)
     inserts_start: tuple[int, int] = (0, 0)  # (n_tup_ins, rows) when the session started
     queue_prefix: str = ""  # before every queue name: a run on a user's server never meets an earlier run's queues
+    created_queues: set[str] = field(default_factory=set)  # by _precreate, so _drop_queues removes only those
     limit_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     scenario_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
 
@@ -327,10 +328,29 @@ class BenchCore:
 
     def _precreate(self, queue: str, partitions: int) -> None:
         """Create the queue's partitions through the push procedure (one message each)."""
+        self.created_queues.add(queue)
         for start in range(0, partitions, 2000):
             items = [{"queue": queue, "partition": f"p{i}", "payload": {"precreate": i}}
                      for i in range(start, min(partitions, start + 2000))]
             self.sql.fetchval("SELECT queen.push_messages_v3($1::jsonb)::text", json.dumps(items))
+
+    def _drop_queues(self) -> int:
+        """Delete every queue this session created (``queen.delete_queue_v1``: messages, partitions, consumer
+        rows) and rewrite ``queen.messages`` (VACUUM FULL), so a scenario that measures the table's size starts
+        from an empty one, not from an earlier scenario's or probe's rows. Those rows leave the n_tup_ins
+        ledger's stored count with their partitions, so its start is moved by as many. Returns the messages
+        removed (offsets assigned in the deleted queues)."""
+        names = sorted(self.created_queues)
+        removed = int(self.sql.fetchval(
+            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+            "ON q.id = p.queue_id WHERE q.name = ANY($1::text[])", names))
+        for name in names:
+            self.sql.fetchval("SELECT queen.delete_queue_v1($1)::text", name)
+        self.created_queues.clear()
+        self.backlogs.clear()
+        self.inserts_start = (self.inserts_start[0], self.inserts_start[1] - removed)
+        self.sql.execute("VACUUM (FULL, ANALYZE) queen.messages")
+        return removed
 
     def _load_backlog(self, queue: str, partitions: int, per_partition: int, payload_bytes: int,
                       rows_per_statement: int) -> None:
