@@ -133,8 +133,9 @@ def test_push_with_client_transaction_ids_sends_a_fresh_uuidv7_shaped_one_per_me
         g = lua.globals()
         g.thread_index = thread_index
         g.init(None)
-        for _ in range(30):
-            ids += [item["transactionId"] for item in push_items(g.request())]
+        sent = [item["transactionId"] for _ in range(30) for item in push_items(g.request())]
+        assert [text[-12:] for text in sent] == [f"{thread_index + 1:04x}{n:08x}" for n in range(1, 301)]
+        ids += sent
     after_ms = int(time.time() * 1000)
     assert len(ids) == 600 and len(set(ids)) == 600
     for text in ids:

@@ -26,18 +26,17 @@ or a short push-10 probe when that scenario is not in the run), unless that is m
 follow beside it on this machine: then at :data:`PIPELINE_SHARE` of the push-and-consume estimate
 (:func:`soak_load`; consume-ack of the round, or a probe). A load the consumers cannot follow grows their
 backlog, and the table with it, whatever the services do (2026-11-27: at 22,000 msg/s, 87% of that estimate,
-the backlog went from 8,000 to 125,000 in an hour and the table 120 to 147 MB). The queue has ``completedRetentionSeconds`` =
-:data:`COMPLETED_RETENTION_S`; the suite starts the broker with ``RETENTION_INTERVAL`` = 1 s when soak runs
-(unless ``--env`` sets it), so what is consumed goes within seconds.
+the backlog went from 8,000 to 125,000 in an hour and the table 120 to 147 MB). The queue has
+``completedRetentionSeconds`` = :data:`COMPLETED_RETENTION_S`; the suite starts the broker with
+``RETENTION_INTERVAL`` = 1 s when soak runs (unless ``--env`` sets it), so what is consumed goes within seconds.
 
 Before the soak, the queues the run created so far (the probes', earlier scenarios') are deleted and
 ``queen.messages`` rewritten (:meth:`BenchCore._drop_queues`). Before that the probes' rows stayed in the
 table (the push probe's, and since db8a9c5 the consume probe's backlog of 529,900 messages): a 10-minute soak's
 table was 471-495 MB with 97,700 messages of its own stored on average (heap 271 MB, 47 MB of dedupe index
-holding the backlog's rows). Sampled every
-:data:`SAMPLE_S` seconds: the messages table's size with its indexes and TOAST
-(``pg_total_relation_size``; and split, under ``table_parts_mb``, into the heap with its TOAST and maps
-and each index), the messages it stores (offsets assigned minus messages deleted, from
+holding the backlog's rows). Sampled every :data:`SAMPLE_S` seconds: the messages table's size with its
+indexes and TOAST (``pg_total_relation_size``; and split, under ``table_parts_mb``, into the heap with its TOAST
+and maps and each index), the messages it stores (offsets assigned minus messages deleted, from
 partitions and partition_counters), the broker's resident memory (all its processes), offsets assigned and
 the consumers' cursor (so the stored messages split into ``unconsumed_messages``, the consumers' backlog, and
 ``retained_messages``, consumed and not yet deleted: retention's backlog; a table that grows with the first
@@ -241,9 +240,9 @@ class SoakRuns(BenchCore):
         if load and load["bound"] == "push":
             share = f"{options.soak_share:.0%} of {capacity:,.0f}, {source}"
         elif load:
-            share = (f"{PIPELINE_SHARE:.0%} of the push-and-consume estimate {load['pipeline_estimate']:,.0f} from push "
-                     f"{capacity:,.0f} and consume {load['consume_capacity']:,.0f}; {options.soak_share:.0%} of push "
-                     "is more than the consumers follow")
+            share = (f"{PIPELINE_SHARE:.0%} of the push-and-consume estimate {load['pipeline_estimate']:,.0f} from "
+                     f"push {capacity:,.0f} and consume {load['consume_capacity']:,.0f}; {options.soak_share:.0%} of "
+                     "push is more than the consumers follow")
         self.log(f"   soak: producer at {target_rate:,.0f} msg/s ({share}) for {duration:g} s; services on for "
                  f"{flat_s:g} s, then {pairs} pairs of off/on slices of {slice_s:g} s")
         threads = [threading.Thread(target=drive, args=("producer", producer, producers, producer_threads)),

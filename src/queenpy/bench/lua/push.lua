@@ -13,6 +13,7 @@ COUNTERS = {"queued", "not_queued", "bad_responses"}
 queued, not_queued, bad_responses = 0, 0, 0
 
 local cache = {}
+local id_thread, id_seq = 0, 0  -- the thread's index (1-based, from init) and its messages' counter
 
 function init(args)
   math.randomseed(P.seed + 7919 * (thread_index or 0))
@@ -31,8 +32,6 @@ local function clock_ms(id)
   ffi.C.clock_gettime(id, clock)
   return tonumber(clock.tv_sec) * 1000 + tonumber(clock.tv_nsec) / 1e6
 end
-
-local id_thread, id_seq = 0, 0
 
 -- "tttttttt-tttt-7xxx-yxxx-xxxxxxxxxxxx": 48 bits of Unix milliseconds as in a UUIDv7 (RFC 9562), then the
 -- thread's index and a per-thread counter
