@@ -195,8 +195,8 @@ class SoakRuns(BenchCore):
         if options.soak_rate:  # a fixed load, for runs compared with each other
             capacity, source, target_rate = None, "--soak-rate", options.soak_rate
         else:
-            capacity, source = self._push_capacity(round_no)
-            consume_capacity, consume_source = self._consume_capacity(round_no)
+            capacity, source = self._capacity(round_no, "push-10-40B", self._run_push)
+            consume_capacity, consume_source = self._capacity(round_no, "consume-ack", self._run_consume)
             load = soak_load(capacity, consume_capacity, options.soak_share)
             load["consume_capacity_from"] = consume_source
             target_rate = load["rate"]
@@ -381,23 +381,15 @@ class SoakRuns(BenchCore):
                 return now, now - begin, finished
             procfs.sleep_until(min(begin + limit_s, now + 1.0))
 
-    def _push_capacity(self, round_no: int) -> tuple[float, str]:
-        """msg/s of push-10-40B in this round, measured now if the run did not include it."""
-        figure = self.scenario_results.get((round_no, "push-10-40B"), {}).get("msg_per_s")
+    def _capacity(self, round_no: int, name: str, run: Callable[[Scenario, int], dict[str, Any]]) -> tuple[float, str]:
+        """msg/s of scenario ``name`` in this round, measured now with ``run`` if the run did not include it;
+        returns (msg/s, where the figure came from)."""
+        figure = self.scenario_results.get((round_no, name), {}).get("msg_per_s")
         if figure:
-            return float(figure), "push-10-40B of this round"
-        probe = next(s for s in SCENARIOS if s.name == "push-10-40B")
-        measured = self._run_push(probe, round_no)
-        return float(measured.get("msg_per_s") or probe.initial_rate), "a push-10-40B probe before the soak"
-
-    def _consume_capacity(self, round_no: int) -> tuple[float, str]:
-        """msg/s of consume-ack in this round, measured now if the run did not include it."""
-        figure = self.scenario_results.get((round_no, "consume-ack"), {}).get("msg_per_s")
-        if figure:
-            return float(figure), "consume-ack of this round"
-        probe = next(s for s in SCENARIOS if s.name == "consume-ack")
-        measured = self._run_consume(probe, round_no)
-        return float(measured.get("msg_per_s") or probe.initial_rate), "a consume-ack probe before the soak"
+            return float(figure), f"{name} of this round"
+        probe = next(s for s in SCENARIOS if s.name == name)
+        measured = run(probe, round_no)
+        return float(measured.get("msg_per_s") or probe.initial_rate), f"a {name} probe before the soak"
 
     def _soak_sample(self, queue: str, origin: float, state: str, produced: int, cursor: int) -> dict[str, Any]:
         tree = procfs.tree_of(self.broker.pid)
