@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -19,12 +20,13 @@ from typing import Any
 from queenpy.bench.parsing import WrkResult, parse_wrk
 from queenpy.bench.postgres import BenchError
 
-__all__ = ["WrkRun", "find_wrk", "lua_literal", "render_script", "run_wrk", "stop_all"]
+__all__ = ["WrkRun", "find_wrk", "finish_all", "lua_literal", "render_script", "run_wrk", "stop_all"]
 
 LUA_DIR = Path(__file__).parent / "lua"
 
 # the wrk processes running now, from any thread: a bench stopped early kills them (stop_all), or those run by
-# threads (the soak's and keep-up's producer and consumers) would load the broker until their duration ends
+# threads (the soak's and keep-up's producer and consumers) would load the broker until their duration ends; a
+# soak whose waits were shorter than their limits ends them early (finish_all)
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
 
@@ -114,11 +116,22 @@ def run_wrk(url: str, script: Path, connections: int, duration_s: float, threads
 def stop_all() -> int:
     """Kill (SIGKILL) every wrk that :func:`run_wrk` started and that still runs, from whichever thread; their
     :func:`run_wrk` calls then raise :class:`BenchError`. Returns how many were killed."""
+    return _signal_live(signal.SIGKILL)
+
+
+def finish_all() -> int:
+    """Ask (SIGINT) every wrk that :func:`run_wrk` started and that still runs to stop now. wrk then ends as at
+    the end of its ``-d`` duration: it prints its summary and runs the script's ``done()``, exits 0, and its
+    :func:`run_wrk` call returns normally. Returns how many were asked."""
+    return _signal_live(signal.SIGINT)
+
+
+def _signal_live(sig: signal.Signals) -> int:
     with _LIVE_LOCK:
         live = [p for p in _LIVE if p.returncode is None]
     for process in live:
         try:
-            process.kill()
+            process.send_signal(sig)
         except ProcessLookupError:  # it ended (and was reaped by its thread's wait4) meanwhile
             pass
     return len(live)

@@ -2,7 +2,9 @@
 retention deleting behind them. Do the messages table and the broker's memory stay flat, and do the background
 services cost the hot path less than 5%?
 
-Timeline of ``--duration`` D (warm-up first): the services run for the first part of D (the flatness window);
+Timeline of ``--duration`` D, after a warm-up and a settling under the same load (until no index of
+``queen.messages`` grew for :data:`SETTLE_QUIET_S`, at most :data:`SETTLE_MAX_S`; :func:`indexes_settled`, reported
+under ``settle``): the services run for the first part of D (the flatness window);
 then slices alternate with the services paused everywhere and running again (off, on, off, on, ...;
 ``system_state`` 'services' {"paused": true}, read by every job before each run). Slices last
 :data:`MAX_SLICE_S` (a tenth of D when shorter); a pair of them takes up to five slice lengths with the waits
@@ -43,9 +45,11 @@ the consumers' cursor (so the stored messages split into ``unconsumed_messages``
 and not the second means the consumers fell behind, not the services); per slice, the push and consume rates
 and the WAL the server wrote (MB/s and full-page images/s, from ``pg_stat_wal``: deletions and vacuum write
 WAL too). Slopes are least-squares fits per minute
-over the flatness window after its first third (the table fills to its steady size in the first seconds:
-completedRetentionSeconds plus a retention interval). "flat": the fitted change over that window is under 10%
-of the mean (and, for the table, under 8 MB).
+over the flatness window. "flat": the fitted change over that window is under 10% of the mean (and, for the
+table, under 8 MB). The heap reaches its steady size within seconds (completedRetentionSeconds plus a retention
+interval), the indexes of the emptied table in minutes: until 2245cb2 the window began a third into it, without
+the settling, and a 10-minute soak's table grew by 12.7 MB over it (the ``(partition_id, seq)`` index 30 -> 35 MB)
+while the hour's was flat from minute 7 on.
 """
 
 from __future__ import annotations
@@ -60,10 +64,10 @@ from typing import TYPE_CHECKING, Any
 from queenpy.bench import procfs
 from queenpy.bench.catalog import SCENARIOS, Scenario, payload
 from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
-from queenpy.bench.wrk import WrkRun, render_script, run_wrk
+from queenpy.bench.wrk import WrkRun, finish_all, render_script, run_wrk
 
-__all__ = ["COMPLETED_RETENTION_S", "PIPELINE_SHARE", "SAMPLE_S", "SoakRuns", "slice_plan", "slope_per_minute",
-           "soak_load"]
+__all__ = ["COMPLETED_RETENTION_S", "PIPELINE_SHARE", "SAMPLE_S", "SETTLE_MAX_S", "SETTLE_QUIET_S", "SoakRuns",
+           "indexes_settled", "slice_plan", "slope_per_minute", "soak_load"]
 
 COMPLETED_RETENTION_S = 5
 SAMPLE_S = 5.0
@@ -75,6 +79,10 @@ FLAT_TABLE_BYTES = 8 * 2**20
 # (deletes, vacuum, their WAL) and the probes' spread (consume-ack 43,000-52,600 msg/s on 2026-11-27). At 87% of
 # it (22,000 msg/s) the consumers fell behind by 40 msg/s over an hour
 PIPELINE_SHARE = 0.7
+# the settling before the measured soak (indexes_settled): no index of queen.messages grew for SETTLE_QUIET_S, or
+# SETTLE_MAX_S passed. From the emptied table the indexes reached their size in 4-7 minutes on 2026-11-27
+SETTLE_QUIET_S = 120.0
+SETTLE_MAX_S = 600.0
 
 # the messages table's size by part: the heap with its TOAST and maps (pg_table_size), and each index with all
 # its forks (pg_total_relation_size of the index); they sum to pg_total_relation_size('queen.messages')
@@ -126,6 +134,22 @@ def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
     return 60.0 * sum((t - mean_t) * (v - mean_v) for t, v in samples) / var
 
 
+def indexes_settled(samples: list[dict[str, Any]], quiet_s: float) -> bool:
+    """Whether no index of ``queen.messages`` grew over the last ``quiet_s`` seconds of ``samples`` (soak
+    samples: ``{"t": s, "table_parts_bytes": {"heap": bytes, <index name>: bytes, ...}}``, oldest first), the
+    samples covering at least that long. Indexes only grow (pages freed by the deletes are reused, not given
+    back), so an index that stopped growing has reached the size the load's peaks need; the heap is left out,
+    since vacuum's truncation of its empty tail moves it up and down all the time."""
+    if not samples or samples[-1]["t"] - samples[0]["t"] < quiet_s:
+        return False
+
+    def indexes(sample: dict[str, Any]) -> dict[str, float]:
+        return {k: v for k, v in sample["table_parts_bytes"].items() if k != "heap"}
+
+    last = indexes(samples[-1])
+    return all(indexes(s) == last for s in samples if s["t"] >= samples[-1]["t"] - quiet_s)
+
+
 def soak_load(push_capacity: float, consume_capacity: float, share: float) -> dict[str, Any]:
     """The soak producer's rate: ``share`` of ``push_capacity``, or :data:`PIPELINE_SHARE` of the
     push-and-consume estimate when that is lower. All rates in msg/s.
@@ -159,6 +183,11 @@ def _unconsumed(sample: dict[str, Any]) -> float:
 def _retained(sample: dict[str, Any]) -> float:
     """Messages consumed and not yet deleted in a sample: stored minus not yet consumed."""
     return float(sample["stored"]) - _unconsumed(sample)
+
+
+def _rounded(sample: dict[str, Any]) -> dict[str, Any]:
+    """A sample for the JSON: floats to 3 decimals."""
+    return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in sample.items()}
 
 
 def _trend(samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None) -> dict[str, Any]:
@@ -220,9 +249,10 @@ class SoakRuns(BenchCore):
         duration = options.soak_duration_s
         slice_s, pairs = slice_plan(duration)
         flat_s = duration - 2 * pairs * slice_s
-        # the load runs long enough for every wait (see the module docstring) at its longest: one slice before
-        # an "off" slice, two before an "on" one (retention's catch-up, then a vacuum pass)
-        total = options.warmup + duration + 3 * pairs * slice_s
+        # the load runs long enough for the settling and every wait (see the module docstring) at their longest:
+        # one slice before an "off" slice, two before an "on" one (retention's catch-up, then a vacuum pass); it
+        # is ended when the last slice does (finish_all)
+        total = options.warmup + SETTLE_MAX_S + duration + 3 * pairs * slice_s
         results: dict[str, WrkRun] = {}
 
         def drive(name: str, script: Path, connections: int, threads: int) -> None:
@@ -253,6 +283,7 @@ class SoakRuns(BenchCore):
         slices: list[dict[str, Any]] = []
         try:
             procfs.sleep_until(time.monotonic() + options.warmup)
+            settle = self._settle(queue, produced, cursor)
             checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
             self.memory.mark()
             self.waits.mark()
@@ -290,7 +321,7 @@ class SoakRuns(BenchCore):
                                "wal_fpi_per_s": _per_s(wal_end[1] - wal_begin[1], elapsed),
                                "catch_up_s": catch_up_s, "vacuum_s": vacuum_s, "caught_up": caught_up})
                 if baselines is None:
-                    steady = [x for x in samples if x["t"] >= flat_s / 3] or samples[-1:]
+                    steady = [x for x in samples if x["t"] <= flat_s] or samples[-1:]
                     baselines = {"on": sum(map(_retained, steady)) / len(steady),
                                  "off": sum(map(_unconsumed, steady)) / len(steady)}
                 at = end_at
@@ -299,18 +330,23 @@ class SoakRuns(BenchCore):
             checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS)) - checkpoints
         finally:
             self.sql.execute(Q_PAUSE, False)
+            finish_all()
             for thread in threads:
                 thread.join()
         for name, wrk in results.items():
             self._check_wrk(run, wrk, name)
         produced_total = samples[-1]["produced"] - samples[0]["produced"]
         consumed_total = samples[-1]["cursor"] - samples[0]["cursor"]
-        wrk_share = duration / total
-        scaled = [WrkRun(w.result, w.wall_s, w.cpu_s * wrk_share, w.output) for w in results.values()]
+        scaled = [WrkRun(w.result, w.wall_s, w.cpu_s * min(1.0, (end.at - start.at) / w.wall_s), w.output)
+                  for w in results.values()]
         self._fill_window(run, int(consumed_total), start, end, scaled, results["consumer"], checkpoints)
-        run["notes"].append("latency is the consumer's (pop and ack requests), warm-up included")
+        run["notes"].append("latency is the consumer's (pop and ack requests), warm-up and settling included")
         run["soak"] = self._soak_figures(samples, slices, flat_s, target_rate, capacity, source,
                                          produced_total, consumed_total, end.at - start.at)
+        run["soak"]["settle"] = settle
+        if not settle["settled"]:
+            run["notes"].append(f"the table's indexes still grew after {settle['seconds']:.0f} s of load (settling "
+                                f"limit): the flatness window begins before a steady state")
         if load:
             run["soak"]["load"] = {k: v for k, v in load.items() if k != "rate"}
         run["soak"]["service_runs"] = [
@@ -341,6 +377,28 @@ class SoakRuns(BenchCore):
                 run["notes"].append(f"{key} {'grows' if trend['slope_per_min'] > 0 else 'shrinks'}: "
                                     f"{trend['slope_per_min']:+,.2f} per minute")
         return run
+
+    def _settle(self, queue: str, produced: Any, cursor: Any) -> dict[str, Any]:
+        """Before the measured soak, under its load: sample every :data:`SAMPLE_S` s until
+        :func:`indexes_settled` (:data:`SETTLE_QUIET_S`) or :data:`SETTLE_MAX_S` passed. Returns ``{"seconds",
+        "settled", "quiet_s", "limit_s", "table_mb": [first, last], "samples"}`` (``t`` from the settling's
+        start). The soak starts on an emptied, rewritten table whose indexes then fill for minutes; measured from
+        there, a 10-minute soak's table grew by 12.7 MB over its flatness window (2245cb2) and the hour's was
+        flat only after minute 7."""
+        origin = time.monotonic()
+        samples: list[dict[str, Any]] = []
+        while True:
+            samples.append(self._soak_sample(queue, origin, "settle", produced(), cursor()))
+            settled = indexes_settled(samples, SETTLE_QUIET_S)
+            if settled or samples[-1]["t"] >= SETTLE_MAX_S:
+                break
+            procfs.sleep_until(origin + len(samples) * SAMPLE_S)
+        seconds = time.monotonic() - origin
+        self.log(f"   soak: {'settled' if settled else 'not settled'} after {seconds:.0f} s: table "
+                 f"{samples[0]['table_bytes'] / 2**20:.1f} -> {samples[-1]['table_bytes'] / 2**20:.1f} MB")
+        return {"seconds": seconds, "settled": settled, "quiet_s": SETTLE_QUIET_S, "limit_s": SETTLE_MAX_S,
+                "table_mb": [samples[0]["table_bytes"] / 2**20, samples[-1]["table_bytes"] / 2**20],
+                "samples": list(map(_rounded, samples))}
 
     def _catch_up(self, queue: str, origin: float, samples: list[dict[str, Any]], backlog: Any, baseline: float,
                   limit_s: float, produced: Any, cursor: Any) -> tuple[float, float, bool]:
@@ -404,7 +462,7 @@ class SoakRuns(BenchCore):
     def _soak_figures(samples: list[dict[str, Any]], slices: list[dict[str, Any]], flat_s: float,
                       target_rate: float, capacity: float | None, source: str, produced: float, consumed: float,
                       window_s: float) -> dict[str, Any]:
-        steady = [s for s in samples if flat_s / 3 <= s["t"] <= flat_s]
+        steady = [s for s in samples if s["t"] <= flat_s]
 
         def series(key: str) -> list[tuple[float, float]]:
             return [(s["t"], s[key]) for s in steady]
@@ -424,7 +482,7 @@ class SoakRuns(BenchCore):
             window_ratios[label] = window / off if window is not None and off else None
         return {
             "target_producer_msg_per_s": target_rate, "push_capacity_msg_per_s": capacity,
-            "push_capacity_from": source, "window_s": window_s, "flatness_window_s": [flat_s / 3, flat_s],
+            "push_capacity_from": source, "window_s": window_s, "flatness_window_s": [0.0, flat_s],
             "producer_msg_per_s": produced / window_s if window_s > 0 else 0.0,
             "consumer_msg_per_s": consumed / window_s if window_s > 0 else 0.0,
             "flatness": {"table_mb": _trend(series("table_bytes"), 2**20, FLAT_TABLE_BYTES),
@@ -438,7 +496,7 @@ class SoakRuns(BenchCore):
             "slices": slices,
             "throughput_on_vs_off": ratios,
             "throughput_window_vs_off": window_ratios,
-            "samples": [{k: (round(v, 3) if isinstance(v, float) else v) for k, v in s.items()} for s in samples],
+            "samples": list(map(_rounded, samples)),
         }
 
     def _soak_ledger(self, run: dict[str, Any], queue: str, results: dict[str, WrkRun], produced: Any,
