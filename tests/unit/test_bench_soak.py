@@ -1,12 +1,14 @@
-"""The soak's figures: when its table has settled, which backlog a growing table comes from (consumers behind, or retention behind), its
-plan of off/on slices, and the producer's rate."""
+"""The soak's figures: when its table has settled, which backlog a growing table comes from (consumers behind,
+or retention behind), its plan of off/on slices, the producer's rate, and its chart."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from queenpy.bench import report
 from queenpy.bench.kinds.soak import PIPELINE_SHARE, SoakRuns, indexes_settled, slice_plan, soak_load
 
 
@@ -128,3 +130,24 @@ def test_settling_ignores_the_heap_and_needs_samples_covering_the_quiet_time() -
     assert indexes_settled(_parts([], until=120.0, heap_swing=True), 120.0) is True
     assert indexes_settled(_parts([], until=115.0), 120.0) is False
     assert indexes_settled([], 120.0) is False
+
+
+def test_a_soak_run_gets_a_chart_of_its_table_rss_and_rates_over_time(tmp_path: Path) -> None:
+    """The chart reads the run's samples as the JSON has them: the settling's and the soak's, states on/off."""
+    image = pytest.importorskip("matplotlib.image", reason="matplotlib (queenpy[bench]) draws the charts")
+    samples = _samples(unconsumed_per_s=0.0, retained_per_s=0.0)
+    for n, sample in enumerate(samples):
+        sample["services"] = "off" if 60 <= n < 72 else "on"
+        sample["table_parts_bytes"] = {"heap": 60 * 2**20, "messages_pkey": 20 * 2**20}
+    soak = SoakRuns._soak_figures(samples, [], 300.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
+    soak["settle"] = {"seconds": 130.0, "samples": _parts([10.0], until=130.0)}
+    for sample in soak["settle"]["samples"]:
+        sample.update(services="settle", rss_bytes=170.0 * 2**20, produced=0.0, cursor=0.0)
+    document = {"started_at": "2026-11-27T19:30:00", "git": {"commit": "abc1234"},
+                "scenarios": [{"scenario": "soak", "runs": [{"round": 1, "soak": soak}, {"round": 2}]}]}
+    written = report.soak_charts(document, tmp_path / "bench.png")
+    assert written == [tmp_path / "bench-soak-r1.png"]
+    width, height = image.imread(written[0]).shape[1::-1]
+    assert (width, height) == (11 * 110, 10 * 110)
+    assert report.soak_charts({**document, "scenarios": [{"scenario": "push-10", "runs": [{"round": 1}]}]},
+                              tmp_path / "other.png") == []

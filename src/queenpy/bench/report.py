@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 from queenpy.bench.postgres import PrivatePostgres
 
-__all__ = ["CHART_MISSING", "chart", "settings_line", "table"]
+__all__ = ["CHART_MISSING", "chart", "settings_line", "soak_charts", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
 
@@ -198,6 +199,85 @@ def chart(document: dict[str, Any], path: Path) -> bool:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def soak_charts(document: dict[str, Any], path: Path) -> list[Path]:
+    """Write one PNG per soak run next to ``path`` (``<stem>-soak-r<round>.png``): over time, in minutes from the
+    measured soak's start (the settling before it at negative minutes), the messages table's size by part (the
+    heap, each index), the broker's RSS, and the producer's and consumers' rates between samples, with the
+    settling and the paused ("off") slices shaded and the flatness window marked. Returns the paths written;
+    none when matplotlib is missing or no run has soak samples."""
+    runs = [run for entry in document["scenarios"] for run in entry.get("runs", [])
+            if run.get("soak", {}).get("samples")]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    written = []
+    for run in runs:
+        soak = run["soak"]
+        settle = soak.get("settle") or {}
+        shift = settle.get("seconds", 0.0)
+        samples = [{**x, "t": x["t"] - shift} for x in settle.get("samples", [])] + soak["samples"]
+        minutes = [x["t"] / 60 for x in samples]
+        parts = sorted({k for x in samples for k in x.get("table_parts_bytes", {})}, key=lambda k: (k != "heap", k))
+        fig, (table_ax, rss_ax, rate_ax) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+        table_ax.stackplot(minutes, *[[x.get("table_parts_bytes", {}).get(k, 0.0) / 2**20 for x in samples]
+                                      for k in parts], labels=parts, alpha=0.8)
+        table_ax.set_ylabel("queen.messages MB")
+        trend = soak["flatness"]["table_mb"]
+        table_ax.set_title(f"messages table by part: over the flatness window {_num(trend.get('slope_per_min'), 3)}"
+                           f" MB/min, flat {trend.get('flat')}", fontsize=10)
+        table_ax.legend(loc="upper left", fontsize=7)
+        rss_ax.plot(minutes, [x["rss_bytes"] / 2**20 for x in samples], color="#3b7dd8")
+        rss = soak["flatness"]["broker_rss_mb"]
+        rss_ax.set_ylim(0, 1.1 * max(x["rss_bytes"] / 2**20 for x in samples))
+        rss_ax.set_ylabel("broker RSS MB")
+        rss_ax.set_title(f"broker RSS (all processes): {_num(rss.get('slope_per_min'), 3)} MB/min, flat "
+                         f"{rss.get('flat')}", fontsize=10)
+        # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a few
+        # milliseconds apart, and their difference is a batch or nothing)
+        pairs = [(a, b) for a, b in itertools.pairwise(samples) if b["t"] - a["t"] >= 1.0]
+        mids = [(a["t"] + b["t"]) / 120 for a, b in pairs]
+        rate_ax.plot(mids, [_per_second(a, b, "produced") for a, b in pairs], label="pushed", lw=0.8)
+        rate_ax.plot(mids, [_per_second(a, b, "cursor") for a, b in pairs], label="consumed", lw=0.8)
+        ratios = soak.get("throughput_on_vs_off", {})
+        rate_ax.set_title(f"msg/s between samples; services on/off: push {_num(ratios.get('push'), 3)}, consume "
+                          f"{_num(ratios.get('consume'), 3)}", fontsize=10)
+        rate_ax.set_ylabel("msg/s")
+        rate_ax.set_xlabel("minutes from the measured soak's start (settling before 0)")
+        rate_ax.legend(loc="upper left", fontsize=7)
+        for ax in (table_ax, rss_ax, rate_ax):
+            if settle.get("samples"):
+                ax.axvspan(minutes[0], 0, color="#999999", alpha=0.15, lw=0)
+            for begin, end in _spans(samples, "off"):
+                ax.axvspan(begin / 60, end / 60, color="#d84b3b", alpha=0.15, lw=0)
+            for bound in soak.get("flatness_window_s", []):
+                ax.axvline(bound / 60, color="#333333", ls="--", lw=0.8)
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"soak {document['started_at'][:16]}Z, git {document['git'].get('commit', '?')}: producer "
+                     f"{soak.get('target_producer_msg_per_s', 0):,.0f} msg/s; grey: settling, red: services paused,"
+                     " dashed: flatness window", fontsize=10)
+        fig.tight_layout()
+        out = path.with_name(f"{path.stem}-soak-r{run.get('round', 1)}.png")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def _per_second(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
+    return (b[key] - a[key]) / (b["t"] - a["t"]) if b["t"] > a["t"] else 0.0
+
+
+def _spans(samples: list[dict[str, Any]], state: str) -> list[tuple[float, float]]:
+    """(first t, last t) of each run of consecutive samples in ``state`` (``services``)."""
+    runs = (list(group) for key, group in itertools.groupby(samples, key=lambda x: x["services"]) if key == state)
+    return [(run[0]["t"], run[-1]["t"]) for run in runs]
 
 
 def operators_lines(entry: dict[str, Any]) -> list[str]:

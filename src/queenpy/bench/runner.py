@@ -204,7 +204,9 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     echo(report.table(document))
     chart = config.chart or config.out.with_suffix(".png")
     made = report.chart(document, chart)
-    echo(f"\nJSON: {config.out}" + (f"   chart: {chart}" if made else f"   (no chart: {report.CHART_MISSING})"))
+    soak_charts = report.soak_charts(document, chart) if made else []
+    echo(f"\nJSON: {config.out}" + (f"   chart: {chart}" if made else f"   (no chart: {report.CHART_MISSING})")
+         + "".join(f"   soak chart: {path}" for path in soak_charts))
     return document
 
 
