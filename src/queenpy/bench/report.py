@@ -150,15 +150,23 @@ def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
     return "; ".join(parts) or "-"
 
 
-def chart(document: dict[str, Any], path: Path) -> bool:
-    """Write the PNG: throughput per scenario next to its limit (ratio on top), and latency p50/p99.
-    Returns False (and writes nothing) when matplotlib is missing."""
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files, no display), or None when matplotlib is missing."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def chart(document: dict[str, Any], path: Path) -> bool:
+    """Write the PNG: throughput per scenario next to its limit (ratio on top), and latency p50/p99.
+    Returns False (and writes nothing) when matplotlib is missing."""
+    plt = _pyplot()
+    if plt is None:
         return False
     entries = [e for e in document["scenarios"] if e.get("median")]
     names = [e["scenario"] + ("" if e["valid"] else " (INVALID)") for e in entries]
@@ -209,12 +217,8 @@ def soak_charts(document: dict[str, Any], path: Path) -> list[Path]:
     none when matplotlib is missing or no run has soak samples."""
     runs = [run for entry in document["scenarios"] for run in entry.get("runs", [])
             if run.get("soak", {}).get("samples")]
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = _pyplot()
+    if plt is None:
         return []
     written = []
     for run in runs:
