@@ -25,7 +25,7 @@ from typing import Any
 
 from queenpy.bench import report
 from queenpy.bench.broker import Broker
-from queenpy.bench.kinds.soak import SETTLE_MAX_S, slice_plan
+from queenpy.bench.kinds.soak import waits_limit_s
 from queenpy.bench.kinds.spark import ScenarioSkipped
 from queenpy.bench.parsing import median, select_names
 from queenpy.bench.postgres import BenchError, BenchServer, ExternalPostgres, PrivatePostgres, Sql
@@ -132,10 +132,8 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     if any(s.kind == "soak" for s in scenarios):
         # completed retention every second, so the soak's table stays small (unless --env says otherwise)
         broker_env.setdefault("RETENTION_INTERVAL", "1000")
-    soaks = sum(1 for s in scenarios if s.kind == "soak")
-    slice_s, pairs = slice_plan(options.soak_duration_s)
-    # the settling and the waits before the soak's slices, at their limits (kinds/soak.py); the probes not counted
-    soak_extra = soaks * (SETTLE_MAX_S + 3 * pairs * slice_s)
+    # the settling and the waits before the soak's slices, at their limits; the probes not counted
+    soak_extra = sum(waits_limit_s(options.soak_duration_s) for s in scenarios if s.kind == "soak")
     echo(f"queenbench: {len(scenarios)} scenario(s) x {runs} run(s), {options.seconds:g}s measured after "
          f"{options.warmup:g}s warm-up; about {runs * per_round / 60:.1f} min"
          + (f", and up to {runs * soak_extra / 60:.0f} min more for the soak's settling and the waits before its "

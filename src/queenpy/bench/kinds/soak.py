@@ -67,7 +67,7 @@ from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
 from queenpy.bench.wrk import WrkRun, finish_all, render_script, run_wrk
 
 __all__ = ["COMPLETED_RETENTION_S", "PIPELINE_SHARE", "SAMPLE_S", "SETTLE_MAX_S", "SETTLE_QUIET_S", "SoakRuns",
-           "indexes_settled", "slice_plan", "slope_per_minute", "soak_load"]
+           "indexes_settled", "slice_plan", "slope_per_minute", "soak_load", "waits_limit_s"]
 
 COMPLETED_RETENTION_S = 5
 SAMPLE_S = 5.0
@@ -119,6 +119,13 @@ def slice_plan(duration_s: float) -> tuple[float, int]:
     """(slice length in s, pairs of off/on slices) for a soak of ``duration_s``: see the module docstring."""
     slice_s = min(0.1 * duration_s, MAX_SLICE_S)
     return slice_s, max(MIN_PAIRS, int(0.4 * duration_s // (4 * slice_s)))
+
+
+def waits_limit_s(duration_s: float) -> float:
+    """The longest a soak of ``duration_s`` may run beyond it, in s: the settling at its limit, then one slice
+    of wait before each "off" slice and two before each "on" one (retention's catch-up, then a vacuum pass)."""
+    slice_s, pairs = slice_plan(duration_s)
+    return SETTLE_MAX_S + 3 * pairs * slice_s
 
 
 def slope_per_minute(samples: list[tuple[float, float]]) -> float | None:
@@ -249,10 +256,9 @@ class SoakRuns(BenchCore):
         duration = options.soak_duration_s
         slice_s, pairs = slice_plan(duration)
         flat_s = duration - 2 * pairs * slice_s
-        # the load runs long enough for the settling and every wait (see the module docstring) at their longest:
-        # one slice before an "off" slice, two before an "on" one (retention's catch-up, then a vacuum pass); it
-        # is ended when the last slice does (finish_all)
-        total = options.warmup + SETTLE_MAX_S + duration + 3 * pairs * slice_s
+        # the load runs long enough for the settling and every wait at their longest; it is ended when the last
+        # slice does (finish_all)
+        total = options.warmup + duration + waits_limit_s(duration)
         results: dict[str, WrkRun] = {}
 
         def drive(name: str, script: Path, connections: int, threads: int) -> None:
@@ -387,13 +393,9 @@ class SoakRuns(BenchCore):
         flat only after minute 7."""
         origin = time.monotonic()
         samples: list[dict[str, Any]] = []
-        while True:
-            samples.append(self._soak_sample(queue, origin, "settle", produced(), cursor()))
-            settled = indexes_settled(samples, SETTLE_QUIET_S)
-            if settled or samples[-1]["t"] >= SETTLE_MAX_S:
-                break
-            procfs.sleep_until(origin + len(samples) * SAMPLE_S)
-        seconds = time.monotonic() - origin
+        _, seconds, settled = self._sample_until(queue, origin, samples,
+                                                 lambda _: indexes_settled(samples, SETTLE_QUIET_S), SETTLE_MAX_S,
+                                                 produced, cursor, state="settle", every_s=SAMPLE_S)
         self.log(f"   soak: {'settled' if settled else 'not settled'} after {seconds:.0f} s: table "
                  f"{samples[0]['table_bytes'] / 2**20:.1f} -> {samples[-1]['table_bytes'] / 2**20:.1f} MB")
         return {"seconds": seconds, "settled": settled, "quiet_s": SETTLE_QUIET_S, "limit_s": SETTLE_MAX_S,
@@ -426,18 +428,19 @@ class SoakRuns(BenchCore):
 
     def _sample_until(self, queue: str, origin: float, samples: list[dict[str, Any]],
                       done: Callable[[dict[str, Any]], bool], limit_s: float, produced: Any,
-                      cursor: Any) -> tuple[float, float, bool]:
-        """A wait before a slice, with the services on: a sample a second into ``samples`` until ``done(sample)``
-        or ``limit_s`` passed; returns (when that was, its duration in s, whether ``done`` held)."""
+                      cursor: Any, state: str = "on", every_s: float = 1.0) -> tuple[float, float, bool]:
+        """A wait with the services on (before a slice, or the settling): a sample (``services`` = ``state``)
+        every ``every_s`` seconds into ``samples`` until ``done(sample)`` or ``limit_s`` passed; returns (when
+        that was, its duration in s, whether ``done`` held)."""
         begin = time.monotonic()
         while True:
-            sample = self._soak_sample(queue, origin, "on", produced(), cursor())
+            sample = self._soak_sample(queue, origin, state, produced(), cursor())
             samples.append(sample)
             now = time.monotonic()
             finished = done(sample)
             if finished or now - begin >= limit_s:
                 return now, now - begin, finished
-            procfs.sleep_until(min(begin + limit_s, now + 1.0))
+            procfs.sleep_until(min(begin + limit_s, now + every_s))
 
     def _capacity(self, round_no: int, name: str, run: Callable[[Scenario, int], dict[str, Any]]) -> tuple[float, str]:
         """msg/s of scenario ``name`` in this round, measured now with ``run`` if the run did not include it;
