@@ -240,6 +240,28 @@ def test_failed_acks_retry_then_dead_letter_queue(db_url: str) -> None:
         assert [m["data"]["n"] for m in nxt["messages"]] == ["good"]
 
 
+def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_url: str) -> None:
+    """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a failed
+    batch back; only a retryDelay the queue's configure named does, until a configure without it."""
+    with connect(db_url) as conn:
+        configured = call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {"retryLimit": 2}})
+        assert configured["options"]["retryDelay"] == 1000
+        push(conn, "now", [{"n": 1}])
+        message = pop(conn, "now", "Default")["messages"][0]
+        ack(conn, message, status="failed")
+        assert [m["data"]["n"] for m in pop(conn, "now", "Default")["messages"]] == [1]
+
+        call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {"retryDelay": 60000}})
+        message = pop(conn, "now", "Default", group="g")["messages"][0]
+        ack(conn, message, status="failed", group="g")
+        assert pop(conn, "now", "Default", group="g")["messages"] == []
+
+        call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {}})  # a full overwrite
+        message = pop(conn, "now", "Default", group="h")["messages"][0]
+        ack(conn, message, status="failed", group="h")
+        assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="h")["messages"]] == [1]
+
+
 def test_retry_delay_holds_back_redelivery(db_url: str) -> None:
     with connect(db_url) as conn:
         call_procedure(conn, "configure_queue_v1", {"queue": "delay", "options": {"retryDelay": 60000}})

@@ -52,12 +52,13 @@ BEGIN
     END IF;
 
     IF v_status IN ('failed') AND p_mode = 'ack' AND v_pc.batch_retry_count < v_queue.retry_limit THEN
-        -- retry: release the lease, keep the cursor; the whole batch comes back after retryDelay
+        -- retry: release the lease, keep the cursor; the whole batch comes back on the next pop, or after
+        -- retryDelay when the queue's configure named one (018_retry_delay_explicit.sql)
         IF v_pc.worker_id IS NOT NULL THEN
             UPDATE queen.partition_consumers
             SET worker_id = NULL, lease_expires_at = NULL, lease_acquired_at = NULL, batch_size = 0,
                 acked_count = 0, batch_retry_count = batch_retry_count + 1,
-                retry_available_at = CASE WHEN v_queue.retry_delay > 0
+                retry_available_at = CASE WHEN v_queue.retry_delay_explicit AND v_queue.retry_delay > 0
                                           THEN now() + make_interval(secs => v_queue.retry_delay / 1000.0) END
             WHERE id = v_pc.id;
         END IF;

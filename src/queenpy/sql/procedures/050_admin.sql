@@ -26,7 +26,7 @@ BEGIN
     INSERT INTO queen.queues AS t (name, namespace, task, priority, lease_time, retry_limit, retry_delay,
         max_queue_size, ttl, dead_letter_queue, dlq_after_max_retries, delayed_processing, window_buffer,
         retention_seconds, completed_retention_seconds, retention_enabled, encryption_enabled,
-        max_wait_time_seconds)
+        max_wait_time_seconds, retry_delay_explicit)
     VALUES (p->>'queue', coalesce(p->>'namespace', ''), coalesce(p->>'task', ''),
         coalesce((o->>'priority')::int, 0), coalesce((o->>'leaseTime')::int, 300),
         coalesce((o->>'retryLimit')::int, 3), coalesce((o->>'retryDelay')::int, 1000),
@@ -39,7 +39,9 @@ BEGIN
         coalesce((o->>'retentionEnabled')::boolean,
                  coalesce((o->>'retentionSeconds')::int, 0) > 0 OR coalesce((o->>'completedRetentionSeconds')::int, 0) > 0),
         coalesce((o->>'encryptionEnabled')::boolean, false),
-        coalesce((o->>'maxWaitTimeSeconds')::int, 0))
+        coalesce((o->>'maxWaitTimeSeconds')::int, 0),
+        -- retryDelay delays redelivery only when given (018_retry_delay_explicit.sql)
+        coalesce(jsonb_typeof(o->'retryDelay') = 'number', false))
     ON CONFLICT (name) DO UPDATE SET
         namespace = EXCLUDED.namespace, task = EXCLUDED.task, priority = EXCLUDED.priority,
         lease_time = EXCLUDED.lease_time, retry_limit = EXCLUDED.retry_limit, retry_delay = EXCLUDED.retry_delay,
@@ -49,7 +51,8 @@ BEGIN
         retention_seconds = EXCLUDED.retention_seconds,
         completed_retention_seconds = EXCLUDED.completed_retention_seconds,
         retention_enabled = EXCLUDED.retention_enabled, encryption_enabled = EXCLUDED.encryption_enabled,
-        max_wait_time_seconds = EXCLUDED.max_wait_time_seconds
+        max_wait_time_seconds = EXCLUDED.max_wait_time_seconds,
+        retry_delay_explicit = EXCLUDED.retry_delay_explicit
     RETURNING * INTO q;
 
     INSERT INTO queen.partitions (queue_id, name) VALUES (q.id, 'Default')
