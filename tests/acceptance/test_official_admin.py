@@ -141,3 +141,20 @@ async def test_stats_based_methods(q: Queen) -> None:
     assert sum(p["cursor"]["totalConsumed"] for p in queue_detail["partitions"]) == 2
     analytics = await admin.get_analytics(queue=queue, interval="minute", **{"from": status["timeRange"]["from"]})
     assert sum(point["messages"] for point in analytics["dataPoints"]) == 8
+
+
+async def test_no_consumer_group_answers_valid_json_that_the_client_reads(new_database: Any,
+                                                                          start_broker: Any) -> None:
+    """The original sends an empty body for these three (API.md 1.2); queenpy sends ``[]`` / ``{}``, which
+    the official client reads as the same "nothing" (the JS tier checks its client likewise)."""
+    broker = start_broker(new_database())
+    async with httpx.AsyncClient(base_url=broker.url) as http:
+        for path, empty in (("/api/v1/consumer-groups", []), ("/api/v1/consumer-groups/lagging", []),
+                            ("/api/v1/consumer-groups/nobody", {})):
+            answer = await http.get(path)
+            assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
+            assert answer.json() == empty, (path, answer.text)
+    async with official_client(broker.url) as client:
+        assert await client.admin.list_consumer_groups() == []
+        assert await client.admin.get_lagging_consumers(0) == []
+        assert await client.admin.get_consumer_group("nobody") == {}

@@ -301,6 +301,17 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         "type": "object", "required": ["queryId"], "properties": {"queryId": _NAME}}),
 }
 
+# longer descriptions of operations whose behaviour a client must know beyond the summary
+_DESCRIPTIONS = {
+    ("post", "/api/v1/configure"): (
+        "A full overwrite: options not given get their defaults. `retryDelay` (ms) holds a failed batch back "
+        "from redelivery only when this request names it; without it a failed batch is redelivered on the "
+        "next pop, as in Queen, although `options.retryDelay` still reports the stored default 1000."),
+    ("get", "/api/v1/consumer-groups"): "No consumer group answers `[]` (the original sends an empty body).",
+    ("get", "/api/v1/consumer-groups/lagging"): "No lagging partition answers `[]` (the original: an empty body).",
+    ("get", "/api/v1/consumer-groups/{group}"): "An unknown group answers `{}` (the original: an empty body).",
+}
+
 # operations that answer something other than JSON: (method, path) -> responses
 _STATIC = {"200": {"description": "The file",
                    "content": {"text/html": {}, "text/javascript": {}, "text/css": {}}},
@@ -348,6 +359,8 @@ def openapi_document(version: str) -> dict[str, Any]:
     for (method, path), (summary, parameters, body) in OPERATIONS.items():
         operation: dict[str, Any] = {"summary": summary, "parameters": parameters,
                                      "responses": _RESPONSES.get((method, path)) or _responses(method, path)}
+        if (method, path) in _DESCRIPTIONS:
+            operation["description"] = _DESCRIPTIONS[(method, path)]
         if body is not None:
             operation["requestBody"] = _body(body, required=path not in _OPTIONAL_BODY)
         paths.setdefault(path, {})[method] = operation

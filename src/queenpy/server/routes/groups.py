@@ -20,21 +20,25 @@ from queenpy.server.routes._base import (
 __all__ = ["ENDPOINTS"]
 
 
+# The three reads below answer `[]` / `{}` where the original sends an empty body (API.md section 8): valid
+# JSON for every client and for the OpenAPI contract; both official clients read either the same.
+
+
 async def groups_list(request: Request) -> Response:
     return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.consumer_groups_list_v1()::text")).encode())
+        "SELECT queen.consumer_groups_list_v1()::text")).encode(), empty_as_body=True)
 
 
 async def groups_lagging(request: Request) -> Response:
     minimum = v.query_int(request.query_params, "minLagSeconds", 3600)
     return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.consumer_groups_lagging_v1($1)::text", minimum)).encode())
+        "SELECT queen.consumer_groups_lagging_v1($1)::text", minimum)).encode(), empty_as_body=True)
 
 
 async def group_detail(request: Request) -> Response:
     group = v.check_name(request.path_params["group"], "consumerGroup")
     return json_response((await broker_of(request).database.fetchval(
-        "SELECT queen.consumer_group_detail_v1($1)::text", group)).encode())
+        "SELECT queen.consumer_group_detail_v1($1)::text", group)).encode(), empty_as_body=True)
 
 
 async def group_delete(request: Request) -> Response:
