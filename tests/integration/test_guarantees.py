@@ -261,6 +261,15 @@ def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_ur
         ack(conn, message, status="failed", group="h")
         assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="h")["messages"]] == [1]
 
+        # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's failed
+        # ack never retries: it dead-letters at once (API.md 20.12)
+        message = pop(conn, "now", "Default", group="i")["messages"][0]
+        [result] = call_procedure(conn, "ack_messages_v2", [{
+            "transactionId": message["transactionId"], "partitionId": message["partitionId"],
+            "status": "failed", "consumerGroup": "i", "leaseId": message["leaseId"]}])
+        assert result["success"] is True and result["dlq"] is False
+        assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="i")["messages"]] == [1]
+
 
 def test_retry_delay_holds_back_redelivery(db_url: str) -> None:
     with connect(db_url) as conn:
