@@ -58,7 +58,17 @@ def _root(
     """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
 
 
-for _area in (serve, db, messages, browse, queues, groups, dlq, status, maintenance, bench, chaos, spark):
+app.command("push")(messages.push)
+app.command("pop")(messages.pop)
+app.command("consume")(messages.consume)
+app.command("configure")(queues.configure)
+app.command("status")(status.status)
+app.add_typer(browse.app, name="messages")
+app.add_typer(queues.app, name="queues")
+app.add_typer(groups.app, name="groups")
+app.add_typer(dlq.app, name="dlq")
+app.add_typer(maintenance.app, name="maintenance")
+for _area in (serve, db, bench, chaos, spark):
     _area.register(app)
 
 
