@@ -1,4 +1,4 @@
-"""Analytics (API.md section 11): the metrics every worker writes (``server/metrics.py``) and the database's
+"""Analytics (API.md section 11): the metrics every worker writes (``services/metrics.py``) and the database's
 own statistics, by time range. All READ_ONLY.
 
 Time ranges: ``from``/``to`` ISO-8601 (default: the last hour), bucketed by 1, 5, 15, 60 or 360 minutes for

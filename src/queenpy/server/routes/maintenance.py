@@ -1,7 +1,7 @@
 """Maintenance mode and the shared-state routes (API.md section 12), all ADMIN.
 
 The switches are PostgreSQL's (``queen.system_state``) and reach every worker of every broker instance
-through ``NOTIFY`` (see :mod:`queenpy.server.maintenance`). queenpy's instances share state through
+through ``NOTIFY`` (see :mod:`queenpy.services.maintenance`). queenpy's instances share state through
 PostgreSQL, not UDP: the shared-state routes describe that.
 """
 

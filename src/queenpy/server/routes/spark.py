@@ -1,6 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
 commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
-(``server/spark_apply.py``).
+(``services/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows

@@ -3,7 +3,6 @@ document."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -12,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server.openapi import openapi_document
-from queenpy.server.prometheus import CONTENT_TYPE, LocalCollector, SnapshotCollector, render_collector
 from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, broker_of, json_response
 from queenpy.server.routes.maintenance import shared_state
+from queenpy.services.prometheus import CONTENT_TYPE
 
 __all__ = ["ENDPOINTS", "VERSION"]
 
@@ -61,21 +60,9 @@ async def metrics(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    """Queen's families in the Prometheus text format (see ``server/prometheus.py``)."""
-    broker = broker_of(request)
-    cache = broker.snapshot_cache
-    key = await broker.database.fetchval("SELECT queen.prometheus_snapshot_key_v1()")
-    if key is None or key != cache.key:  # None: the stats job has not run yet; do not cache
-        snapshot = orjson.loads(await broker.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text"))
-        cache.body = await asyncio.to_thread(render_collector, SnapshotCollector(snapshot))
-        cache.key = key
-        cache.renders += 1
-    buffer = await asyncio.to_thread(broker.failover.stats)
-    local = {"maintenance": float(broker.maintenance.push), "popMaintenance": float(broker.maintenance.pop),
-             "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
-             "bufferHealthy": float(broker.failover.db_healthy)}
-    body = await asyncio.to_thread(broker.instruments.render, LocalCollector(local))
-    return Response(body + cache.body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
+    """Queen's families in the Prometheus text format (what a scrape does: ``services/prometheus.py``)."""
+    body = await broker_of(request).prometheus.render()
+    return Response(body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
 
 
 async def status_buffers(request: Request) -> Response:
