@@ -12,7 +12,7 @@ Run in each worker process: :mod:`.maintenance` (this process's copy of the main
 instruments and what a scrape does), :mod:`.spark_apply` (pipelined Spark sink commits applied after their
 answer), :mod:`.schema_copy` (the ``queen`` schema copied to another database, ``/api/v1/migration/*``).
 
-Layering: ``server`` composes and starts them (``server/broker.py``), its routes call them; they use
+Layering: ``server`` composes and starts them (``server/worker.py``), its routes call them; they use
 ``engine`` and ``store``, never ``server``. Each takes what it reads as constructor arguments.
 """
 

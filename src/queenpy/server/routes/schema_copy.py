@@ -20,7 +20,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from queenpy.server.routes._base import Endpoint, Level, broker_of, error_response, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, error_response, json_object, json_response, worker_of
 from queenpy.services.schema_copy import SchemaCopyConflict, parse_target
 
 __all__ = ["ENDPOINTS"]
@@ -28,29 +28,29 @@ __all__ = ["ENDPOINTS"]
 
 async def test_connection(request: Request) -> Response:
     target = parse_target(await json_object(request))
-    return json_response(await broker_of(request).schema_copy.test_connection(target))
+    return json_response(await worker_of(request).schema_copy.test_connection(target))
 
 
 async def start(request: Request) -> Response:
     target = parse_target(await json_object(request))
     try:
-        return json_response(await broker_of(request).schema_copy.start(target))
+        return json_response(await worker_of(request).schema_copy.start(target))
     except SchemaCopyConflict as exc:
         return error_response(str(exc), 409)
 
 
 async def status(request: Request) -> Response:
-    return json_response(await broker_of(request).schema_copy.state())
+    return json_response(await worker_of(request).schema_copy.state())
 
 
 async def validate(request: Request) -> Response:
     target = parse_target(await json_object(request))
-    return json_response(await broker_of(request).schema_copy.validate(target))
+    return json_response(await worker_of(request).schema_copy.validate(target))
 
 
 async def reset(request: Request) -> Response:
     try:
-        return json_response(await broker_of(request).schema_copy.reset())
+        return json_response(await worker_of(request).schema_copy.reset())
     except SchemaCopyConflict as exc:
         return error_response(str(exc), 409)
 

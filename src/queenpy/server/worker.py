@@ -1,8 +1,8 @@
 """The parts of one worker process, composed once by ``create_app`` and reached by the routes through
-``broker_of(request)``: the database pool, the fusion engine, the failover buffer, the payload cipher with its
+``worker_of(request)``: the database pool, the fusion engine, the failover buffer, the payload cipher with its
 queue-configuration cache, and the background work of ``queenpy.services`` (maintenance switches, metrics
 sampler, Prometheus exposition, background jobs, Spark sink applier, schema copy), each given what it reads.
-:meth:`Broker.start` and :meth:`Broker.stop` start and stop them, in order, from the app's lifespan."""
+:meth:`Worker.start` and :meth:`Worker.stop` start and stop them, in order, from the app's lifespan."""
 
 from __future__ import annotations
 
@@ -28,12 +28,12 @@ from queenpy.services.spark_apply import PendingApplier
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["Broker"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("queenpy.server")
 
 
-class Broker:
+class Worker:
     """The parts of one worker process (see the module docstring).
 
     Args:
