@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 
 from queenpy.errors import QueenError
 
-from .broker import SparkBroker
+from .api import SparkBroker
 from .offsets import (
     LATEST,
     OffsetRange,

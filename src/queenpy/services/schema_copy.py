@@ -1,10 +1,13 @@
 """Copy of the ``queen`` schema to another PostgreSQL database (API.md section 12, ``/api/v1/migration/*``).
 
+Queen's API calls this a "migration"; here it is the schema copy, apart from the schema migrations the broker
+applies to its own database (``store/migrate.py``). The routes are ``server/routes/schema_copy.py``.
+
 The copy is PostgreSQL's own: ``pg_dump --format=custom --schema=<schema>`` of the broker's database piped into
 ``pg_restore --single-transaction --exit-on-error`` on the target, so the target either gets the whole schema or
 nothing. The binaries are those shipped with the ``pgserver`` wheel (PostgreSQL 16, able to dump servers up to
 16), else the first ``pg_dump``/``pg_restore`` on ``PATH``. A target that already has the schema is refused:
-a migration never overwrites data.
+a copy never overwrites data.
 
 State is PostgreSQL's, so every worker of every instance answers the same status: ``queen.system_state`` key
 ``migration`` holds ``{status: idle|running|completed|failed, startedAt, finishedAt, target: {host, port,
@@ -32,7 +35,7 @@ from queenpy.errors import InvalidRequest
 from queenpy.store.database import Database
 from queenpy.store.embedded import postgres_program
 
-__all__ = ["MigrationConflict", "MigrationRunner", "Target", "parse_target"]
+__all__ = ["SchemaCopy", "SchemaCopyConflict", "Target", "parse_target"]
 
 STATE_KEY = "migration"
 LOCK_ID = 0x51554545_4D494752  # 'QUEE' 'MIGR'
@@ -44,8 +47,8 @@ _UPSERT = ("INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
-class MigrationConflict(Exception):
-    """The request cannot be done in the migration's present state (answered 409)."""
+class SchemaCopyConflict(Exception):
+    """The request cannot be done in the copy's present state (answered 409)."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def parse_target(body: dict[str, Any]) -> Target:
 def _binary(name: str) -> str:
     found = postgres_program(name)
     if found is None:
-        raise MigrationConflict(f"{name} not found (neither in the pgserver wheel nor on PATH)")
+        raise SchemaCopyConflict(f"{name} not found (neither in the pgserver wheel nor on PATH)")
     return str(found)
 
 
@@ -124,8 +127,14 @@ def _now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-class MigrationRunner:
-    """Starts, reports, validates and resets migrations of one broker process (see the module docstring)."""
+class SchemaCopy:
+    """Starts, reports, validates and resets schema copies from one broker process (see the module docstring).
+
+    Args:
+        database: the broker's database (the source; the state lives there too).
+        source_url: its URL, for ``pg_dump``.
+        holder: how this process is named in the state (host, port, worker, pid).
+    """
 
     def __init__(self, database: Database, source_url: str, holder: str) -> None:
         self.database = database
@@ -172,19 +181,19 @@ class MigrationRunner:
 
     async def start(self, target: Target) -> dict[str, Any]:
         """Check the target, record the run as ``running`` and start it in this process. Raises
-        MigrationConflict when a run is going on, the target already has the schema or cannot be reached."""
+        SchemaCopyConflict when a run is going on, the target already has the schema or cannot be reached."""
         probe = await self.test_connection(target)
         if not probe["success"]:
-            raise MigrationConflict(probe["error"])
+            raise SchemaCopyConflict(probe["error"])
         if probe["schemaExists"]:
-            raise MigrationConflict(f"the target database already has a schema {target.schema}: a migration "
+            raise SchemaCopyConflict(f"the target database already has a schema {target.schema}: a migration "
                                     "never overwrites data (drop it there first)")
         dump, restore = _binary("pg_dump"), _binary("pg_restore")
         async with self.database.pool.acquire() as connection, connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
             current = await self.state()
             if current.get("status") == "running":
-                raise MigrationConflict(f"a migration is running (started {current.get('startedAt')} by "
+                raise SchemaCopyConflict(f"a migration is running (started {current.get('startedAt')} by "
                                         f"{current.get('holder')})")
             state = {"status": "running", "startedAt": _now(), "finishedAt": None, "target": target.public(),
                      "excludeTableData": list(target.exclude_table_data), "error": None, "holder": self.holder,
@@ -265,12 +274,12 @@ class MigrationRunner:
                 "tables": tables}
 
     async def reset(self) -> dict[str, Any]:
-        """Back to ``idle``; MigrationConflict while a run is alive."""
+        """Back to ``idle``; SchemaCopyConflict while a run is alive."""
         async with self.database.pool.acquire() as connection, connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
             current = await self.state()
             if current.get("status") == "running":
-                raise MigrationConflict("a migration is running: wait for it to end")
+                raise SchemaCopyConflict("a migration is running: wait for it to end")
             await connection.execute(_UPSERT, STATE_KEY, orjson.dumps({"status": "idle"}).decode())
         return {"success": True, "status": "idle"}
 

@@ -1,5 +1,6 @@
 """``/api/v1/migration/*`` (API.md section 12, ADMIN): copy the ``queen`` schema to another PostgreSQL with
-``pg_dump | pg_restore`` (see :mod:`queenpy.server.migration`).
+``pg_dump | pg_restore``. Queen calls it a migration; the copy itself is :mod:`queenpy.services.schema_copy`,
+which also parses the target (``parse_target``).
 
 - ``POST /api/v1/migration/test-connection`` ``{host, port="5432", database, user, password?, ssl=false,
   schema="queen"}`` -> ``{success, version, schemaExists}`` or ``{success: false, error}``
@@ -19,38 +20,38 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from queenpy.server.migration import MigrationConflict, parse_target
-from queenpy.server.routes._base import Endpoint, Level, broker_of, error_response, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, error_response, json_object, json_response, worker_of
+from queenpy.services.schema_copy import SchemaCopyConflict, parse_target
 
 __all__ = ["ENDPOINTS"]
 
 
 async def test_connection(request: Request) -> Response:
     target = parse_target(await json_object(request))
-    return json_response(await broker_of(request).migration.test_connection(target))
+    return json_response(await worker_of(request).schema_copy.test_connection(target))
 
 
 async def start(request: Request) -> Response:
     target = parse_target(await json_object(request))
     try:
-        return json_response(await broker_of(request).migration.start(target))
-    except MigrationConflict as exc:
+        return json_response(await worker_of(request).schema_copy.start(target))
+    except SchemaCopyConflict as exc:
         return error_response(str(exc), 409)
 
 
 async def status(request: Request) -> Response:
-    return json_response(await broker_of(request).migration.state())
+    return json_response(await worker_of(request).schema_copy.state())
 
 
 async def validate(request: Request) -> Response:
     target = parse_target(await json_object(request))
-    return json_response(await broker_of(request).migration.validate(target))
+    return json_response(await worker_of(request).schema_copy.validate(target))
 
 
 async def reset(request: Request) -> Response:
     try:
-        return json_response(await broker_of(request).migration.reset())
-    except MigrationConflict as exc:
+        return json_response(await worker_of(request).schema_copy.reset())
+    except SchemaCopyConflict as exc:
         return error_response(str(exc), 409)
 
 

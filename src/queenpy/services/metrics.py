@@ -20,20 +20,18 @@ import asyncio
 import contextlib
 import logging
 import os
-import socket
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 import psutil
 
-from queenpy.server.prometheus import WorkerInstruments
-
-if TYPE_CHECKING:
-    from queenpy.server.broker import Broker
+from queenpy.engine import Engine
+from queenpy.services.prometheus import WorkerInstruments
+from queenpy.store.database import Database
 
 __all__ = ["QueueCounters", "WorkerMetrics"]
 
@@ -110,20 +108,31 @@ def _created_at_ms(value: Any) -> float | None:
 
 
 class WorkerMetrics:
-    """The numbers of one worker process; see the module docstring.
+    """The numbers of one worker process; see the module docstring. It reads only what it is given.
 
     Args:
-        broker: the process's broker (database, engine, failover, settings).
+        database: the process's database (its pool is sampled; the minute's rows are written through it).
+        engine: the process's engine (its fusion queues and parked long polls are sampled).
         instruments: the Prometheus metrics this process writes.
+        worker_id: this worker's index (``worker_metrics.worker_id``).
+        instance: the broker instance, ``host:port`` (the rows' ``hostname``).
+        started_at: when the process started (Unix seconds), for the uptime gauge.
+        sample_interval_ms: ``METRICS_SAMPLE_INTERVAL_MS``.
+        aggregate_interval_s: ``METRICS_AGGREGATE_INTERVAL_S``.
     """
 
-    def __init__(self, broker: Broker, instruments: WorkerInstruments) -> None:
-        self.broker = broker
+    def __init__(self, database: Database, engine: Engine, instruments: WorkerInstruments, *, worker_id: int,
+                 instance: str, started_at: float, sample_interval_ms: float,
+                 aggregate_interval_s: float) -> None:
+        self.database = database
+        self.engine = engine
         self.instruments = instruments
-        self.hostname = f"{socket.gethostname()}:{broker.settings.port}"  # the broker instance
+        self.worker_id = worker_id
+        self.hostname = instance
+        self.started_at = started_at
         self.pid = os.getpid()
-        self.sample_s = broker.settings.metrics_sample_interval_ms / 1000.0
-        self.flush_s = broker.settings.metrics_aggregate_interval_s
+        self.sample_s = sample_interval_ms / 1000.0
+        self.flush_s = aggregate_interval_s
         self._minute = _minute(time.time())
         self._current = _Minute(self._minute)
         self._process = psutil.Process()
@@ -205,16 +214,15 @@ class WorkerMetrics:
 
     def sample(self, loop_lag_s: float = 0.0) -> dict[str, float]:
         """Take one sample now: update the Prometheus gauges and the minute's aggregates."""
-        broker = self.broker
         now = time.monotonic()
         cpu = self._process.cpu_times()
         elapsed = max(1e-6, now - self._cpu_at)
         user, system = cpu.user - self._cpu.user, cpu.system - self._cpu.system
         self._cpu, self._cpu_at = cpu, now
         rss = self._process.memory_info().rss
-        pool = broker.database.pool
+        pool = self.database.pool
         size, idle = pool.get_size(), pool.get_idle_size()
-        parked = broker.engine.waiters.counts()
+        parked = self.engine.waiters.counts()
         values = {"cpuPercent": 100.0 * (user + system) / elapsed, "rssBytes": float(rss),
                   "poolSize": float(size), "poolIdle": float(idle), "poolActive": float(size - idle),
                   "eventLoopLagMs": loop_lag_s * 1000.0, "parked": float(sum(parked.values()))}
@@ -226,7 +234,7 @@ class WorkerMetrics:
                 continue
             counters = minute.queues[queue]
             counters.parked_max = max(counters.parked_max, count)
-        for name, fusion in broker.engine.fusions.items():
+        for name, fusion in self.engine.fusions.items():
             stats = fusion.stats
             seen = self._fusion_seen.get(name, (0, 0, 0, 0, 0.0))
             now_seen = (stats.requests, stats.items, stats.calls, stats.errors, stats.busy_s)
@@ -240,14 +248,14 @@ class WorkerMetrics:
         self._requests_seen, self._errors_seen = self.requests, self.errors
         deltas = {key: self.totals[key] - self._totals_seen[key] for key in self.totals}
         self._totals_seen = dict(self.totals)
-        self.instruments.sample(values, user, system, time.time() - broker.started_at, deltas)
+        self.instruments.sample(values, user, system, time.time() - self.started_at, deltas)
         return values
 
     def _rows(self, minute: _Minute) -> dict[str, Any]:
         counts = dict(minute.counts)
         return {
             "bucket": minute.bucket.isoformat(), "hostname": self.hostname, "pid": self.pid,
-            "workerId": str(self.broker.worker_id),
+            "workerId": str(self.worker_id),
             "sampleCount": minute.system["cpuPercent"].count,
             "system": {key: agg.wire() for key, agg in minute.system.items()},
             "worker": {**counts, "fusion": {op: dict(d) for op, d in minute.fusion.items()},
@@ -263,5 +271,5 @@ class WorkerMetrics:
         if now_minute != self._minute:
             self._minute, self._current = now_minute, _Minute(now_minute)
         rows = orjson.dumps(self._rows(minute)).decode()
-        await self.broker.database.fetchval("SELECT queen.metrics_flush_v1($1::jsonb)", rows)
+        await self.database.fetchval("SELECT queen.metrics_flush_v1($1::jsonb)", rows)
         self.flushes += 1

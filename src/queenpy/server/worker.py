@@ -1,6 +1,8 @@
-"""Per-process state of the broker: database, fusion engine, failover buffer, maintenance switches, payload
-cipher, metrics, background services and the queue-configuration cache. One :class:`Broker` per worker process,
-built by ``create_app``."""
+"""The parts of one worker process, composed once by ``create_app`` and reached by the routes through
+``worker_of(request)``: the database pool, the fusion engine, the failover buffer, the payload cipher with its
+queue-configuration cache, and the background work of ``queenpy.services`` (maintenance switches, metrics
+sampler, Prometheus exposition, background jobs, Spark sink applier, schema copy), each given what it reads.
+:meth:`Worker.start` and :meth:`Worker.stop` start and stop them, in order, from the app's lifespan."""
 
 from __future__ import annotations
 
@@ -17,22 +19,28 @@ from queenpy.engine import Engine
 from queenpy.engine.failover import FailoverBuffer
 from queenpy.errors import ConfigurationError
 from queenpy.server.encryption import PayloadCipher
-from queenpy.server.maintenance import MaintenanceState
-from queenpy.server.metrics import WorkerMetrics
-from queenpy.server.migration import MigrationRunner
-from queenpy.server.prometheus import SnapshotCache, WorkerInstruments
-from queenpy.server.spark_apply import PendingApplier
 from queenpy.services import Services
+from queenpy.services.maintenance import MaintenanceState
+from queenpy.services.metrics import WorkerMetrics
+from queenpy.services.prometheus import Exposition, WorkerInstruments
+from queenpy.services.schema_copy import SchemaCopy
+from queenpy.services.spark_apply import PendingApplier
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["Broker"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("queenpy.server")
 
 
-class Broker:
-    """Per-process state of the app: database, engine, cipher, queue-config cache."""
+class Worker:
+    """The parts of one worker process (see the module docstring).
+
+    Args:
+        settings: the process settings.
+        database_url: PostgreSQL URL; nothing is opened before :meth:`start`.
+        worker_id: index of this worker process.
+    """
 
     def __init__(self, settings: Settings, database_url: str, worker_id: int) -> None:
         self.settings = settings
@@ -48,16 +56,21 @@ class Broker:
             flush_ms=settings.file_buffer_flush_ms)
         self.maintenance = MaintenanceState(self.database, self.failover)
         self.maintenance.attach(self.engine)
+        instance = f"{socket.gethostname()}:{settings.port}"
         self.instruments = WorkerInstruments(worker_id)
-        self.metrics = WorkerMetrics(self, self.instruments)
+        self.metrics = WorkerMetrics(
+            self.database, self.engine, self.instruments, worker_id=worker_id, instance=instance,
+            started_at=self.started_at, sample_interval_ms=settings.metrics_sample_interval_ms,
+            aggregate_interval_s=settings.metrics_aggregate_interval_s)
         self.engine.observe_calls(self.instruments.observe_call)
-        self.snapshot_cache = SnapshotCache()
-        holder = f"{socket.gethostname()}:{settings.port} worker {worker_id} pid {os.getpid()}"
+        self.prometheus = Exposition(self.database, self.failover, self.maintenance, self.instruments)
+        holder = f"{instance} worker {worker_id} pid {os.getpid()}"
         self.services = Services(self.database, settings.services, holder)
         self.spark_applier = PendingApplier(self.database, self.engine.announce)
-        self.migration = MigrationRunner(self.database, database_url, holder)
+        self.schema_copy = SchemaCopy(self.database, database_url, holder)
 
     async def start(self) -> None:
+        """Open the database, then start the engine and the background work (the order matters: comments)."""
         await self.database.open()
         await self.engine.start()
         await self.maintenance.start()  # before the drain: push maintenance keeps the buffer on disk
@@ -68,7 +81,8 @@ class Broker:
         self.spark_applier.start()
 
     async def stop(self) -> None:
-        await self.migration.stop()
+        """Stop the background work and the engine, then close the database."""
+        await self.schema_copy.stop()
         await self.spark_applier.stop()
         await self.services.stop()
         await self.metrics.stop()

@@ -1,4 +1,5 @@
-"""``GET /metrics/prometheus`` (API.md section 12) with ``prometheus_client``.
+"""``GET /metrics/prometheus`` (API.md section 12) with ``prometheus_client``: the instruments, and what a
+scrape does (:class:`Exposition`; the route in ``server/routes/system.py`` only answers with it).
 
 Two sources, one exposition:
 
@@ -18,22 +19,32 @@ Family names follow Queen's where they exist (``queen_db_pool_*``, ``queen_file_
 
 The snapshot's families are rendered once per change of the stats (:class:`SnapshotCache`), so ages are given
 as timestamps (``*_timestamp_seconds``: the age is ``time() - x`` in PromQL), which stay true while cached.
+
+Who writes :class:`WorkerInstruments`: on the request path, the route wrapper observes the latency histogram
+(``server/app.py``), the push route counts buffered messages and the engine's call observer the fusion
+histograms; everything else is set once per sample by the metrics sampler (``services/metrics.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, values
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
-__all__ = ["CONTENT_TYPE", "LocalCollector", "SnapshotCache", "SnapshotCollector", "WorkerInstruments",
-           "multiprocess_dir", "render_collector"]
+from queenpy.engine.failover import FailoverBuffer
+from queenpy.services.maintenance import MaintenanceState
+from queenpy.store.database import Database
+
+__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "SnapshotCache", "SnapshotCollector",
+           "WorkerInstruments", "multiprocess_dir", "render_collector"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -100,7 +111,7 @@ class WorkerInstruments:
 
     def sample(self, numbers: dict[str, float], cpu_user_s: float, cpu_system_s: float, uptime_s: float,
                counted: dict[str, int]) -> None:
-        """One sample of this process (see ``server/metrics.py``); ``counted``: messages pushed, popped and
+        """One sample of this process (see ``services/metrics.py``); ``counted``: messages pushed, popped and
         acknowledged since the last sample."""
         self.pushed.inc(counted.get("pushed", 0))
         self.popped.inc(counted.get("popped", 0))
@@ -148,6 +159,45 @@ class SnapshotCache:
         self.key: str | None = None
         self.body = b""
         self.renders = 0
+
+
+class Exposition:
+    """What one scrape of this process answers: every worker's instruments, this process's maintenance
+    switches and failover buffer, and the snapshot's families from PostgreSQL (cached, see
+    :class:`SnapshotCache`).
+
+    Args:
+        database: where ``queen.prometheus_snapshot_v1`` runs.
+        failover: this process's failover buffer (``queen_file_buffer_*``).
+        maintenance: this process's copy of the maintenance switches.
+        instruments: this process's instruments (every worker's, in multiprocess mode).
+    """
+
+    def __init__(self, database: Database, failover: FailoverBuffer, maintenance: MaintenanceState,
+                 instruments: WorkerInstruments) -> None:
+        self.database = database
+        self.failover = failover
+        self.maintenance = maintenance
+        self.instruments = instruments
+        self.cache = SnapshotCache()
+
+    async def render(self) -> bytes:
+        """The exposition text (:data:`CONTENT_TYPE`). Rendering runs in a thread: a scrape of many queues
+        does not hold the event loop."""
+        cache = self.cache
+        key = await self.database.fetchval("SELECT queen.prometheus_snapshot_key_v1()")
+        if key is None or key != cache.key:  # None: the stats job has not run yet; do not cache
+            text = await self.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text")
+            snapshot = orjson.loads(text)
+            cache.body = await asyncio.to_thread(render_collector, SnapshotCollector(snapshot))
+            cache.key = key
+            cache.renders += 1
+        buffer = await asyncio.to_thread(self.failover.stats)
+        local = {"maintenance": float(self.maintenance.push), "popMaintenance": float(self.maintenance.pop),
+                 "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
+                 "bufferHealthy": float(self.failover.db_healthy)}
+        body = await asyncio.to_thread(self.instruments.render, LocalCollector(local))
+        return body + cache.body
 
 
 class _Forward(Collector):
