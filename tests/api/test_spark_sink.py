@@ -80,3 +80,40 @@ def test_bad_commit_modes_answer_400(http: httpx.Client, body: dict[str, Any], w
 def test_flush_needs_a_query_id(http: httpx.Client) -> None:
     response = http.post("/api/v1/spark/flush", json={})
     assert response.status_code == 400 and "queryId" in response.json()["error"]
+
+
+def push(http: httpx.Client, query: str, batch: int, token: str, queue: str, texts: list[str],
+         **extra: Any) -> httpx.Response:
+    body = {"queryId": query, "batchId": batch, "task": 0, "token": token, "queue": queue, "partitions": ["p"],
+            "partitionIndexes": [0] * len(texts), "transactionIds": [f"x{i}" for i in range(len(texts))],
+            "data": texts, **extra}
+    return http.post("/api/v1/spark/push", json=body)
+
+
+def test_direct_push_then_record_then_a_replay_pushes_nothing(http: httpx.Client) -> None:
+    query, queue = unique("dq"), unique("direct")
+    first = push(http, query, 0, "a0", queue, ['{"n": 1}', '{"n": 2}'])
+    assert first.status_code == 200, first.text
+    assert (first.json()["pushed"], first.json()["committed"]) == (2, False)
+    assert head(http, queue) == 2  # visible before the batch is recorded
+    retry = push(http, query, 0, "a1", queue, ['{"n": 1}', '{"n": 2}', '{"n": 3}'])
+    assert (retry.json()["pushed"], retry.json()["duplicates"]) == (1, 2)
+    recorded = http.post("/api/v1/spark/commit", json={"queryId": query, "batchId": 0, "mode": "direct"})
+    assert recorded.status_code == 200, recorded.text
+    assert (recorded.json()["duplicate"], recorded.json()["pushed"]) == (False, 3)
+    replay = push(http, query, 0, "a2", queue, ['{"n": 9}'], transactionIds=["x9"])
+    assert (replay.json()["committed"], replay.json()["pushed"]) == (True, 0)
+    assert head(http, queue) == 3
+
+
+@pytest.mark.parametrize(("extra", "word"), [
+    ({"partitionIndexes": [1]}, "partitionIndexes"),
+    ({"partitions": ["p", "p"]}, "repeat"),
+    ({"partitions": []}, "partitions"),
+    ({"task": -1}, "task"),
+    ({"data": [{"n": 1}]}, "data"),
+    ({"data": ["{oops"]}, "JSON"),
+])
+def test_bad_direct_pushes_answer_400(http: httpx.Client, extra: dict[str, Any], word: str) -> None:
+    response = push(http, unique("dq"), 0, "t", unique("direct"), ['{"n": 1}'], **extra)
+    assert response.status_code == 400 and word in response.json()["error"], response.text

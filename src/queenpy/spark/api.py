@@ -7,8 +7,8 @@ its Python workers across tasks and micro-batches, and making a client per task 
 builds one even for http URLs) and a TCP connection each time: a third of the workers' CPU in the profile of
 the 1 KB queue-to-queue copy (py-spy, 100 tasks per micro-batch), before tasks were grouped.
 
-Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, and ``rows``: a chunk is keyed by its task token
-and first row number, so a repeated POST stages nothing twice) are retried on connection errors and 5xx
+Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, ``rows``: a chunk is keyed by its task token
+and first row number, so a repeated POST stages nothing twice, and ``push``: its rows carry transaction ids) are retried on connection errors and 5xx
 answers with exponential backoff (about 30 s in total); the version 1 ``stage`` is never retried, because a
 second POST of the same items under the same token would stage them twice.
 
@@ -41,7 +41,7 @@ from queenpy.errors import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CommitResult", "PartitionHead", "SparkBroker", "flush_sink"]
+__all__ = ["CommitResult", "PartitionHead", "PushResult", "SparkBroker", "flush_sink"]
 
 _RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
@@ -89,6 +89,17 @@ class CommitResult:
     duplicate: bool
     pushed: int
     pending: bool = False  # a pipelined commit: recorded, applied by the broker right after
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """``POST /api/v1/spark/push``: messages stored, rows skipped as stored already, whether the micro-batch was
+    recorded as committed before (nothing pushed), and whether the broker let a stale replay push (``stale``)."""
+
+    committed: bool
+    pushed: int
+    duplicates: int
+    stale: bool = False
 
 
 class SparkBroker:
@@ -172,6 +183,34 @@ class SparkBroker:
         )
         return int(body.get("staged", 0))
 
+    def push_direct(
+        self, query_id: str, batch_id: int, task: int, token: str, queue: str, columns: Mapping[str, Any],
+        *, stale_ok: bool = False,
+    ) -> PushResult:
+        """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into ``queue``
+        (``POST /api/v1/spark/push``): ``columns`` has ``partitions`` (distinct names), ``partitionIndexes``
+        (one per row, into ``partitions``), ``transactionIds``, ``data`` (JSON text or None) and optionally
+        ``traceIds``. Retried safely (a row whose transaction id is stored is skipped).
+
+        Raises:
+            InvalidRequest: a bad row, or a replay older than the queue keeps transaction ids and not
+                ``stale_ok``.
+        """
+        body = self._call(
+            "POST",
+            "/api/v1/spark/push",
+            json={"queryId": query_id, "batchId": batch_id, "task": task, "token": token, "queue": queue,
+                  "staleOk": stale_ok, **columns},
+        )
+        return PushResult(bool(body.get("committed", False)), int(body.get("pushed", 0)),
+                          int(body.get("duplicates", 0)), bool(body.get("stale", False)))
+
+    def commit_direct(self, query_id: str, batch_id: int) -> CommitResult:
+        """Record micro-batch ``(query_id, batch_id)`` whose tasks pushed directly, once (``duplicate`` after)."""
+        body = self._call("POST", "/api/v1/spark/commit",
+                          json={"queryId": query_id, "batchId": batch_id, "mode": "direct"})
+        return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
+
     def advance_cursor(self, queue: str, consumer_group: str, offsets: Mapping[str, int]) -> int:
         """Set the group's cursor to ``max(cursor, offset)`` per partition; returns partitions updated."""
         body = self._call(
@@ -243,7 +282,8 @@ class SparkBroker:
     ) -> Any:
         import httpx
 
-        content = None if json is None else orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS)
+        content = None if json is None else orjson.dumps(
+            json, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
         headers = None if content is None else {"Content-Type": "application/json"}
         delays = iter(_RETRY_DELAYS_S if retry else ())
         while True:

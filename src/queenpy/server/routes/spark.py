@@ -1,6 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
-commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
-(``services/spark_apply.py``).
+commits; the direct sink's pushes and batch records; stage, commit and abort of the staged micro-batch sink, and
+flush of its pipelined commits (``services/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
@@ -149,6 +149,63 @@ async def spark_rows(request: Request) -> Response:
     return json_response({"success": True, "staged": staged})
 
 
+async def spark_push(request: Request) -> Response:
+    """Push one direct write task's rows (``commit=direct``): ``{"queryId", "batchId", "task", "token", "queue",
+    "partitions": [name], "partitionIndexes": [int], "transactionIds": [str | null], "data": [JSON text | null],
+    "traceIds"?: [uuid | null], "staleOk"?: bool}``; ``partitionIndexes`` point into ``partitions`` (0-based),
+    one per row, as the other arrays. Answers ``{"success", "committed", "stale", "pushed", "duplicates"}``
+    (procedures/110_spark_rows.sql, spark_push_direct_v1); a row that is not JSON text is a 400 and nothing of
+    the request is stored."""
+    worker = worker_of(request)
+    body = await json_object(request)
+    key = _batch_key(body)
+    token = v.check_name(body.get("token"), "token")
+    queue = v.check_name(body.get("queue"), "queue")
+    task = body.get("task", 0)
+    if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < 2**31:
+        raise InvalidRequest("task must be a non-negative integer")
+    data = body.get("data")
+    if not isinstance(data, list) or len(data) > MAX_STAGE_ROWS:
+        raise InvalidRequest(f"data must be an array of at most {MAX_STAGE_ROWS} JSON texts")
+    rows = len(data)
+    if any(value is not None and type(value) is not str for value in data):
+        raise InvalidRequest("data must hold JSON text (strings) or null")
+    partitions = body.get("partitions")
+    if not isinstance(partitions, list) or not partitions and rows:
+        raise InvalidRequest("partitions must be an array of partition names")
+    partitions = [v.check_name(name, "partitions[]") for name in partitions]
+    if len(set(partitions)) != len(partitions):
+        raise InvalidRequest("partitions must not repeat a name")
+    indexes = _column(body, "partitionIndexes", rows)
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(partitions) for i in indexes):
+        raise InvalidRequest(f"partitionIndexes must hold integers from 0 to {len(partitions) - 1}")
+    transaction_ids = _column(body, "transactionIds", rows, required=False)
+    for i, value in enumerate(transaction_ids):
+        if value is not None:
+            v.check_name(value, f"transactionIds[{i}]")
+    trace_ids = _column(body, "traceIds", rows, required=False)
+    trace_ids = [None if t is None else v.check_uuid(t, f"traceIds[{i}]") for i, t in enumerate(trace_ids)]
+    encrypted = worker.cipher is not None and bool(await worker.queues_with_encryption({queue or ""}))
+    if encrypted and worker.cipher is not None:
+        cipher = worker.cipher
+        data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+                for i, d in enumerate(data)]
+    claims = getattr(request.state, "claims", None) or {}
+    try:
+        text = await worker.database.fetchval(
+            "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+            "$9::uuid[], $10::text[], $11, $12, $13)::text",
+            key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
+            data, claims.get("sub") or None, encrypted, bool(body.get("staleOk", False)))
+    except asyncpg.exceptions.DataError as exc:
+        raise InvalidRequest(f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}") from exc
+    result = orjson.loads(text)
+    touched = {(q, p) for q, _, p in (k.partition("/") for k in result.pop("touched", None) or [])}
+    if touched:
+        worker.engine.announce(touched)
+    return json_response({"success": True, **result})
+
+
 def _json_text(text: str, row: int) -> Any:
     try:
         return orjson.loads(text)
@@ -201,21 +258,25 @@ async def spark_stage(request: Request) -> Response:
 async def spark_commit(request: Request) -> Response:
     worker = worker_of(request)
     body = await json_object(request)
-    payload: dict[str, Any] = {**_batch_key(body), "tokens": _tokens(body)}
-    procedure = "spark_commit_batch_v1"
-    if "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
+    if body.get("mode") == "direct":  # the tasks pushed the rows (/spark/push): record the batch, once
+        payload: dict[str, Any] = _batch_key(body)
+        procedure = "spark_commit_direct_v1"
+    elif "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
         counts = body["counts"]
+        payload = {**_batch_key(body), "tokens": _tokens(body), "counts": counts}
         if (not isinstance(counts, list) or len(counts) != len(payload["tokens"])
                 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
             raise InvalidRequest("counts must be an array of non-negative integers, one per token")
-        payload["counts"] = counts
         mode = body.get("mode", "sync")
         if mode not in ("sync", "pipelined"):
-            raise InvalidRequest("mode must be 'sync' or 'pipelined'")
+            raise InvalidRequest("mode must be 'sync', 'pipelined' or 'direct'")
         payload["mode"] = mode
         procedure = "spark_commit_batch_v2"
     elif "mode" in body:
         raise InvalidRequest("mode needs counts (rows staged by /api/v1/spark/rows)")
+    else:
+        payload = {**_batch_key(body), "tokens": _tokens(body)}
+        procedure = "spark_commit_batch_v1"
     result = orjson.loads(await worker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
                                                          orjson.dumps(payload).decode()))
     touched = {(queue, partition) for queue, _, partition in
@@ -248,6 +309,7 @@ ENDPOINTS = [
     Endpoint("/api/v1/spark/cursor", "POST", spark_cursor, Level.READ_WRITE),
     Endpoint("/api/v1/spark/stage", "POST", spark_stage, Level.READ_WRITE),
     Endpoint("/api/v1/spark/rows", "POST", spark_rows, Level.READ_WRITE),
+    Endpoint("/api/v1/spark/push", "POST", spark_push, Level.READ_WRITE),
     Endpoint("/api/v1/spark/commit", "POST", spark_commit, Level.READ_WRITE),
     Endpoint("/api/v1/spark/abort", "POST", spark_abort, Level.READ_WRITE),
     Endpoint("/api/v1/spark/flush", "POST", spark_flush, Level.READ_WRITE),
