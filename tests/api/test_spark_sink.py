@@ -117,3 +117,29 @@ def test_direct_push_then_record_then_a_replay_pushes_nothing(http: httpx.Client
 def test_bad_direct_pushes_answer_400(http: httpx.Client, extra: dict[str, Any], word: str) -> None:
     response = push(http, unique("dq"), 0, "t", unique("direct"), ['{"n": 1}'], **extra)
     assert response.status_code == 400 and word in response.json()["error"], response.text
+
+
+def test_range_read_answers_payload_bytes_after_a_json_header_when_asked(http: httpx.Client) -> None:
+    import orjson
+
+    queue = unique("binread")
+    payloads = [{"n": 1, "t": "é\"q"}, [1, 2], "text", None]
+    pushed = http.post("/api/v1/push", json={"items": [{"queue": queue, "partition": "p", "payload": p}
+                                                       for p in payloads]})
+    assert pushed.status_code == 200, pushed.text
+    pid = http.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"][0]["partitionId"]
+    request = {"ranges": [{"partitionId": pid, "after": 0, "upto": 4}]}
+    as_json = http.post("/api/v1/spark/read", json=request).json()["ranges"][0]
+    raw = http.post("/api/v1/spark/read", json=request, headers={"Accept": "application/octet-stream"})
+    assert raw.headers["content-type"] == "application/octet-stream"
+    size = int.from_bytes(raw.content[:4], "big")
+    block = orjson.loads(raw.content[4:4 + size])["ranges"][0]
+    blob = raw.content[4 + size:]
+    texts, position = [], 0
+    for length in block.pop("dataBytes"):
+        texts.append(blob[position:position + length].decode())
+        position += length
+    assert position == len(blob)
+    assert texts == as_json.pop("data")
+    assert [orjson.loads(t) for t in texts] == payloads
+    assert block == as_json

@@ -33,9 +33,10 @@ partitionColumn        ``partition`` if the column holding the partition name; e
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
 stageBatchSize         10000                most rows per ``/spark/rows`` or ``/spark/push`` request
-stageBatchBytes        4 MiB                most payload bytes per such request (estimated as JSON
-                                            text, escapes counted; keeps requests under the broker's
-                                            HTTP_MAX_BODY_BYTES, 10 MiB by default)
+stageBatchBytes        4 MiB                most payload bytes per such request (UTF-8 bytes of ``data``
+                                            plus 128 per row; the body's JSON escapes of quotes and
+                                            backslashes add up to as much again, so keep it below half the
+                                            broker's HTTP_MAX_BODY_BYTES, 10 MiB by default)
 commit                 direct               ``direct``: each task pushes its rows with transaction ids derived
                                             from the query, the batch and each row's identity, and the broker's
                                             dedupe makes a replay store nothing twice; the commit records the

@@ -39,6 +39,40 @@ AS $$
     ORDER BY r.idx
 $$;
 
+-- spark_read_v2 with the payloads of a range as one text (their JSON texts concatenated, in offset order) and
+-- each one's length in bytes: the broker passes the text through as bytes and the connector makes its Arrow
+-- string column of them without a per-message object (POST /api/v1/spark/read, "format": "binary").
+CREATE OR REPLACE FUNCTION queen.spark_read_v3(p_partition_ids uuid[], p_after bigint[], p_upto bigint[])
+RETURNS TABLE (range_index integer, partition_id uuid, partition_name text, queue_name text, offsets bigint[],
+               transaction_ids text[], payload_text text, payload_bytes integer[], created_us bigint[],
+               trace_ids text[], producer_subs text[], encrypted integer[])
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$
+    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets, m.transaction_ids, m.payload_text, m.payload_bytes,
+           m.created_us, m.trace_ids, m.producer_subs, m.encrypted
+    FROM unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
+    JOIN queen.partitions p ON p.id = r.partition_id
+    JOIN queen.queues q ON q.id = p.queue_id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(x.seq ORDER BY x.seq), '{}') AS offsets,
+               coalesce(array_agg(x.transaction_id ORDER BY x.seq), '{}') AS transaction_ids,
+               coalesce(string_agg(x.txt, '' ORDER BY x.seq), '') AS payload_text,
+               coalesce(array_agg(octet_length(x.txt) ORDER BY x.seq), '{}') AS payload_bytes,
+               coalesce(array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq),
+                        '{}') AS created_us,
+               coalesce(array_agg(x.trace_id::text ORDER BY x.seq), '{}') AS trace_ids,
+               coalesce(array_agg(x.producer_sub ORDER BY x.seq), '{}') AS producer_subs,
+               coalesce(array_agg(x.n) FILTER (WHERE x.is_encrypted), '{}') AS encrypted
+        FROM (SELECT mm.seq, mm.transaction_id, mm.payload::text AS txt, mm.created_at, mm.trace_id,
+                     mm.producer_sub, mm.is_encrypted, row_number() OVER (ORDER BY mm.seq)::integer AS n
+              FROM queen.messages mm
+              WHERE mm.partition_id = r.partition_id AND mm.seq > r.after_offset AND mm.seq <= r.upto_offset
+              ORDER BY mm.seq) x
+    ) m
+    ORDER BY r.idx
+$$;
+
 -- Stage the rows of one write task (or one chunk of them: p_first is the number of rows this token staged
 -- before, so row numbers continue). Arrays are parallel, one element per row. Returns the rows of the chunk now
 -- staged: a repeated call (a retried request) inserts nothing again and answers the same count.
