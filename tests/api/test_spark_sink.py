@@ -143,3 +143,44 @@ def test_range_read_answers_payload_bytes_after_a_json_header_when_asked(http: h
     assert texts == as_json.pop("data")
     assert [orjson.loads(t) for t in texts] == payloads
     assert block == as_json
+
+
+def binary_push(http: httpx.Client, query: str, queue: str, texts: list[str | None], **extra: Any) -> httpx.Response:
+    import orjson
+
+    header = orjson.dumps({"queryId": query, "batchId": 0, "task": 0, "token": "b0", "queue": queue,
+                           "partitions": ["p"], "partitionIndexes": [0] * len(texts),
+                           "transactionIds": [f"x{i}" for i in range(len(texts))],
+                           "dataBytes": [-1 if t is None else len(t.encode()) for t in texts], **extra})
+    blob = b"".join(t.encode() for t in texts if t is not None)
+    return http.post("/api/v1/spark/push", content=len(header).to_bytes(4, "big") + header + blob,
+                     headers={"Content-Type": "application/octet-stream"})
+
+
+def test_a_binary_direct_push_passes_the_payload_bytes_through(http: httpx.Client) -> None:
+    queue = unique("binpush")
+    texts = ['{"n": 1, "t": "é\\"q"}', None, "[1, 2]"]
+    response = binary_push(http, unique("dq"), queue, texts)
+    assert response.status_code == 200, response.text
+    assert response.json()["pushed"] == 3
+    pid = http.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"][0]["partitionId"]
+    page = http.get("/api/v1/spark/messages", params={"partitionId": pid, "after": 0, "upto": 3}).json()
+    assert [m["data"] for m in page["messages"]] == [{"n": 1, "t": 'é"q'}, None, [1, 2]]
+    assert [m["transactionId"] for m in page["messages"]] == ["x0", "x1", "x2"]
+
+
+@pytest.mark.parametrize(("texts", "extra", "word"), [
+    (["{oops"], {}, "JSON"),
+    (['"a"'], {"dataBytes": [5]}, "lengths"),
+    (['"a"'], {"dataBytes": ["3"]}, "dataBytes"),
+])
+def test_bad_binary_pushes_answer_400(http: httpx.Client, texts: list[str], extra: dict[str, Any],
+                                      word: str) -> None:
+    response = binary_push(http, unique("dq"), unique("binpush"), texts, **extra)
+    assert response.status_code == 400 and word in response.json()["error"], response.text
+
+
+def test_a_binary_body_without_its_header_length_answers_400(http: httpx.Client) -> None:
+    response = http.post("/api/v1/spark/push", content=b"\x00\x00\xff\xff{}",
+                         headers={"Content-Type": "application/octet-stream"})
+    assert response.status_code == 400 and "4-byte" in response.json()["error"]

@@ -124,9 +124,12 @@ def test_sink_rows_become_request_columns() -> None:
         "transactionIds"] == ids
     assert RowEncoder(options, "q", 3, task=0, identity="source").encode(batch).staging_columns(0, 3)[
         "transactionIds"] != ids
-    pushed = first.push_columns(1, 3)
+    pushed, payloads = first.push_columns(1, 3)
     assert pushed["partitions"] == ["Default", "p2"] and list(pushed["partitionIndexes"]) == [0, 1]
-    assert pushed["transactionIds"] == ids[1:] and pushed["data"] == ["[1, 2]", None]
+    assert pushed["transactionIds"] == ids[1:]
+    assert list(pushed["dataBytes"]) == [6, -1] and bytes(payloads) == b"[1, 2]"  # the column's own bytes
+    whole, everything = first.push_columns(0, 3)
+    assert list(whole["dataBytes"]) == [8, 6, -1] and bytes(everything) == b'{"a": 1}[1, 2]'
     structs = pa.RecordBatch.from_pydict({"data": [{"a": 1, "b": [2]}]})
     encoded = RowEncoder(options, "q", 0, 0, identity="position").encode(structs)
     assert encoded.staging_columns(0, 1)["data"] == ['{"a":1,"b":[2]}']

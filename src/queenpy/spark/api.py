@@ -198,23 +198,23 @@ class SparkBroker:
 
     def push_direct(
         self, query_id: str, batch_id: int, task: int, token: str, queue: str, columns: Mapping[str, Any],
-        *, stale_ok: bool = False,
+        payloads: bytes | memoryview, *, stale_ok: bool = False,
     ) -> PushResult:
         """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into ``queue``
-        (``POST /api/v1/spark/push``): ``columns`` has ``partitions`` (distinct names), ``partitionIndexes``
-        (one per row, into ``partitions``), ``transactionIds``, ``data`` (JSON text or None) and optionally
-        ``traceIds``. Retried safely (a row whose transaction id is stored is skipped).
+        (``POST /api/v1/spark/push``, binary body): ``columns`` has ``partitions`` (distinct names),
+        ``partitionIndexes`` (one per row, into ``partitions``), ``transactionIds``, ``dataBytes`` (each
+        payload's length in bytes, -1 for none) and optionally ``traceIds``; ``payloads`` the UTF-8 JSON texts,
+        concatenated. Retried safely (a row whose transaction id is stored is skipped).
 
         Raises:
             InvalidRequest: a bad row, or a replay older than the queue keeps transaction ids and not
                 ``stale_ok``.
         """
-        body = self._call(
-            "POST",
-            "/api/v1/spark/push",
-            json={"queryId": query_id, "batchId": batch_id, "task": task, "token": token, "queue": queue,
-                  "staleOk": stale_ok, **columns},
-        )
+        header = orjson.dumps({"queryId": query_id, "batchId": batch_id, "task": task, "token": token,
+                               "queue": queue, "staleOk": stale_ok, **columns},
+                              option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        body = self._call("POST", "/api/v1/spark/push", content=b"".join(
+            [len(header).to_bytes(4, "big"), header, payloads]), content_type=BINARY)
         return PushResult(bool(body.get("committed", False)), int(body.get("pushed", 0)),
                           int(body.get("duplicates", 0)), bool(body.get("stale", False)))
 
@@ -293,12 +293,14 @@ class SparkBroker:
         json: Any = None,
         retry: bool = True,
         accept: str | None = None,
+        content: bytes | None = None,
+        content_type: str = "application/json",
     ) -> Any:
         import httpx
 
-        content = None if json is None else orjson.dumps(
-            json, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-        headers = {} if content is None else {"Content-Type": "application/json"}
+        if json is not None:
+            content = orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        headers = {} if content is None else {"Content-Type": content_type}
         if accept:
             headers["Accept"] = accept
         delays = iter(_RETRY_DELAYS_S if retry else ())

@@ -343,21 +343,32 @@ class Encoded:
             columns["traceIds"] = self.trace_ids[lo:hi].to_pylist()
         return columns
 
-    def push_columns(self, lo: int, hi: int) -> dict[str, Any]:
-        """Rows ``lo:hi`` as ``/spark/push`` columns: the distinct partition names and one index per row."""
+    def push_columns(self, lo: int, hi: int) -> tuple[dict[str, Any], Any]:
+        """Rows ``lo:hi`` as ``/spark/push`` columns (the distinct partition names and one index per row, and
+        ``dataBytes``: each payload's length in bytes, -1 for null) and the payloads' bytes: a slice of the
+        Arrow column's own buffer, sent as it is."""
         import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
         encoded = pc.dictionary_encode(pc.fill_null(self.partitions[lo:hi], "Default"))
+        data = self.data[lo:hi]
+        wide = pa.types.is_large_string(data.type)
+        offsets = np.frombuffer(data.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(data) + 1,
+                                offset=data.offset * (8 if wide else 4))
+        lengths = np.diff(offsets)
+        if data.null_count:
+            lengths = np.where(data.is_valid().to_numpy(zero_copy_only=False), lengths, -1)
         columns: dict[str, Any] = {
             "partitions": encoded.dictionary.to_pylist(),
             "partitionIndexes": np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int32),
             "transactionIds": self.transaction_ids[lo:hi].to_pylist(),
-            "data": self.data[lo:hi].to_pylist(),
+            "dataBytes": lengths.astype(np.int32),
         }
         if self.trace_ids is not None:
             columns["traceIds"] = self.trace_ids[lo:hi].to_pylist()
-        return columns
+        blob = data.buffers()[2]
+        return columns, (memoryview(blob)[int(offsets[0]):int(offsets[-1])] if blob is not None else b"")
 
 
 def chunk_bounds(sizes: Sequence[int] | np.ndarray, max_rows: int, max_bytes: int) -> list[tuple[int, int]]:
@@ -451,12 +462,12 @@ def _push_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.Reco
             continue  # the batch was recorded before: its rows are in; read the rest of the input and stop
         encoded = encoder.encode(batch)
         for lo, hi in chunk_bounds(encoded.sizes, options.stage_batch_size, options.stage_batch_bytes):
-            columns = encoded.push_columns(lo, hi)
+            columns, payloads = encoded.push_columns(lo, hi)
             try:
-                result = broker.push_direct(query_id, batch_id, task, token, options.queue, columns,
+                result = broker.push_direct(query_id, batch_id, task, token, options.queue, columns, payloads,
                                             stale_ok=options.stale_replay == "warn")
             except InvalidRequest as exc:
-                _raise_bad_json(exc, columns["data"], rows)
+                _raise_bad_json(exc, encoded.data[lo:hi].to_pylist(), rows)
             rows += hi - lo
             if result.committed:
                 committed = True

@@ -590,3 +590,31 @@ BEGIN
                               'touched', v_prior->'touched');
 END;
 $$;
+
+-- spark_push_direct_v1 with the chunk's payloads as bytes: p_blob holds their UTF-8 JSON texts concatenated, in
+-- row order, p_lengths each one's length in bytes (-1: no payload, stored as JSON null). The broker passes the
+-- connector's bytes through (POST /api/v1/spark/push with a binary body); bytes that are not UTF-8 raise 22021
+-- and text that is not JSON 22P02, so nothing of the chunk is stored.
+CREATE OR REPLACE FUNCTION queen.spark_push_direct_v2(p_query text, p_batch bigint, p_task integer, p_token text,
+                                                      p_queue text, p_partitions text[],
+                                                      p_partition_indexes integer[], p_transaction_ids text[],
+                                                      p_trace_ids uuid[], p_blob bytea, p_lengths integer[],
+                                                      p_producer_sub text, p_stale_ok boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_payloads text[];
+BEGIN
+    IF (SELECT coalesce(sum(greatest(l, 0)), 0) FROM unnest(p_lengths) l) <> octet_length(p_blob) THEN
+        RAISE EXCEPTION 'the payload lengths do not add up to the bytes sent' USING ERRCODE = 'QN400';
+    END IF;
+    v_payloads := ARRAY(
+        SELECT CASE WHEN t.l >= 0 THEN convert_from(substring(p_blob FROM (t.at - greatest(t.l, 0) + 1)::integer
+                                                                   FOR t.l), 'UTF8') END
+        FROM (SELECT u.l, u.i, sum(greatest(u.l, 0)) OVER (ORDER BY u.i) AS at
+              FROM unnest(p_lengths) WITH ORDINALITY AS u(l, i)) t
+        ORDER BY t.i);
+    RETURN queen.spark_push_direct_v1(p_query, p_batch, p_task, p_token, p_queue, p_partitions, p_partition_indexes,
+                                      p_transaction_ids, p_trace_ids, v_payloads, p_producer_sub, false, p_stale_ok);
+END;
+$$;
