@@ -74,11 +74,19 @@ def total(url: str, queue: str) -> int:
 
 
 def kind_of(pid: int) -> str:
+    """``jvm``, or ``python:<what>`` for Spark's Python processes (the daemon's worker module, or the runner),
+    else the command's name."""
     try:
         comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return "gone"
-    return "jvm" if comm == "java" else "python" if comm.startswith("python") else comm
+    if comm == "java":
+        return "jvm"
+    if comm.startswith("python"):
+        words = [a.decode() for a in args if a]
+        return "python:" + (words[-1].rsplit(".", 1)[-1] if words else "?")
+    return comm
 
 
 class Meter:
@@ -104,6 +112,7 @@ class Meter:
             spark = procfs.cpu_by_kind_s(start["spark"], end["spark"])
             out["jvm"] = spark.get("jvm", 0.0)
             out["python"] = sum(v for k, v in spark.items() if k != "jvm")
+            out.update({k: v for k, v in spark.items() if k.startswith("python:") or k == "exited"})
         return out
 
 
@@ -112,11 +121,13 @@ def postmaster_of(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
-def copy(spark: Any, url: str, source: str, target: str, per_trigger: int, commit: str, options: dict[str, str]
-         ) -> tuple[float, Any]:
-    writer = (spark.readStream.format("queen").option("url", url).option("queue", source)
-              .option("maxMessagesPerTrigger", str(per_trigger)).load()
-              .writeStream.format("queen").option("url", url).option("queue", target).option("commit", commit)
+def copy(spark: Any, url: str, source: str, target: str, per_trigger: int, commit: str, options: dict[str, str],
+         columns: list[str]) -> tuple[float, Any]:
+    rows = (spark.readStream.format("queen").option("url", url).option("queue", source)
+            .option("maxMessagesPerTrigger", str(per_trigger)).load())
+    if columns:
+        rows = rows.select(*columns)
+    writer = (rows.writeStream.format("queen").option("url", url).option("queue", target).option("commit", commit)
               .option("checkpointLocation", tempfile.mkdtemp(prefix="queenpy-cost-ck-")))
     for key, value in options.items():
         writer = writer.option(key, value)
@@ -157,10 +168,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--columns", default="", help="columns the copy passes to the sink (default: all)")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark settings")
     parser.add_argument("--py-spy", default="", metavar="DIR", help="profile the Python workers of copy 1")
     args = parser.parse_args(argv)
     sink_options = dict(item.split("=", 1) for item in args.sink_option)
+    columns = [name for name in args.columns.split(",") if name]
 
     tmp = Path(tempfile.mkdtemp(prefix="queenpy-cost-"))
     url, broker = start_broker(tmp)
@@ -183,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         meter.jvm = jvm
         warm = f"cost.warm.{run_id}"
         push(url, warm, 20 * args.partitions, args.partitions, args.size)
-        copy(spark, url, warm, warm + ".out", 10 * args.partitions, args.commit, sink_options)
+        copy(spark, url, warm, warm + ".out", 10 * args.partitions, args.commit, sink_options, columns)
         log("warm-up copy done")
         rows = []
         for n in range(1, args.repeats + 1):
@@ -200,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
                 time.sleep(1.0)
             before = meter.snapshot()
-            elapsed, query = copy(spark, url, source, target, args.max_per_trigger, args.commit, sink_options)
+            elapsed, query = copy(spark, url, source, target, args.max_per_trigger, args.commit, sink_options,
+                                  columns)
             used = meter.delta(before, meter.snapshot())
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
@@ -214,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{args.messages / elapsed:,.0f} msg/s, first micro-batch {first_s:.2f} s; µs/msg JVM "
                 f"{per['jvm']:.1f}, Python {per['python']:.1f}, PostgreSQL {per['pg']:.1f}, "
                 f"broker {per['broker']:.1f}")
+            log("  Python by process: " + ", ".join(f"{k.removeprefix('python:')} {v:.1f}" for k, v in per.items()
+                                                   if k.startswith("python:") or k == "exited"))
             if copied != args.messages:
                 log("the target does not hold the source's messages")
                 return 1
