@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from queenpy.bench import report
-from queenpy.bench.kinds.soak import PIPELINE_SHARE, SoakRuns, indexes_settled, slice_plan, soak_load
+from queenpy.bench.kinds import soak
+from queenpy.bench.kinds.soak import PIPELINE_SHARE, indexes_settled, slice_plan, soak_load
 
 
 def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, Any]]:
@@ -27,7 +28,7 @@ def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, A
 
 
 def _flatness(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    figures = SoakRuns._soak_figures(samples, [], 600.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
+    figures = soak.figures(samples, [], 600.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
     return figures["flatness"]  # type: ignore[no-any-return]
 
 
@@ -80,7 +81,7 @@ def test_the_flatness_window_is_compared_with_the_off_slices_too() -> None:
 
     slices = [piece("on", 26_000, 25_900), piece("off", 27_000, 27_100), piece("on", 25_000, 24_800),
               piece("off", 26_000, 26_100), piece("on", 24_000, 24_400)]
-    figures = SoakRuns._soak_figures(_samples(0.0, 0.0), slices, 600.0, 27_000.0, 54_000.0, "a probe",
+    figures = soak.figures(_samples(0.0, 0.0), slices, 600.0, 27_000.0, 54_000.0, "a probe",
                                      1.6e7, 1.6e7, 600.0)
     assert figures["throughput_on_vs_off"]["push"] == pytest.approx(24_500 / 26_500)
     assert figures["throughput_on_vs_off"]["consume"] == pytest.approx(24_600 / 26_600)
@@ -139,12 +140,12 @@ def test_a_soak_run_gets_a_chart_of_its_table_rss_and_rates_over_time(tmp_path: 
     for n, sample in enumerate(samples):
         sample["services"] = "off" if 60 <= n < 72 else "on"
         sample["table_parts_bytes"] = {"heap": 60 * 2**20, "messages_pkey": 20 * 2**20}
-    soak = SoakRuns._soak_figures(samples, [], 300.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
-    soak["settle"] = {"seconds": 130.0, "samples": _parts([10.0], until=130.0)}
-    for sample in soak["settle"]["samples"]:
+    figures = soak.figures(samples, [], 300.0, 20_000.0, 40_000.0, "a probe", 1.2e7, 1.2e7, 600.0)
+    figures["settle"] = {"seconds": 130.0, "samples": _parts([10.0], until=130.0)}
+    for sample in figures["settle"]["samples"]:
         sample.update(services="settle", rss_bytes=170.0 * 2**20, produced=0.0, cursor=0.0)
     document = {"started_at": "2026-11-27T19:30:00", "git": {"commit": "abc1234"},
-                "scenarios": [{"scenario": "soak", "runs": [{"round": 1, "soak": soak}, {"round": 2}]}]}
+                "scenarios": [{"scenario": "soak", "runs": [{"round": 1, "soak": figures}, {"round": 2}]}]}
     written = report.soak_charts(document, tmp_path / "bench.png")
     assert written == [tmp_path / "bench-soak-r1.png"]
     width, height = image.imread(written[0]).shape[1::-1]

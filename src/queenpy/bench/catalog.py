@@ -1,5 +1,6 @@
-"""The catalogue: Queen's standard scenarios and the PostgreSQL limits they are compared with. A new kind of
-scenario adds its :class:`Scenario` rows here and its runner in :mod:`queenpy.bench.kinds`."""
+"""The catalogue: Queen's standard scenarios and the PostgreSQL limits they are compared with. A scenario's
+``kind`` names the module of :mod:`queenpy.bench.kinds` that runs it; a new kind adds its :class:`Scenario`
+rows here (and a :class:`Limit`, if none fits) next to its module."""
 
 from __future__ import annotations
 
@@ -52,11 +53,12 @@ LIMITS: dict[str, Limit] = {limit.key: limit for limit in [
 
 @dataclass(frozen=True)
 class Scenario:
-    """One benchmark scenario. ``kind``: ``push`` | ``consume`` | ``keepup`` | ``soak`` | ``operators`` | ``streams`` |
-    ``spark``; ``mode`` (consume): ``auto`` (autoAck pops), ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop +
-    ``/transaction`` ack and push to a second queue), (spark) the sink's ``commit`` option, ``sync`` or
-    ``pipelined``; ``groups``: consumer groups reading everything (fan-out); ``batch``: pop batch, or for
-    ``spark`` the ``maxMessagesPerTrigger``; ``limit``: key in LIMITS."""
+    """One benchmark scenario. ``kind``: a key of :data:`queenpy.bench.kinds.KINDS` (``push``, ``consume``,
+    ``keepup``, ``soak``, ``operators``, ``streams``, ``spark``); ``mode`` (consume): ``auto`` (autoAck pops),
+    ``ack`` (pop + ``/ack/batch``), ``handoff`` (pop + ``/transaction`` ack and push to a second queue),
+    (spark) the sink's ``commit`` option, ``sync`` or ``pipelined``, or ``read`` (a batch read); ``groups``:
+    consumer groups reading everything (fan-out); ``batch``: pop batch, or for ``spark`` the
+    ``maxMessagesPerTrigger``; ``limit``: key in LIMITS."""
 
     name: str
     kind: str
@@ -73,6 +75,11 @@ class Scenario:
     quick: bool = False
     initial_rate: float = 50_000.0  # msg/s guess that sizes the backlog until a run has measured it
     default: bool = True  # in the default selection (soak runs only when named: --only soak)
+
+    def wrk_connections(self, options: Options) -> int:
+        """The scenario's wrk connections: ``--connections`` (``options.connections``) for the catalogue's
+        default of 50, else the scenario's own number."""
+        return options.connections if self.connections == 50 else self.connections
 
 
 def _push(per_request: int, size: int, partitions: int = 100, quick: bool = False) -> Scenario:
@@ -136,13 +143,18 @@ SCENARIOS: list[Scenario] = [
              "spark-handoff with the sink's pipelined commits (commit=pipelined: the broker moves a micro-batch "
              "into the queue while Spark runs the next one)",
              payload_bytes=1024, batch=20_000, mode="pipelined", initial_rate=4_000),
+    Scenario("spark-batch-read", "spark", "insert-100-1KB",
+             'spark.read.format("queen") of the same 1 KB backlog into a DataFrame, counted (a batch read, '
+             "earliest to latest; needs the spark extra)",
+             payload_bytes=1024, mode="read", initial_rate=20_000),
 ]
 
 
 @dataclass
 class Options:
     """How long and how hard: seconds of the measured window and of the warm-up, client connections of the
-    push scenarios, whether to CHECKPOINT before each scenario, the soak's duration and producer share."""
+    push scenarios, whether to CHECKPOINT before each scenario, the soak's duration and producer share, the
+    Spark scenarios' master."""
 
     seconds: float = 10.0
     warmup: float = 3.0
@@ -154,3 +166,4 @@ class Options:
     soak_share: float = 0.5
     soak_rate: float | None = None  # msg/s; None: soak_share of the push capacity
     soak_transaction_ids: bool = False  # the soak's producer sends a transactionId per message (push.lua)
+    spark_master: str = "local[*]"

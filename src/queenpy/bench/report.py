@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from queenpy.bench.postgres import PrivatePostgres
 
-__all__ = ["CHART_MISSING", "chart", "settings_line", "soak_charts", "table"]
+__all__ = ["CHART_MISSING", "bound", "chart", "number", "settings_line", "soak_charts", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
 
 
-def _num(value: float | None, digits: int = 0) -> str:
+def number(value: float | None, digits: int = 0) -> str:
+    """``value`` with thousands separators and ``digits`` decimals; ``-`` for None."""
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
@@ -27,8 +29,9 @@ def settings_line(facts: dict[str, Any]) -> str:
     return f"{facts['version']}; " + " ".join(f"{name}={facts[name]}" for name in _SETTINGS if name in facts)
 
 
-def table(document: dict[str, Any]) -> str:
-    """The results as Markdown tables: scenarios (medians), then limits, then problems and notes."""
+def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[str]]) -> str:
+    """The results as Markdown tables: scenarios (medians), then limits, what limited each, each scenario's
+    own lines (``kind_lines(entry)``: its kind's ``report_lines``), then problems and notes."""
     settings, pg, broker = document["settings"], document["postgres"], document["broker"]
     machine = document["machine"]
     git = document["git"]
@@ -39,8 +42,8 @@ def table(document: dict[str, Any]) -> str:
               f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
     load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
             f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
-            f"median {_num((machine['other_cpu_share_median'] or 0) * 100)}%, max "
-            f"{_num((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
+            f"median {number((machine['other_cpu_share_median'] or 0) * 100)}%, max "
+            f"{number((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
     lines = [
         title, server, load, "",
         ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
@@ -57,19 +60,19 @@ def table(document: dict[str, Any]) -> str:
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
-            f"| {entry['scenario']} | {_num(m['msg_per_s'])} | {_num(m['limit_msg_per_s'])} | "
-            f"{_num(m['ratio'], 2)} | {_num(latency['50'], 1)} | {_num(latency['99'], 1)} | "
-            f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(m.get('limit_postgres_us_per_row'), 1)} | "
-            f"{_num(m.get('postgres_cost_ratio'), 2)} | {_num(cpu['wrk'], 1)} | "
-            f"{_num(m['broker_rss_mb_peak'])} ({_num(m['broker_pss_mb_peak'])}) | "
-            f"{_num(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
+            f"| {entry['scenario']} | {number(m['msg_per_s'])} | {number(m['limit_msg_per_s'])} | "
+            f"{number(m['ratio'], 2)} | {number(latency['50'], 1)} | {number(latency['99'], 1)} | "
+            f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | {number(m.get('limit_postgres_us_per_row'), 1)} | "
+            f"{number(m.get('postgres_cost_ratio'), 2)} | {number(cpu['wrk'], 1)} | "
+            f"{number(m['broker_rss_mb_peak'])} ({number(m['broker_pss_mb_peak'])}) | "
+            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
     lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
               "|---|---:|---:|---:|---:|---:|"]
     for key, entry in document["limits"].items():
         m = entry["median"]
-        lines.append(f"| {key}: {entry['description']} | {_num(m['msg_per_s'])} | "
-                     f"{_num(m['cpu_us_per_msg']['postgres'], 1)} | {_num(m['cpu_us_per_msg']['pgbench'], 1)} | "
-                     f"{_num(m['latency_ms']['50'], 2)} | {_num(m['latency_ms']['99'], 2)} |"
+        lines.append(f"| {key}: {entry['description']} | {number(m['msg_per_s'])} | "
+                     f"{number(m['cpu_us_per_msg']['postgres'], 1)} | {number(m['cpu_us_per_msg']['pgbench'], 1)} | "
+                     f"{number(m['latency_ms']['50'], 2)} | {number(m['latency_ms']['99'], 2)} |"
                      + ("" if m["valid"] else " INVALID"))
     lines += ["", ("What limited each (share of all cores during the window; what PostgreSQL's active backends were "
               "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
@@ -81,29 +84,9 @@ def table(document: dict[str, Any]) -> str:
     for key, entry in document["limits"].items():
         lines.append(f"- limit {key}: {bound(None, entry['median']['pg_waits'])}")
     for entry in document["scenarios"]:
-        keepup = (entry.get("median") or {}).get("keepup")
-        if keepup:
-            lines.append("")
-            share = keepup.get("producer_share_of_push")
-            lines.append(f"{entry['scenario']}: producer {_num(keepup['producer_msg_per_s'])} msg/s (target "
-                         f"{_num(keepup['target_producer_msg_per_s'])}"
-                         + (f", {share * 100:.0f}% of push-10-40B" if share else "") + "), consumers "
-                         f"{_num(keepup['consumer_msg_per_s'])} msg/s, backlog growth "
-                         f"{_num(keepup['backlog_growth_per_s'])} msg/s; kept up in {keepup['keeps_up_runs']} of "
-                         f"{len(entry['runs'])} run(s)")
-    for entry in document["scenarios"]:
-        streams = (entry.get("median") or {}).get("streams")
-        if streams:
-            lines.append("")
-            lines.append(f"{entry['scenario']}: {_num(streams['cycles_per_s'])} cycles/s, "
-                         f"{_num(entry['median']['msg_per_s'])} msg/s ({_num(streams['messages_per_cycle'], 1)} "
-                         f"msg/cycle), {_num(streams['windows_emitted_per_s'])} windows emitted/s")
-        spark = (entry.get("median") or {}).get("spark")
-        if spark:
-            lines.append("")
-            lines.append(spark_line(entry))
-        if entry["parameters"]["kind"] == "operators":
-            lines += [""] + operators_lines(entry)
+        own = kind_lines(entry)
+        if own:
+            lines += [""] + own
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")
@@ -116,23 +99,6 @@ def table(document: dict[str, Any]) -> str:
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
     return "\n".join(lines)
-
-
-def spark_line(entry: dict[str, Any]) -> str:
-    """The Spark scenario's own line: steady rate, its ratios to the same round's push and handoff figures,
-    the first micro-batch, and Spark's CPU next to the broker's and PostgreSQL's."""
-    m = entry["median"]
-    spark, cpu = m["spark"], m["cpu_us_per_msg"]
-    vs_push, vs_handoff = spark.get("vs_push-100-1KB"), spark.get("vs_handoff-tx")
-    start = spark.get("session_start_s")
-    return (f"{entry['scenario']}: steady {_num(m['msg_per_s'])} msg/s after the first micro-batch"
-            + (f" = {vs_push:.2f} of push-100-1KB" if vs_push else "")
-            + (f", {vs_handoff:.1f}x handoff-tx" if vs_handoff else "")
-            + " (same round, medians); first micro-batch "
-            f"{_num(spark['first_batch_s'], 1)} s after query start ({_num(spark['max_per_trigger'])} messages), "
-            f"{_num(spark['batches'])} micro-batches; CPU µs/msg: Spark {_num(cpu.get('spark'), 1)}, broker "
-            f"{_num(cpu.get('broker'), 1)}, PG {_num(cpu.get('postgres'), 1)}"
-            + (f"; SparkSession start {start:.1f} s" if start else ""))
 
 
 def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
@@ -233,14 +199,14 @@ def soak_charts(document: dict[str, Any], path: Path) -> list[Path]:
                                       for k in parts], labels=parts, alpha=0.8)
         table_ax.set_ylabel("queen.messages MB")
         trend = soak["flatness"]["table_mb"]
-        table_ax.set_title(f"messages table by part: over the flatness window {_num(trend.get('slope_per_min'), 3)}"
+        table_ax.set_title(f"messages table by part: over the flatness window {number(trend.get('slope_per_min'), 3)}"
                            f" MB/min, flat {trend.get('flat')}", fontsize=10)
         table_ax.legend(loc="upper left", fontsize=7)
         rss_ax.plot(minutes, [x["rss_bytes"] / 2**20 for x in samples], color="#3b7dd8")
         rss = soak["flatness"]["broker_rss_mb"]
         rss_ax.set_ylim(0, 1.1 * max(x["rss_bytes"] / 2**20 for x in samples))
         rss_ax.set_ylabel("broker RSS MB")
-        rss_ax.set_title(f"broker RSS (all processes): {_num(rss.get('slope_per_min'), 3)} MB/min, flat "
+        rss_ax.set_title(f"broker RSS (all processes): {number(rss.get('slope_per_min'), 3)} MB/min, flat "
                          f"{rss.get('flat')}", fontsize=10)
         # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a few
         # milliseconds apart, and their difference is a batch or nothing)
@@ -249,8 +215,8 @@ def soak_charts(document: dict[str, Any], path: Path) -> list[Path]:
         rate_ax.plot(mids, [_per_second(a, b, "produced") for a, b in pairs], label="pushed", lw=0.8)
         rate_ax.plot(mids, [_per_second(a, b, "cursor") for a, b in pairs], label="consumed", lw=0.8)
         ratios = soak.get("throughput_on_vs_off", {})
-        rate_ax.set_title(f"msg/s between samples; services on/off: push {_num(ratios.get('push'), 3)}, consume "
-                          f"{_num(ratios.get('consume'), 3)}", fontsize=10)
+        rate_ax.set_title(f"msg/s between samples; services on/off: push {number(ratios.get('push'), 3)}, consume "
+                          f"{number(ratios.get('consume'), 3)}", fontsize=10)
         rate_ax.set_ylabel("msg/s")
         rate_ax.set_xlabel("minutes from the measured soak's start (settling before 0)")
         rate_ax.legend(loc="upper left", fontsize=7)
@@ -282,21 +248,3 @@ def _spans(samples: list[dict[str, Any]], state: str) -> list[tuple[float, float
     """(first t, last t) of each run of consecutive samples in ``state`` (``services``)."""
     runs = (list(group) for key, group in itertools.groupby(samples, key=lambda x: x["services"]) if key == state)
     return [(run[0]["t"], run[-1]["t"]) for run in runs]
-
-
-def operators_lines(entry: dict[str, Any]) -> list[str]:
-    """Per round of an ``operators`` scenario: push with and without a scraper, and each route's timings."""
-    lines = []
-    for run in entry["runs"]:
-        truth = run.get("ground_truth") or {}
-        if "push_msg_per_s_without_scraper" not in truth:
-            continue
-        lines.append(f"{entry['scenario']} round {run['round']}: push {_num(truth['push_msg_per_s_without_scraper'])} "
-                     f"msg/s without a scraper, {_num(truth['push_msg_per_s_with_scraper'])} with one scrape per "
-                     f"second ({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
-                     f"{_num(truth['scrape_p50_ms'], 1)} ms, max {_num(truth['scrape_max_ms'], 1)} ms "
-                     f"({truth['scrapes_in_window']} scrapes)")
-        for route, timing in (run.get("route_timings") or {}).items():
-            lines.append(f"- {route}: p50 {_num(timing['p50_ms'], 1)} ms, max {_num(timing['max_ms'], 1)} ms, "
-                         f"{_num(timing['bytes'])} bytes")
-    return lines
