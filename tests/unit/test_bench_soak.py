@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from queenpy.bench import report
 from queenpy.bench.kinds import soak
 from queenpy.bench.kinds.soak import PIPELINE_SHARE, indexes_settled, slice_plan, soak_load
 
@@ -146,9 +145,9 @@ def test_a_soak_run_gets_a_chart_of_its_table_rss_and_rates_over_time(tmp_path: 
         sample.update(services="settle", rss_bytes=170.0 * 2**20, produced=0.0, cursor=0.0)
     document = {"started_at": "2026-11-27T19:30:00", "git": {"commit": "abc1234"},
                 "scenarios": [{"scenario": "soak", "runs": [{"round": 1, "soak": figures}, {"round": 2}]}]}
-    written = report.soak_charts(document, tmp_path / "bench.png")
+    written = soak.charts(document, tmp_path / "bench.png")
     assert written == [tmp_path / "bench-soak-r1.png"]
     width, height = image.imread(written[0]).shape[1::-1]
     assert (width, height) == (11 * 110, 10 * 110)
-    assert report.soak_charts({**document, "scenarios": [{"scenario": "push-10", "runs": [{"round": 1}]}]},
+    assert soak.charts({**document, "scenarios": [{"scenario": "push-10", "runs": [{"round": 1}]}]},
                               tmp_path / "other.png") == []

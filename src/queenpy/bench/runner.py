@@ -305,8 +305,10 @@ def _paired_with_limit(measured: list[dict[str, Any]], limit_of_round: dict[int,
 
 def _shared_medians(measured: list[dict[str, Any]], limit_median: dict[str, Any]) -> dict[str, Any]:
     """The medians every kind reports (the scenario table's columns)."""
-    cpu_keys = [k for k in ("broker", "postgres", "wrk", "spark") if any(k in r["cpu_us_per_msg"] for r in measured)]
-    share_keys = [k for k in ("broker", "postgres", "wrk", "spark", "other", "idle")
+    # the broker's, PostgreSQL's and wrk's CPU, then any other process a kind measures (Spark's), then the rest
+    extra = sorted({k for r in measured for k in r["cpu_us_per_msg"]} - {"broker", "postgres", "wrk"})
+    cpu_keys = [k for k in ("broker", "postgres", "wrk", *extra) if any(k in r["cpu_us_per_msg"] for r in measured)]
+    share_keys = [k for k in ("broker", "postgres", "wrk", *extra, "other", "idle")
                   if any(k in r["cpu_share_of_machine"] for r in measured)]
     return {
         "msg_per_s": median(r["msg_per_s"] for r in measured),

@@ -18,10 +18,12 @@ and the dated entries in benchmarks/journal/.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from queenpy.bench import procfs
@@ -30,11 +32,11 @@ from queenpy.bench.core import Q_QUEUE_ROWS, Context, Kind, Window
 from queenpy.bench.kinds import consume, push
 from queenpy.bench.load import BackgroundLoad
 from queenpy.bench.parsing import median
-from queenpy.bench.report import number, soak_charts
+from queenpy.bench.report import number, pyplot
 from queenpy.bench.wrk import finish_all, render_script
 
 __all__ = ["COMPLETED_RETENTION_S", "KIND", "PIPELINE_SHARE", "SAMPLE_S", "SETTLE_MAX_S", "SETTLE_QUIET_S",
-           "figures", "indexes_settled", "report_lines", "run", "slice_plan", "slope_per_minute", "soak_load",
+           "charts", "figures", "indexes_settled", "report_lines", "run", "slice_plan", "slope_per_minute", "soak_load",
            "summarize", "waits_limit_s"]
 
 COMPLETED_RETENTION_S = 5
@@ -551,10 +553,85 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
             f"rates with the services paused (the bar: 0.95)")]
 
 
+def charts(document: dict[str, Any], path: Path) -> list[Path]:
+    """Write one PNG per soak run next to ``path`` (``<stem>-soak-r<round>.png``): over time, in minutes from the
+    measured soak's start (the settling before it at negative minutes), the messages table's size by part (the
+    heap, each index), the broker's RSS, and the producer's and consumers' rates between samples, with the
+    settling and the paused ("off") slices shaded and the flatness window marked. Returns the paths written;
+    none when matplotlib is missing or no run has soak samples."""
+    runs = [run for entry in document["scenarios"] for run in entry.get("runs", [])
+            if run.get("soak", {}).get("samples")]
+    plt = pyplot()
+    if plt is None:
+        return []
+    written = []
+    for run in runs:
+        soak = run["soak"]
+        settle = soak.get("settle") or {}
+        shift = settle.get("seconds", 0.0)
+        samples = [{**x, "t": x["t"] - shift} for x in settle.get("samples", [])] + soak["samples"]
+        minutes = [x["t"] / 60 for x in samples]
+        parts = sorted({k for x in samples for k in x.get("table_parts_bytes", {})}, key=lambda k: (k != "heap", k))
+        fig, (table_ax, rss_ax, rate_ax) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
+        table_ax.stackplot(minutes, *[[x.get("table_parts_bytes", {}).get(k, 0.0) / 2**20 for x in samples]
+                                      for k in parts], labels=parts, alpha=0.8)
+        table_ax.set_ylabel("queen.messages MB")
+        trend = soak["flatness"]["table_mb"]
+        table_ax.set_title(f"messages table by part: over the flatness window {number(trend.get('slope_per_min'), 3)}"
+                           f" MB/min, flat {trend.get('flat')}", fontsize=10)
+        table_ax.legend(loc="upper left", fontsize=7)
+        rss_ax.plot(minutes, [x["rss_bytes"] / 2**20 for x in samples], color="#3b7dd8")
+        rss = soak["flatness"]["broker_rss_mb"]
+        rss_ax.set_ylim(0, 1.1 * max(x["rss_bytes"] / 2**20 for x in samples))
+        rss_ax.set_ylabel("broker RSS MB")
+        rss_ax.set_title(f"broker RSS (all processes): {number(rss.get('slope_per_min'), 3)} MB/min, flat "
+                         f"{rss.get('flat')}", fontsize=10)
+        # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a few
+        # milliseconds apart, and their difference is a batch or nothing)
+        pairs = [(a, b) for a, b in itertools.pairwise(samples) if b["t"] - a["t"] >= 1.0]
+        mids = [(a["t"] + b["t"]) / 120 for a, b in pairs]
+        rate_ax.plot(mids, [_per_second(a, b, "produced") for a, b in pairs], label="pushed", lw=0.8)
+        rate_ax.plot(mids, [_per_second(a, b, "cursor") for a, b in pairs], label="consumed", lw=0.8)
+        ratios = soak.get("throughput_on_vs_off", {})
+        rate_ax.set_title(f"msg/s between samples; services on/off: push {number(ratios.get('push'), 3)}, consume "
+                          f"{number(ratios.get('consume'), 3)}", fontsize=10)
+        rate_ax.set_ylabel("msg/s")
+        rate_ax.set_xlabel("minutes from the measured soak's start (settling before 0)")
+        rate_ax.legend(loc="upper left", fontsize=7)
+        for ax in (table_ax, rss_ax, rate_ax):
+            if settle.get("samples"):
+                ax.axvspan(minutes[0], 0, color="#999999", alpha=0.15, lw=0)
+            for begin, end in _spans(samples, "off"):
+                ax.axvspan(begin / 60, end / 60, color="#d84b3b", alpha=0.15, lw=0)
+            for bound in soak.get("flatness_window_s", []):
+                ax.axvline(bound / 60, color="#333333", ls="--", lw=0.8)
+            ax.grid(alpha=0.3)
+        fig.suptitle(f"soak {document['started_at'][:16]}Z, git {document['git'].get('commit', '?')}: producer "
+                     f"{soak.get('target_producer_msg_per_s', 0):,.0f} msg/s; grey: settling, red: services paused,"
+                     " dashed: flatness window", fontsize=10)
+        fig.tight_layout()
+        out = path.with_name(f"{path.stem}-soak-r{run.get('round', 1)}.png")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        written.append(out)
+    return written
+
+
+def _per_second(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
+    return (b[key] - a[key]) / (b["t"] - a["t"]) if b["t"] > a["t"] else 0.0
+
+
+def _spans(samples: list[dict[str, Any]], state: str) -> list[tuple[float, float]]:
+    """(first t, last t) of each run of consecutive samples in ``state`` (``services``)."""
+    runs = (list(group) for key, group in itertools.groupby(samples, key=lambda x: x["services"]) if key == state)
+    return [(run[0]["t"], run[-1]["t"]) for run in runs]
+
+
 def _planned_s(scenario: Scenario, options: Options) -> tuple[float, float]:
     return options.warmup + options.seconds + 3 + options.soak_duration_s, waits_limit_s(options.soak_duration_s)
 
 
 # completed retention every second, so the soak's table stays small (unless --env says otherwise)
 KIND = Kind("soak", run, summarize, report_lines, broker_env={"RETENTION_INTERVAL": "1000"},
-            planned_s=_planned_s, charts=soak_charts)
+            planned_s=_planned_s, charts=charts)
