@@ -121,8 +121,9 @@ def current_figures(documents: list[tuple[Path, dict[str, Any]]], link: Callable
             f"| {number(latency.get('99'), 1)} | {number(cpu.get('broker'), 1)} | {number(cpu.get('postgres'), 1)} "
             f"| {number(m.get('broker_rss_mb_peak'))} | {rounds} | [{document['started_at'][:16].replace('T', ' ')}]"
             f"({link(path)}) | {document['git']['commit']} |")
-    own = [line for name in order if name in newest for line in [""] + kind_lines(newest[name][2])]
-    lines += own
+    for name in order:
+        own = kind_lines(newest[name][2]) if name in newest else []
+        lines += [""] + own if own else []
     lines += ["", "The runs cited (other processes' share of the cores during the windows, median):", ""]
     for path, document in sorted(cited.items(), key=lambda item: item[1]["started_at"]):
         other = document["machine"].get("other_cpu_share_median")
