@@ -41,20 +41,21 @@ __all__ = ["COMPLETED_RETENTION_S", "KIND", "PIPELINE_SHARE", "SAMPLE_S", "SETTL
 
 COMPLETED_RETENTION_S = 5
 SAMPLE_S = 5.0
-MAX_SLICE_S = 60.0  # a paused slice leaves its deletions to the next: 60 s at 20,000 msg/s is 1.2 million rows
+MAX_SLICE_S = 60.0  # a paused slice leaves its deletions to the next: longer slices leave more
 MIN_PAIRS = 2  # of off and on slices
 FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
 # of the push-and-consume estimate (soak_load): room for what the two probes leave out, the services' own work
 # (deletes, vacuum, their WAL) and the probes' spread; closer to the estimate the consumers fell behind over an
-# hour (benchmarks/RESULTS.md, "soak")
+# hour (benchmarks/journal/2026-11.md, the soak paced to what the consumers follow)
 PIPELINE_SHARE = 0.7
 # the settling before the measured soak (indexes_settled): no index of queen.messages grew for SETTLE_QUIET_S, or
-# SETTLE_MAX_S passed; from an emptied table the indexes take minutes to reach their size (RESULTS.md, "soak")
+# SETTLE_MAX_S passed; from an emptied table the indexes take minutes to reach their size (benchmarks/journal/
+# 2026-11.md, the soak measured after its table settles)
 SETTLE_QUIET_S = 120.0
 SETTLE_MAX_S = 600.0
 PRODUCERS, PRODUCER_THREADS = 100, 2  # connections and wrk threads of the paced producer
-# the states the flatness window ends with, whose backlogs the waits before the slices come back to
+# a wait before a slice ends once the backlog is back within 10% of the flatness window's mean
 BACKLOG_SHARE = 1.1
 
 # the messages table's size by part: the heap with its TOAST and maps (pg_table_size), and each index with all
@@ -139,8 +140,8 @@ def soak_load(push_capacity: float, consume_capacity: float, share: float) -> di
     The estimate is ``1 / (1/push_capacity + 1/consume_capacity)``: each message is pushed once and consumed
     (popped and acked) once, and where producer, consumers, broker and PostgreSQL share one machine's CPU the
     time each message costs on the two paths adds up (the harmonic sum, as for two stages sharing one
-    resource). Half of push-10-40B alone is about 29,000 msg/s on the 2-core machine, the estimate with
-    consume-ack about 25,000, and the consumers held about 22,000 beside the producer with the services on.
+    resource). On a 2-core machine half of the push capacity is more than the consumers follow beside the
+    producer, so the cap sets the rate there (benchmarks/RESULTS.md, the scenario "soak").
 
     Returns ``{"rate", "push_capacity", "consume_capacity", "pipeline_estimate", "bound"}``, ``bound`` being
     ``"push"`` (share of the push capacity) or ``"pipeline"`` (the cap). Raises ValueError when a capacity is
