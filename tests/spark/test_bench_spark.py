@@ -29,8 +29,14 @@ def context(spark: SparkSession, broker: Any, tmp_path: Path) -> Iterator[Contex
     """The bench's context on the session broker (its process and URL), its SparkSession the tier's own."""
     sql = Sql(broker.database_url)
     under_test = cast(Broker, SimpleNamespace(url=broker.url, pid=broker.process.pid))
-    context = Context(ExternalPostgres(broker.database_url), under_test, sql, tmp_path,
-                      Options(seconds=1.0, warmup=0.0), lambda _: None)
+    context = Context(
+        ExternalPostgres(broker.database_url),
+        under_test,
+        sql,
+        tmp_path,
+        Options(seconds=1.0, warmup=0.0),
+        lambda _: None,
+    )
     context.queue_prefix = unique("bench") + "-"
     state = context.state("spark", spark_kind._Spark)
     state.session, state.start_s = spark, 0.0
@@ -42,15 +48,45 @@ def context(spark: SparkSession, broker: Any, tmp_path: Path) -> Iterator[Contex
 def test_the_spark_kind_copies_and_reads_a_backlog_exactly(context: Context) -> None:
     spark = KINDS["spark"]
     # a backlog of 4 partitions: max(3 x 500, 1000 msg/s x 1 s) rounded to whole micro-batches, plus one more
-    copy = spark.run(context, Scenario("copy", "spark", "insert-100-1KB", "", payload_bytes=1024, partitions=4,
-                                       batch=500, mode="sync", initial_rate=1000), 1)
-    read = spark.run(context, Scenario("read", "spark", "insert-100-1KB", "", payload_bytes=1024, partitions=4,
-                                       mode="read", initial_rate=1000), 1)
+    copy = spark.run(
+        context,
+        Scenario(
+            "copy",
+            "spark",
+            "insert-100-1KB",
+            "",
+            payload_bytes=1024,
+            partitions=4,
+            batch=500,
+            mode="sync",
+            initial_rate=1000,
+        ),
+        1,
+    )
+    read = spark.run(
+        context,
+        Scenario(
+            "read",
+            "spark",
+            "insert-100-1KB",
+            "",
+            payload_bytes=1024,
+            partitions=4,
+            mode="read",
+            initial_rate=1000,
+        ),
+        1,
+    )
     assert copy["problems"] == [] and read["problems"] == []
     truth = copy["ground_truth"]
     assert truth["source_messages"] >= 2000 and truth["target_messages"] == truth["source_messages"]
-    assert truth["target_distinct_transaction_ids"] == truth["source_messages"] and truth["staging_rows_left"] == 0
-    assert copy["spark"]["batches"] >= 4 and copy["messages"] > 0 and copy["spark"]["whole_query_msg_per_s"] > 0
+    assert (
+        truth["target_distinct_transaction_ids"] == truth["source_messages"]
+        and truth["staging_rows_left"] == 0
+    )
+    assert (
+        copy["spark"]["batches"] >= 4 and copy["messages"] > 0 and copy["spark"]["whole_query_msg_per_s"] > 0
+    )
     assert read["ground_truth"]["rows_counted_by_spark"] == read["ground_truth"]["source_messages"]
     assert read["ground_truth"]["source_messages"] == truth["source_messages"]  # the same backlog
     assert read["messages"] == truth["source_messages"] and read["cpu_us_per_msg"]["spark"] is not None

@@ -34,13 +34,24 @@ def test_the_runner_and_the_report_know_no_kind_or_scenario_by_name() -> None:
 
 def _measured(scenario: Scenario, round_no: int, rate: float) -> dict[str, Any]:
     """What a kind's run returns once it has measured (the keys Context.fill_window writes)."""
-    return {"scenario": scenario.name, "round": round_no, "problems": [], "notes": [], "ground_truth": {},
-            "limit": scenario.limit, "messages": int(rate * 3), "window_s": 3.0, "msg_per_s": rate,
-            "cpu_us_per_msg": {"broker": 50.0, "postgres": 40.0, "wrk": 5.0},
-            "cpu_share_of_machine": {"broker": 0.3, "postgres": 0.4, "wrk": 0.05, "other": 0.01, "idle": 0.24},
-            "broker_rss_mb_peak": 150.0 + round_no, "broker_pss_mb_peak": 100.0, "pg_waits": {"CPU": 1.0},
-            "latency_ms": {"50": 2.0 * round_no, "90": 3.0, "99": 9.0, "99.9": 12.0},
-            "echoes": {"answered": 7 * round_no}}
+    return {
+        "scenario": scenario.name,
+        "round": round_no,
+        "problems": [],
+        "notes": [],
+        "ground_truth": {},
+        "limit": scenario.limit,
+        "messages": int(rate * 3),
+        "window_s": 3.0,
+        "msg_per_s": rate,
+        "cpu_us_per_msg": {"broker": 50.0, "postgres": 40.0, "wrk": 5.0},
+        "cpu_share_of_machine": {"broker": 0.3, "postgres": 0.4, "wrk": 0.05, "other": 0.01, "idle": 0.24},
+        "broker_rss_mb_peak": 150.0 + round_no,
+        "broker_pss_mb_peak": 100.0,
+        "pg_waits": {"CPU": 1.0},
+        "latency_ms": {"50": 2.0 * round_no, "90": 3.0, "99": 9.0, "99.9": 12.0},
+        "echoes": {"answered": 7 * round_no},
+    }
 
 
 def _fake_run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
@@ -68,17 +79,28 @@ ECHO = Scenario("echo-1", "echo", "insert-1-40B", "a kind added by a test")
 LIMIT_ROUNDS = {n: {"msg_per_s": 4000.0, "cpu_us_per_msg": {"postgres": 20.0}} for n in (1, 2, 3)}
 
 
-def _document(entries: list[dict[str, Any]], commit: str = "abc1234", started: str = "2026-12-01T10:00:00+00:00",
-              quick: bool = False) -> dict[str, Any]:
-    return {"started_at": started, "git": {"commit": commit, "dirty": False}, "command": "queenpy bench",
-            "settings": {"quick": quick, "runs": 3, "seconds": 10.0, "warmup": 3.0},
-            "machine": {"cores": 2, "other_cpu_share_median": 0.02, "other_cpu_share_max": 0.05},
-            "postgres": {"version": "PostgreSQL 16.2", "server": "private (pgserver)"},
-            "broker": {"workers": 2, "processes": 3, "env": {}}, "limits": {}, "scenarios": entries}
+def _document(
+    entries: list[dict[str, Any]],
+    commit: str = "abc1234",
+    started: str = "2026-12-01T10:00:00+00:00",
+    quick: bool = False,
+) -> dict[str, Any]:
+    return {
+        "started_at": started,
+        "git": {"commit": commit, "dirty": False},
+        "command": "queenpy bench",
+        "settings": {"quick": quick, "runs": 3, "seconds": 10.0, "warmup": 3.0},
+        "machine": {"cores": 2, "other_cpu_share_median": 0.02, "other_cpu_share_max": 0.05},
+        "postgres": {"version": "PostgreSQL 16.2", "server": "private (pgserver)"},
+        "broker": {"workers": 2, "processes": 3, "env": {}},
+        "limits": {},
+        "scenarios": entries,
+    }
 
 
-def test_a_registered_kind_runs_through_dispatch_entry_report_and_page(monkeypatch: pytest.MonkeyPatch,
-                                                                        tmp_path: Path) -> None:
+def test_a_registered_kind_runs_through_dispatch_entry_report_and_page(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setitem(KINDS, FAKE.name, FAKE)
     rounds = [runner.dispatch(KINDS[ECHO.kind], NO_CONTEXT, ECHO, n) for n in (1, 2, 3)]
     assert [r["valid"] for r in rounds] == [True, True, False]
@@ -96,26 +118,40 @@ def test_a_registered_kind_runs_through_dispatch_entry_report_and_page(monkeypat
     assert "echo-1: 14 echoes answered" in table and "- echo-1: INVALID: lost: 1 message" in table
 
     rows = summary.history_row(document, "results/x.json")["scenarios"]
-    assert rows == {"echo-1": {"msg_per_s": 2000.0, "ratio": 0.5, "p50_ms": 4.0, "p99_ms": 9.0,
-                               "broker_us_per_msg": 50.0, "postgres_us_per_msg": 40.0, "broker_rss_mb": 153.0,
-                               "rounds": 3, "valid": False}}
+    assert rows == {
+        "echo-1": {
+            "msg_per_s": 2000.0,
+            "ratio": 0.5,
+            "p50_ms": 4.0,
+            "p99_ms": 9.0,
+            "broker_us_per_msg": 50.0,
+            "postgres_us_per_msg": 40.0,
+            "broker_rss_mb": 153.0,
+            "rounds": 3,
+            "valid": False,
+        }
+    }
     entry_valid = runner.scenario_entry(ECHO, FAKE, rounds[:2], Options(), LIMIT_ROUNDS, {})
-    block = summary.current_figures([(tmp_path / "r.json", _document([entry_valid]))], lambda p: p.name,
-                                    runner.kind_lines)
+    block = summary.current_figures(
+        [(tmp_path / "r.json", _document([entry_valid]))], lambda p: p.name, runner.kind_lines
+    )
     assert "| echo-1 | 1,500 | 0.38 |" in block and "echo-1: 10.5 echoes answered" in block
 
 
 def test_a_skipped_or_crashed_kind_leaves_the_other_scenarios_running() -> None:
     skipped = runner.dispatch(FAKE, NO_CONTEXT, Scenario("echo-skip", "echo", "select1", "", mode="skip"), 1)
     assert skipped["valid"] is True and skipped["skipped"] == "needs something this machine lacks"
-    crashed = runner.dispatch(FAKE, NO_CONTEXT, Scenario("echo-crash", "echo", "select1", "", mode="crash"), 1)
+    crashed = runner.dispatch(
+        FAKE, NO_CONTEXT, Scenario("echo-crash", "echo", "select1", "", mode="crash"), 1
+    )
     assert crashed["valid"] is False and crashed["problems"] == ["crashed: RuntimeError: the kind broke"]
     entry = runner.scenario_entry(ECHO, FAKE, [skipped], Options(), {}, {})
     assert entry["skipped"] == "needs something this machine lacks" and "median" not in entry
 
 
 def test_a_scenario_of_an_unregistered_kind_is_refused_before_anything_starts(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(runner, "SCENARIOS", [*catalog.SCENARIOS, ECHO])
     with pytest.raises(runner.BenchError, match="no kind module for echo"):
         runner._select(runner.Config(only="echo-1"))
@@ -124,13 +160,34 @@ def test_a_scenario_of_an_unregistered_kind_is_refused_before_anything_starts(
 
 
 def test_each_kind_summarizes_its_own_figures() -> None:
-    keepup = {"target_producer_msg_per_s": 10.0, "producer_msg_per_s": 9.0, "producer_share_of_push": 0.5,
-              "consumer_msg_per_s": 9.0, "backlog_growth_per_s": 1.0, "keeps_up": True}
-    assert KINDS["keepup"].summarize([{"keepup": keepup}, {"keepup": {**keepup, "keeps_up": False}}])["keepup"][
-        "keeps_up_runs"] == 1
+    keepup = {
+        "target_producer_msg_per_s": 10.0,
+        "producer_msg_per_s": 9.0,
+        "producer_share_of_push": 0.5,
+        "consumer_msg_per_s": 9.0,
+        "backlog_growth_per_s": 1.0,
+        "keeps_up": True,
+    }
+    assert (
+        KINDS["keepup"].summarize([{"keepup": keepup}, {"keepup": {**keepup, "keeps_up": False}}])["keepup"][
+            "keeps_up_runs"
+        ]
+        == 1
+    )
     streams = {"cycles_per_s": 10.0, "windows_emitted_per_s": 5.0, "messages_per_cycle": 100.0}
     assert KINDS["streams"].summarize([{"streams": streams}]) == {"streams": streams}
-    spark = KINDS["spark"].summarize([{"spark": {"first_batch_s": 4.0, "batches": 3, "max_per_trigger": 20_000,
-                                                 "session_start_s": 9.0, "whole_query_msg_per_s": 800.0}}])
+    spark = KINDS["spark"].summarize(
+        [
+            {
+                "spark": {
+                    "first_batch_s": 4.0,
+                    "batches": 3,
+                    "max_per_trigger": 20_000,
+                    "session_start_s": 9.0,
+                    "whole_query_msg_per_s": 800.0,
+                }
+            }
+        ]
+    )
     assert spark["spark"]["max_per_trigger"] == 20_000 and spark["spark"]["whole_query_msg_per_s"] == 800.0
     assert KINDS["push"].summarize([{}]) == {} and KINDS["soak"].broker_env == {"RETENTION_INTERVAL": "1000"}

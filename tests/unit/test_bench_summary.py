@@ -19,7 +19,7 @@ RESULTS = BENCHMARKS / "results"
 
 
 def _block(text: str) -> str:
-    return text[text.index(summary.BEGIN) + len(summary.BEGIN):text.index(summary.END)].strip()
+    return text[text.index(summary.BEGIN) + len(summary.BEGIN) : text.index(summary.END)].strip()
 
 
 def test_the_page_holds_what_the_summary_command_writes_from_the_kept_results() -> None:
@@ -53,10 +53,17 @@ def test_the_results_directory_keeps_only_what_the_page_cites() -> None:
 
 def _document(**changes: Any) -> dict[str, Any]:
     document: dict[str, Any] = {
-        "started_at": "2026-12-01T10:00:00+00:00", "git": {"commit": "abc1234", "dirty": False},
-        "settings": {"quick": False, "runs": 3, "seconds": 10.0}, "machine": {"cores": 2},
-        "postgres": {"version": "PostgreSQL 16.2", "server": "private (pgserver, the embedded default's settings)"},
-        "broker": {"workers": 2, "env": {}}, "scenarios": []}
+        "started_at": "2026-12-01T10:00:00+00:00",
+        "git": {"commit": "abc1234", "dirty": False},
+        "settings": {"quick": False, "runs": 3, "seconds": 10.0},
+        "machine": {"cores": 2},
+        "postgres": {
+            "version": "PostgreSQL 16.2",
+            "server": "private (pgserver, the embedded default's settings)",
+        },
+        "broker": {"workers": 2, "env": {}},
+        "scenarios": [],
+    }
     for key, value in changes.items():
         section, _, name = key.partition("__")
         document[section] = {**document[section], name: value} if name else value
@@ -91,9 +98,17 @@ def test_a_run_appends_one_compact_line_to_the_history(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in history.read_text().splitlines()]
     assert len(rows) == 2 and rows[1]["source"] == "again"
     row = rows[0]
-    assert (row["commit"], row["quick"], row["runs"], row["postgres"]["server"]) == ("224dc9a", False, 1, "private")
+    assert (row["commit"], row["quick"], row["runs"], row["postgres"]["server"]) == (
+        "224dc9a",
+        False,
+        1,
+        "private",
+    )
     assert set(row["scenarios"]) == {"push-100-1KB", "handoff-tx", "spark-handoff", "spark-handoff-pipelined"}
     spark = row["scenarios"]["spark-handoff"]
-    assert spark["msg_per_s"] == round(document["scenarios"][2]["median"]["msg_per_s"]) and spark["valid"] is True
+    assert (
+        spark["msg_per_s"] == round(document["scenarios"][2]["median"]["msg_per_s"])
+        and spark["valid"] is True
+    )
     committed = [json.loads(line) for line in (BENCHMARKS / "history.ndjson").read_text().splitlines()]
     assert all({"date", "commit", "machine", "scenarios"} <= set(r) for r in committed)

@@ -13,5 +13,14 @@ from queenpy.bench.catalog import LIMITS, SCENARIOS
 from queenpy.bench.parsing import parse_env_assignments
 from queenpy.bench.runner import BenchError, Config, kind_lines, run, scenario_names, write_summary
 
-__all__ = ["LIMITS", "SCENARIOS", "BenchError", "Config", "kind_lines", "parse_env_assignments", "run",
-           "scenario_names", "write_summary"]
+__all__ = [
+    "LIMITS",
+    "SCENARIOS",
+    "BenchError",
+    "Config",
+    "kind_lines",
+    "parse_env_assignments",
+    "run",
+    "scenario_names",
+    "write_summary",
+]

@@ -55,24 +55,33 @@ T = TypeVar("T")
 
 # ground truth queries (queenpy's schema: partitions.last_seq is the gap-free offset of the newest message,
 # partition_consumers.last_consumed_seq the cursor; so a sum of cursors counts consumed messages)
-Q_QUEUE_ROWS = ("SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p "
-                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1")
-Q_QUEUE_COUNT = ("SELECT count(*) FROM queen.messages m WHERE m.partition_id IN "
-                 "(SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)")
-Q_CURSORS = ("SELECT pc.consumer_group, coalesce(sum(pc.last_consumed_seq), 0)::bigint "
-             "FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id "
-             "JOIN queen.queues q ON q.id = p.queue_id "
-             "WHERE q.name = $1 AND pc.consumer_group = ANY($2::text[]) GROUP BY 1")
+Q_QUEUE_ROWS = (
+    "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p "
+    "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1"
+)
+Q_QUEUE_COUNT = (
+    "SELECT count(*) FROM queen.messages m WHERE m.partition_id IN "
+    "(SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1)"
+)
+Q_CURSORS = (
+    "SELECT pc.consumer_group, coalesce(sum(pc.last_consumed_seq), 0)::bigint "
+    "FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id "
+    "JOIN queen.queues q ON q.id = p.queue_id "
+    "WHERE q.name = $1 AND pc.consumer_group = ANY($2::text[]) GROUP BY 1"
+)
 Q_ALL_ROWS = "SELECT coalesce(sum(last_seq), 0)::bigint FROM queen.partitions"
-Q_INSERTS = ("SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
-             "WHERE schemaname = 'queen' AND relname = 'messages'")
+Q_INSERTS = (
+    "SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
+    "WHERE schemaname = 'queen' AND relname = 'messages'"
+)
 Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
 # rows the pgbench limits inserted so far (each row takes nextval): their ground truth, read at the window's edges
 Q_LIMIT_ROWS = "SELECT coalesce(last_value, 0) FROM bench.seq"
 # WAL written (exact, from the insert position), full-page images and WAL fsyncs (pg_stat_wal: each backend
 # publishes its counts at most once a second, so these two lag the window's edges by up to a second)
-Q_WAL = ("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi, wal_sync "
-         "FROM pg_stat_wal")
+Q_WAL = (
+    "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint, wal_fpi, wal_sync FROM pg_stat_wal"
+)
 
 
 @dataclass(frozen=True)
@@ -87,8 +96,12 @@ class WalMark:
         """WAL bytes, full-page images and fsyncs per message since ``before``."""
         if messages <= 0:
             return {"bytes": None, "fpi": None, "syncs": None}
-        return {"bytes": (self.bytes - before.bytes) / messages, "fpi": (self.fpi - before.fpi) / messages,
-                "syncs": (self.syncs - before.syncs) / messages}
+        return {
+            "bytes": (self.bytes - before.bytes) / messages,
+            "fpi": (self.fpi - before.fpi) / messages,
+            "syncs": (self.syncs - before.syncs) / messages,
+        }
+
 
 BULK_LOAD = """
 WITH parts AS (
@@ -116,11 +129,15 @@ LIMIT_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS bench.messages (LIKE queen.messages INCLUDING ALL)",
     "CREATE SEQUENCE IF NOT EXISTS bench.seq",
     "TRUNCATE bench.messages",  # a user's server may keep an earlier run's rows: every run starts empty
-    ("CREATE OR REPLACE FUNCTION bench.partition_uuid(p int) RETURNS uuid LANGUAGE sql IMMUTABLE AS "
-     "$$ SELECT ('00000000-0000-4000-8000-' || lpad(p::text, 12, '0'))::uuid $$"),
+    (
+        "CREATE OR REPLACE FUNCTION bench.partition_uuid(p int) RETURNS uuid LANGUAGE sql IMMUTABLE AS "
+        "$$ SELECT ('00000000-0000-4000-8000-' || lpad(p::text, 12, '0'))::uuid $$"
+    ),
     # the cycle limit (streams): state rows and cursors of 100 partitions
-    ("CREATE TABLE IF NOT EXISTS bench.stream_state "
-     "(partition int, key text, value jsonb, PRIMARY KEY (partition, key))"),
+    (
+        "CREATE TABLE IF NOT EXISTS bench.stream_state "
+        "(partition int, key text, value jsonb, PRIMARY KEY (partition, key))"
+    ),
     "CREATE TABLE IF NOT EXISTS bench.stream_cursors (partition int PRIMARY KEY, seq bigint NOT NULL)",
     "INSERT INTO bench.stream_cursors SELECT g, 0 FROM generate_series(0, 99) g ON CONFLICT DO NOTHING",
 ]
@@ -205,7 +222,9 @@ class Context:
     estimates: dict[str, float] = field(default_factory=dict)
     backlogs: dict[int, Backlog] = field(default_factory=dict)
     inserts_start: tuple[int, int] = (0, 0)  # (n_tup_ins, rows) when the session started
-    queue_prefix: str = ""  # before every queue name: a run on a user's server never meets an earlier run's queues
+    queue_prefix: str = (
+        ""  # before every queue name: a run on a user's server never meets an earlier run's queues
+    )
     created_queues: set[str] = field(default_factory=set)  # by precreate, so drop_queues removes only those
     limit_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
     scenario_results: dict[tuple[int, str], dict[str, Any]] = field(default_factory=dict)
@@ -257,9 +276,13 @@ class Context:
             if counted == stored or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
-        verdict = ("equal" if counted == stored else
-                   "more inserts than rows (aborted inserts)" if counted > stored else
-                   f"n_tup_ins still behind after {wait_s:g} s (statistics not flushed)")
+        verdict = (
+            "equal"
+            if counted == stored
+            else "more inserts than rows (aborted inserts)"
+            if counted > stored
+            else f"n_tup_ins still behind after {wait_s:g} s (statistics not flushed)"
+        )
         return {"n_tup_ins_delta": counted, "rows_delta": stored, "verdict": verdict}
 
     def settled(self, read: Callable[[], Any], max_s: float = 20.0) -> Any:
@@ -279,19 +302,30 @@ class Context:
 
     def mark(self) -> CpuMark:
         usage = resource.getrusage(resource.RUSAGE_SELF)
-        return CpuMark(time.monotonic(), procfs.tree_cpu_s([self.broker.pid]),
-                       procfs.machine_cpu(), usage.ru_utime + usage.ru_stime, self._postgres_ticks(), self._wal())
+        return CpuMark(
+            time.monotonic(),
+            procfs.tree_cpu_s([self.broker.pid]),
+            procfs.machine_cpu(),
+            usage.ru_utime + usage.ru_stime,
+            self._postgres_ticks(),
+            self._wal(),
+        )
 
     def _process_kind(self) -> Callable[[int], str]:
         """Labels for the PostgreSQL processes: client backends by application_name (``backend:queenpy``
         for the broker's, ``backend:pgbench``, ``backend:queenbench`` and ``backend:queenbench-waits`` for
         the harness), the others by their title (:func:`postgres_process_kind`)."""
-        apps = {int(row[0]): str(row[1] or "?") for row in self.sql.fetch(
-            "SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'")}
+        apps = {
+            int(row[0]): str(row[1] or "?")
+            for row in self.sql.fetch(
+                "SELECT pid, application_name FROM pg_stat_activity WHERE backend_type = 'client backend'"
+            )
+        }
 
         def kind_of(pid: int) -> str:
             kind = postgres_process_kind(pid)
             return f"backend:{apps.get(pid, '?')}" if kind == "backend" else kind
+
         return kind_of
 
     def _wal(self) -> WalMark:
@@ -307,8 +341,15 @@ class Context:
                 self.options.checkpoint = False
 
     def new_run(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
-        return {"scenario": scenario.name, "round": round_no, "valid": True, "problems": [], "notes": [],
-                "ground_truth": {}, "limit": scenario.limit}
+        return {
+            "scenario": scenario.name,
+            "round": round_no,
+            "valid": True,
+            "problems": [],
+            "notes": [],
+            "ground_truth": {},
+            "limit": scenario.limit,
+        }
 
     def open_window(self) -> Window:
         """Start a measured window now: the checkpoint count, the memory and wait samplers' marks, the CPU and
@@ -324,8 +365,15 @@ class Context:
         window.checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS)) - window.checkpoints_before
         return window
 
-    def fill_window(self, run: dict[str, Any], messages: int, measured: Window, wrk_runs: list[WrkRun],
-                    latency_from: WrkRun | None, extra_cpu_s: dict[str, float] | None = None) -> None:
+    def fill_window(
+        self,
+        run: dict[str, Any],
+        messages: int,
+        measured: Window,
+        wrk_runs: list[WrkRun],
+        latency_from: WrkRun | None,
+        extra_cpu_s: dict[str, float] | None = None,
+    ) -> None:
         """The window's figures into ``run`` (the keys every kind reports: ``messages``, ``msg_per_s``,
         ``cpu_us_per_msg``, ``cpu_share_of_machine``, ``latency_ms`` from ``latency_from``, ...);
         ``extra_cpu_s``: CPU seconds of other processes of the scenario (``{"spark": ...}``), reported next to
@@ -347,24 +395,44 @@ class Context:
             return seconds / messages * 1e6 if messages > 0 else None
 
         rss, pss, processes = self.memory.peak()
-        run.update({
-            "messages": messages, "window_s": window, "msg_per_s": messages / window if window > 0 else 0.0,
-            "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s, **extra},
-            "cpu_us_per_msg": {"broker": per(broker_s), "postgres": per(postgres_s) if postgres_seen else None,
-                               "wrk": per(wrk_s), **{name: per(seconds) for name, seconds in extra.items()}},
-            # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
-            "postgres_cpu_s_by_kind": {kind: seconds for kind, seconds in sorted(
-                procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items())
-                if seconds} if start.postgres_ticks is not None and end.postgres_ticks is not None else {},
-            "cpu_share_of_machine": {"broker": broker_s / total, "postgres": postgres_s / total,
-                                     "wrk": wrk_s / total, **{name: s / total for name, s in extra.items()},
-                                     "other": max(0.0, busy - ours) / total,
-                                     "idle": max(0.0, total - busy) / total},
-            "broker_rss_mb_peak": rss / 2**20, "broker_pss_mb_peak": pss / 2**20, "broker_processes": processes,
-            "checkpoints_in_window": checkpoints,
-            "pg_waits": self.waits.shares(),
-            "wal_per_msg": end.wal.per_message(start.wal, messages),
-        })
+        run.update(
+            {
+                "messages": messages,
+                "window_s": window,
+                "msg_per_s": messages / window if window > 0 else 0.0,
+                "cpu_s": {"broker": broker_s, "postgres": postgres_s, "wrk": wrk_s, **extra},
+                "cpu_us_per_msg": {
+                    "broker": per(broker_s),
+                    "postgres": per(postgres_s) if postgres_seen else None,
+                    "wrk": per(wrk_s),
+                    **{name: per(seconds) for name, seconds in extra.items()},
+                },
+                # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
+                "postgres_cpu_s_by_kind": {
+                    kind: seconds
+                    for kind, seconds in sorted(
+                        procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()
+                    )
+                    if seconds
+                }
+                if start.postgres_ticks is not None and end.postgres_ticks is not None
+                else {},
+                "cpu_share_of_machine": {
+                    "broker": broker_s / total,
+                    "postgres": postgres_s / total,
+                    "wrk": wrk_s / total,
+                    **{name: s / total for name, s in extra.items()},
+                    "other": max(0.0, busy - ours) / total,
+                    "idle": max(0.0, total - busy) / total,
+                },
+                "broker_rss_mb_peak": rss / 2**20,
+                "broker_pss_mb_peak": pss / 2**20,
+                "broker_processes": processes,
+                "checkpoints_in_window": checkpoints,
+                "pg_waits": self.waits.shares(),
+                "wal_per_msg": end.wal.per_message(start.wal, messages),
+            }
+        )
         if latency_from is not None:
             result = latency_from.result
             run["requests_per_s"] = result.requests / window if window > 0 else 0.0
@@ -372,8 +440,10 @@ class Context:
             if result.latency_mean_us is not None:
                 run["latency_ms"]["mean"] = result.latency_mean_us / 1000
             if result.over_10ms is not None:  # a disk's fsync stall delays about one request per connection
-                run["requests_over_10ms"] = {"count": result.over_10ms,
-                                             "per_s": result.over_10ms / window if window > 0 else 0.0}
+                run["requests_over_10ms"] = {
+                    "count": result.over_10ms,
+                    "per_s": result.over_10ms / window if window > 0 else 0.0,
+                }
         if checkpoints:
             run["notes"].append(f"{checkpoints} checkpoint(s) during the window")
 
@@ -381,15 +451,22 @@ class Context:
     def check_wrk(run: dict[str, Any], wrk: WrkRun, label: str) -> None:
         """Record wrk's counts under ``run["wrk"][label]``; errors and failed items become problems."""
         result = wrk.result
-        run.setdefault("wrk", {})[label] = {"requests": result.requests, "non_2xx": result.non_2xx,
-                                            "socket_errors": result.socket_errors, "counters": result.counters}
+        run.setdefault("wrk", {})[label] = {
+            "requests": result.requests,
+            "non_2xx": result.non_2xx,
+            "socket_errors": result.socket_errors,
+            "counters": result.counters,
+        }
         if result.non_2xx:
             run["problems"].append(f"{label}: {result.non_2xx} non-2xx responses")
         errors = {k: v for k, v in result.socket_errors.items() if v}
         if errors:
             run["problems"].append(f"{label}: socket errors {errors}")
-        failures = [name for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors")
-                    if result.counters.get(name)]
+        failures = [
+            name
+            for name in ("bad_responses", "not_queued", "ack_failed", "tx_failed", "parse_errors")
+            if result.counters.get(name)
+        ]
         for name in failures:
             run["problems"].append(f"{label}: {name} = {int(result.counters[name])}")
         if result.sample and (result.non_2xx or failures):
@@ -399,8 +476,10 @@ class Context:
         """Create the queue's partitions through the push procedure (one message each)."""
         self.created_queues.add(queue)
         for start in range(0, partitions, 2000):
-            items = [{"queue": queue, "partition": f"p{i}", "payload": {"precreate": i}}
-                     for i in range(start, min(partitions, start + 2000))]
+            items = [
+                {"queue": queue, "partition": f"p{i}", "payload": {"precreate": i}}
+                for i in range(start, min(partitions, start + 2000))
+            ]
             self.sql.fetchval("SELECT queen.push_messages_v3($1::jsonb)::text", json.dumps(items))
 
     def drop_queues(self) -> int:
@@ -410,9 +489,13 @@ class Context:
         ledger's stored count with their partitions, so its start is moved by as many. Returns the messages
         removed (offsets assigned in the deleted queues)."""
         names = sorted(self.created_queues)
-        removed = int(self.sql.fetchval(
-            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
-            "ON q.id = p.queue_id WHERE q.name = ANY($1::text[])", names))
+        removed = int(
+            self.sql.fetchval(
+                "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+                "ON q.id = p.queue_id WHERE q.name = ANY($1::text[])",
+                names,
+            )
+        )
         for name in names:
             self.sql.fetchval("SELECT queen.delete_queue_v1($1)::text", name)
         self.created_queues.clear()
@@ -437,8 +520,9 @@ class Context:
             backlog.per_partition = wanted
         return backlog
 
-    def load_backlog(self, queue: str, partitions: int, per_partition: int, payload_bytes: int,
-                      rows_per_statement: int) -> None:
+    def load_backlog(
+        self, queue: str, partitions: int, per_partition: int, payload_bytes: int, rows_per_statement: int
+    ) -> None:
         """Add ``per_partition`` messages to each of the queue's ``partitions`` by SQL (``BULK_LOAD``), in
         statements of about ``rows_per_statement`` rows so each stays a few seconds at most; logs the time."""
         started = time.monotonic()
@@ -468,13 +552,19 @@ class Context:
                 "INSERT INTO bench.messages (id, transaction_id, partition_id, seq, payload, created_at) "
                 "SELECT gen_random_uuid(), gen_random_uuid()::text, bench.partition_uuid(:p), "
                 f"nextval('bench.seq'), '{body}'::jsonb, clock_timestamp() "
-                f"FROM generate_series(1, {limit.rows});\n")
+                f"FROM generate_series(1, {limit.rows});\n"
+            )
         self.checkpoint()
         options = self.options
         # 5 s more than the warm-up and the window need (pgbench's clock may start before its connections are
         # made), so the load is still on when the window closes; if not, the limit is INVALID
-        process = PgbenchProcess(self.pg, script, limit.clients, math.ceil(options.warmup + options.seconds) + 5,
-                                 log_dir=self.workdir / "pgbench-log" if limit.log_latency else None)
+        process = PgbenchProcess(
+            self.pg,
+            script,
+            limit.clients,
+            math.ceil(options.warmup + options.seconds) + 5,
+            log_dir=self.workdir / "pgbench-log" if limit.log_latency else None,
+        )
         try:
             wait_for_clients(self.sql, limit.clients)
             time.sleep(options.warmup)
@@ -496,26 +586,39 @@ class Context:
         seen = start.postgres_ticks is not None and end.postgres_ticks is not None
         postgres_s = end.postgres_s - start.postgres_s
         figures: dict[str, Any] = {
-            "limit": limit.key, "round": round_no, "description": limit.description,
-            "msg_per_s": rate, "tps": run.result.tps, "failed": run.result.failed, "wall_s": wall,
-            "cpu_us_per_msg": {"postgres": postgres_s / rows * 1e6 if rows and seen else None,
-                               "pgbench": None},
+            "limit": limit.key,
+            "round": round_no,
+            "description": limit.description,
+            "msg_per_s": rate,
+            "tps": run.result.tps,
+            "failed": run.result.failed,
+            "wall_s": wall,
+            "cpu_us_per_msg": {
+                "postgres": postgres_s / rows * 1e6 if rows and seen else None,
+                "pgbench": None,
+            },
             "valid": run.result.failed == 0 and still_running,
             "pg_waits": self.waits.shares(),
             "wal_per_msg": end.wal.per_message(start.wal, rows),
         }
         if start.postgres_ticks is not None and end.postgres_ticks is not None:
             figures["postgres_cpu_s_by_kind"] = {
-                kind: seconds for kind, seconds in sorted(
-                    procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()) if seconds}
+                kind: seconds
+                for kind, seconds in sorted(
+                    procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()
+                )
+                if seconds
+            }
         # pgbench's own CPU is known for its whole run only (wait4): per row of the whole run
         total_rows = run.result.transactions * (limit.rows if limit.kind != "select1" else 1)
         figures["cpu_us_per_msg"]["pgbench"] = run.client_cpu_s / total_rows * 1e6 if total_rows else None
         if not still_running:
             figures["problems"] = ["pgbench ended before the window closed"]
         if run.latencies_us:
-            figures["latency_ms"] = {"50": (percentile(run.latencies_us, 50) or 0) / 1000,
-                                     "99": (percentile(run.latencies_us, 99) or 0) / 1000}
+            figures["latency_ms"] = {
+                "50": (percentile(run.latencies_us, 50) or 0) / 1000,
+                "99": (percentile(run.latencies_us, 99) or 0) / 1000,
+            }
             slow = sum(1 for us in run.latencies_us if us > 10_000)
             figures["requests_over_10ms"] = {"count": slow, "per_s": slow / wall if wall > 0 else 0.0}
         elif run.result.latency_avg_ms is not None:
@@ -577,9 +680,22 @@ class Kind:
 
 def environment_facts(sql: Sql) -> dict[str, Any]:
     """PostgreSQL version and the settings that decide its speed."""
-    names = ["fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers",
-             "max_connections", "max_wal_size", "checkpoint_timeout", "wal_buffers", "commit_delay", "work_mem",
-             "wal_compression", "effective_io_concurrency", "jit"]
+    names = [
+        "fsync",
+        "synchronous_commit",
+        "wal_sync_method",
+        "full_page_writes",
+        "shared_buffers",
+        "max_connections",
+        "max_wal_size",
+        "checkpoint_timeout",
+        "wal_buffers",
+        "commit_delay",
+        "work_mem",
+        "wal_compression",
+        "effective_io_concurrency",
+        "jit",
+    ]
     facts: dict[str, Any] = {"version": str(sql.fetchval("SELECT version()")).split(",")[0]}
     for name in names:
         facts[name] = sql.fetchval("SELECT current_setting($1)", name)

@@ -19,8 +19,14 @@ __all__ = ["BackgroundLoad", "Measured", "measured_window", "warm_up"]
 T = TypeVar("T")
 
 
-def warm_up(context: Context, run: dict[str, Any], script: Path, connections: int, threads: int = 2,
-            timeout_s: float = 10.0) -> WrkRun | None:
+def warm_up(
+    context: Context,
+    run: dict[str, Any],
+    script: Path,
+    connections: int,
+    threads: int = 2,
+    timeout_s: float = 10.0,
+) -> WrkRun | None:
     """wrk with ``script`` for the warm-up (``options.warmup`` seconds; none when 0), its counts checked
     under the label ``warm-up``."""
     if context.options.warmup <= 0:
@@ -40,9 +46,16 @@ class Measured(Generic[T]):
     window: Window
 
 
-def measured_window(context: Context, run: dict[str, Any], script: Path, connections: int,
-                    read: Callable[[], T], threads: int = 2, timeout_s: float = 10.0,
-                    label: str = "measured") -> Measured[T]:
+def measured_window(
+    context: Context,
+    run: dict[str, Any],
+    script: Path,
+    connections: int,
+    read: Callable[[], T],
+    threads: int = 2,
+    timeout_s: float = 10.0,
+    label: str = "measured",
+) -> Measured[T]:
     """The measured window of one wrk run of ``options.seconds``: ``read()`` (the ground truth, from
     PostgreSQL) once it has settled, then the window opened, wrk run, ``read()`` again and the window closed;
     wrk's counts are checked under ``label``. The caller fills the run's figures with
@@ -70,8 +83,9 @@ class BackgroundLoad:
 
     def start(self, name: str, script: Path, connections: int, threads: int = 2) -> None:
         def drive() -> None:
-            self.results[name] = run_wrk(self.context.broker_url, script, connections, self.duration_s, threads,
-                                         self.timeout_s)
+            self.results[name] = run_wrk(
+                self.context.broker_url, script, connections, self.duration_s, threads, self.timeout_s
+            )
 
         thread = threading.Thread(target=drive, name=f"wrk-{name}")
         thread.start()
@@ -93,5 +107,9 @@ class BackgroundLoad:
     def scaled_to(self, window_s: float) -> list[WrkRun]:
         """The runs with their CPU scaled to a window of ``window_s`` seconds inside them (wrk's CPU is known
         for its whole run only)."""
-        return [WrkRun(w.result, w.wall_s, w.cpu_s * min(1.0, window_s / w.wall_s) if w.wall_s > 0 else 0.0,
-                       w.output) for w in self.results.values()]
+        return [
+            WrkRun(
+                w.result, w.wall_s, w.cpu_s * min(1.0, window_s / w.wall_s) if w.wall_s > 0 else 0.0, w.output
+            )
+            for w in self.results.values()
+        ]

@@ -90,8 +90,9 @@ class TreeTicks:
 def tree_ticks(root: int, kind_of: Callable[[int], str]) -> TreeTicks:
     """The CPU ticks of the tree under ``root`` per live process, each labelled by ``kind_of(pid)``."""
     tree = tree_of(root)
-    return TreeTicks({p.pid: (kind_of(p.pid), p.own_ticks) for p in tree},
-                     sum(p.reaped_children_ticks for p in tree))
+    return TreeTicks(
+        {p.pid: (kind_of(p.pid), p.own_ticks) for p in tree}, sum(p.reaped_children_ticks for p in tree)
+    )
 
 
 def cpu_by_kind_s(start: TreeTicks, end: TreeTicks) -> dict[str, float]:

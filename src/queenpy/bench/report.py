@@ -19,9 +19,21 @@ def number(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers", "max_connections",
-             "work_mem", "wal_buffers", "max_wal_size", "checkpoint_timeout", "commit_delay", "wal_compression",
-             "jit")
+_SETTINGS = (
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "shared_buffers",
+    "max_connections",
+    "work_mem",
+    "wal_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "commit_delay",
+    "wal_compression",
+    "jit",
+)
 
 
 def settings_line(facts: dict[str, Any]) -> str:
@@ -35,19 +47,30 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
     settings, pg, broker = document["settings"], document["postgres"], document["broker"]
     machine = document["machine"]
     git = document["git"]
-    title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
-             f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
+    title = (
+        f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
+        f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}"
+    )
     origin = pg.get("server", PrivatePostgres.origin)  # documents written before "server" was recorded
-    server = (f"PostgreSQL: {origin}; {settings_line(pg)}\n"
-              f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
-    load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
-            f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
-            f"median {number((machine['other_cpu_share_median'] or 0) * 100)}%, max "
-            f"{number((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
+    server = (
+        f"PostgreSQL: {origin}; {settings_line(pg)}\n"
+        f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}"
+    )
+    load = (
+        f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
+        f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
+        f"median {number((machine['other_cpu_share_median'] or 0) * 100)}%, max "
+        f"{number((machine['other_cpu_share_max'] or 0) * 100)}% of all cores"
+    )
     lines = [
-        title, server, load, "",
-        ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
-         "| PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"),
+        title,
+        server,
+        load,
+        "",
+        (
+            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
+            "| PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
@@ -65,18 +88,29 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
             f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | {number(m.get('limit_postgres_us_per_row'), 1)} | "
             f"{number(m.get('postgres_cost_ratio'), 2)} | {number(cpu['wrk'], 1)} | "
             f"{number(m['broker_rss_mb_peak'])} ({number(m['broker_pss_mb_peak'])}) | "
-            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
-    lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
-              "|---|---:|---:|---:|---:|---:|"]
+            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |"
+        )
+    lines += [
+        "",
+        "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for key, entry in document["limits"].items():
         m = entry["median"]
-        lines.append(f"| {key}: {entry['description']} | {number(m['msg_per_s'])} | "
-                     f"{number(m['cpu_us_per_msg']['postgres'], 1)} | {number(m['cpu_us_per_msg']['pgbench'], 1)} | "
-                     f"{number(m['latency_ms']['50'], 2)} | {number(m['latency_ms']['99'], 2)} |"
-                     + ("" if m["valid"] else " INVALID"))
-    lines += ["", ("What limited each (share of all cores during the window; what PostgreSQL's active backends were "
-              "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
-              "LWLock:WALWrite = waiting for another backend's WAL flush):")]
+        lines.append(
+            f"| {key}: {entry['description']} | {number(m['msg_per_s'])} | "
+            f"{number(m['cpu_us_per_msg']['postgres'], 1)} | {number(m['cpu_us_per_msg']['pgbench'], 1)} | "
+            f"{number(m['latency_ms']['50'], 2)} | {number(m['latency_ms']['99'], 2)} |"
+            + ("" if m["valid"] else " INVALID")
+        )
+    lines += [
+        "",
+        (
+            "What limited each (share of all cores during the window; what PostgreSQL's active backends were "
+            "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
+            "LWLock:WALWrite = waiting for another backend's WAL flush):"
+        ),
+    ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if m:
@@ -90,11 +124,15 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")
-        lines.append(f"queen.messages over the whole run: n_tup_ins +{ledger['n_tup_ins_delta']:,}, rows stored "
-                     f"+{ledger['rows_delta']:,}: {ledger['verdict']}")
+        lines.append(
+            f"queen.messages over the whole run: n_tup_ins +{ledger['n_tup_ins_delta']:,}, rows stored "
+            f"+{ledger['rows_delta']:,}: {ledger['verdict']}"
+        )
     remarks = [(e["scenario"], "INVALID: " + p) for e in document["scenarios"] for p in e["problems"]]
     remarks += [(e["scenario"], n) for e in document["scenarios"] for n in e["notes"]]
-    remarks += [(e["scenario"], "skipped: " + e["skipped"]) for e in document["scenarios"] if e.get("skipped")]
+    remarks += [
+        (e["scenario"], "skipped: " + e["skipped"]) for e in document["scenarios"] if e.get("skipped")
+    ]
     if remarks:
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
@@ -106,12 +144,20 @@ def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
     parts = []
     if cpu:
         names = {"postgres": "PG", "other": "others"}  # a kind's own processes by their own key
-        parts.append("cores: " + ", ".join(f"{names.get(k, k)} {v * 100:.0f}%" for k, v in
-                                           sorted(cpu.items(), key=lambda item: -item[1]) if v >= 0.02))
+        parts.append(
+            "cores: "
+            + ", ".join(
+                f"{names.get(k, k)} {v * 100:.0f}%"
+                for k, v in sorted(cpu.items(), key=lambda item: -item[1])
+                if v >= 0.02
+            )
+        )
     states = [(k, v) for k, v in waits.items() if k != "active_backends" and v >= 0.03]
     if states:
-        parts.append(f"PG backends ({waits.get('active_backends', 0):.1f} active): "
-                     + ", ".join(f"{k} {v * 100:.0f}%" for k, v in states[:5]))
+        parts.append(
+            f"PG backends ({waits.get('active_backends', 0):.1f} active): "
+            + ", ".join(f"{k} {v * 100:.0f}%" for k, v in states[:5])
+        )
     return "; ".join(parts) or "-"
 
 
@@ -164,9 +210,12 @@ def chart(document: dict[str, Any], path: Path) -> bool:
     bottom.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     git = document["git"].get("commit", "?")
     other = document["machine"].get("other_cpu_share_median") or 0.0
-    fig.suptitle(f"queenbench {document['started_at'][:16]}Z, git {git}, "
-                 f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}; "
-                 f"other processes used {other * 100:.0f}% of the cores (median)", fontsize=10)
+    fig.suptitle(
+        f"queenbench {document['started_at'][:16]}Z, git {git}, "
+        f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}; "
+        f"other processes used {other * 100:.0f}% of the cores (median)",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

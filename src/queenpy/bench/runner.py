@@ -36,8 +36,16 @@ from queenpy.bench.parsing import median, select_names
 from queenpy.bench.postgres import BenchError, BenchServer, ExternalPostgres, PrivatePostgres, Sql
 from queenpy.bench.wrk import find_wrk, stop_all
 
-__all__ = ["BenchError", "Config", "dispatch", "kind_lines", "run", "scenario_entry", "scenario_names",
-           "write_summary"]
+__all__ = [
+    "BenchError",
+    "Config",
+    "dispatch",
+    "kind_lines",
+    "run",
+    "scenario_entry",
+    "scenario_names",
+    "write_summary",
+]
 
 
 @dataclass
@@ -110,11 +118,24 @@ def dispatch(kind: Kind, context: Context, scenario: Scenario, round_no: int) ->
     except BenchError:
         raise
     except ScenarioSkipped as exc:
-        return {"scenario": scenario.name, "round": round_no, "valid": True, "skipped": str(exc),
-                "problems": [], "notes": [], "limit": scenario.limit}
+        return {
+            "scenario": scenario.name,
+            "round": round_no,
+            "valid": True,
+            "skipped": str(exc),
+            "problems": [],
+            "notes": [],
+            "limit": scenario.limit,
+        }
     except Exception as exc:  # noqa: BLE001 (a crashed scenario is reported, the others still run)
-        return {"scenario": scenario.name, "round": round_no, "valid": False,
-                "problems": [f"crashed: {exc.__class__.__name__}: {exc}"], "notes": [], "limit": scenario.limit}
+        return {
+            "scenario": scenario.name,
+            "round": round_no,
+            "valid": False,
+            "problems": [f"crashed: {exc.__class__.__name__}: {exc}"],
+            "notes": [],
+            "limit": scenario.limit,
+        }
     result["valid"] = not result["problems"]
     return result
 
@@ -122,17 +143,29 @@ def dispatch(kind: Kind, context: Context, scenario: Scenario, round_no: int) ->
 def _git_describe() -> dict[str, Any]:
     here = Path(__file__).resolve().parent
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True,
-                                text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=here,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
         return {"commit": commit, "dirty": dirty}
     except (OSError, subprocess.CalledProcessError):
         return {}
 
 
 def _stop_on_signal(signum: int, _frame: Any) -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a second signal must not cut the cleanup short
+    for sig in (
+        signal.SIGTERM,
+        signal.SIGINT,
+        signal.SIGHUP,
+    ):  # a second signal must not cut the cleanup short
         if signal.getsignal(sig) is _stop_on_signal:
             signal.signal(sig, signal.SIG_IGN)
     stop_all()  # first: threads wait for their wrk, and the cleanup joins them
@@ -161,24 +194,34 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     find_wrk()
     scenarios = _select(config)
     runs = config.runs or (1 if config.quick else 3)
-    options = Options(seconds=config.seconds or (3.0 if config.quick else 10.0),
-                      warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
-                      connections=config.connections, checkpoint=config.checkpoint,
-                      keepup_fraction=config.keepup_fraction, soak_duration_s=config.soak_duration_s,
-                      soak_share=config.soak_share, soak_rate=config.soak_rate,
-                      soak_transaction_ids=config.soak_transaction_ids, spark_master=config.spark_master)
+    options = Options(
+        seconds=config.seconds or (3.0 if config.quick else 10.0),
+        warmup=config.warmup if config.warmup is not None else (1.0 if config.quick else 3.0),
+        connections=config.connections,
+        checkpoint=config.checkpoint,
+        keepup_fraction=config.keepup_fraction,
+        soak_duration_s=config.soak_duration_s,
+        soak_share=config.soak_share,
+        soak_rate=config.soak_rate,
+        soak_transaction_ids=config.soak_transaction_ids,
+        spark_master=config.spark_master,
+    )
     limits_used = sorted({s.limit for s in scenarios} | {"select1"}, key=list(LIMITS).index)
     kinds_used = list({s.kind: KINDS[s.kind] for s in scenarios}.values())
     planned = [KINDS[s.kind].planned_s(s, options) for s in scenarios]
-    per_round = sum(seconds for seconds, _ in planned) + len(limits_used) * (options.warmup + options.seconds + 1)
+    per_round = sum(seconds for seconds, _ in planned) + len(limits_used) * (
+        options.warmup + options.seconds + 1
+    )
     extra = sum(more for _, more in planned)
     broker_env = dict(config.broker_env)
     for kind in kinds_used:
         for name, value in kind.broker_env.items():
             broker_env.setdefault(name, value)
-    echo(f"queenbench: {len(scenarios)} scenario(s) x {runs} run(s), {options.seconds:g}s measured after "
-         f"{options.warmup:g}s warm-up; about {runs * per_round / 60:.1f} min"
-         + (f", and up to {runs * extra / 60:.0f} min more for settling and waits" if extra else ""))
+    echo(
+        f"queenbench: {len(scenarios)} scenario(s) x {runs} run(s), {options.seconds:g}s measured after "
+        f"{options.warmup:g}s warm-up; about {runs * per_round / 60:.1f} min"
+        + (f", and up to {runs * extra / 60:.0f} min more for settling and waits" if extra else "")
+    )
     if config.workdir is not None:
         config.workdir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="queenbench-", dir=config.workdir))
@@ -241,8 +284,11 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
     chart = config.chart or config.out.with_suffix(".png")
     made = report.chart(document, chart)
     more = [path for kind in kinds_used for path in kind.charts(document, chart)] if made else []
-    echo(f"\nJSON: {config.out}" + (f"   chart: {chart}" if made else f"   (no chart: {report.CHART_MISSING})")
-         + "".join(f"   chart: {path}" for path in more))
+    echo(
+        f"\nJSON: {config.out}"
+        + (f"   chart: {chart}" if made else f"   (no chart: {report.CHART_MISSING})")
+        + "".join(f"   chart: {path}" for path in more)
+    )
     if config.history is not None:
         if config.history.parent.is_dir():
             summary.append_history(config.history, summary.history_row(document, str(config.out)))
@@ -255,9 +301,15 @@ def run(config: Config, echo: Callable[[str], None] = print) -> dict[str, Any]:
 def _echo_limit(echo: Callable[[str], None], figures: dict[str, Any]) -> None:
     latency = figures.get("latency_ms", {})
     extra = f"  p50 {latency['50']:.2f} ms p99 {latency['99']:.2f} ms" if "50" in latency else ""
-    echo(f"   limit {figures['limit']:<24} {figures['msg_per_s']:>11,.0f} /s{extra}"
-         + ("" if figures["valid"] else "  INVALID: " + "; ".join(
-             figures.get("problems") or [f"{figures['failed']} failed transactions"])))
+    echo(
+        f"   limit {figures['limit']:<24} {figures['msg_per_s']:>11,.0f} /s{extra}"
+        + (
+            ""
+            if figures["valid"]
+            else "  INVALID: "
+            + "; ".join(figures.get("problems") or [f"{figures['failed']} failed transactions"])
+        )
+    )
 
 
 def _echo_run(echo: Callable[[str], None], run: dict[str, Any], limit: dict[str, Any] | None) -> None:
@@ -266,9 +318,11 @@ def _echo_run(echo: Callable[[str], None], run: dict[str, Any], limit: dict[str,
         return
     ratio = run["msg_per_s"] / limit["msg_per_s"] if limit and limit["msg_per_s"] else None
     latency = run.get("latency_ms", {})
-    text = (f"   {run['scenario']:<28} {run['msg_per_s']:>11,.0f} msg/s"
-            + (f"  ratio {ratio:.2f}" if ratio is not None else "")
-            + (f"  p50 {latency.get('50', 0):.1f} ms p99 {latency.get('99', 0):.1f} ms" if latency else ""))
+    text = (
+        f"   {run['scenario']:<28} {run['msg_per_s']:>11,.0f} msg/s"
+        + (f"  ratio {ratio:.2f}" if ratio is not None else "")
+        + (f"  p50 {latency.get('50', 0):.1f} ms p99 {latency.get('99', 0):.1f} ms" if latency else "")
+    )
     if not run["valid"]:
         text += "  INVALID: " + "; ".join(run["problems"])
     echo(text)
@@ -283,7 +337,9 @@ def _limits_section(limit_results: dict[tuple[int, str], dict[str, Any]]) -> dic
         rounds = limit_entry["runs"]
         limit_entry["median"] = {
             "msg_per_s": median(r["msg_per_s"] for r in rounds),
-            "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"][k] for r in rounds) for k in ("postgres", "pgbench")},
+            "cpu_us_per_msg": {
+                k: median(r["cpu_us_per_msg"][k] for r in rounds) for k in ("postgres", "pgbench")
+            },
             "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in rounds) for k in ("50", "99")},
             "valid": all(r["valid"] for r in rounds),
             "pg_waits": _median_shares([r.get("pg_waits", {}) for r in rounds]),
@@ -298,7 +354,10 @@ def _paired_with_limit(measured: list[dict[str, Any]], limit_of_round: dict[int,
         limit = limit_of_round.get(r["round"])
         if limit and limit["msg_per_s"]:
             r["ratio"] = r["msg_per_s"] / limit["msg_per_s"]
-        ours, theirs = r["cpu_us_per_msg"]["postgres"], (limit or {}).get("cpu_us_per_msg", {}).get("postgres")
+        ours, theirs = (
+            r["cpu_us_per_msg"]["postgres"],
+            (limit or {}).get("cpu_us_per_msg", {}).get("postgres"),
+        )
         if ours is not None and theirs:
             r["postgres_cost_ratio"] = ours / theirs
 
@@ -307,9 +366,14 @@ def _shared_medians(measured: list[dict[str, Any]], limit_median: dict[str, Any]
     """The medians every kind reports (the scenario table's columns)."""
     # the broker's, PostgreSQL's and wrk's CPU, then any other process a kind measures (Spark's), then the rest
     extra = sorted({k for r in measured for k in r["cpu_us_per_msg"]} - {"broker", "postgres", "wrk"})
-    cpu_keys = [k for k in ("broker", "postgres", "wrk", *extra) if any(k in r["cpu_us_per_msg"] for r in measured)]
-    share_keys = [k for k in ("broker", "postgres", "wrk", *extra, "other", "idle")
-                  if any(k in r["cpu_share_of_machine"] for r in measured)]
+    cpu_keys = [
+        k for k in ("broker", "postgres", "wrk", *extra) if any(k in r["cpu_us_per_msg"] for r in measured)
+    ]
+    share_keys = [
+        k
+        for k in ("broker", "postgres", "wrk", *extra, "other", "idle")
+        if any(k in r["cpu_share_of_machine"] for r in measured)
+    ]
     return {
         "msg_per_s": median(r["msg_per_s"] for r in measured),
         "limit_msg_per_s": limit_median.get("msg_per_s"),
@@ -318,17 +382,27 @@ def _shared_medians(measured: list[dict[str, Any]], limit_median: dict[str, Any]
         "ratio": median(r.get("ratio") for r in measured),
         "postgres_cost_ratio": median(r.get("postgres_cost_ratio") for r in measured),
         "requests_per_s": median(r.get("requests_per_s") for r in measured),
-        "latency_ms": {k: median(r.get("latency_ms", {}).get(k) for r in measured) for k in ("50", "90", "99", "99.9")},
+        "latency_ms": {
+            k: median(r.get("latency_ms", {}).get(k) for r in measured) for k in ("50", "90", "99", "99.9")
+        },
         "cpu_us_per_msg": {k: median(r["cpu_us_per_msg"].get(k) for r in measured) for k in cpu_keys},
-        "cpu_share_of_machine": {k: median(r["cpu_share_of_machine"].get(k) for r in measured) for k in share_keys},
+        "cpu_share_of_machine": {
+            k: median(r["cpu_share_of_machine"].get(k) for r in measured) for k in share_keys
+        },
         "broker_rss_mb_peak": max(r["broker_rss_mb_peak"] for r in measured),
         "broker_pss_mb_peak": max(r["broker_pss_mb_peak"] for r in measured),
         "pg_waits": _median_shares([r.get("pg_waits", {}) for r in measured]),
     }
 
 
-def scenario_entry(scenario: Scenario, kind: Kind, rounds: list[dict[str, Any]], options: Options,
-                   limit_of_round: dict[int, dict[str, Any]], limit_median: dict[str, Any]) -> dict[str, Any]:
+def scenario_entry(
+    scenario: Scenario,
+    kind: Kind,
+    rounds: list[dict[str, Any]],
+    options: Options,
+    limit_of_round: dict[int, dict[str, Any]],
+    limit_median: dict[str, Any],
+) -> dict[str, Any]:
     """The JSON's entry of one scenario: its parameters, validity, problems and notes of every round, the
     rounds themselves, and (when a round measured) the medians: those every kind shares, ratios paired with
     the limit of the same round (``limit_of_round``: round -> the limit's figures; ``limit_median``: the
@@ -337,11 +411,19 @@ def scenario_entry(scenario: Scenario, kind: Kind, rounds: list[dict[str, Any]],
     _paired_with_limit(measured, limit_of_round)
     skipped = next((r["skipped"] for r in rounds if "skipped" in r), None)
     entry: dict[str, Any] = {
-        "scenario": scenario.name, "description": scenario.description, "limit": scenario.limit,
-        "parameters": {"kind": scenario.kind, "per_request": scenario.per_request,
-                       "payload_bytes": scenario.payload_bytes, "partitions": scenario.partitions,
-                       "connections": scenario.wrk_connections(options), "mode": scenario.mode,
-                       "groups": scenario.groups, "batch": scenario.batch},
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "limit": scenario.limit,
+        "parameters": {
+            "kind": scenario.kind,
+            "per_request": scenario.per_request,
+            "payload_bytes": scenario.payload_bytes,
+            "partitions": scenario.partitions,
+            "connections": scenario.wrk_connections(options),
+            "mode": scenario.mode,
+            "groups": scenario.groups,
+            "batch": scenario.batch,
+        },
         "valid": bool(rounds) and all(r["valid"] for r in rounds),
         "problems": sorted({p for r in rounds for p in r["problems"]}),
         "notes": sorted({n for r in rounds for n in r["notes"]}),
@@ -354,37 +436,77 @@ def scenario_entry(scenario: Scenario, kind: Kind, rounds: list[dict[str, Any]],
     return entry
 
 
-def _document(config: Config, options: Options, runs: int, facts: dict[str, Any], scenarios: list[Scenario],
-              context: Context, broker: Broker, started: float) -> dict[str, Any]:
+def _document(
+    config: Config,
+    options: Options,
+    runs: int,
+    facts: dict[str, Any],
+    scenarios: list[Scenario],
+    context: Context,
+    broker: Broker,
+    started: float,
+) -> dict[str, Any]:
     limits = _limits_section(context.limit_results)
     results = []
     for scenario in scenarios:
-        rounds = [context.scenario_results[(n, scenario.name)] for n in range(1, runs + 1)
-                  if (n, scenario.name) in context.scenario_results]
-        limit_of_round = {n: figures for (n, key), figures in context.limit_results.items() if key == scenario.limit}
-        results.append(scenario_entry(scenario, KINDS[scenario.kind], rounds, options, limit_of_round,
-                                      limits.get(scenario.limit, {}).get("median", {})))
-    others = [r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r]
+        rounds = [
+            context.scenario_results[(n, scenario.name)]
+            for n in range(1, runs + 1)
+            if (n, scenario.name) in context.scenario_results
+        ]
+        limit_of_round = {
+            n: figures for (n, key), figures in context.limit_results.items() if key == scenario.limit
+        }
+        results.append(
+            scenario_entry(
+                scenario,
+                KINDS[scenario.kind],
+                rounds,
+                options,
+                limit_of_round,
+                limits.get(scenario.limit, {}).get("median", {}),
+            )
+        )
+    others = [
+        r["cpu_share_of_machine"]["other"] for e in results for r in e["runs"] if "cpu_share_of_machine" in r
+    ]
     return {
-        "tool": "queenbench", "format": 1,
+        "tool": "queenbench",
+        "format": 1,
         "started_at": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
         "duration_s": time.time() - started,
         "command": config.command or " ".join(sys.argv),
         "git": _git_describe(),
-        "settings": {"quick": config.quick, "runs": runs, "seconds": options.seconds, "warmup": options.warmup,
-                     "push_connections": options.connections, "checkpoint_before_each": options.checkpoint,
-                     "keepup_share_of_push": options.keepup_fraction,
-                     "soak_duration_s": options.soak_duration_s, "soak_share_of_push": options.soak_share,
-                     "soak_rate_msg_per_s": options.soak_rate,
-                     "soak_transaction_ids": options.soak_transaction_ids, "spark_master": options.spark_master},
-        "machine": {"cores": os.cpu_count(), "load_average_at_end": os.getloadavg(),
-                    "other_cpu_share_median": median(others),
-                    "other_cpu_share_max": max(others) if others else None},
+        "settings": {
+            "quick": config.quick,
+            "runs": runs,
+            "seconds": options.seconds,
+            "warmup": options.warmup,
+            "push_connections": options.connections,
+            "checkpoint_before_each": options.checkpoint,
+            "keepup_share_of_push": options.keepup_fraction,
+            "soak_duration_s": options.soak_duration_s,
+            "soak_share_of_push": options.soak_share,
+            "soak_rate_msg_per_s": options.soak_rate,
+            "soak_transaction_ids": options.soak_transaction_ids,
+            "spark_master": options.spark_master,
+        },
+        "machine": {
+            "cores": os.cpu_count(),
+            "load_average_at_end": os.getloadavg(),
+            "other_cpu_share_median": median(others),
+            "other_cpu_share_max": max(others) if others else None,
+        },
         "postgres": facts,
-        "broker": {"workers": config.workers or "default (one per core)", "env": broker.env,
-                   "processes": context.memory.peak()[2], "pythonpath": os.environ.get("PYTHONPATH", ""),
-                   "inherited_queen_env": {k: v for k, v in os.environ.items()
-                                           if k.startswith(("QUEEN_", "DB_POOL", "NUM_WORKERS"))}},
+        "broker": {
+            "workers": config.workers or "default (one per core)",
+            "env": broker.env,
+            "processes": context.memory.peak()[2],
+            "pythonpath": os.environ.get("PYTHONPATH", ""),
+            "inherited_queen_env": {
+                k: v for k, v in os.environ.items() if k.startswith(("QUEEN_", "DB_POOL", "NUM_WORKERS"))
+            },
+        },
         "load_generator": {"wrk": find_wrk(), "threads": 2},
         "limits": limits,
         "scenarios": results,

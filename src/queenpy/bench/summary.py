@@ -18,13 +18,24 @@ from typing import Any
 from queenpy.bench.catalog import SCENARIOS
 from queenpy.bench.report import number
 
-__all__ = ["BEGIN", "END", "append_history", "current_figures", "history_row", "is_reference", "load_documents",
-           "rewrite_page", "write_summary"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "append_history",
+    "current_figures",
+    "history_row",
+    "is_reference",
+    "load_documents",
+    "rewrite_page",
+    "write_summary",
+]
 
 BEGIN = "<!-- current-figures: begin (queenpy bench --summary benchmarks/results; do not edit by hand) -->"
 END = "<!-- current-figures: end -->"
-HEADER = ("| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | broker RSS MB | rounds "
-          "| run (UTC) | commit |")
+HEADER = (
+    "| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | broker RSS MB | rounds "
+    "| run (UTC) | commit |"
+)
 
 
 def _rounded(value: float | None, digits: int) -> float | None:
@@ -34,7 +45,9 @@ def _rounded(value: float | None, digits: int) -> float | None:
 def _server(document: dict[str, Any]) -> str:
     """``private`` (the suite's own PostgreSQL, the default) or ``external`` (``--database-url``); documents
     written before the origin was recorded ran on the private one."""
-    return "external" if str(document["postgres"].get("server", "private")).startswith("external") else "private"
+    return (
+        "external" if str(document["postgres"].get("server", "private")).startswith("external") else "private"
+    )
 
 
 def history_row(document: dict[str, Any], source: str) -> dict[str, Any]:
@@ -51,17 +64,29 @@ def history_row(document: dict[str, Any], source: str) -> dict[str, Any]:
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         scenarios[entry["scenario"]] = {
-            "msg_per_s": _rounded(m["msg_per_s"], 0), "ratio": _rounded(m.get("ratio"), 3),
-            "p50_ms": _rounded(latency.get("50"), 2), "p99_ms": _rounded(latency.get("99"), 2),
-            "broker_us_per_msg": _rounded(cpu.get("broker"), 1), "postgres_us_per_msg": _rounded(cpu.get("postgres"), 1),
+            "msg_per_s": _rounded(m["msg_per_s"], 0),
+            "ratio": _rounded(m.get("ratio"), 3),
+            "p50_ms": _rounded(latency.get("50"), 2),
+            "p99_ms": _rounded(latency.get("99"), 2),
+            "broker_us_per_msg": _rounded(cpu.get("broker"), 1),
+            "postgres_us_per_msg": _rounded(cpu.get("postgres"), 1),
             "broker_rss_mb": _rounded(m.get("broker_rss_mb_peak"), 0),
-            "rounds": sum(1 for r in entry["runs"] if "msg_per_s" in r), "valid": entry["valid"]}
+            "rounds": sum(1 for r in entry["runs"] if "msg_per_s" in r),
+            "valid": entry["valid"],
+        }
     return {
-        "date": document["started_at"], "commit": git.get("commit"), "dirty": git.get("dirty"),
-        "command": document.get("command"), "source": source,
-        "quick": settings.get("quick", False), "runs": settings.get("runs"), "seconds": settings.get("seconds"),
-        "machine": {"cores": machine.get("cores"),
-                    "other_cpu_share_median": _rounded(machine.get("other_cpu_share_median"), 3)},
+        "date": document["started_at"],
+        "commit": git.get("commit"),
+        "dirty": git.get("dirty"),
+        "command": document.get("command"),
+        "source": source,
+        "quick": settings.get("quick", False),
+        "runs": settings.get("runs"),
+        "seconds": settings.get("seconds"),
+        "machine": {
+            "cores": machine.get("cores"),
+            "other_cpu_share_median": _rounded(machine.get("other_cpu_share_median"), 3),
+        },
         "postgres": {"server": _server(document), "version": document["postgres"].get("version")},
         "broker": {"workers": document["broker"].get("workers"), "env": document["broker"].get("env") or {}},
         "scenarios": scenarios,
@@ -78,8 +103,12 @@ def is_reference(document: dict[str, Any]) -> bool:
     """Whether a run may stand on the page: a full run (not ``--quick``) of a known, clean commit on the
     suite's own PostgreSQL (the default configuration; a tuned server's figures are not comparable)."""
     git = document.get("git") or {}
-    return (not document["settings"].get("quick") and bool(git.get("commit")) and not git.get("dirty")
-            and _server(document) == "private")
+    return (
+        not document["settings"].get("quick")
+        and bool(git.get("commit"))
+        and not git.get("dirty")
+        and _server(document) == "private"
+    )
 
 
 def load_documents(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
@@ -91,8 +120,11 @@ def load_documents(paths: Iterable[Path]) -> list[tuple[Path, dict[str, Any]]]:
     return sorted(documents, key=lambda item: item[1]["started_at"])
 
 
-def current_figures(documents: list[tuple[Path, dict[str, Any]]], link: Callable[[Path], str],
-                    kind_lines: Callable[[dict[str, Any]], list[str]]) -> str:
+def current_figures(
+    documents: list[tuple[Path, dict[str, Any]]],
+    link: Callable[[Path], str],
+    kind_lines: Callable[[dict[str, Any]], list[str]],
+) -> str:
     """The page's block: for each scenario (catalogue order), the newest reference run (:func:`is_reference`)
     that measured it validly, as one table row naming its run; then each scenario's own lines (its kind's
     ``report_lines``), and the runs cited. ``link(path)``: the Markdown target of a run's JSON file."""
@@ -104,8 +136,7 @@ def current_figures(documents: list[tuple[Path, dict[str, Any]]], link: Callable
             if entry.get("median") and entry["valid"]:
                 newest[entry["scenario"]] = (path, document, entry)
     order = [s.name for s in SCENARIOS] + sorted(set(newest) - {s.name for s in SCENARIOS})
-    lines = [HEADER,
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     cited: dict[Path, dict[str, Any]] = {}
     for name in order:
         if name not in newest:
@@ -120,17 +151,20 @@ def current_figures(documents: list[tuple[Path, dict[str, Any]]], link: Callable
             f"| {name} | {number(m['msg_per_s'])} | {number(m.get('ratio'), 2)} | {number(latency.get('50'), 1)} "
             f"| {number(latency.get('99'), 1)} | {number(cpu.get('broker'), 1)} | {number(cpu.get('postgres'), 1)} "
             f"| {number(m.get('broker_rss_mb_peak'))} | {rounds} | [{document['started_at'][:16].replace('T', ' ')}]"
-            f"({link(path)}) | {document['git']['commit']} |")
+            f"({link(path)}) | {document['git']['commit']} |"
+        )
     for name in order:
         own = kind_lines(newest[name][2]) if name in newest else []
         lines += [""] + own if own else []
     lines += ["", "The runs cited (other processes' share of the cores during the windows, median):", ""]
     for path, document in sorted(cited.items(), key=lambda item: item[1]["started_at"]):
         other = document["machine"].get("other_cpu_share_median")
-        lines.append(f"- [{path.name}]({link(path)}): {document['started_at'][:16].replace('T', ' ')} UTC, commit "
-                     f"{document['git']['commit']}, {document['settings']['runs']} round(s) of "
-                     f"{document['settings']['seconds']:g} s, other processes {number((other or 0) * 100)}%; "
-                     f"`{document.get('command', '')}`")
+        lines.append(
+            f"- [{path.name}]({link(path)}): {document['started_at'][:16].replace('T', ' ')} UTC, commit "
+            f"{document['git']['commit']}, {document['settings']['runs']} round(s) of "
+            f"{document['settings']['seconds']:g} s, other processes {number((other or 0) * 100)}%; "
+            f"`{document.get('command', '')}`"
+        )
     return "\n".join(lines)
 
 
@@ -141,10 +175,12 @@ def rewrite_page(page: Path, block: str) -> None:
     start, end = text.find(BEGIN), text.find(END)
     if start < 0 or end < start:
         raise ValueError(f"{page} has no block between {BEGIN!r} and {END!r}")
-    page.write_text(text[:start + len(BEGIN)] + "\n" + block + "\n" + text[end:])
+    page.write_text(text[: start + len(BEGIN)] + "\n" + block + "\n" + text[end:])
 
 
-def write_summary(paths: Iterable[Path], page: Path, kind_lines: Callable[[dict[str, Any]], list[str]]) -> int:
+def write_summary(
+    paths: Iterable[Path], page: Path, kind_lines: Callable[[dict[str, Any]], list[str]]
+) -> int:
     """Rewrite ``page``'s current-figures block from the run documents in ``paths`` (files or directories),
     links relative to the page; returns how many documents were read."""
     documents = load_documents(paths)

@@ -14,12 +14,15 @@ from queenpy.bench.kinds import consume, keepup, operators, push, soak, spark, s
 
 __all__ = ["KINDS"]
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (
-    push.KIND,
-    consume.KIND,
-    keepup.KIND,
-    soak.KIND,
-    operators.KIND,
-    streams.KIND,
-    spark.KIND,
-)}
+KINDS: dict[str, Kind] = {
+    kind.name: kind
+    for kind in (
+        push.KIND,
+        consume.KIND,
+        keepup.KIND,
+        soak.KIND,
+        operators.KIND,
+        streams.KIND,
+        spark.KIND,
+    )
+}

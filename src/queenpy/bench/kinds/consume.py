@@ -33,8 +33,10 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     per_group = estimate / scenario.groups
     need = int(per_group * max(options.seconds, options.warmup) * 1.3) + scenario.batch * scenario.connections
     queue = context.backlog(scenario, need).queue
-    groups = [f"{scenario.name}-r{round_no}" + (f"-g{i}" if scenario.groups > 1 else "")
-              for i in range(1, scenario.groups + 1)]
+    groups = [
+        f"{scenario.name}-r{round_no}" + (f"-g{i}" if scenario.groups > 1 else "")
+        for i in range(1, scenario.groups + 1)
+    ]
     # a target queue per run: each run's group re-reads the same source messages, and the pushed copies'
     # transactionIds (h-<source id>) must not meet an earlier run's (that would fail the transaction)
     target = f"{queue}-{scenario.name}-r{round_no}-out" if scenario.mode == "handoff" else ""
@@ -43,22 +45,40 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context.precreate(target + "-warm", scenario.partitions)
 
     def script_for(group_names: list[str], target_queue: str) -> Path:
-        return render_script("consume", {
-            "queue": queue, "groups": group_names, "batch": scenario.batch, "mode": scenario.mode,
-            "timeout_ms": options.long_poll_ms, "target": target_queue, "payload": payload(40)},
-            context.workdir)
+        return render_script(
+            "consume",
+            {
+                "queue": queue,
+                "groups": group_names,
+                "batch": scenario.batch,
+                "mode": scenario.mode,
+                "timeout_ms": options.long_poll_ms,
+                "target": target_queue,
+                "payload": payload(40),
+            },
+            context.workdir,
+        )
 
     def truth() -> tuple[dict[str, int], int]:
-        return (context.cursors(queue, groups),
-                int(context.sql.fetchval(Q_QUEUE_ROWS, target)) if target else 0)
+        return (
+            context.cursors(queue, groups),
+            int(context.sql.fetchval(Q_QUEUE_ROWS, target)) if target else 0,
+        )
 
     timeout_s = options.long_poll_ms / 1000 + 10
     context.checkpoint()
-    warm_up(context, run, script_for([f"warm-{g}" for g in groups], target and target + "-warm"),
-            scenario.connections, scenario.threads, timeout_s)
+    warm_up(
+        context,
+        run,
+        script_for([f"warm-{g}" for g in groups], target and target + "-warm"),
+        scenario.connections,
+        scenario.threads,
+        timeout_s,
+    )
     available = int(context.sql.fetchval(Q_QUEUE_ROWS, queue))
-    measured = measured_window(context, run, script_for(groups, target), scenario.connections, truth,
-                               scenario.threads, timeout_s)
+    measured = measured_window(
+        context, run, script_for(groups, target), scenario.connections, truth, scenario.threads, timeout_s
+    )
     (cursors0, target0), (cursors1, target1) = measured.before, measured.after
     consumed = sum(cursors1.values()) - sum(cursors0.values())
     counted = (target1 - target0) if target else consumed
@@ -68,15 +88,22 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     counters = measured.wrk.result.counters
     slack = scenario.connections * scenario.batch
     client = int(counters.get(_CLIENT_COUNTER[scenario.mode], 0))
-    run["ground_truth"].update({
-        "consumed_in_window": consumed, "consumed_after_settle": advance, "client_count": client,
-        "delivered": int(counters.get("delivered", 0)), "per_group_in_window":
-            {g: cursors1[g] - cursors0[g] for g in groups}, "backlog_rows": available})
+    run["ground_truth"].update(
+        {
+            "consumed_in_window": consumed,
+            "consumed_after_settle": advance,
+            "client_count": client,
+            "delivered": int(counters.get("delivered", 0)),
+            "per_group_in_window": {g: cursors1[g] - cursors0[g] for g in groups},
+            "backlog_rows": available,
+        }
+    )
     if advance < client:
         run["problems"].append(f"duplicated: the client counted {client}, cursors advanced {advance}")
     if advance > client + slack:
-        run["problems"].append(f"lost: cursors advanced {advance}, the client counted {client} "
-                               f"(+{slack} in flight at most)")
+        run["problems"].append(
+            f"lost: cursors advanced {advance}, the client counted {client} (+{slack} in flight at most)"
+        )
     if target:
         handed = target2 - target0
         run["ground_truth"].update({"target_rows_after_settle": handed})

@@ -74,7 +74,9 @@ def _ms(values: list[float], q: float) -> float:
 
 def _seed(context: Context, queues: int, partitions: int) -> dict[str, Any]:
     """The seeded queues and partitions (once per session: a later round finds them)."""
-    have = int(context.sql.fetchval("SELECT count(*) FROM queen.queues WHERE name LIKE $1 || '%'", SEED_PREFIX))
+    have = int(
+        context.sql.fetchval("SELECT count(*) FROM queen.queues WHERE name LIKE $1 || '%'", SEED_PREFIX)
+    )
     if have >= queues:
         return {"seeded_now": False}
     started = time.monotonic()
@@ -98,9 +100,13 @@ def _route_timings(url: str) -> dict[str, Any]:
                 seconds.append(time.perf_counter() - started)
                 sizes.append(len(response.content))
                 statuses.add(response.status_code)
-            timings[route] = {"p50_ms": _ms(seconds, 0.5), "p99_ms": _ms(seconds, 0.99),
-                              "max_ms": _ms(seconds, 1.0), "bytes": int(statistics.median(sizes)),
-                              "status": sorted(statuses)}
+            timings[route] = {
+                "p50_ms": _ms(seconds, 0.5),
+                "p99_ms": _ms(seconds, 0.99),
+                "max_ms": _ms(seconds, 1.0),
+                "bytes": int(statistics.median(sizes)),
+                "status": sorted(statuses),
+            }
     return timings
 
 
@@ -137,18 +143,28 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     """See the module docstring: the route timings, then a push window without and one with a scraper."""
     run = context.new_run(scenario, round_no)
     seeded = _seed(context, scenario.groups, scenario.partitions)
-    run["notes"].append(f"{scenario.groups} queues, {scenario.partitions} partitions seeded by SQL"
-                        + (f" in {seeded['seed_s']} s" if seeded.get("seeded_now") else " (earlier)"))
+    run["notes"].append(
+        f"{scenario.groups} queues, {scenario.partitions} partitions seeded by SQL"
+        + (f" in {seeded['seed_s']} s" if seeded.get("seeded_now") else " (earlier)")
+    )
     run["route_timings"] = _route_timings(context.broker_url)
     for route, timing in run["route_timings"].items():
         if timing["status"] != [200]:
             run["problems"].append(f"{route} answered {timing['status']}")
     queue = f"{scenario.name}-push-r{round_no}"
     context.precreate(queue, 100)
-    script = render_script("push", {
-        "queue": queue, "partitions": 100, "per_request": scenario.per_request,
-        "payload": payload(scenario.payload_bytes), "seed": 1000 * round_no + 23, "rate_per_thread": 0},
-        context.workdir)
+    script = render_script(
+        "push",
+        {
+            "queue": queue,
+            "partitions": 100,
+            "per_request": scenario.per_request,
+            "payload": payload(scenario.payload_bytes),
+            "seed": 1000 * round_no + 23,
+            "rate_per_thread": 0,
+        },
+        context.workdir,
+    )
     clients = scenario.wrk_connections(context.options)
     warm_up(context, run, script, clients, scenario.threads)
 
@@ -169,13 +185,16 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         run["problems"].append("no scrape completed during the window")
     rate_without = (without.after - without.before) / max(1e-9, without.window.seconds)
     rate_with = messages / max(1e-9, with_scraper.window.seconds)
-    run["ground_truth"].update({
-        "push_msg_per_s_without_scraper": round(rate_without, 1),
-        "push_msg_per_s_with_scraper": round(rate_with, 1),
-        "with_scraper_ratio": round(rate_with / rate_without, 3) if rate_without else None,
-        "scrapes_in_window": len(scraper.seconds), "scrape_p50_ms": _ms(scraper.seconds, 0.5),
-        "scrape_max_ms": _ms(scraper.seconds, 1.0),
-    })
+    run["ground_truth"].update(
+        {
+            "push_msg_per_s_without_scraper": round(rate_without, 1),
+            "push_msg_per_s_with_scraper": round(rate_with, 1),
+            "with_scraper_ratio": round(rate_with / rate_without, 3) if rate_without else None,
+            "scrapes_in_window": len(scraper.seconds),
+            "scrape_p50_ms": _ms(scraper.seconds, 0.5),
+            "scrape_max_ms": _ms(scraper.seconds, 1.0),
+        }
+    )
     return run
 
 
@@ -186,15 +205,19 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
         truth = run.get("ground_truth") or {}
         if "push_msg_per_s_without_scraper" not in truth:
             continue
-        lines.append(f"{entry['scenario']} round {run['round']}: push "
-                     f"{number(truth['push_msg_per_s_without_scraper'])} msg/s without a scraper, "
-                     f"{number(truth['push_msg_per_s_with_scraper'])} with one scrape per second "
-                     f"({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
-                     f"{number(truth['scrape_p50_ms'], 1)} ms, max {number(truth['scrape_max_ms'], 1)} ms "
-                     f"({truth['scrapes_in_window']} scrapes)")
+        lines.append(
+            f"{entry['scenario']} round {run['round']}: push "
+            f"{number(truth['push_msg_per_s_without_scraper'])} msg/s without a scraper, "
+            f"{number(truth['push_msg_per_s_with_scraper'])} with one scrape per second "
+            f"({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
+            f"{number(truth['scrape_p50_ms'], 1)} ms, max {number(truth['scrape_max_ms'], 1)} ms "
+            f"({truth['scrapes_in_window']} scrapes)"
+        )
         for route, timing in (run.get("route_timings") or {}).items():
-            lines.append(f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms, "
-                         f"{number(timing['bytes'])} bytes")
+            lines.append(
+                f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms, "
+                f"{number(timing['bytes'])} bytes"
+            )
     return lines
 
 

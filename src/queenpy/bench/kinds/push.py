@@ -19,10 +19,18 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     queue = f"{context.queue_prefix}{scenario.name}-r{round_no}"
     clients = scenario.wrk_connections(context.options)
     context.precreate(queue, scenario.partitions)
-    script = render_script("push", {
-        "queue": queue, "partitions": scenario.partitions, "per_request": scenario.per_request,
-        "payload": payload(scenario.payload_bytes), "seed": 1000 * round_no + 17, "rate_per_thread": 0},
-        context.workdir)
+    script = render_script(
+        "push",
+        {
+            "queue": queue,
+            "partitions": scenario.partitions,
+            "per_request": scenario.per_request,
+            "payload": payload(scenario.payload_bytes),
+            "seed": 1000 * round_no + 17,
+            "rate_per_thread": 0,
+        },
+        context.workdir,
+    )
     context.checkpoint()
 
     def rows() -> int:
@@ -40,15 +48,24 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     runs = [w for w in (warm, measured.wrk) if w is not None]
     queued = sum(int(w.result.counters.get("queued", 0)) for w in runs)
     in_flight = len(runs) * clients * scenario.per_request
-    run["ground_truth"].update({
-        "rows_in_window": measured.after - measured.before, "rows_after_settle": settled - measured.before,
-        "client_queued": int(measured.wrk.result.counters.get("queued", 0)), "run_stored": settled - initial,
-        "run_client_queued": queued, "queue_rows_counted": stored, "queue_last_seq_sum": settled})
+    run["ground_truth"].update(
+        {
+            "rows_in_window": measured.after - measured.before,
+            "rows_after_settle": settled - measured.before,
+            "client_queued": int(measured.wrk.result.counters.get("queued", 0)),
+            "run_stored": settled - initial,
+            "run_client_queued": queued,
+            "queue_rows_counted": stored,
+            "queue_last_seq_sum": settled,
+        }
+    )
     if settled - initial < queued:
         run["problems"].append(f"lost: the client saw {queued} queued, PostgreSQL stored {settled - initial}")
     if settled - initial > queued + in_flight:
-        run["problems"].append(f"duplicated: PostgreSQL stored {settled - initial}, the client saw {queued} "
-                               f"queued (+{in_flight} in flight at most when wrk stopped)")
+        run["problems"].append(
+            f"duplicated: PostgreSQL stored {settled - initial}, the client saw {queued} "
+            f"queued (+{in_flight} in flight at most when wrk stopped)"
+        )
     if stored != settled:
         run["problems"].append(f"queue rows counted {stored} != sum of partition offsets {settled}")
     return run

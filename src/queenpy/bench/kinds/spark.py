@@ -52,13 +52,19 @@ POLL_S = 0.02
 WARM_PER_PARTITION = 10
 QUERY_LIMIT_S = 600
 
-Q_PER_PARTITION = ("SELECT p.name, p.last_seq, (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id), "
-                   "(SELECT count(DISTINCT m.transaction_id) FROM queen.messages m WHERE m.partition_id = p.id) "
-                   "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1")
-Q_STAGING = ("SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = $1) "
-             "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = $1)")
-Q_SINK_BATCHES = ("SELECT count(*), coalesce(sum(pushed), 0), count(*) FILTER (WHERE pending_tokens IS NOT NULL) "
-                  "FROM queen.spark_sink_batches WHERE query_id = $1")
+Q_PER_PARTITION = (
+    "SELECT p.name, p.last_seq, (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id), "
+    "(SELECT count(DISTINCT m.transaction_id) FROM queen.messages m WHERE m.partition_id = p.id) "
+    "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1"
+)
+Q_STAGING = (
+    "SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = $1) "
+    "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = $1)"
+)
+Q_SINK_BATCHES = (
+    "SELECT count(*), coalesce(sum(pushed), 0), count(*) FILTER (WHERE pending_tokens IS NOT NULL) "
+    "FROM queen.spark_sink_batches WHERE query_id = $1"
+)
 
 
 def spark_missing() -> str | None:
@@ -122,19 +128,35 @@ def _source(context: Context, spark: _Spark, scenario: Scenario, per_partition: 
         context.precreate(queue, scenario.partitions)
         spark.backlog_per_partition = 1
     if per_partition > spark.backlog_per_partition:
-        context.load_backlog(queue, scenario.partitions, per_partition - spark.backlog_per_partition,
-                             scenario.payload_bytes, 20_000)
+        context.load_backlog(
+            queue,
+            scenario.partitions,
+            per_partition - spark.backlog_per_partition,
+            scenario.payload_bytes,
+            20_000,
+        )
         spark.backlog_per_partition = per_partition
     return queue
 
 
-def _copy(context: Context, spark: _Spark, source: str, target: str, checkpoint: Path, per_trigger: int,
-          commit: str) -> Any:
+def _copy(
+    context: Context, spark: _Spark, source: str, target: str, checkpoint: Path, per_trigger: int, commit: str
+) -> Any:
     url = context.broker_url
-    return (spark.session.readStream.format("queen").option("url", url).option("queue", source)
-            .option("maxMessagesPerTrigger", str(per_trigger)).load()
-            .writeStream.format("queen").option("url", url).option("queue", target).option("commit", commit)
-            .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    return (
+        spark.session.readStream.format("queen")
+        .option("url", url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", str(per_trigger))
+        .load()
+        .writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("commit", commit)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
 
 
 def _warm_up(context: Context, spark: _Spark, run: dict[str, Any], scenario: Scenario, round_no: int) -> bool:
@@ -147,10 +169,19 @@ def _warm_up(context: Context, spark: _Spark, run: dict[str, Any], scenario: Sce
     context.precreate(warm, scenario.partitions)
     context.sql.execute(BULK_LOAD, warm, WARM_PER_PARTITION - 1, payload(scenario.payload_bytes))
     if scenario.mode == "read":
-        spark.session.read.format("queen").option("url", context.broker_url).option("queue", warm).load().count()
+        spark.session.read.format("queen").option("url", context.broker_url).option(
+            "queue", warm
+        ).load().count()
         return True
-    query = _copy(context, spark, warm, warm + "-out", context.workdir / f"{scenario.name}-ck-{round_no}-warm",
-                  WARM_PER_PARTITION * scenario.partitions // 2, scenario.mode)
+    query = _copy(
+        context,
+        spark,
+        warm,
+        warm + "-out",
+        context.workdir / f"{scenario.name}-ck-{round_no}-warm",
+        WARM_PER_PARTITION * scenario.partitions // 2,
+        scenario.mode,
+    )
     query.awaitTermination()
     if query.exception() is not None:
         run["problems"].append(f"warm-up query failed: {query.exception()}")
@@ -189,22 +220,39 @@ def _read(context: Context, spark: _Spark, run: dict[str, Any], source: str, exp
     jvm = spark.jvm_pid
     window = context.open_window()
     spark_start = procfs.tree_ticks(jvm, _spark_kind)
-    counted = int(spark.session.read.format("queen").option("url", context.broker_url).option("queue", source)
-                  .load().count())
+    counted = int(
+        spark.session.read.format("queen")
+        .option("url", context.broker_url)
+        .option("queue", source)
+        .load()
+        .count()
+    )
     context.close_window(window)
     spark_cpu = procfs.cpu_by_kind_s(spark_start, procfs.tree_ticks(jvm, _spark_kind))
     context.fill_window(run, counted, window, [], None, extra_cpu_s={"spark": sum(spark_cpu.values())})
-    run["spark"] = {"mode": "read", "messages": expected, "read_s": window.seconds,
-                    "spark_cpu_us_per_msg": {kind: seconds / counted * 1e6 for kind, seconds in spark_cpu.items()
-                                             if seconds and counted}}
+    run["spark"] = {
+        "mode": "read",
+        "messages": expected,
+        "read_s": window.seconds,
+        "spark_cpu_us_per_msg": {
+            kind: seconds / counted * 1e6 for kind, seconds in spark_cpu.items() if seconds and counted
+        },
+    }
     run["ground_truth"].update({"source_messages": expected, "rows_counted_by_spark": counted})
     if counted != expected:
         kind = "lost" if counted < expected else "duplicated"
         run["problems"].append(f"{kind}: the queue holds {expected}, the batch read counted {counted}")
 
 
-def _copy_window(context: Context, spark: _Spark, run: dict[str, Any], scenario: Scenario, round_no: int,
-                 source: str, expected: int) -> None:
+def _copy_window(
+    context: Context,
+    spark: _Spark,
+    run: dict[str, Any],
+    scenario: Scenario,
+    round_no: int,
+    source: str,
+    expected: int,
+) -> None:
     """The measured copy: the window opens when the first micro-batch has landed in the target (the sink
     commits a micro-batch in one transaction) and closes when the last has."""
     target = f"{context.queue_prefix}{scenario.name}-r{round_no}-out"
@@ -214,8 +262,15 @@ def _copy_window(context: Context, spark: _Spark, run: dict[str, Any], scenario:
 
     jvm = spark.jvm_pid
     started = time.monotonic()
-    query = _copy(context, spark, source, target, context.workdir / f"{scenario.name}-ck-{round_no}",
-                  scenario.batch, scenario.mode)
+    query = _copy(
+        context,
+        spark,
+        source,
+        target,
+        context.workdir / f"{scenario.name}-ck-{round_no}",
+        scenario.batch,
+        scenario.mode,
+    )
     first: tuple[float, int] | None = None  # (when, rows) of the first micro-batch
     window: Window | None = None
     spark_start = spark_end = None
@@ -226,7 +281,12 @@ def _copy_window(context: Context, spark: _Spark, run: dict[str, Any], scenario:
             first = time.monotonic(), count
             window = context.open_window()
             spark_start = procfs.tree_ticks(jvm, _spark_kind)
-        if count < expected and not query.isActive and scenario.mode == "pipelined" and query.exception() is None:
+        if (
+            count < expected
+            and not query.isActive
+            and scenario.mode == "pipelined"
+            and query.exception() is None
+        ):
             landing = landing or time.monotonic() + 60
             if time.monotonic() < landing:
                 time.sleep(POLL_S)
@@ -251,19 +311,26 @@ def _copy_window(context: Context, spark: _Spark, run: dict[str, Any], scenario:
     context.fill_window(run, messages, window, [], None, extra_cpu_s={"spark": sum(spark_cpu.values())})
     progress = [p for p in query.recentProgress if p.numInputRows]
     run["spark"] = {
-        "first_batch_s": first[0] - started, "first_batch_messages": first[1], "max_per_trigger": scenario.batch,
-        "messages": expected, "batches": len(progress),
+        "first_batch_s": first[0] - started,
+        "first_batch_messages": first[1],
+        "max_per_trigger": scenario.batch,
+        "messages": expected,
+        "batches": len(progress),
         "whole_query_msg_per_s": expected / (window.end.at - started),
-        "spark_cpu_us_per_msg": {kind: seconds / messages * 1e6 for kind, seconds in spark_cpu.items()
-                                 if seconds and messages},
-        "durations_ms": [{"batch": p.batchId, "rows": p.numInputRows, **dict(p.durationMs)} for p in progress],
+        "spark_cpu_us_per_msg": {
+            kind: seconds / messages * 1e6 for kind, seconds in spark_cpu.items() if seconds and messages
+        },
+        "durations_ms": [
+            {"batch": p.batchId, "rows": p.numInputRows, **dict(p.durationMs)} for p in progress
+        ],
         "commit": scenario.mode,
     }
     _check_copy(context, run, source, target, expected, str(query.id))
 
 
-def _check_copy(context: Context, run: dict[str, Any], source: str, target: str, expected: int,
-                query_id: str) -> None:
+def _check_copy(
+    context: Context, run: dict[str, Any], source: str, target: str, expected: int, query_id: str
+) -> None:
     """The target holds exactly the source: per partition, every transaction id once, nothing left staged."""
     sql = context.sql
     src = {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in sql.fetch(Q_PER_PARTITION, source)}
@@ -271,21 +338,32 @@ def _check_copy(context: Context, run: dict[str, Any], source: str, target: str,
     stored = sum(head for head, _, _ in dst.values())
     staged = int(sql.fetchval(Q_STAGING, query_id))
     batches, pushed, pending = sql.fetch(Q_SINK_BATCHES, query_id)[0]
-    run["ground_truth"].update({"source_messages": expected, "target_messages": stored,
-                                "target_rows_counted": sum(n for _, n, _ in dst.values()),
-                                "target_distinct_transaction_ids": sum(d for _, _, d in dst.values()),
-                                "staging_rows_left": staged, "sink_batches": int(batches),
-                                "sink_batches_pending": int(pending), "sink_pushed": int(pushed)})
+    run["ground_truth"].update(
+        {
+            "source_messages": expected,
+            "target_messages": stored,
+            "target_rows_counted": sum(n for _, n, _ in dst.values()),
+            "target_distinct_transaction_ids": sum(d for _, _, d in dst.values()),
+            "staging_rows_left": staged,
+            "sink_batches": int(batches),
+            "sink_batches_pending": int(pending),
+            "sink_pushed": int(pushed),
+        }
+    )
     if stored != expected:
         kind = "lost" if stored < expected else "duplicated"
         run["problems"].append(f"{kind}: the source holds {expected}, the target {stored}")
-    wrong = sorted(name for name in src.keys() | dst.keys() if src.get(name, (0,))[0] != dst.get(name, (0,))[0])
+    wrong = sorted(
+        name for name in src.keys() | dst.keys() if src.get(name, (0,))[0] != dst.get(name, (0,))[0]
+    )
     if wrong:
         run["problems"].append(f"{len(wrong)} partition(s) differ in size, e.g. {wrong[0]}")
     for name, (head, counted, distinct) in dst.items():
         if counted != head or distinct != head:
-            run["problems"].append(f"target partition {name}: offsets {head}, rows {counted}, "
-                                   f"distinct transaction ids {distinct}")
+            run["problems"].append(
+                f"target partition {name}: offsets {head}, rows {counted}, "
+                f"distinct transaction ids {distinct}"
+            )
             break
     if staged:
         run["problems"].append(f"{staged} staging rows left")
@@ -299,9 +377,11 @@ def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ("first_batch_s", "vs_push-100-1KB", "vs_handoff-tx", "batches", "whole_query_msg_per_s", "read_s")
     spark: dict[str, Any] = {k: median(r["spark"].get(k) for r in measured) for k in keys}
     spark["session_start_s"] = next(
-        (r["spark"]["session_start_s"] for r in measured if r["spark"].get("session_start_s")), None)
-    spark["max_per_trigger"] = next((r["spark"]["max_per_trigger"] for r in measured
-                                     if "max_per_trigger" in r["spark"]), None)
+        (r["spark"]["session_start_s"] for r in measured if r["spark"].get("session_start_s")), None
+    )
+    spark["max_per_trigger"] = next(
+        (r["spark"]["max_per_trigger"] for r in measured if "max_per_trigger" in r["spark"]), None
+    )
     return {"spark": spark}
 
 
@@ -318,18 +398,24 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
     if spark.get("first_batch_s") is None:  # the batch read
         shape = f"batch read {number(m['msg_per_s'])} msg/s ({number(spark.get('read_s'), 1)} s)"
     else:
-        shape = (f"steady {number(m['msg_per_s'])} msg/s after the first micro-batch"
-                 + (f" ({number(whole)} msg/s over the whole query)" if whole else ""))
-    return [f"{entry['scenario']}: {shape}"
-            + (f" = {vs_push:.2f} of push-100-1KB" if vs_push else "")
-            + (f", {vs_handoff:.1f}x handoff-tx" if vs_handoff else "")
-            + " (same round, medians)"
-            + (f"; first micro-batch {number(spark['first_batch_s'], 1)} s after query start "
-               f"({number(spark.get('max_per_trigger'))} messages), {number(spark['batches'])} micro-batches"
-               if spark.get("first_batch_s") is not None else "")
-            + f"; CPU µs/msg: Spark {number(cpu.get('spark'), 1)}, broker "
-            f"{number(cpu.get('broker'), 1)}, PG {number(cpu.get('postgres'), 1)}"
-            + (f"; SparkSession start {start:.1f} s" if start else "")]
+        shape = f"steady {number(m['msg_per_s'])} msg/s after the first micro-batch" + (
+            f" ({number(whole)} msg/s over the whole query)" if whole else ""
+        )
+    return [
+        f"{entry['scenario']}: {shape}"
+        + (f" = {vs_push:.2f} of push-100-1KB" if vs_push else "")
+        + (f", {vs_handoff:.1f}x handoff-tx" if vs_handoff else "")
+        + " (same round, medians)"
+        + (
+            f"; first micro-batch {number(spark['first_batch_s'], 1)} s after query start "
+            f"({number(spark.get('max_per_trigger'))} messages), {number(spark['batches'])} micro-batches"
+            if spark.get("first_batch_s") is not None
+            else ""
+        )
+        + f"; CPU µs/msg: Spark {number(cpu.get('spark'), 1)}, broker "
+        f"{number(cpu.get('broker'), 1)}, PG {number(cpu.get('postgres'), 1)}"
+        + (f"; SparkSession start {start:.1f} s" if start else "")
+    ]
 
 
 KIND = Kind("spark", run, summarize, report_lines)
