@@ -13,7 +13,8 @@ from queenpy.bench.kinds.soak import PIPELINE_SHARE, indexes_settled, slice_plan
 
 
 def _samples(unconsumed_per_s: float, retained_per_s: float) -> list[dict[str, Any]]:
-    """A sample every 5 s for 10 minutes at 20,000 msg/s produced; the table grows 400 bytes a stored message."""
+    """A sample every 5 s for 10 minutes at 20,000 msg/s produced; the table grows 400 bytes a stored
+    message."""
     samples = []
     for n in range(121):
         t = 5.0 * n
@@ -107,8 +108,8 @@ def test_the_flatness_window_is_compared_with_the_off_slices_too() -> None:
 
 
 def test_the_producer_runs_at_half_the_push_capacity_when_the_consumers_can_follow_it() -> None:
-    """Push 20,000 and consume 100,000 msg/s: the estimate together is 16,667, 70% of it 11,667, more than half
-    of push (10,000)."""
+    """Push 20,000 and consume 100,000 msg/s: the estimate together is 16,667, 70% of it 11,667, more than
+    half of push (10,000)."""
     load = soak_load(20_000.0, 100_000.0, 0.5)
     assert load["rate"] == pytest.approx(10_000.0) and load["bound"] == "push"
     assert load["pipeline_estimate"] == pytest.approx(1 / (1 / 20_000 + 1 / 100_000))
@@ -158,7 +159,8 @@ def test_settling_ignores_the_heap_and_needs_samples_covering_the_quiet_time() -
 
 
 def test_a_soak_run_gets_a_chart_of_its_table_rss_and_rates_over_time(tmp_path: Path) -> None:
-    """The chart reads the run's samples as the JSON has them: the settling's and the soak's, states on/off."""
+    """The chart reads the run's samples as the JSON has them: the settling's and the soak's, states
+    on/off."""
     image = pytest.importorskip("matplotlib.image", reason="matplotlib (queenpy[bench]) draws the charts")
     samples = _samples(unconsumed_per_s=0.0, retained_per_s=0.0)
     for n, sample in enumerate(samples):

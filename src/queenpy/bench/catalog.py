@@ -58,8 +58,8 @@ LIMITS: dict[str, Limit] = {
             "cycle",
             rows=100,
             clients=8,
-            description="pgbench, 8 clients, what a stream cycle writes per transaction (advisory lock, state "
-            "read, upsert and delete, one sink row, a cursor update), counted as the 100 messages a "
+            description="pgbench, 8 clients, what a stream cycle writes per transaction (advisory lock, "
+            "state read, upsert and delete, one sink row, a cursor update), counted as the 100 messages a "
             "cycle covers",
         ),
     ]

@@ -75,7 +75,8 @@ Q_INSERTS = (
     "WHERE schemaname = 'queen' AND relname = 'messages'"
 )
 Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
-# rows the pgbench limits inserted so far (each row takes nextval): their ground truth, read at the window's edges
+# rows the pgbench limits inserted so far (each row takes nextval): their ground truth, read at the window's
+# edges
 Q_LIMIT_ROWS = "SELECT coalesce(last_value, 0) FROM bench.seq"
 # WAL written (exact, from the insert position), full-page images and WAL fsyncs (pg_stat_wal: each backend
 # publishes its counts at most once a second, so these two lag the window's edges by up to a second)
@@ -176,7 +177,7 @@ class CpuMark:
 
 @dataclass
 class Backlog:
-    """A shared backlog queue: ``per_partition`` messages in each of ``partitions`` partitions, read by groups."""
+    """A shared backlog queue: ``per_partition`` messages in each of its ``partitions``, read by groups."""
 
     queue: str
     partitions: int
@@ -407,7 +408,8 @@ class Context:
                     "wrk": per(wrk_s),
                     **{name: per(seconds) for name, seconds in extra.items()},
                 },
-                # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited ...
+                # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited
+                # ...
                 "postgres_cpu_s_by_kind": {
                     kind: seconds
                     for kind, seconds in sorted(
@@ -484,10 +486,10 @@ class Context:
 
     def drop_queues(self) -> int:
         """Delete every queue this session created (``queen.delete_queue_v1``: messages, partitions, consumer
-        rows) and rewrite ``queen.messages`` (VACUUM FULL), so a scenario that measures the table's size starts
-        from an empty one, not from an earlier scenario's or probe's rows. Those rows leave the n_tup_ins
-        ledger's stored count with their partitions, so its start is moved by as many. Returns the messages
-        removed (offsets assigned in the deleted queues)."""
+        rows) and rewrite ``queen.messages`` (VACUUM FULL), so a scenario that measures the table's size
+        starts from an empty one, not from an earlier scenario's or probe's rows. Those rows leave the
+        n_tup_ins ledger's stored count with their partitions, so its start is moved by as many. Returns the
+        messages removed (offsets assigned in the deleted queues)."""
         names = sorted(self.created_queues)
         removed = int(
             self.sql.fetchval(
@@ -580,7 +582,7 @@ class Context:
         wall = end.at - start.at
         if limit.kind == "select1":  # no rows to count: pgbench's own rate over its whole run
             rate, rows = run.result.tps, run.result.tps * wall
-        else:  # a cycle transaction draws one number from bench.seq and stands for the limit's `rows` messages
+        else:  # a cycle transaction draws one number from bench.seq and stands for `limit.rows` messages
             rows = (rows_after - rows_before) * (limit.rows if limit.kind == "cycle" else 1)
             rate = rows / wall if wall > 0 else 0.0
         seen = start.postgres_ticks is not None and end.postgres_ticks is not None

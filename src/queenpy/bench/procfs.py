@@ -118,9 +118,9 @@ def local_postmaster(backend_pid: int, postmaster_started_s: float, tolerance_s:
     """The pid of the postmaster that serves a connection, when it runs on this machine, else None.
 
     ``backend_pid`` is the connection's ``pg_backend_pid()`` and ``postmaster_started_s`` the server's
-    ``pg_postmaster_start_time()`` in seconds since the epoch. The process ``backend_pid`` of this machine must
-    be a ``postgres`` process whose parent started at that time (within ``tolerance_s``): a server on another
-    host, or in a container with its own pid namespace, has pids that mean nothing here.
+    ``pg_postmaster_start_time()`` in seconds since the epoch. The process ``backend_pid`` of this machine
+    must be a ``postgres`` process whose parent started at that time (within ``tolerance_s``): a server on
+    another host, or in a container with its own pid namespace, has pids that mean nothing here.
     """
     stats = _all_stats()
     backend = stats.get(backend_pid)

@@ -68,27 +68,29 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
         load,
         "",
         (
-            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
-            "| PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"
+            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg "
+            "| limit PG µs/row | PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"
         ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if entry.get("skipped") and not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | skipped |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " skipped |")
             continue
         if not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | - | - | INVALID |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " INVALID |")
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
             f"| {entry['scenario']} | {number(m['msg_per_s'])} | {number(m['limit_msg_per_s'])} | "
             f"{number(m['ratio'], 2)} | {number(latency['50'], 1)} | {number(latency['99'], 1)} | "
-            f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | {number(m.get('limit_postgres_us_per_row'), 1)} | "
+            f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | "
+            f"{number(m.get('limit_postgres_us_per_row'), 1)} | "
             f"{number(m.get('postgres_cost_ratio'), 2)} | {number(cpu['wrk'], 1)} | "
             f"{number(m['broker_rss_mb_peak'])} ({number(m['broker_pss_mb_peak'])}) | "
-            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |"
+            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | "
+            f"{'yes' if entry['valid'] else 'INVALID'} |"
         )
     lines += [
         "",
@@ -106,9 +108,9 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
     lines += [
         "",
         (
-            "What limited each (share of all cores during the window; what PostgreSQL's active backends were "
-            "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
-            "LWLock:WALWrite = waiting for another backend's WAL flush):"
+            "What limited each (share of all cores during the window; what PostgreSQL's active backends "
+            "were doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = "
+            "row/transaction locks, LWLock:WALWrite = waiting for another backend's WAL flush):"
         ),
     ]
     for entry in document["scenarios"]:

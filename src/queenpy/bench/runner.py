@@ -98,7 +98,7 @@ def _select(config: Config) -> list[Scenario]:
 
 
 def kind_lines(entry: dict[str, Any]) -> list[str]:
-    """A scenario's own lines for the report, by its kind's ``report_lines`` (none for a kind not known here)."""
+    """A scenario's own report lines, by its kind's ``report_lines`` (none for a kind not known here)."""
     kind = KINDS.get(entry.get("parameters", {}).get("kind", ""))
     return kind.report_lines(entry) if kind is not None else []
 
@@ -364,7 +364,8 @@ def _paired_with_limit(measured: list[dict[str, Any]], limit_of_round: dict[int,
 
 def _shared_medians(measured: list[dict[str, Any]], limit_median: dict[str, Any]) -> dict[str, Any]:
     """The medians every kind reports (the scenario table's columns)."""
-    # the broker's, PostgreSQL's and wrk's CPU, then any other process a kind measures (Spark's), then the rest
+    # the broker's, PostgreSQL's and wrk's CPU, then any other process a kind measures (Spark's), then the
+    # rest
     extra = sorted({k for r in measured for k in r["cpu_us_per_msg"]} - {"broker", "postgres", "wrk"})
     cpu_keys = [
         k for k in ("broker", "postgres", "wrk", *extra) if any(k in r["cpu_us_per_msg"] for r in measured)

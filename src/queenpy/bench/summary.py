@@ -147,12 +147,21 @@ def current_figures(
         m = entry["median"]
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         rounds = sum(1 for r in entry["runs"] if "msg_per_s" in r)
-        lines.append(
-            f"| {name} | {number(m['msg_per_s'])} | {number(m.get('ratio'), 2)} | {number(latency.get('50'), 1)} "
-            f"| {number(latency.get('99'), 1)} | {number(cpu.get('broker'), 1)} | {number(cpu.get('postgres'), 1)} "
-            f"| {number(m.get('broker_rss_mb_peak'))} | {rounds} | [{document['started_at'][:16].replace('T', ' ')}]"
-            f"({link(path)}) | {document['git']['commit']} |"
-        )
+        when = document["started_at"][:16].replace("T", " ")
+        cells = [
+            name,
+            number(m["msg_per_s"]),
+            number(m.get("ratio"), 2),
+            number(latency.get("50"), 1),
+            number(latency.get("99"), 1),
+            number(cpu.get("broker"), 1),
+            number(cpu.get("postgres"), 1),
+            number(m.get("broker_rss_mb_peak")),
+            str(rounds),
+            f"[{when}]({link(path)})",
+            document["git"]["commit"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     for name in order:
         own = kind_lines(newest[name][2]) if name in newest else []
         lines += [""] + own if own else []

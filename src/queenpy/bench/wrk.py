@@ -135,9 +135,9 @@ def stop_all() -> int:
 
 
 def finish_all() -> int:
-    """Ask (SIGINT) every wrk that :func:`run_wrk` started and that still runs to stop now. wrk then ends as at
-    the end of its ``-d`` duration: it prints its summary and runs the script's ``done()``, exits 0, and its
-    :func:`run_wrk` call returns normally. Returns how many were asked."""
+    """Ask (SIGINT) every wrk that :func:`run_wrk` started and that still runs to stop now. wrk then ends as
+    at the end of its ``-d`` duration: it prints its summary and runs the script's ``done()``, exits 0, and
+    its :func:`run_wrk` call returns normally. Returns how many were asked."""
     return _signal_live(signal.SIGINT)
 
 

@@ -53,7 +53,8 @@ WITH queues AS (
     -- each partition is written once, with its one message's offset and id (an UPDATE of the partitions in
     -- the same statement would not see these rows: every part of a statement reads one snapshot)
     INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_id, last_message_at)
-    SELECT q.id, 'p' || g, 1, queen.uuid_v7(), clock_timestamp() FROM queues q CROSS JOIN generate_series(1, $3::int) g
+    SELECT q.id, 'p' || g, 1, queen.uuid_v7(), clock_timestamp()
+    FROM queues q CROSS JOIN generate_series(1, $3::int) g
     RETURNING id, last_message_id, last_message_at
 )
 INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)

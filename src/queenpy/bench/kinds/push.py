@@ -13,8 +13,9 @@ __all__ = ["KIND", "run"]
 
 
 def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
-    """A new queue of ``scenario.partitions`` partitions, a warm-up, then the measured window; the ledger of the
-    whole run (every message stored was answered ``queued`` or was in flight) decides lost and duplicated."""
+    """A new queue of ``scenario.partitions`` partitions, a warm-up, then the measured window; the ledger of
+    the whole run (every message stored was answered ``queued`` or was in flight) decides lost and
+    duplicated."""
     run = context.new_run(scenario, round_no)
     queue = f"{context.queue_prefix}{scenario.name}-r{round_no}"
     clients = scenario.wrk_connections(context.options)

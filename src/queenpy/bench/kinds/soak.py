@@ -61,12 +61,12 @@ MIN_PAIRS = 2  # of off and on slices
 FLAT_SHARE = 0.10
 FLAT_TABLE_BYTES = 8 * 2**20
 # of the push-and-consume estimate (soak_load): room for what the two probes leave out, the services' own work
-# (deletes, vacuum, their WAL) and the probes' spread; closer to the estimate the consumers fell behind over an
-# hour (benchmarks/journal/2026-11.md, the soak paced to what the consumers follow)
+# (deletes, vacuum, their WAL) and the probes' spread; closer to the estimate the consumers fell behind over
+# an hour (benchmarks/journal/2026-11.md, the soak paced to what the consumers follow)
 PIPELINE_SHARE = 0.7
-# the settling before the measured soak (indexes_settled): no index of queen.messages grew for SETTLE_QUIET_S, or
-# SETTLE_MAX_S passed; from an emptied table the indexes take minutes to reach their size (benchmarks/journal/
-# 2026-11.md, the soak measured after its table settles)
+# the settling before the measured soak (indexes_settled): no index of queen.messages grew for SETTLE_QUIET_S,
+# or SETTLE_MAX_S passed; from an emptied table the indexes take minutes to reach their size
+# (benchmarks/journal/ 2026-11.md, the soak measured after its table settles)
 SETTLE_QUIET_S = 120.0
 SETTLE_MAX_S = 600.0
 PRODUCERS, PRODUCER_THREADS = 100, 2  # connections and wrk threads of the paced producer
@@ -101,14 +101,15 @@ Q_RUNS = (
     "FROM queen.service_runs WHERE started_at >= now() - make_interval(secs => $1) GROUP BY job ORDER BY job"
 )
 Q_PAUSE = (
-    "INSERT INTO queen.system_state (key, value) VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
+    "INSERT INTO queen.system_state (key, value) "
+    "VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
 )
 Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
 # the server's WAL so far (PostgreSQL 14 and later): bytes and full-page images
 Q_WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
-# vacuums of queen.messages finished so far, and whether one runs now (PostgreSQL 15 and later report a vacuum's
-# end to the statistics at once)
+# vacuums of queen.messages finished so far, and whether one runs now (PostgreSQL 15 and later report a
+# vacuum's end to the statistics at once)
 Q_VACUUMS = (
     "SELECT s.vacuum_count + s.autovacuum_count, "
     "EXISTS (SELECT 1 FROM pg_stat_progress_vacuum v WHERE v.relid = s.relid) "
@@ -126,7 +127,8 @@ def slice_plan(duration_s: float) -> tuple[float, int]:
 
 def waits_limit_s(duration_s: float) -> float:
     """The longest a soak of ``duration_s`` may run beyond it, in s: the settling at its limit, then one slice
-    of wait before each "off" slice and two before each "on" one (retention's catch-up, then a vacuum pass)."""
+    of wait before each "off" slice and two before each "on" one (retention's catch-up, then a vacuum
+    pass)."""
     slice_s, pairs = slice_plan(duration_s)
     return SETTLE_MAX_S + 3 * pairs * slice_s
 
@@ -208,8 +210,9 @@ def _rounded(sample: dict[str, Any]) -> dict[str, Any]:
 def _trend(
     samples: list[tuple[float, float]], unit: float, absolute_limit: float | None = None
 ) -> dict[str, Any]:
-    """Least-squares trend of ``(t_s, value)`` samples; figures reported in ``unit``s of the value; "flat" when
-    the fitted change is within FLAT_SHARE of the mean and ``absolute_limit`` (in the samples' own unit)."""
+    """Least-squares trend of ``(t_s, value)`` samples; figures reported in ``unit``s of the value; "flat"
+    when the fitted change is within FLAT_SHARE of the mean and ``absolute_limit`` (in the samples' own
+    unit)."""
     slope = slope_per_minute(samples)
     if slope is None:
         return {"samples": len(samples), "slope_per_min": None, "flat": None}
@@ -306,8 +309,9 @@ class _Rate:
             return f"{options.soak_share:.0%} of {self.capacity:,.0f}, {self.source}"
         if self.load:
             return (
-                f"{PIPELINE_SHARE:.0%} of the push-and-consume estimate {self.load['pipeline_estimate']:,.0f} "
-                f"from push {self.capacity:,.0f} and consume {self.load['consume_capacity']:,.0f}; "
+                f"{PIPELINE_SHARE:.0%} of the push-and-consume estimate "
+                f"{self.load['pipeline_estimate']:,.0f} from push {self.capacity:,.0f} and consume "
+                f"{self.load['consume_capacity']:,.0f}; "
                 f"{options.soak_share:.0%} of push is more than the consumers follow"
             )
         return self.source
@@ -451,9 +455,9 @@ class _Queue:
         )
 
     def check_ledger(self, run: dict[str, Any], load: BackgroundLoad, scenario: Scenario) -> None:
-        """Nothing lost or duplicated, and retention deleted only what was consumed: offsets assigned equal what
-        the producer saw queued (within what was in flight), the cursor advanced by what the consumers acked,
-        and every message deleted was at or below the cursor (completed retention)."""
+        """Nothing lost or duplicated, and retention deleted only what was consumed: offsets assigned equal
+        what the producer saw queued (within what was in flight), the cursor advanced by what the consumers
+        acked, and every message deleted was at or below the cursor (completed retention)."""
         settled_rows, settled_cursor = self.context.settled(self.produced), self.context.settled(self.cursor)
         queued, acked = load.counter("producer", "queued"), load.counter("consumer", "acked")
         prefilled = scenario.partitions
@@ -495,7 +499,8 @@ class _Queue:
 
 def _fresh_queue(context: Context, scenario: Scenario, round_no: int) -> _Queue:
     """The soak's queue (``completedRetentionSeconds`` :data:`COMPLETED_RETENTION_S`), on a table emptied of
-    the queues the run created so far (the probes', earlier scenarios'): the table's size is the soak's own."""
+    the queues the run created so far (the probes', earlier scenarios'): the table's size is the soak's
+    own."""
     if context.created_queues:
         removed = context.drop_queues()
         context.log(f"   soak: {removed:,} messages of the probes' queues deleted, queen.messages rewritten")
@@ -685,11 +690,11 @@ def _notes(run: dict[str, Any], settle: dict[str, Any], slices: list[dict[str, A
     behind = [f"{n}:{x['services']}" for n, x in enumerate(slices) if x["caught_up"] is False]
     if behind:  # the ratios then compare states that are not steady: note it next to them
         run["notes"].append(
-            f"{len(behind)} of {len(slices) - 1} slices began before the backlog was back to the flatness "
-            f'window\'s level, or ("on") before a vacuum had followed (a wait reached its {slice_s:g} s limit; '
-            f"slice:state {', '.join(behind)}): the on/off ratios then include the catching up a pause left; "
-            "a load the consumers cannot keep up with (unconsumed_messages growing) leaves no steady state to "
-            "compare"
+            f"{len(behind)} of {len(slices) - 1} slices began before the backlog was back to the "
+            f'flatness window\'s level, or ("on") before a vacuum had followed (a wait reached its '
+            f"{slice_s:g} s limit; slice:state {', '.join(behind)}): the on/off ratios then include the "
+            "catching up a pause left; a load the consumers cannot keep up with (unconsumed_messages "
+            "growing) leaves no steady state to compare"
         )
     for key in ("table_mb", "stored_messages", "unconsumed_messages", "retained_messages", "broker_rss_mb"):
         trend = soak["flatness"][key]
@@ -726,18 +731,18 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
             f"{entry['scenario']}: over the flatness window the messages table moved "
             f"{number(soak['table_mb_slope_per_min'], 3)} MB/min and the broker's RSS "
             f"{number(soak['broker_rss_mb_slope_per_min'], 3)} MB/min; with the services on, push "
-            f"{number(soak['push_on_vs_off'], 3)} and consume {number(soak['consume_on_vs_off'], 3)} of their "
-            f"rates with the services paused (the bar: 0.95)"
+            f"{number(soak['push_on_vs_off'], 3)} and consume {number(soak['consume_on_vs_off'], 3)} of "
+            f"their rates with the services paused (the bar: 0.95)"
         )
     ]
 
 
 def charts(document: dict[str, Any], path: Path) -> list[Path]:
-    """Write one PNG per soak run next to ``path`` (``<stem>-soak-r<round>.png``): over time, in minutes from the
-    measured soak's start (the settling before it at negative minutes), the messages table's size by part (the
-    heap, each index), the broker's RSS, and the producer's and consumers' rates between samples, with the
-    settling and the paused ("off") slices shaded and the flatness window marked. Returns the paths written;
-    none when matplotlib is missing or no run has soak samples."""
+    """Write one PNG per soak run next to ``path`` (``<stem>-soak-r<round>.png``): over time, in minutes from
+    the measured soak's start (the settling before it at negative minutes), the messages table's size by part
+    (the heap, each index), the broker's RSS, and the producer's and consumers' rates between samples, with
+    the settling and the paused ("off") slices shaded and the flatness window marked. Returns the paths
+    written; none when matplotlib is missing or no run has soak samples."""
     runs = [
         run
         for entry in document["scenarios"]
@@ -781,8 +786,8 @@ def charts(document: dict[str, Any], path: Path) -> list[Path]:
             f"{rss.get('flat')}",
             fontsize=10,
         )
-        # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a few
-        # milliseconds apart, and their difference is a batch or nothing)
+        # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a
+        # few milliseconds apart, and their difference is a batch or nothing)
         pairs = [(a, b) for a, b in itertools.pairwise(samples) if b["t"] - a["t"] >= 1.0]
         mids = [(a["t"] + b["t"]) / 120 for a, b in pairs]
         rate_ax.plot(mids, [_per_second(a, b, "produced") for a, b in pairs], label="pushed", lw=0.8)

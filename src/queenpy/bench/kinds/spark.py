@@ -9,10 +9,10 @@ partitions, loaded once by SQL like the consumption backlogs) into a new target 
   workers and a warm JIT, as a long-running pipeline would;
 - the measured query starts; the harness polls PostgreSQL every 20 ms for the target queue's rows. The sink
   commits a micro-batch in one transaction, so the rows jump from 0 to the first batch's size at once: that
-  moment ends the *first micro-batch* (its latency is query start → that commit) and opens the measured window,
-  which closes when the last row has landed. ``msg/s`` is the rows committed in the window over its length:
-  the steady rate after the first micro-batch, counted by PostgreSQL. ``whole_query_msg_per_s`` is the whole
-query's rate, its start and first micro-batch included.
+  moment ends the *first micro-batch* (its latency is query start → that commit) and opens the measured
+  window, which closes when the last row has landed. ``msg/s`` is the rows committed in the window over its
+  length: the steady rate after the first micro-batch, counted by PostgreSQL. ``whole_query_msg_per_s`` is the
+  whole query's rate, its start and first micro-batch included.
 
 Valid only when the target holds exactly the source: the same number of messages in every partition (by
 name), ``count(*)`` equal to the partition offsets, every transaction id once, no staging rows left (either
@@ -20,9 +20,9 @@ staging table), no sink batch left pending, and the query ended without an excep
 
 ``spark-handoff`` uses the sink's default ``commit=sync``; ``spark-handoff-pipelined`` the pipelined commits
 (the broker applies a micro-batch while Spark runs the next one), whose last micro-batch lands a moment after
-the query has ended: the window closes when it has. CPU per message adds Spark's own (the JVM process tree: the JVM and its
-Python workers) to the broker's and PostgreSQL's; the scenario's ratio is also given to ``push-100-1KB`` and
-``handoff-tx`` of the same round when they ran.
+the query has ended: the window closes when it has. CPU per message adds Spark's own (the JVM process tree:
+the JVM and its Python workers) to the broker's and PostgreSQL's; the scenario's ratio is also given to
+``push-100-1KB`` and ``handoff-tx`` of the same round when they ran.
 
 ``spark-batch-read`` (mode ``read``) reads the same backlog with ``spark.read.format("queen")`` (earliest to
 latest) and counts it: the window is the read, valid when the count equals the backlog's messages.
@@ -190,7 +190,8 @@ def _warm_up(context: Context, spark: _Spark, run: dict[str, Any], scenario: Sce
 
 
 def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
-    """The copy (``mode`` ``sync`` or ``pipelined``: the sink's commit option) or the batch read (``read``)."""
+    """The copy (``mode`` ``sync`` or ``pipelined``: the sink's commit option), or the batch read (``read``)
+    of the same backlog."""
     run = context.new_run(scenario, round_no)
     spark = _spark(context)
     per_trigger = scenario.batch
@@ -216,7 +217,8 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
 
 
 def _read(context: Context, spark: _Spark, run: dict[str, Any], source: str, expected: int) -> None:
-    """The batch read: ``spark.read.format("queen")`` of the whole backlog, counted; the window is the read."""
+    """The batch read: ``spark.read.format("queen")`` of the whole backlog, counted; the window is the
+    read."""
     jvm = spark.jvm_pid
     window = context.open_window()
     spark_start = procfs.tree_ticks(jvm, _spark_kind)

@@ -23,7 +23,8 @@ from queenpy.bench.wrk import render_script
 __all__ = ["KIND", "report_lines", "run", "summarize"]
 
 Q_CYCLES = (
-    "SELECT coalesce(sum(pc.last_consumed_seq), 0)::bigint, coalesce(sum(pc.total_batches_consumed), 0)::bigint "
+    "SELECT coalesce(sum(pc.last_consumed_seq), 0)::bigint, "
+    "coalesce(sum(pc.total_batches_consumed), 0)::bigint "
     "FROM queen.partition_consumers pc JOIN queen.partitions p ON p.id = pc.partition_id "
     "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 AND pc.consumer_group = $2"
 )
@@ -52,7 +53,8 @@ def _register(context: Context, name: str, source: str, sink: str) -> str:
 
 
 def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
-    """One query per run over the shared backlog, windows of ``scenario.batch`` messages (event time = offset)."""
+    """One query per run over the shared backlog, windows of ``scenario.batch`` messages (event time =
+    offset)."""
     run = context.new_run(scenario, round_no)
     options = context.options
     estimate = context.estimates.get(scenario.name, scenario.initial_rate)
