@@ -191,3 +191,20 @@ def test_each_kind_summarizes_its_own_figures() -> None:
     )
     assert spark["spark"]["max_per_trigger"] == 20_000 and spark["spark"]["whole_query_msg_per_s"] == 800.0
     assert KINDS["push"].summarize([{}]) == {} and KINDS["soak"].broker_env == {"RETENTION_INTERVAL": "1000"}
+
+
+def test_every_row_of_the_terminal_tables_has_its_headers_columns() -> None:
+    skipped = runner.dispatch(FAKE, NO_CONTEXT, Scenario("echo-skip", "echo", "select1", "", mode="skip"), 1)
+    crashed = runner.dispatch(
+        FAKE, NO_CONTEXT, Scenario("echo-crash", "echo", "select1", "", mode="crash"), 1
+    )
+    measured = [runner.dispatch(FAKE, NO_CONTEXT, ECHO, n) for n in (1, 2)]
+    entries = [
+        runner.scenario_entry(ECHO, FAKE, runs, Options(), LIMIT_ROUNDS, {})
+        for runs in ([skipped], [crashed], measured)
+    ]
+    table = report.table(_document(entries), runner.kind_lines)
+    rows = [line for line in table.splitlines() if line.startswith("| echo")]
+    assert len(rows) == 3 and "skipped" in rows[0] and "INVALID" in rows[1]
+    header = next(line for line in table.splitlines() if line.startswith("| scenario"))
+    assert {row.count("|") for row in rows} == {header.count("|")}
