@@ -191,6 +191,17 @@ SCENARIOS: list[Scenario] = [
         quick=True,
         initial_rate=20_000,
     ),
+    Scenario(
+        "handoff-tx-1",
+        "consume",
+        "insert-1-40B",
+        "the recipe's hand-off: pop 1 from A, one POST /transaction acks it and pushes it to B, "
+        "50 connections (compare push-1-40B)",
+        mode="handoff",
+        batch=1,
+        quick=True,
+        initial_rate=5_000,
+    ),
     # operators: ``groups`` = queues seeded, ``partitions`` = partitions seeded over them (kinds/operators.py)
     Scenario(
         "operators-10k",
