@@ -110,11 +110,15 @@ async def ack_batch(request: Request) -> Response:
 
 
 async def transaction(request: Request) -> Response:
+    """Fused with the client transactions that arrive meanwhile (group commit, Engine.transaction): this one
+    commits or fails on its own, answered ``success`` false with its own error; an error of the whole call
+    (database unreachable, connection lost) is answered as for a pop: ``{"success": false, "error"}``, and
+    none of the group was applied, so the client may send it again (its pushes' transactionIds dedupe)."""
     broker = broker_of(request)
     clean = v.validate_transaction(await body_of(request))
     await broker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
                                 for item in op["items"]])
-    return json_response(await broker.engine.transaction(clean))
+    return json_response(await broker.engine.transaction(clean, size_bytes=len(await request.body())))
 
 
 async def extend_lease(request: Request) -> Response:
