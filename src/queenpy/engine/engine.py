@@ -137,6 +137,13 @@ def transaction_results(requests: list[dict[str, Any]], text: str) -> list[Any]:
     return [transaction_result(request, answer) for request, answer in zip(requests, orjson.loads(text))]
 
 
+# operation type -> most requests fused into one call (default: no cap). A group of client transactions runs
+# each in a subtransaction, and each one that writes takes a transaction id of its own. PostgreSQL keeps 64 of
+# them per backend in shared memory (PGPROC_MAX_CACHED_SUBXIDS, src/include/storage/proc.h); past that every
+# snapshot taken by any session while the group runs must look its transaction ids up in pg_subtrans (the
+# "subtransaction overflow" slowdown). So a group has at most 64 client transactions.
+_MAX_REQUESTS = {"transaction": 64}
+
 # operation type -> how its procedure's answer becomes one result per item (default: results_by_index)
 _DECODERS: dict[str, Decode] = {"push": push_results, "ack": ack_results, "transaction": transaction_results}
 
@@ -166,7 +173,8 @@ class Engine:
                 limit = StaticLimit(fusion_settings.max_concurrent)
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
                                       fusion_settings.max_hold_ms, _DECODERS.get(op, results_by_index),
-                                      max_batch_bytes=fusion_settings.max_batch_bytes)
+                                      max_batch_bytes=fusion_settings.max_batch_bytes,
+                                      max_batch_requests=_MAX_REQUESTS.get(op, 0))
         self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
         self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL

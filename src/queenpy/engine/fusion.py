@@ -122,15 +122,18 @@ class Fusion:
         max_hold_ms: optional extra wait before firing a partial batch; 0 (default) fires at once.
         decode: turns the procedure's answer into one result per item (default :func:`results_by_index`).
         max_batch_bytes: most bytes per call, as the requests' ``size_bytes`` add up (0: no cap).
+        max_batch_requests: most requests per call (0: no cap).
     """
 
     def __init__(self, name: str, call: Call, max_batch_size: int, limit: StaticLimit | VegasLimit,
-                 max_hold_ms: int = 0, decode: Decode = results_by_index, max_batch_bytes: int = 0) -> None:
+                 max_hold_ms: int = 0, decode: Decode = results_by_index, max_batch_bytes: int = 0,
+                 max_batch_requests: int = 0) -> None:
         self.name = name
         self._call = call
         self._decode = decode
         self.max_batch_size = max(1, max_batch_size)
         self.max_batch_bytes = max(0, max_batch_bytes)
+        self.max_batch_requests = max(0, max_batch_requests)
         self.limit = limit
         self.max_hold_s = max_hold_ms / 1000.0
         self.stats = FusionStats()
@@ -177,7 +180,8 @@ class Fusion:
             size = 0
             while self._queue and (not batch or (
                     count + self._queue[0].weight <= self.max_batch_size
-                    and (not self.max_batch_bytes or size + self._queue[0].size_bytes <= self.max_batch_bytes))):
+                    and (not self.max_batch_bytes or size + self._queue[0].size_bytes <= self.max_batch_bytes)
+                    and (not self.max_batch_requests or len(batch) < self.max_batch_requests))):
                 pending = self._queue.popleft()
                 batch.append(pending)
                 count += pending.weight

@@ -364,12 +364,18 @@ DECLARE
     v_txid uuid;
     v_out text[] := '{}';
     v_pushes text[];
+    v_ops jsonb;
+    v_items jsonb;
     v_kinds text[];
+    v_first_ops integer[];
+    v_last_ops integer[];
     v_starts integer[];
-    v_runs jsonb[];
-    v_unknown text;
-    v_unknown_index integer;
+    v_leases text[];
     v_lease text;
+    v_types text[];
+    v_n integer;
+    v_a integer;
+    v_index integer;
     v_fail_index integer;
     v_fail text;
     v_text text;
@@ -422,56 +428,76 @@ BEGIN
         v_fail := NULL;
         BEGIN
             -- 1. the required leases, each live (its consumer rows locked until COMMIT)
-            SELECT l INTO v_lease
-            FROM jsonb_array_elements_text(CASE WHEN jsonb_typeof(v_member->'requiredLeases') = 'array'
-                                                THEN v_member->'requiredLeases' ELSE '[]' END) l
-            WHERE l <> ''
-              AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
-                              WHERE pc.worker_id = l AND pc.lease_expires_at > now())
-            LIMIT 1;
-            IF FOUND THEN
-                v_fail_index := 0;
-                RAISE EXCEPTION 'Required lease % is expired or released', v_lease USING ERRCODE = 'QN409';
+            v_leases := CASE WHEN jsonb_typeof(v_member->'requiredLeases') = 'array'
+                             THEN ARRAY(SELECT jsonb_array_elements_text(v_member->'requiredLeases')) END;
+            IF cardinality(v_leases) > 0 THEN
+                SELECT l INTO v_lease FROM unnest(v_leases) l
+                WHERE l <> ''
+                  AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
+                                  WHERE pc.worker_id = l AND pc.lease_expires_at > now())
+                LIMIT 1;
+                IF FOUND THEN
+                    v_fail_index := 0;
+                    RAISE EXCEPTION 'Required lease % is expired or released', v_lease USING ERRCODE = 'QN409';
+                END IF;
+                PERFORM 1 FROM queen.partition_consumers pc WHERE pc.worker_id = ANY (v_leases) ORDER BY pc.id
+                FOR UPDATE;
             END IF;
-            PERFORM 1 FROM queen.partition_consumers pc
-            WHERE pc.worker_id IN (SELECT jsonb_array_elements_text(
-                                       CASE WHEN jsonb_typeof(v_member->'requiredLeases') = 'array'
-                                            THEN v_member->'requiredLeases' ELSE '[]' END))
-            ORDER BY pc.id
-            FOR UPDATE;
 
-            -- 2. the operations, flattened (one row per ack and per push item, numbered as the results), cut
-            -- into runs of one type; an ack carries its index
-            SELECT array_agg(s.kind ORDER BY s.run), array_agg(s.start ORDER BY s.run),
-                   array_agg(s.items ORDER BY s.run),
-                   min(s.unknown_kind) FILTER (WHERE s.unknown_index IS NOT NULL), min(s.unknown_index)
-            INTO v_kinds, v_starts, v_runs, v_unknown, v_unknown_index
-            FROM (SELECT f.run, min(f.kind) AS kind, min(f.idx) AS start,
-                         jsonb_agg(CASE WHEN f.kind = 'ack' THEN f.e || jsonb_build_object('index', f.idx) ELSE f.e END
-                                   ORDER BY f.idx) AS items,
-                         min(f.idx) FILTER (WHERE f.kind IS DISTINCT FROM 'ack' AND f.kind IS DISTINCT FROM 'push')
-                             AS unknown_index,
-                         min(coalesce(f.kind, 'null')) AS unknown_kind
-                  FROM (SELECT x.kind, x.e, x.idx,
-                               count(*) FILTER (WHERE x.changed) OVER (ORDER BY x.idx) AS run
-                        FROM (SELECT y.kind, y.e, y.idx,
-                                     y.kind IS DISTINCT FROM lag(y.kind) OVER (ORDER BY y.idx) AS changed
-                              FROM (SELECT t.op->>'type' AS kind, i.e,
-                                           (row_number() OVER (ORDER BY t.o, i.j) - 1)::int AS idx
-                                    FROM jsonb_array_elements(v_member->'operations') WITH ORDINALITY AS t(op, o)
-                                    CROSS JOIN LATERAL jsonb_array_elements(
-                                        CASE WHEN t.op->>'type' = 'push' THEN t.op->'items'
-                                             ELSE jsonb_build_array(t.op) END) WITH ORDINALITY AS i(e, j)) y) x) f
-                  GROUP BY f.run) s;
-            IF v_unknown_index IS NOT NULL THEN
-                v_fail_index := v_unknown_index;
-                RAISE EXCEPTION 'Unknown operation type: %', v_unknown USING ERRCODE = 'QN400';
+            -- 2. the operations cut into runs of one type, in order: per run its type, its first and last
+            -- operation (1-based places in "operations") and the index of its first result. Only types and
+            -- sizes are read here; each run then reads its operations from the request itself.
+            v_ops := v_member->'operations';
+            -- the recipe's shape (acks, then at most one push operation) without a statement over the
+            -- operations: their types through one JSON path (an operation without a type takes the general way)
+            v_types := ARRAY(SELECT jsonb_array_elements_text(jsonb_path_query_array(v_ops, 'lax $[*].type')));
+            v_n := jsonb_array_length(v_ops);
+            v_a := coalesce(array_position(v_types, 'push'), v_n + 1) - 1;
+            IF cardinality(v_types) = v_n AND v_a >= v_n - 1 AND (v_a = 0 OR v_types[1:v_a] <@ ARRAY['ack'])
+               AND (v_a = v_n OR v_types[v_n] = 'push') THEN
+                v_kinds := '{}';
+                v_first_ops := '{}';
+                v_last_ops := '{}';
+                v_starts := '{}';
+                IF v_a > 0 THEN
+                    v_kinds := ARRAY['ack'];
+                    v_first_ops := ARRAY[1];
+                    v_last_ops := ARRAY[v_a];
+                    v_starts := ARRAY[0];
+                END IF;
+                IF v_a < v_n THEN
+                    v_kinds := v_kinds || 'push'::text;
+                    v_first_ops := v_first_ops || v_n;
+                    v_last_ops := v_last_ops || v_n;
+                    v_starts := v_starts || v_a;
+                END IF;
+            ELSE
+                SELECT array_agg(s.kind ORDER BY s.run), array_agg(s.first_op ORDER BY s.run),
+                       array_agg(s.last_op ORDER BY s.run), array_agg(s.start ORDER BY s.run)
+                INTO v_kinds, v_first_ops, v_last_ops, v_starts
+                FROM (SELECT c.run, min(c.kind) AS kind, min(c.o) AS first_op, max(c.o) AS last_op, min(c.idx) AS start
+                      FROM (SELECT b.o, b.kind, b.idx, count(*) FILTER (WHERE b.changed) OVER (ORDER BY b.o) AS run
+                            FROM (SELECT a.o, a.kind, (sum(a.width) OVER (ORDER BY a.o) - a.width)::int AS idx,
+                                         a.kind IS DISTINCT FROM lag(a.kind) OVER (ORDER BY a.o) AS changed
+                                  FROM (SELECT t.o::int AS o, coalesce(t.op->>'type', 'null') AS kind,
+                                               CASE WHEN t.op->>'type' = 'push' THEN jsonb_array_length(t.op->'items')
+                                                    ELSE 1 END AS width
+                                        FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(op, o)) a) b) c
+                      GROUP BY c.run) s;
             END IF;
 
             FOR r IN 1 .. coalesce(cardinality(v_kinds), 0) LOOP
                 IF v_kinds[r] = 'push' THEN
                     -- one call for the run; a duplicate or a full queue fails the client transaction
-                    v_text := queen.push_items_v3(v_runs[r], false, false);
+                    IF v_first_ops[r] = v_last_ops[r] THEN
+                        v_items := v_ops->(v_first_ops[r] - 1)->'items';
+                    ELSE
+                        SELECT jsonb_agg(i.e ORDER BY t.o, i.j) INTO v_items
+                        FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(op, o)
+                        CROSS JOIN LATERAL jsonb_array_elements(t.op->'items') WITH ORDINALITY AS i(e, j)
+                        WHERE t.o BETWEEN v_first_ops[r] AND v_last_ops[r];
+                    END IF;
+                    v_text := queen.push_items_v3(v_items, false, false);
                     v_pushes := v_pushes || ('[' || v_starts[r] || ',' || v_text || ']');
                     IF strpos(v_text, '"d"') > 0 OR strpos(v_text, '"f"') > 0 THEN
                         SELECT (a->>0)::int, a->>1 INTO v_position, v_status
@@ -480,26 +506,31 @@ BEGIN
                         IF v_status = 'f' THEN
                             RAISE EXCEPTION 'PUSH operation failed: queue full' USING ERRCODE = 'QN422';
                         END IF;
-                        v_txn := v_runs[r]->v_position->>'transactionId';
+                        v_txn := v_items->v_position->>'transactionId';
                         RAISE EXCEPTION 'duplicate transactionId % in push', v_txn USING ERRCODE = 'QN409';
                     END IF;
                     CONTINUE;
+                ELSIF v_kinds[r] <> 'ack' THEN
+                    v_fail_index := v_starts[r];
+                    RAISE EXCEPTION 'Unknown operation type: %', v_kinds[r] USING ERRCODE = 'QN400';
                 END IF;
                 -- a run of acks: as queen.ack_v2 (runs of one partition and group in one pass where they
-                -- can be), in transaction mode; the first failure in operation order is the answer
+                -- can be), in transaction mode; the first failure in operation order is the answer. An ack's
+                -- index is its run's first plus its place in the run.
                 FOR run IN
                     SELECT min(e->>'partitionId') AS partition_text, min(k.consumer_group) AS consumer_group,
-                           array_agg(t.o - 1 ORDER BY m.seq, (e->>'index')::int) AS positions,
-                           min((e->>'index')::int) AS first_index,
+                           array_agg(t.o::int ORDER BY m.seq, t.o) AS places,
+                           min(t.o)::int AS first_place,
                            count(*)::int AS n, count(m.seq)::int AS found, min(m.seq) AS min_seq,
                            max(m.seq) AS max_seq, min(coalesce(e->>'leaseId', '')) AS lease,
                            count(DISTINCT coalesce(e->>'leaseId', ''))::int AS leases,
                            bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success'))
                                AS plain
-                    FROM jsonb_array_elements(v_runs[r]) WITH ORDINALITY AS t(e, o)
+                    FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(e, o)
                     CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
                     LEFT JOIN LATERAL queen.message_by_transaction_v1((e->>'partitionId')::uuid, e->>'transactionId') m
                       ON true
+                    WHERE t.o BETWEEN v_first_ops[r] AND v_last_ops[r]
                     GROUP BY e->>'partitionId', k.consumer_group
                     ORDER BY e->>'partitionId', k.consumer_group
                 LOOP
@@ -511,16 +542,19 @@ BEGIN
                                               run.min_seq, run.max_seq) a;
                     END IF;
                     IF v_one_pass THEN
-                        IF NOT v_held AND (v_fail_index IS NULL OR run.first_index < v_fail_index) THEN
-                            v_fail_index := run.first_index;
+                        v_index := v_starts[r] + run.first_place - v_first_ops[r];
+                        IF NOT v_held AND (v_fail_index IS NULL OR v_index < v_fail_index) THEN
+                            v_fail_index := v_index;
                             v_fail := 'Invalid or expired lease';
                         END IF;
                     ELSE
-                        FOREACH v_pos IN ARRAY run.positions LOOP
-                            v_res := queen.ack_one_v1(v_runs[r]->v_pos, 'transaction');
-                            IF NOT (v_res->>'success')::boolean
-                               AND (v_fail_index IS NULL OR (v_res->>'index')::int < v_fail_index) THEN
-                                v_fail_index := (v_res->>'index')::int;
+                        FOREACH v_pos IN ARRAY run.places LOOP
+                            v_index := v_starts[r] + v_pos - v_first_ops[r];
+                            v_res := queen.ack_one_v1(v_ops->(v_pos - 1) || jsonb_build_object('index', v_index),
+                                                      'transaction');
+                            IF NOT (v_res->>'success')::boolean AND (v_fail_index IS NULL OR v_index < v_fail_index)
+                            THEN
+                                v_fail_index := v_index;
                                 v_fail := coalesce(v_res->>'error', 'Unknown error');
                             END IF;
                         END LOOP;
