@@ -82,7 +82,7 @@ def load_before(conn: psycopg.Connection[Any], revision: str) -> None:
     """``queen.transaction_v1`` as it was at ``revision``, created as ``queen.transaction_before``."""
     text = subprocess.run(["git", "show", f"{revision}:src/queenpy/sql/procedures/040_ack.sql"], check=True,
                           capture_output=True, text=True).stdout
-    match = re.search(r"CREATE OR REPLACE FUNCTION queen\.transaction_v1\(.*?\n\$\$;", text, re.S)
+    match = re.search(r"CREATE OR REPLACE FUNCTION queen\.transaction_v1\(.*?\n\$\$;", text, re.DOTALL)
     assert match, "no transaction_v1 in that revision"
     conn.execute(match.group(0).replace("queen.transaction_v1(", "queen.transaction_before("))
 
@@ -147,7 +147,7 @@ def main() -> None:
                                                      "group of 50, 50 target partitions": [],
                                                      "50 calls of one": []}
             for rep in range(max(1, args.repetitions // 10)):
-                for name in group_samples:
+                for name, values in group_samples.items():
                     acks = leased_acks(conn, f"g{rep}", 50, payload)
                     conn.execute("UPDATE queen.partition_consumers SET batch_size = 1")  # each ack ends it
                     members = [{"operations": [{"type": "ack", **{k: v for k, v in a.items() if k != 'leaseId'}},
@@ -155,10 +155,9 @@ def main() -> None:
                                                    "one" if "one target" in name else f"t{k}", 1, payload)}]}
                                for k, a in enumerate(acks)]
                     if name == "50 calls of one":
-                        group_samples[name].append(sum(timed(conn, "SELECT queen.transaction_v2($1)", [m])
-                                                       for m in members) / 50)
+                        values.append(sum(timed(conn, "SELECT queen.transaction_v2($1)", [m]) for m in members) / 50)
                     else:
-                        group_samples[name].append(timed(conn, "SELECT queen.transaction_v2($1)", members) / 50)
+                        values.append(timed(conn, "SELECT queen.transaction_v2($1)", members) / 50)
             for name, values in group_samples.items():
                 print(f"{name + ' (per transaction)':42s} median {statistics.median(values):8.0f} us   "
                       f"min-max {min(values):7.0f} - {max(values):7.0f}")

@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 import psycopg
 
-from helpers import call_procedure
 from queenpy.engine.engine import transaction_result
+
+from helpers import call_procedure
 
 QUEUE_MODE = "__QUEUE_MODE__"
 
@@ -98,8 +99,8 @@ def test_one_bad_member_among_good_ones_fails_alone(db_url: str) -> None:
         assert [(r["index"], r["type"], r["transactionId"]) for r in results[2]["results"]] == [
             (0, "ack", m[2]["transactionId"]), (1, "push", "ok-2a"), (2, "push", "ok-2b")]
         assert stored(conn, "dst") == ["dup", "ok-0", "ok-2a", "ok-2b", "ok-5"]
-        assert {r["messageId"] for r in results[2]["results"][1:]} <= set(
-            row[0] for row in conn.execute("SELECT id::text FROM queen.messages").fetchall())
+        assert {r["messageId"] for r in results[2]["results"][1:]} <= {
+            row[0] for row in conn.execute("SELECT id::text FROM queen.messages").fetchall()}
         # the committed members moved their cursors; the failed member's ack was rolled back
         assert cursor(conn, m[0]["partitionId"]) == (1, None)
         assert cursor(conn, m[1]["partitionId"]) == (1, None)

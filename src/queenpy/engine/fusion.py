@@ -257,12 +257,12 @@ class LanedFusion:
         self.lanes = [Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1), decode=decode)
                       for i in range(max(1, lanes))]
 
-    async def submit(self, items: list[Any]) -> list[Any]:
+    async def submit(self, items: list[Any], weight: int | None = None, size_bytes: int = 0) -> list[Any]:
         """As :meth:`Fusion.submit`, on the lane of ``items[0]``."""
         if len(self.lanes) == 1 or not items:  # the default: no key to compute on the hot path
-            return await self.lanes[0].submit(items)
+            return await self.lanes[0].submit(items, weight, size_bytes)
         lane = zlib.crc32(self._key(items[0]).encode()) % len(self.lanes)
-        return await self.lanes[lane].submit(items)
+        return await self.lanes[lane].submit(items, weight, size_bytes)
 
     @property
     def inflight(self) -> int:
