@@ -318,9 +318,9 @@ _DESCRIPTIONS = {
         "error`, `PUSH operation failed: queue full`, `duplicate transactionId <id> in push` (a duplicate "
         "aborts, it is not answered `duplicate`); these are final. An error of the whole commit (database "
         "unreachable, connection lost) answers every transaction of the group `{success: false, error}` with "
-        "the database's error and no `results`, as a pop gets then: nothing of it was applied, and sending it "
-        "again is safe (if the answer was lost after the commit, a push's transactionId makes the retry fail "
-        "as a duplicate instead of storing twice). A `failed` or `dlq` ack moves the message to the DLQ at "
+        "the database's error and no `results`, as a pop gets then: nothing of it was applied, and it may be sent "
+        "again (if the answer was lost after the commit, a push's transactionId makes the retry fail as a "
+        "duplicate instead of storing twice). A `failed` or `dlq` ack moves the message to the DLQ at "
         "once. Pushes made here wake long polls after the commit."),
     ("get", "/api/v1/consumer-groups"): "No consumer group answers `[]` (the original sends an empty body).",
     ("get", "/api/v1/consumer-groups/lagging"): "No lagging partition answers `[]` (the original: an empty body).",
