@@ -3,6 +3,7 @@ client transactions in one call, one PostgreSQL transaction, each all-or-nothing
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import orjson
@@ -154,3 +155,30 @@ def test_required_leases_are_checked_in_a_transaction_of_its_own(db_url: str) ->
         assert ok["success"] is True
         assert [r["type"] for r in ok["results"]] == ["ack", "push"]
         assert stored(conn, "dst") == ["x"]
+
+
+def test_groups_pushing_to_the_same_partitions_in_opposite_orders_do_not_deadlock(db_url: str) -> None:
+    """Two connections commit groups whose members push to partitions a and b, one group a-then-b, the other
+    b-then-a: each group locks its partitions in id order before its first member, so they wait for each
+    other instead of deadlocking (a deadlock would fail a member: 'deadlock detected')."""
+    with connect(db_url) as conn:
+        push(conn, "dst", [0], partition="a")
+        push(conn, "dst", [0], partition="b")
+    failures: list[Any] = []
+
+    def run(order: list[str], name: str) -> None:
+        with connect(db_url) as conn:
+            for n in range(25):
+                answers = call_procedure(conn, "transaction_v2", [
+                    {"operations": [push_op("dst", f"{name}-{n}-{p}", partition=p)]} for p in order])
+                failures.extend(a for a in answers if not a["success"])
+
+    threads = [threading.Thread(target=run, args=(["a", "b"], "x")),
+               threading.Thread(target=run, args=(["b", "a"], "y"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    with connect(db_url) as conn:
+        assert len(stored(conn, "dst")) == 2 + 2 * 25 * 2
