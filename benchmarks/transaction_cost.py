@@ -12,7 +12,9 @@ trip nor the commit counts):
   * with ``--before REV``: that revision's ``queen.transaction_v1`` (loaded from git under another name) on
     a third batch;
   * a group of 50 client transactions of 1 ack + 1 push each, all pushing to one partition or each to its
-    own, against 50 calls of ``transaction_v2`` with one each (per client transaction).
+    own, against 50 calls of ``transaction_v2`` with one each (per client transaction);
+  * the MultiXacts a group of 20 and of 60 creates when all its members ack under one lease and push to one
+    partition (PostgreSQL's counters around a checkpoint).
 Prints medians and the 10th-90th percentile spread in microseconds.
 """
 
@@ -161,7 +163,29 @@ def main() -> None:
             for name, values in group_samples.items():
                 print(f"{name + ' (per transaction)':42s} median {statistics.median(values):8.0f} us   "
                       f"min-max {min(values):7.0f} - {max(values):7.0f}")
+
+            # MultiXacts: members of one group that lock the same row (one consumer row acked under one lease,
+            # one target partition) each lock a version another subtransaction of the group made
+            for size in (20, 60):
+                acks = leased_acks(conn, f"m{size}", size, payload)
+                members = [{"operations": [{"type": "ack", **a},
+                                           {"type": "push", "items": pushes("shared", 1, payload)}],
+                            "requiredLeases": [a["leaseId"]]} for a in acks]
+                before = multixact_counters(conn)
+                call(conn, "SELECT queen.transaction_v2(%s::jsonb)::text", members)
+                after = multixact_counters(conn)
+                print(f"group of {size} on one consumer row and one target partition: {after[0] - before[0]} "
+                      f"MultiXacts, {after[1] - before[1]} MultiXact members")
         server.cleanup()
+
+
+def multixact_counters(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+    """PostgreSQL's next MultiXact id and member offset, as of a checkpoint taken now."""
+    conn.execute("CHECKPOINT")
+    row = conn.execute("SELECT next_multixact_id::text::bigint, next_multi_offset::text::bigint "
+                       "FROM pg_control_checkpoint()").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 if __name__ == "__main__":

@@ -351,9 +351,10 @@ $$;
 -- touch, in id order (then the capacity rows of capped queues, in queue order), as one push_items_v3 does
 -- for its own batch: two groups whose members push to the same partitions in different orders would
 -- otherwise deadlock. The members then find these rows locked by their own transaction.
--- Each member's push updates its partitions' rows (a new row version each), so a later member of the group
--- that pushes to the same partition locks a fresh version: no MultiXact grows along the group (the case
--- queen.ack_v2's comment warns of is one row version locked by many subtransactions).
+-- Members that lock the same row (a partition pushed to, a consumer row acked under one lease) each lock a
+-- version that another subtransaction of the group made: PostgreSQL records that with one MultiXact of about
+-- three members per member and row, not one that grows along the group (the quadratic case queen.ack_v2's
+-- comment warns of); measured with benchmarks/transaction_cost.py (groups of 20 and 60).
 CREATE OR REPLACE FUNCTION queen.transaction_v2(p_transactions jsonb)
 RETURNS json
 LANGUAGE plpgsql
