@@ -3,7 +3,8 @@ messages dead-lettered with "card declined"), and a trace named ``checkout`` on 
 
     python examples/console_traffic.py --url http://localhost:6632 --seconds 240
 
-Then open http://localhost:6632/ (the README's screenshots were taken this way, see tests/browser/test_screenshots.py).
+Then open http://localhost:6632/ (the screenshots in docs/operations.md were taken this way, see
+tests/browser/test_screenshots.py).
 """
 
 from __future__ import annotations

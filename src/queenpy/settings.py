@@ -158,9 +158,9 @@ class ServiceSettings:
 
 # (max items per call, max calls in flight per worker process). Push: one call in flight per worker. Every
 # push call locks the partitions it writes until COMMIT, so concurrent calls mostly wait for each other;
-# one call per worker lets everything that arrives meanwhile fuse into the next call. Measured (RESULTS.md
-# section 2026-11-21 13:00-13:45): 1 msg/request, 50 connections, 2 workers: 5,700-6,150 req/s with 1,
-# 2,300-3,300 with 8.
+# one call per worker lets everything that arrives meanwhile fuse into the next call: with 1 message per
+# request, 50 connections and 2 workers it answered about twice the requests a second of 8 calls in flight
+# (benchmarks/RESULTS.md).
 _FUSION_DEFAULTS = {
     "push": (500, 1),
     "pop": (100, 4),

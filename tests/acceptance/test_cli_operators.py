@@ -44,6 +44,8 @@ def test_maintenance_on_off(db_url: str, start_broker: Callable[..., Any]) -> No
     state = json.loads(run_queenpy(broker, "maintenance", "--json").stdout)
     assert state["maintenanceMode"] is False and state["popMaintenanceMode"] is False
     assert json.loads(run_queenpy(broker, "maintenance", "on", "--json").stdout)["maintenanceMode"] is True
+    # the group's options reach its subcommand, as everywhere
+    assert json.loads(run_queenpy(broker, "maintenance", "--json", "on").stdout)["maintenanceMode"] is True
     assert json.loads(run_queenpy(broker, "maintenance", "on", "--pop", "--json").stdout)["popMaintenanceMode"]
     assert "True" in run_queenpy(broker, "maintenance").stdout
     with httpx.Client(base_url=broker.url, timeout=30) as http:

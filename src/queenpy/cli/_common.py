@@ -1,15 +1,19 @@
-"""What the client commands share: the options (each readable from the environment variable named in its
-``--help``), the client context (errors as one plain sentence on stderr, exit 1; ``-v`` for the traceback),
-and output as rich tables or JSON lines."""
+"""What the client commands share: the connection options, declared once here and added to a command by
+:func:`client_command`; the other options (each readable from the environment variable named in its
+``--help``); errors as one plain sentence on stderr and exit 1 (``-v`` for the traceback); output as rich
+tables or JSON lines."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Iterator, Sequence
+import typing
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Annotated, Any
 
 import typer
@@ -21,9 +25,9 @@ from queenpy.client import DEFAULT_URL, Queen
 from queenpy.errors import QueenError
 
 __all__ = [
-    "DEFAULT_URL",
     "AckOption",
     "BatchOption",
+    "Connection",
     "GroupOption",
     "JsonOption",
     "OffsetOption",
@@ -32,17 +36,13 @@ __all__ = [
     "QueueOption",
     "RowsOption",
     "TimeoutOption",
-    "TokenOption",
-    "UrlOption",
     "VerboseOption",
-    "connect",
+    "client_command",
     "fail",
     "iso_z",
-    "merged",
     "parse_payload",
     "print_json",
     "read_json_lines",
-    "remember",
     "required_queue",
     "stderr",
     "stdout",
@@ -94,27 +94,107 @@ def stderr() -> Console:
     return Console(stderr=True, soft_wrap=True)
 
 
-@contextmanager
-def connect(url: str, token: str | None, verbose: bool) -> Iterator[Queen]:
-    """A connected sync client; broker and input errors become one line on stderr and exit code 1."""
-    client: Queen | None = None
-    try:
-        client = Queen([part.strip() for part in url.split(",") if part.strip()], token=token)
-        yield client
-    except (QueenError, ValueError, OSError) as exc:
-        if verbose:
-            stderr().print_exception(show_locals=False)
-        else:
-            fail(exc.message if isinstance(exc, QueenError) else str(exc))
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        raise typer.Exit(130) from None
-    finally:
-        if client is not None:
-            try:
-                client.close()
-            except QueenError as exc:  # a push buffer could not be flushed
-                stderr().print(f"error while closing: {exc}", highlight=False, markup=False)
+@dataclass(frozen=True)
+class Connection:
+    """The connection options of a client command: where the broker is, the token, how to print, and
+    whether errors show their traceback."""
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+    json_output: bool = False
+    verbose: bool = False
+
+    @contextmanager
+    def client(self) -> Iterator[Queen]:
+        """A connected sync client; broker and input errors become one line on stderr and exit code 1."""
+        client: Queen | None = None
+        try:
+            client = Queen([part.strip() for part in self.url.split(",") if part.strip()], token=self.token)
+            yield client
+        except (QueenError, ValueError, OSError) as exc:
+            if self.verbose:
+                stderr().print_exception(show_locals=False)
+            else:
+                fail(exc.message if isinstance(exc, QueenError) else str(exc))
+            raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        finally:
+            if client is not None:
+                try:
+                    client.close()
+                except QueenError as exc:  # a push buffer could not be flushed
+                    stderr().print(f"error while closing: {exc}", highlight=False, markup=False)
+
+
+Command = Callable[..., None]
+
+# (parameter, its option, default) in the order --help lists them, after the command's own options
+_CONNECTION_OPTIONS: tuple[tuple[str, Any, Any], ...] = (
+    ("url", UrlOption, DEFAULT_URL),
+    ("token", TokenOption, None),
+    ("json_output", JsonOption, False),
+    ("verbose", VerboseOption, False),
+)
+
+
+def client_command(*, json_option: bool = True) -> Callable[[Command], Command]:
+    """Give a command the connection options ``--url``, ``--token``, ``--json`` (unless ``json_option`` is
+    false: the command prints no table) and ``-v``, declared here once.
+
+    The decorated function names a parameter ``connection: Connection`` (first, by habit) and gets the
+    options in it; typer sees the function's other parameters followed by the connection options, so they
+    come after the command's own in ``--help``. Used on a group callback and on its subcommands alike, so
+    ``queenpy dlq -q X --json list`` and ``queenpy dlq list -q X --json`` mean the same: an option given on a
+    group's command line applies to a subcommand parameter of the same name unless the subcommand's own
+    command line gives it (:func:`_inherit`). A name therefore means the same option in a group and in its
+    subcommands.
+    """
+    added = [(name, option, default) for name, option, default in _CONNECTION_OPTIONS
+             if json_option or name != "json_output"]
+
+    def decorate(command: Command) -> Command:
+        hints = typing.get_type_hints(command, include_extras=True)
+        own = [parameter.replace(annotation=hints.get(parameter.name, parameter.annotation),
+                                 kind=inspect.Parameter.KEYWORD_ONLY)
+               for parameter in inspect.signature(command).parameters.values() if parameter.name != "connection"]
+        context = next((parameter.name for parameter in own if parameter.annotation is typer.Context), None)
+        parameters = [
+            *([] if context else [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY,
+                                                    annotation=typer.Context)]),
+            *own,
+            *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=option, default=default)
+              for name, option, default in added),
+        ]
+
+        @functools.wraps(command)
+        def wrapper(**arguments: Any) -> None:
+            ctx = arguments[context] if context else arguments.pop("ctx")
+            _inherit(ctx, arguments)
+            connection = Connection(**{name: arguments.pop(name) for name, _, _ in added})
+            command(connection=connection, **arguments)
+
+        # typer reads inspect.signature (which stops at __signature__ instead of following __wrapped__ to the
+        # command) and typing.get_type_hints (these annotations, already resolved)
+        wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {parameter.name: parameter.annotation for parameter in parameters}
+        return wrapper
+
+    return decorate
+
+
+def _inherit(ctx: typer.Context, arguments: dict[str, Any]) -> None:
+    """Options given on the command lines of the enclosing groups (kept in ``ctx.obj``) fill the parameters of
+    the same name that this command's own command line leaves out, whether they come from the environment or
+    the default; the options given to this command are kept in ``ctx.obj`` in turn for its subcommands."""
+    given = dict(ctx.obj) if isinstance(ctx.obj, dict) else {}
+    for name, value in arguments.items():
+        # by name: typer 0.12 uses click's ParameterSource, newer typers their own copy of click
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE":
+            given[name] = value
+        elif name in given:
+            arguments[name] = given[name]
+    ctx.obj = given
 
 
 def fail(sentence: str) -> None:
@@ -128,34 +208,6 @@ def iso_z(moment: datetime | None) -> str | None:
         return None
     utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
     return utc.isoformat(timespec="milliseconds").replace("+00:00", "Z")  # a four-digit year, unlike strftime
-
-
-_DEFAULTS: dict[str, Any] = {"url": DEFAULT_URL, "json_output": False, "verbose": False}
-
-
-def remember(ctx: typer.Context, **options: Any) -> None:
-    """A command group's callback keeps its options for the subcommand (``queenpy dlq -q X list``)."""
-    ctx.obj = options
-
-
-def merged(ctx: typer.Context, **options: Any) -> SimpleNamespace:
-    """A subcommand's options, each falling back to the same option given to its group when the subcommand
-    left it at its default."""
-    parent = ctx.obj if isinstance(ctx.obj, dict) else {}
-    values = {}
-    for name, value in options.items():
-        default = _DEFAULTS.get(name)
-        values[name] = parent.get(name, value) if value is None or value == default else value
-        if values[name] is None:
-            values[name] = value
-    return SimpleNamespace(**values)
-
-
-def connection_options(ctx: typer.Context, url: str, token: str | None, json_output: bool,
-                       verbose: bool) -> tuple[str, str | None, bool, bool]:
-    """``(url, token, json_output, verbose)`` of a subcommand, each falling back to its group's."""
-    o = merged(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
-    return o.url, o.token, o.json_output, o.verbose
 
 
 def required_queue(queue: str | None) -> str:

@@ -13,7 +13,9 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["register"]
+from queenpy.cli._common import VerboseOption
+
+__all__ = ["bench"]
 
 
 QuickOption = Annotated[bool, typer.Option(
@@ -71,7 +73,16 @@ SoakTransactionIdsOption = Annotated[bool, typer.Option(
     "--soak-transaction-ids", envvar="QUEENPY_BENCH_SOAK_TRANSACTION_IDS",
     help="soak's producer gives every message a transactionId of its own (UUIDv7-shaped), as the official "
          "clients do; without it the broker assigns them.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
+SparkMasterOption = Annotated[str, typer.Option(
+    "--spark-master", envvar="QUEENPY_BENCH_SPARK_MASTER", help="Spark master of the spark-* scenarios.")]
+HistoryOption = Annotated[Path, typer.Option(
+    "--history", envvar="QUEENPY_BENCH_HISTORY",
+    help="NDJSON file the run's summary row is appended to (when its directory exists).")]
+SummaryOption = Annotated[list[Path] | None, typer.Option(
+    "--summary", metavar="JSON_OR_DIR",
+    help="Run nothing: rewrite the current-figures block of --page from these result files (or directories of "
+         "them), repeatable: queenpy bench --summary benchmarks/results.")]
+PageOption = Annotated[Path, typer.Option("--page", help="The results page that --summary rewrites.")]
 
 
 def _command_line() -> str:
@@ -86,60 +97,67 @@ def _command_line() -> str:
     return re.sub(r"(://[^:/@\s]+):[^@\s]*@", r"\1:***@", f"{start} {shlex.join(sys.argv[1:])}".strip())
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``bench`` command to the ``queenpy`` app."""
+def bench(
+    quick: QuickOption = False,
+    runs: RunsOption = None,
+    seconds: SecondsOption = None,
+    warmup: WarmupOption = None,
+    workers: WorkersOption = 0,
+    env: EnvOption = None,
+    connections: ConnectionsOption = 50,
+    only: OnlyOption = None,
+    list_scenarios: ListOption = False,
+    out: OutOption = Path("bench-results.json"),
+    chart: ChartOption = None,
+    workdir: WorkdirOption = None,
+    keep: KeepOption = False,
+    checkpoint: CheckpointOption = True,
+    keepup_share: KeepupShareOption = 0.55,
+    duration: DurationOption = 600.0,
+    soak_share: SoakShareOption = 0.5,
+    soak_rate: SoakRateOption = None,
+    soak_transaction_ids: SoakTransactionIdsOption = False,
+    database_url: DatabaseUrlOption = None,
+    spark_master: SparkMasterOption = "local[*]",
+    history: HistoryOption = Path("benchmarks/history.ndjson"),
+    summary: SummaryOption = None,
+    page: PageOption = Path("benchmarks/RESULTS.md"),
+    verbose: VerboseOption = False,
+) -> None:
+    """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
 
-    @app.command()
-    def bench(
-        quick: QuickOption = False,
-        runs: RunsOption = None,
-        seconds: SecondsOption = None,
-        warmup: WarmupOption = None,
-        workers: WorkersOption = 0,
-        env: EnvOption = None,
-        connections: ConnectionsOption = 50,
-        only: OnlyOption = None,
-        list_scenarios: ListOption = False,
-        out: OutOption = Path("bench-results.json"),
-        chart: ChartOption = None,
-        workdir: WorkdirOption = None,
-        keep: KeepOption = False,
-        checkpoint: CheckpointOption = True,
-        keepup_share: KeepupShareOption = 0.55,
-        duration: DurationOption = 600.0,
-        soak_share: SoakShareOption = 0.5,
-        soak_rate: SoakRateOption = None,
-        soak_transaction_ids: SoakTransactionIdsOption = False,
-        database_url: DatabaseUrlOption = None,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
+    Starts a private PostgreSQL (fsync on; or uses --database-url) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
+    """
+    import queenpy.bench as queenbench
 
-        Starts a private PostgreSQL (fsync on; or uses --database-url) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
-        """
-        import queenpy.bench as queenbench
-
-        if list_scenarios:
-            for scenario in queenbench.SCENARIOS:
-                typer.echo(f"{scenario.name:<22} {'quick ' if scenario.quick else '      '}{scenario.description}")
-            return
+    if list_scenarios:
+        for scenario in queenbench.SCENARIOS:
+            typer.echo(f"{scenario.name:<22} {'quick ' if scenario.quick else '      '}{scenario.description}")
+        return
+    if summary:
         try:
-            broker_env = queenbench.parse_env_assignments(env or [])
-        except ValueError as exc:
-            raise typer.BadParameter(str(exc), param_hint="--env") from exc
-        config = queenbench.Config(
-            quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
-            connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
-            checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
-            soak_rate=soak_rate, soak_transaction_ids=soak_transaction_ids, command=_command_line(),
-            database_url=database_url)
-        try:
-            document = queenbench.run(config, echo=typer.echo)
-        except (queenbench.BenchError, ValueError) as exc:
-            if verbose:
-                raise
-            typer.echo(f"queenpy bench: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        if not all(entry["valid"] for entry in document["scenarios"]):
-            typer.echo("some scenarios are INVALID (see above)", err=True)
-            raise typer.Exit(1)
+            read = queenbench.write_summary(summary, page)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--summary/--page") from exc
+        typer.echo(f"{page}: current figures rewritten from {read} result file(s)")
+        return
+    try:
+        broker_env = queenbench.parse_env_assignments(env or [])
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--env") from exc
+    config = queenbench.Config(
+        quick=quick, runs=runs, seconds=seconds, warmup=warmup, workers=workers, broker_env=broker_env,
+        connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
+        checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
+        soak_rate=soak_rate, soak_transaction_ids=soak_transaction_ids, command=_command_line(),
+        database_url=database_url, spark_master=spark_master, history=history)
+    try:
+        document = queenbench.run(config, echo=typer.echo)
+    except (queenbench.BenchError, ValueError) as exc:
+        if verbose:
+            raise
+        typer.echo(f"queenpy bench: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    if not all(entry["valid"] for entry in document["scenarios"]):
+        typer.echo("some scenarios are INVALID (see above)", err=True)
+        raise typer.Exit(1)

@@ -9,27 +9,28 @@ from typing import Annotated, Any
 import typer
 
 from queenpy.cli._common import (
-    DEFAULT_URL,
-    JsonOption,
+    Connection,
     OffsetOption,
     OptionalQueueOption,
     PartitionOption,
-    TokenOption,
-    UrlOption,
-    VerboseOption,
-    connect,
+    client_command,
     print_json,
     stdout,
     table,
 )
 
-__all__ = ["register"]
+__all__ = ["app"]
+
+app = typer.Typer(help="Browse, show, delete and retry stored messages.", no_args_is_help=True)
 
 PartitionIdArgument = Annotated[str, typer.Argument(help="Partition id (a UUID, as `messages ls` prints it).")]
 TransactionIdArgument = Annotated[str, typer.Argument(help="Transaction id of the message.")]
 
 
+@app.command("ls")
+@client_command()
 def ls(
+    connection: Connection,
     queue: OptionalQueueOption = None,
     partition: PartitionOption = None,
     status: Annotated[str | None, typer.Option(
@@ -41,16 +42,12 @@ def ls(
     limit: Annotated[int, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, max=10_000,
                                        help="Rows to show.")] = 50,
     offset: OffsetOption = 0,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """List messages, newest first, with their status."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         page = client.list_messages(queue=queue, partition=partition, status=status, start=since, end=until,
                                     limit=limit, offset=offset)
-        if json_output:
+        if connection.json_output:
             print_json(page)
             return
         rows = page.get("messages") or []
@@ -60,18 +57,17 @@ def ls(
                 m.get("partitionId")] for m in rows])
 
 
+@app.command("show")
+@client_command()
 def show(
+    connection: Connection,
     partition_id: PartitionIdArgument,
     transaction_id: TransactionIdArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Show one message: payload (decrypted), status, consumer groups, DLQ error."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         message: dict[str, Any] = client.get_message(partition_id, transaction_id)
-        if json_output:
+        if connection.json_output:
             print_json(message)
             return
         fields = ["queuePath", "status", "offset", "transactionId", "id", "createdAt", "traceId", "producerSub",
@@ -85,48 +81,36 @@ def show(
                        highlight=False, markup=False)
 
 
+@app.command("rm")
+@client_command()
 def rm(
+    connection: Connection,
     partition_id: PartitionIdArgument,
     transaction_id: TransactionIdArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Delete one message (with its DLQ rows and traces)."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         result = client.delete_message(partition_id, transaction_id)
-        if json_output:
+        if connection.json_output:
             print_json(result)
         if not result.get("success"):
             raise ValueError(str(result.get("message") or result.get("error") or "message not deleted"))
-        if not json_output:
+        if not connection.json_output:
             stdout().print(f"deleted {transaction_id}", highlight=False)
 
 
+@app.command("retry")
+@client_command()
 def retry(
+    connection: Connection,
     partition_id: PartitionIdArgument,
     transaction_id: TransactionIdArgument,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Replay a dead-lettered message: back at the head of its partition for the group(s) that failed it."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         result = client.replay_dlq(partition_id, transaction_id)
-        if json_output:
+        if connection.json_output:
             print_json(result)
             return
         groups = ", ".join(result.get("consumerGroups") or [])
         stdout().print(f"replayed {transaction_id} for {groups}", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``messages ls|show|rm|retry`` to ``app``."""
-    group = typer.Typer(help="Browse, show, delete and retry stored messages.", no_args_is_help=True)
-    group.command("ls")(ls)
-    group.command("show")(show)
-    group.command("rm")(rm)
-    group.command("retry")(retry)
-    app.add_typer(group, name="messages")

@@ -8,7 +8,9 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["register"]
+from queenpy.cli._common import JsonOption, VerboseOption
+
+__all__ = ["chaos"]
 
 QuickOption = Annotated[bool, typer.Option(
     "--quick", envvar="QUEENPY_CHAOS_QUICK",
@@ -23,45 +25,39 @@ WorkdirOption = Annotated[Path | None, typer.Option(
     help="Where the private PostgreSQL, broker logs and buffers live (default: system temp).")]
 KeepOption = Annotated[bool, typer.Option(
     "--keep", envvar="QUEENPY_CHAOS_KEEP", help="Keep the work dir (broker and PostgreSQL logs).")]
-JsonOption = Annotated[bool, typer.Option("--json", envvar="QUEEN_JSON", help="Print the results as JSON.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``chaos`` command to the ``queenpy`` app."""
+def chaos(
+    quick: QuickOption = False,
+    only: OnlyOption = None,
+    list_scenarios: ListOption = False,
+    out: OutOption = None,
+    workdir: WorkdirOption = None,
+    keep: KeepOption = False,
+    json_output: JsonOption = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Break real processes under load and count what was lost.
 
-    @app.command()
-    def chaos(
-        quick: QuickOption = False,
-        only: OnlyOption = None,
-        list_scenarios: ListOption = False,
-        out: OutOption = None,
-        workdir: WorkdirOption = None,
-        keep: KeepOption = False,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """Break real processes under load and count what was lost.
+    Starts a private PostgreSQL and `queenpy serve` subprocesses on loopback, runs producers and acking consumers that record every message id, and injects one fault per scenario: kill -9 of a worker and of the broker, PostgreSQL stopped, a consumer killed mid-batch, one of two brokers killed, PostgreSQL restarted under parked long polls, an unwritable failover buffer. Prints scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered | recovery. Exit status 1 when anything was lost or duplicated or a check failed, 2 when the run could not start.
+    """
+    import json
 
-        Starts a private PostgreSQL and `queenpy serve` subprocesses on loopback, runs producers and acking consumers that record every message id, and injects one fault per scenario: kill -9 of a worker and of the broker, PostgreSQL stopped, a consumer killed mid-batch, one of two brokers killed, PostgreSQL restarted under parked long polls, an unwritable failover buffer. Prints scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered | recovery. Exit status 1 when anything was lost or duplicated or a check failed, 2 when the run could not start.
-        """
-        import json
+    import queenpy.chaos as chaos_suite
 
-        import queenpy.chaos as chaos_suite
-
-        if list_scenarios:
-            for scenario in chaos_suite.SCENARIOS:
-                typer.echo(f"{scenario.name:<22} {scenario.fault}")
-            return
-        config = chaos_suite.Config(quick=quick, only=only, out=out, workdir=workdir, keep=keep)
-        try:
-            results = chaos_suite.run(config, echo=(lambda _line: None) if json_output else typer.echo)
-        except chaos_suite.ChaosError as exc:
-            if verbose:
-                raise
-            typer.echo(f"queenpy chaos: {exc}", err=True)
-            raise typer.Exit(2) from exc
-        typer.echo(json.dumps(results, indent=2) if json_output else "\n" + chaos_suite.table(results))
-        if not all(result["passed"] for result in results):
-            typer.echo("chaos: something was lost or duplicated, or a check failed (see above)", err=True)
-            raise typer.Exit(1)
+    if list_scenarios:
+        for scenario in chaos_suite.SCENARIOS:
+            typer.echo(f"{scenario.name:<22} {scenario.fault}")
+        return
+    config = chaos_suite.Config(quick=quick, only=only, out=out, workdir=workdir, keep=keep)
+    try:
+        results = chaos_suite.run(config, echo=(lambda _line: None) if json_output else typer.echo)
+    except chaos_suite.ChaosError as exc:
+        if verbose:
+            raise
+        typer.echo(f"queenpy chaos: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(results, indent=2) if json_output else "\n" + chaos_suite.table(results))
+    if not all(result["passed"] for result in results):
+        typer.echo("chaos: something was lost or duplicated, or a check failed (see above)", err=True)
+        raise typer.Exit(1)

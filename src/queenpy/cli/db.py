@@ -7,12 +7,12 @@ import typer
 from queenpy.cli.serve import DatabaseUrlOption, DataDirOption
 from queenpy.settings import Settings
 
-__all__ = ["register"]
+__all__ = ["app"]
 
-db_app = typer.Typer(help="Database schema: print or apply the SQL.", no_args_is_help=True)
+app = typer.Typer(help="Database schema: print or apply the SQL.", no_args_is_help=True)
 
 
-@db_app.command("sql")
+@app.command("sql")
 def db_sql() -> None:
     """Print the SQL the broker applies on start (schema, migrations, procedures)."""
     from queenpy.store.migrate import render_sql
@@ -20,7 +20,7 @@ def db_sql() -> None:
     typer.echo(render_sql(), nl=False)
 
 
-@db_app.command("migrate")
+@app.command("migrate")
 def db_migrate(
     database_url: DatabaseUrlOption = "",
     data_dir: DataDirOption = "",
@@ -35,8 +35,3 @@ def db_migrate(
     finally:
         if database.embedded is not None:
             database.embedded.stop()
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``db sql`` and ``db migrate`` to ``app``."""
-    app.add_typer(db_app, name="db")

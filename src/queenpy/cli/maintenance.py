@@ -7,18 +7,11 @@ from typing import Annotated, Any
 
 import typer
 
-from queenpy.cli._common import (
-    DEFAULT_URL,
-    JsonOption,
-    TokenOption,
-    UrlOption,
-    VerboseOption,
-    connect,
-    print_json,
-    table,
-)
+from queenpy.cli._common import Connection, client_command, print_json, table
 
-__all__ = ["register"]
+__all__ = ["app"]
+
+app = typer.Typer(help="Maintenance mode: show, on, off.", invoke_without_command=True)
 
 PopOption = Annotated[bool, typer.Option("--pop", envvar="QUEEN_MAINTENANCE_POP",
                                          help="Pop maintenance mode instead of push maintenance mode.")]
@@ -33,33 +26,26 @@ def _print(state: dict[str, Any], json_output: bool) -> None:
     table("maintenance", ["", "value"], rows)
 
 
-def _switch(enabled: bool, pop: bool, url: str, token: str | None, json_output: bool, verbose: bool) -> None:
-    with connect(url, token, verbose) as client:
-        _print(client.set_maintenance(enabled, pop=pop), json_output)
+@app.callback()
+@client_command()
+def show(ctx: typer.Context, connection: Connection) -> None:
+    """Show both maintenance switches and the failover buffer (default command)."""
+    if ctx.invoked_subcommand is None:
+        with connection.client() as client:
+            _print(client.maintenance(), connection.json_output)
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``maintenance [on|off] [--pop]`` to ``app``."""
-    group = typer.Typer(help="Maintenance mode: show, on, off.", invoke_without_command=True)
+@app.command("on")
+@client_command()
+def on(connection: Connection, pop: PopOption = False) -> None:
+    """Turn maintenance mode on."""
+    with connection.client() as client:
+        _print(client.set_maintenance(True, pop=pop), connection.json_output)
 
-    @group.callback()
-    def show(ctx: typer.Context, url: UrlOption = DEFAULT_URL, token: TokenOption = None,
-             json_output: JsonOption = False, verbose: VerboseOption = False) -> None:
-        """Show both maintenance switches and the failover buffer (default command)."""
-        if ctx.invoked_subcommand is None:
-            with connect(url, token, verbose) as client:
-                _print(client.maintenance(), json_output)
 
-    @group.command("on")
-    def on(pop: PopOption = False, url: UrlOption = DEFAULT_URL, token: TokenOption = None,
-           json_output: JsonOption = False, verbose: VerboseOption = False) -> None:
-        """Turn maintenance mode on."""
-        _switch(True, pop, url, token, json_output, verbose)
-
-    @group.command("off")
-    def off(pop: PopOption = False, url: UrlOption = DEFAULT_URL, token: TokenOption = None,
-            json_output: JsonOption = False, verbose: VerboseOption = False) -> None:
-        """Turn maintenance mode off (push: buffered pushes are replayed)."""
-        _switch(False, pop, url, token, json_output, verbose)
-
-    app.add_typer(group, name="maintenance")
+@app.command("off")
+@client_command()
+def off(connection: Connection, pop: PopOption = False) -> None:
+    """Turn maintenance mode off (push: buffered pushes are replayed)."""
+    with connection.client() as client:
+        _print(client.set_maintenance(False, pop=pop), connection.json_output)

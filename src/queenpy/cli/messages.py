@@ -10,18 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from queenpy.cli._common import (
-    DEFAULT_URL,
     AckOption,
     BatchOption,
+    Connection,
     GroupOption,
-    JsonOption,
     PartitionOption,
     QueueOption,
     TimeoutOption,
-    TokenOption,
-    UrlOption,
-    VerboseOption,
-    connect,
+    client_command,
     parse_payload,
     print_json,
     read_json_lines,
@@ -31,7 +27,7 @@ from queenpy.cli._common import (
 from queenpy.client import Message, PushResult
 from queenpy.errors import QueenError
 
-__all__ = ["register"]
+__all__ = ["consume", "pop", "push"]
 
 
 def _partition_runs(items: list[Any], default: str | None) -> list[tuple[str | None, list[Any]]]:
@@ -51,7 +47,9 @@ def _partition_runs(items: list[Any], default: str | None) -> list[tuple[str | N
     return runs
 
 
+@client_command()
 def push(
+    connection: Connection,
     payloads: Annotated[
         list[str] | None,
         typer.Argument(help="Payloads (JSON, else taken as text). Default: --file or stdin."),
@@ -65,13 +63,9 @@ def push(
     batch_size: Annotated[
         int, typer.Option("--batch-size", envvar="QUEEN_PUSH_BATCH_SIZE", min=1, help="Items per request.")
     ] = 100,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Push messages. Each JSON line may be a payload or {"data": ..., "transactionId": ...}."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         if payloads:
             items = [parse_payload(text) for text in payloads]
         elif file is not None and str(file) != "-":
@@ -89,7 +83,7 @@ def push(
             MofNCompleteColumn(),
             TimeRemainingColumn(),
             console=stderr(),
-            disable=json_output or len(items) <= batch_size,
+            disable=connection.json_output or len(items) <= batch_size,
             transient=True,
         )
         with progress:
@@ -102,7 +96,7 @@ def push(
                     chunk = run[start : start + batch_size]
                     results.extend(builder.push(chunk))
                     progress.advance(task, len(chunk))
-        if json_output:
+        if connection.json_output:
             for result in results:
                 print_json(
                     {
@@ -123,7 +117,9 @@ def push(
         stdout().print(f"pushed {len(results)} message(s) to {target}: {summary}", highlight=False)
 
 
+@client_command()
 def pop(
+    connection: Connection,
     queue: QueueOption = ...,  # type: ignore[assignment]
     partition: PartitionOption = None,
     group: GroupOption = None,
@@ -131,21 +127,17 @@ def pop(
     wait: Annotated[bool, typer.Option("--wait/--no-wait", envvar="QUEEN_WAIT", help="Long poll.")] = False,
     timeout_millis: TimeoutOption = 30_000,
     ack: AckOption = True,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Pop once and print the messages as JSON lines (nothing when the queue has none); with --json, one JSON
     array (``[]`` when there is none)."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         builder = client.queue(queue).batch(batch).wait(wait).timeout_millis(timeout_millis)
         if partition is not None:
             builder = builder.partition(partition)
         if group:
             builder = builder.group(group)
         messages: list[Message] = builder.pop()
-        if json_output:
+        if connection.json_output:
             print_json([message.to_wire() for message in messages])
         else:
             for message in messages:
@@ -156,7 +148,9 @@ def pop(
                 raise QueenError(f"{len(refused)} ack(s) refused: {refused[0].error}")
 
 
+@client_command(json_option=False)  # its output is JSON lines already
 def consume(
+    connection: Connection,
     queue: QueueOption = ...,  # type: ignore[assignment]
     partition: PartitionOption = None,
     group: GroupOption = None,
@@ -182,9 +176,6 @@ def consume(
         ),
     ] = None,
     ack: AckOption = True,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    verbose: VerboseOption = False,
 ) -> None:
     """Consume until --limit, --idle-millis or Ctrl-C, printing each message as a JSON line."""
     lock = threading.Lock()
@@ -196,7 +187,7 @@ def consume(
             for message in messages if isinstance(messages, list) else [messages]:
                 print_json(message.to_wire())
 
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         builder = (
             client.queue(queue)
             .batch(batch)
@@ -215,10 +206,3 @@ def consume(
             builder = builder.subscription_mode(subscription_mode)
         handled = builder.consume(handler)
         stderr().print(f"consumed {handled} message(s)", highlight=False)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``push``, ``pop`` and ``consume`` to ``app``."""
-    app.command("push")(push)
-    app.command("pop")(pop)
-    app.command("consume")(consume)

@@ -7,26 +7,24 @@ from typing import Annotated, Any
 import typer
 
 from queenpy.cli._common import (
-    DEFAULT_URL,
-    JsonOption,
+    Connection,
     QueueOption,
-    TokenOption,
-    UrlOption,
-    VerboseOption,
-    connect,
-    connection_options,
+    client_command,
     parse_payload,
     print_json,
-    remember,
     stdout,
     table,
 )
 from queenpy.client import Queen
 
-__all__ = ["register"]
+__all__ = ["app", "configure"]
+
+app = typer.Typer(help="List and describe queues.", invoke_without_command=True)
 
 
+@client_command()
 def configure(
+    connection: Connection,
     queue: QueueOption = ...,  # type: ignore[assignment]
     namespace: Annotated[str | None, typer.Option(envvar="QUEEN_NAMESPACE", help="Namespace.")] = None,
     task: Annotated[str | None, typer.Option(envvar="QUEEN_TASK", help="Task.")] = None,
@@ -109,13 +107,9 @@ def configure(
             help="Any other option as key=JSON value (camelCase key).",
         ),
     ] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Create or reconfigure a queue (POST /api/v1/configure); options not given get broker defaults."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         options: dict[str, Any] = {
             key: value
             for key, value in {
@@ -147,7 +141,7 @@ def configure(
         if task is not None:
             builder = builder.task(task)
         answer = builder.create()
-        if json_output:
+        if connection.json_output:
             print_json(answer)
             return
         shown = answer.get("options") or options
@@ -214,131 +208,98 @@ def _queue_groups(client: Queen, name: str) -> dict[str, list[dict[str, Any]]]:
     return result
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``configure`` and ``queues`` to ``app``."""
-    app.command("configure")(configure)
-    queues_app = typer.Typer(help="List and describe queues.", invoke_without_command=True)
+# also the group's default command: ``queenpy queues`` is ``queenpy queues list``
+@app.callback()
+@app.command("list")
+@client_command()
+def queues_list(ctx: typer.Context, connection: Connection) -> None:
+    """List queues: partitions, depth, pending and in-flight counts, retention, eviction and maxSize."""
+    if ctx.invoked_subcommand is None:
+        with connection.client() as client:
+            _queues_list(client, connection.json_output)
 
-    @queues_app.callback()
-    def queues_default(
-        ctx: typer.Context,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """List queues: partitions, depth (messages stored), pending and in-flight counts, and the retention,
-        eviction and maxSize settings (default command)."""
-        remember(ctx, url=url, token=token, json_output=json_output, verbose=verbose)
-        if ctx.invoked_subcommand is None:
-            with connect(url, token, verbose) as client:
-                _queues_list(client, json_output)
 
-    @queues_app.command("list")
-    def queues_list(
-        ctx: typer.Context,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """List queues: partitions, depth, pending and in-flight counts, retention, eviction and maxSize."""
-        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
-        with connect(url, token, verbose) as client:
-            _queues_list(client, json_output)
-
-    @queues_app.command("describe")
-    def queues_describe(
-        ctx: typer.Context,
-        name: QueueOption = ...,  # type: ignore[assignment]
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """Partitions of a queue with their depth, and the lag of every consumer group per partition."""
-        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
-        with connect(url, token, verbose) as client:
-            queue = client.describe_queue(name)
-            groups = _queue_groups(client, name)
-            if json_output:
-                print_json({"queue": queue, "groups": groups})
-                return
-            rows = []
-            for partition in queue.get("partitions") or []:
-                stats = partition.get("stats") or {}
-                rows.append(
-                    [
-                        partition.get("name"),
-                        stats.get("total"),
-                        stats.get("pending"),
-                        stats.get("processing"),
-                        stats.get("completed"),
-                        stats.get("failed"),
-                        stats.get("deadLetter"),
-                        partition.get("oldestMessage"),
-                        partition.get("newestMessage"),
-                    ]
-                )
-            title = f"queue {name}" + (
-                f" ({queue['namespace']}/{queue.get('task') or ''})" if queue.get("namespace") else ""
-            )
-            table(
-                title,
+@app.command("describe")
+@client_command()
+def queues_describe(
+    connection: Connection,
+    name: QueueOption = ...,  # type: ignore[assignment]
+) -> None:
+    """Partitions of a queue with their depth, and the lag of every consumer group per partition."""
+    with connection.client() as client:
+        queue = client.describe_queue(name)
+        groups = _queue_groups(client, name)
+        if connection.json_output:
+            print_json({"queue": queue, "groups": groups})
+            return
+        rows = []
+        for partition in queue.get("partitions") or []:
+            stats = partition.get("stats") or {}
+            rows.append(
                 [
-                    "partition",
-                    "total",
-                    "pending",
-                    "processing",
-                    "completed",
-                    "failed",
-                    "dead letter",
-                    "oldest",
-                    "newest",
-                ],
-                rows,
-            )
-            lag_rows = [
-                [
-                    group,
-                    row.get("partition"),
-                    row.get("offsetLag"),
-                    row.get("timeLagSeconds"),
-                    row.get("leaseActive"),
-                    row.get("lastConsumedAt"),
+                    partition.get("name"),
+                    stats.get("total"),
+                    stats.get("pending"),
+                    stats.get("processing"),
+                    stats.get("completed"),
+                    stats.get("failed"),
+                    stats.get("deadLetter"),
+                    partition.get("oldestMessage"),
+                    partition.get("newestMessage"),
                 ]
-                for group, partitions in groups.items()
-                for row in partitions
-            ]
-            table(
-                "consumer group lag",
-                ["group", "partition", "offset lag", "time lag (s)", "leased", "last consumed"],
-                lag_rows,
             )
+        title = f"queue {name}" + (
+            f" ({queue['namespace']}/{queue.get('task') or ''})" if queue.get("namespace") else ""
+        )
+        table(
+            title,
+            [
+                "partition",
+                "total",
+                "pending",
+                "processing",
+                "completed",
+                "failed",
+                "dead letter",
+                "oldest",
+                "newest",
+            ],
+            rows,
+        )
+        lag_rows = [
+            [
+                group,
+                row.get("partition"),
+                row.get("offsetLag"),
+                row.get("timeLagSeconds"),
+                row.get("leaseActive"),
+                row.get("lastConsumedAt"),
+            ]
+            for group, partitions in groups.items()
+            for row in partitions
+        ]
+        table(
+            "consumer group lag",
+            ["group", "partition", "offset lag", "time lag (s)", "leased", "last consumed"],
+            lag_rows,
+        )
 
-    @queues_app.command("delete")
-    def queues_delete(
-        ctx: typer.Context,
-        name: QueueOption = ...,  # type: ignore[assignment]
-        yes: Annotated[bool, typer.Option("--yes", "-y", envvar="QUEEN_YES", help="Do not ask.")] = False,
-        url: UrlOption = DEFAULT_URL,
-        token: TokenOption = None,
-        json_output: JsonOption = False,
-        verbose: VerboseOption = False,
-    ) -> None:
-        """Delete a queue with all its partitions, messages, cursors and dead letters."""
-        url, token, json_output, verbose = connection_options(ctx, url, token, json_output, verbose)
-        if not yes:
-            typer.confirm(f"delete queue {name} and all its messages?", abort=True)
-        with connect(url, token, verbose) as client:
-            answer = client.queue(name).delete()
-            if json_output:
-                print_json(answer)
-            else:
-                stdout().print(
-                    f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}"
-                )
 
-    app.add_typer(queues_app, name="queues")
-
-
+@app.command("delete")
+@client_command()
+def queues_delete(
+    connection: Connection,
+    name: QueueOption = ...,  # type: ignore[assignment]
+    yes: Annotated[bool, typer.Option("--yes", "-y", envvar="QUEEN_YES", help="Do not ask.")] = False,
+) -> None:
+    """Delete a queue with all its partitions, messages, cursors and dead letters."""
+    if not yes:
+        typer.confirm(f"delete queue {name} and all its messages?", abort=True)
+    with connection.client() as client:
+        answer = client.queue(name).delete()
+        if connection.json_output:
+            print_json(answer)
+        else:
+            stdout().print(
+                f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}"
+            )

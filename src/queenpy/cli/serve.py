@@ -8,7 +8,7 @@ import typer
 
 from queenpy.settings import Settings
 
-__all__ = ["DataDirOption", "DatabaseUrlOption", "register"]
+__all__ = ["DataDirOption", "DatabaseUrlOption", "serve"]
 
 # the database options of ``serve`` and ``db migrate`` (both resolve the database the same way)
 DatabaseUrlOption = Annotated[str, typer.Option(
@@ -39,8 +39,3 @@ def serve(
     except QueenError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(1) from None
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``serve`` to ``app``."""
-    app.command("serve")(serve)

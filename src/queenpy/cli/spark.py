@@ -8,8 +8,6 @@ source, attaches a progress listener (rows/s, batch id, lag per queue, on stderr
 ``__main__`` with the remaining arguments. The script gets the session with ``queenpy.spark.get_session()``
 (or ``SparkSession.builder.getOrCreate()``) and the broker URL from ``$QUEEN_URL`` (set from ``--url``).
 Exit code: the script's (``sys.exit``), 1 on an exception (traceback with ``-v``).
-
-``register(app)`` adds the ``spark`` command group to the main typer app.
 """
 
 from __future__ import annotations
@@ -23,19 +21,19 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["register", "spark_app"]
+__all__ = ["app"]
 
-spark_app = typer.Typer(
+app = typer.Typer(
     help="Run data pipelines on Apache Spark (needs the spark extra).", no_args_is_help=True
 )
 
 
-@spark_app.callback()
+@app.callback()
 def spark_group() -> None:
     """Run data pipelines on Apache Spark (needs the spark extra: pip install 'queenpy[spark]')."""
 
 
-@spark_app.command(
+@app.command(
     "run",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
@@ -50,6 +48,8 @@ def run(
             help="Spark master: local[*], local[2], spark://host:7077, ...",
         ),
     ] = "local[*]",
+    # not the client commands' --url and -v (cli/_common.py): this URL is only handed to the script, and
+    # -v also turns on Spark's WARN logs
     url: Annotated[
         str | None,
         typer.Option(
@@ -128,9 +128,3 @@ def run(
             query.stop()
         spark.stop()
     raise typer.Exit(code)
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``queenpy spark ...`` to ``app``."""
-    app.add_typer(spark_app, name="spark")
-

@@ -12,18 +12,14 @@ from rich.live import Live
 from rich.table import Table
 
 from queenpy.cli._common import (
-    DEFAULT_URL,
-    JsonOption,
-    TokenOption,
-    UrlOption,
-    VerboseOption,
-    connect,
+    Connection,
+    client_command,
     print_json,
     stdout,
 )
 from queenpy.client import Queen
 
-__all__ = ["register"]
+__all__ = ["status"]
 
 
 def _snapshot(client: Queen, limit: int) -> dict[str, Any]:
@@ -55,29 +51,27 @@ def _tables(snapshot: dict[str, Any]) -> Group:
     return Group(summary, queues)
 
 
+@client_command()
 def status(
+    connection: Connection,
     watch: Annotated[float | None, typer.Option(
         "--watch", "-w", envvar="QUEEN_WATCH", min=0.5, help="Redraw every this many seconds until Ctrl-C.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, max=10_000,
                                        help="Queues to show.")] = 20,
     iterations: Annotated[int | None, typer.Option(
         "--iterations", envvar="QUEEN_ITERATIONS", min=1, help="With --watch: stop after this many redraws.")] = None,
-    url: UrlOption = DEFAULT_URL,
-    token: TokenOption = None,
-    json_output: JsonOption = False,
-    verbose: VerboseOption = False,
 ) -> None:
     """Overview of the broker: message counts, throughput, lag, and the queues."""
-    with connect(url, token, verbose) as client:
+    with connection.client() as client:
         if watch is None:
             snapshot = _snapshot(client, limit)
-            if json_output:
+            if connection.json_output:
                 print_json(snapshot)
             else:
                 stdout().print(_tables(snapshot))
             return
         drawn = 0
-        if json_output:  # one JSON line per redraw
+        if connection.json_output:  # one JSON line per redraw
             while iterations is None or drawn < iterations:
                 if drawn:
                     time.sleep(watch)
@@ -90,8 +84,3 @@ def status(
                 time.sleep(watch)
                 live.update(_tables(_snapshot(client, limit)), refresh=True)
                 drawn += 1
-
-
-def register(app: typer.Typer) -> None:
-    """Add ``status`` to ``app``."""
-    app.command("status")(status)

@@ -16,8 +16,8 @@ from queenpy.errors import BrokerError, QueenError
 
 from ._admin import AdminCalls
 from ._buffering import PushBuffers
-from ._builders import ConsumeOptions, QueueBuilder, TransactionBuilder
-from ._consumer import Consumer
+from ._builders import QueueBuilder, TransactionBuilder
+from ._consumer import ConsumeOptions, Consumer
 from ._failover import FailoverTransport
 from ._messages import (
     QUEUE_MODE_GROUP,

@@ -15,6 +15,7 @@ from urllib.parse import quote
 from queenpy.errors import BrokerError, TransactionFailed
 
 from ._buffering import BufferOptions
+from ._consumer import ConsumeOptions
 from ._messages import QUEUE_MODE_GROUP, DeadLetter, DeadLetterPage, Message, PushResult
 from ._wire import (
     AckableMessage,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from ._async import AsyncQueen
 
 __all__ = [
-    "ConsumeOptions",
     "DeadLetterBuilder",
     "Fluent",
     "QueueBuilder",
@@ -46,89 +46,6 @@ class Fluent:
     """Marker base of every builder: the sync facade wraps objects of this type in a blocking proxy."""
 
     __slots__ = ()
-
-
-class ConsumeOptions:
-    """Everything a consumer needs; filled by :class:`QueueBuilder` (see its methods for meanings)."""
-
-    __slots__ = (
-        "auto_ack",
-        "batch",
-        "concurrency",
-        "each",
-        "group",
-        "idle_millis",
-        "lease_time_s",
-        "limit",
-        "namespace",
-        "partition",
-        "partitions",
-        "queue",
-        "renew_interval_millis",
-        "renew_lease",
-        "subscription_from",
-        "subscription_mode",
-        "task",
-        "timeout_millis",
-        "wait",
-    )
-
-    def __init__(self) -> None:
-        self.queue: str | None = None
-        self.partition: str | None = None
-        self.namespace: str | None = None
-        self.task: str | None = None
-        self.group: str | None = None
-        self.batch = 1
-        self.wait: bool | None = None
-        self.timeout_millis = 30_000
-        self.concurrency = 1
-        self.limit: int | None = None
-        self.idle_millis: int | None = None
-        self.auto_ack: bool | None = None
-        self.each = False
-        self.partitions = 1
-        self.subscription_mode: str | None = None
-        self.subscription_from: str | None = None
-        self.renew_lease = True
-        self.lease_time_s: int | None = None
-        self.renew_interval_millis: int | None = None
-
-    def pop_path(self) -> str:
-        """``/api/v1/pop/queue/<q>[/partition/<p>]``, or ``/api/v1/pop`` for a namespace/task pop.
-
-        Raises:
-            ValueError: neither a queue nor a namespace/task is set.
-        """
-        if self.queue:
-            path = f"/api/v1/pop/queue/{quote(self.queue, safe='')}"
-            if self.partition is not None:
-                path += f"/partition/{quote(self.partition, safe='')}"
-            return path
-        if self.namespace or self.task:
-            return "/api/v1/pop"
-        raise ValueError("pop needs a queue name, or a namespace/task")
-
-    def pop_params(
-        self, *, batch: int, wait: bool, timeout_millis: int, server_auto_ack: bool
-    ) -> dict[str, str]:
-        """The pop query string (API.md §5.2)."""
-        params = {"batch": str(batch), "wait": "true" if wait else "false", "timeout": str(timeout_millis)}
-        if self.group:
-            params["consumerGroup"] = self.group
-        if server_auto_ack:
-            params["autoAck"] = "true"
-        if self.subscription_mode:
-            params["subscriptionMode"] = self.subscription_mode
-        if self.subscription_from:
-            params["subscriptionFrom"] = self.subscription_from
-        if self.partitions > 1:
-            params["partitions"] = str(self.partitions)
-        if self.namespace:
-            params["namespace"] = self.namespace
-        if self.task:
-            params["task"] = self.task
-        return params
 
 
 class QueueBuilder(Fluent):

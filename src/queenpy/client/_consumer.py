@@ -1,4 +1,7 @@
-"""The consume loop: N workers pop, run the handler, renew the lease meanwhile, ack, until told to stop."""
+"""The consume loop: N workers pop, run the handler, renew the lease meanwhile, ack, until told to stop.
+
+Its options (:class:`ConsumeOptions`) are filled by the fluent builder (``_builders.QueueBuilder``).
+"""
 
 from __future__ import annotations
 
@@ -11,17 +14,17 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from queenpy.errors import AuthenticationError, InvalidRequest, PermissionDenied, QueenError
 
-from ._builders import ConsumeOptions
 from ._messages import Message
 from ._wire import ErrorHandler, Handler, StopSignal, SuccessHandler
 
 if TYPE_CHECKING:
     from ._async import AsyncQueen
 
-__all__ = ["Consumer", "call_maybe_async"]
+__all__ = ["ConsumeOptions", "Consumer", "call_maybe_async"]
 
 logger = logging.getLogger("queenpy.client")
 
@@ -53,6 +56,89 @@ async def call_maybe_async(function: Callable[..., Any], *args: Any) -> Any:
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+class ConsumeOptions:
+    """Everything a consumer needs; filled by ``QueueBuilder`` (see its methods for meanings)."""
+
+    __slots__ = (
+        "auto_ack",
+        "batch",
+        "concurrency",
+        "each",
+        "group",
+        "idle_millis",
+        "lease_time_s",
+        "limit",
+        "namespace",
+        "partition",
+        "partitions",
+        "queue",
+        "renew_interval_millis",
+        "renew_lease",
+        "subscription_from",
+        "subscription_mode",
+        "task",
+        "timeout_millis",
+        "wait",
+    )
+
+    def __init__(self) -> None:
+        self.queue: str | None = None
+        self.partition: str | None = None
+        self.namespace: str | None = None
+        self.task: str | None = None
+        self.group: str | None = None
+        self.batch = 1
+        self.wait: bool | None = None
+        self.timeout_millis = 30_000
+        self.concurrency = 1
+        self.limit: int | None = None
+        self.idle_millis: int | None = None
+        self.auto_ack: bool | None = None
+        self.each = False
+        self.partitions = 1
+        self.subscription_mode: str | None = None
+        self.subscription_from: str | None = None
+        self.renew_lease = True
+        self.lease_time_s: int | None = None
+        self.renew_interval_millis: int | None = None
+
+    def pop_path(self) -> str:
+        """``/api/v1/pop/queue/<q>[/partition/<p>]``, or ``/api/v1/pop`` for a namespace/task pop.
+
+        Raises:
+            ValueError: neither a queue nor a namespace/task is set.
+        """
+        if self.queue:
+            path = f"/api/v1/pop/queue/{quote(self.queue, safe='')}"
+            if self.partition is not None:
+                path += f"/partition/{quote(self.partition, safe='')}"
+            return path
+        if self.namespace or self.task:
+            return "/api/v1/pop"
+        raise ValueError("pop needs a queue name, or a namespace/task")
+
+    def pop_params(
+        self, *, batch: int, wait: bool, timeout_millis: int, server_auto_ack: bool
+    ) -> dict[str, str]:
+        """The pop query string (API.md §5.2)."""
+        params = {"batch": str(batch), "wait": "true" if wait else "false", "timeout": str(timeout_millis)}
+        if self.group:
+            params["consumerGroup"] = self.group
+        if server_auto_ack:
+            params["autoAck"] = "true"
+        if self.subscription_mode:
+            params["subscriptionMode"] = self.subscription_mode
+        if self.subscription_from:
+            params["subscriptionFrom"] = self.subscription_from
+        if self.partitions > 1:
+            params["partitions"] = str(self.partitions)
+        if self.namespace:
+            params["namespace"] = self.namespace
+        if self.task:
+            params["task"] = self.task
+        return params
 
 
 class Consumer:

@@ -27,7 +27,7 @@ QUEUE_MODE_GROUP = "__QUEUE_MODE__"
 
 
 def parse_timestamp(value: Any) -> datetime | None:
-    """Parse a broker timestamp (``2026-04-26T10:59:28.267966Z``, ms or µs, literal ``Z``) to an aware UTC datetime.
+    """Parse a broker timestamp (``YYYY-MM-DDTHH:MM:SS.ffffffZ``, ms or µs) to an aware UTC datetime.
 
     Returns ``None`` for ``None``/empty/unparseable values (the broker renders missing times as null).
     """

@@ -49,7 +49,7 @@ def push_results(items: list[dict[str, Any]], text: str) -> list[Any]:
     ``q``/``d``/``f``; 020_push.sql) into the per-item results of API.md section 4.1, in the items' order.
     The procedure returns only what the broker does not know: transaction_id is the item's transactionId,
     else the message id (the procedure's convention), trace_id and queueName are the item's own. PostgreSQL
-    spent more CPU building these objects as jsonb than storing the message (benchmarks/RESULTS.md, 2026-11-24).
+    spent more CPU building these objects as jsonb than storing the message (benchmarks/RESULTS.md).
     """
     results: list[Any] = [None] * len(items)
     for position, status, message_id, partition_id in orjson.loads(text):
@@ -72,7 +72,7 @@ def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
     "leaseReleased", "dlq"}``. An element ``[positions, queueName, partitionName, held, k]`` is a run of one
     partition and group acknowledged in one pass (the o-th position, 1-based, released the lease when o >= k;
     all failed with an invalid lease when not held); an object is one item's result as the procedure built it.
-    Building those objects as jsonb cost PostgreSQL about 9 us an item (benchmarks/RESULTS.md, 2026-11-27)."""
+    Building those objects as jsonb cost PostgreSQL about 9 us an item (benchmarks/RESULTS.md)."""
     results: list[Any] = [None] * len(items)
     for entry in orjson.loads(text):
         if isinstance(entry, dict):

@@ -1,4 +1,4 @@
-"""The HTTP shell's composition root: settings -> broker -> routes, middleware, lifespan.
+"""The HTTP shell's composition root: settings -> worker (parts, services) -> routes, middleware, lifespan.
 
 One ASGI app (Starlette) per worker process. The routes live in :mod:`queenpy.server.routes`, one module per
 area of the API; here each is wrapped in authentication and the error mapping of API.md section 1.2:
@@ -25,10 +25,10 @@ from starlette.routing import Match, Route
 
 from queenpy.errors import InvalidRequest, QueenError
 from queenpy.server.auth import Authenticator, Level
-from queenpy.server.broker import Broker
 from queenpy.server.routes import endpoints
 from queenpy.server.routes._base import CORS_HEADERS, Handler, error_response, json_response
 from queenpy.server.routes.system import VERSION
+from queenpy.server.worker import Worker
 from queenpy.settings import Settings
 
 __all__ = ["VERSION", "create_app"]
@@ -36,13 +36,13 @@ __all__ = ["VERSION", "create_app"]
 log = logging.getLogger("queenpy.server")
 
 
-def guarded(handler: Handler, level: Level, authenticator: Authenticator, broker: Broker, method: str,
+def guarded(handler: Handler, level: Level, authenticator: Authenticator, worker: Worker, method: str,
             path: str) -> Handler:
     """``handler`` behind authentication at ``level`` (none for ``Level.PUBLIC``) and the error mapping:
     InvalidRequest -> real 400, other QueenErrors -> their status (401/403/...), database errors -> 200 with
     an error body. Each request's duration is observed under its route template (``path``)."""
-    latency = broker.instruments.request_seconds.labels(method, path)
-    metrics = broker.metrics
+    latency = worker.instruments.request_seconds.labels(method, path)
+    metrics = worker.metrics
 
     async def wrapper(request: Request) -> Response:
         started = time.perf_counter()
@@ -100,21 +100,21 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
     Raises:
         ConfigurationError: JWT settings that cannot verify anything.
     """
-    broker = Broker(settings, database_url, worker_id)
+    worker = Worker(settings, database_url, worker_id)
     authenticator = Authenticator(settings.jwt)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        await broker.start()
+        await worker.start()
         try:
             yield
         finally:
-            await broker.stop()
+            await worker.stop()
 
-    routes: list[Any] = [Route(e.path, guarded(e.handler, e.level, authenticator, broker, e.method, e.path),
+    routes: list[Any] = [Route(e.path, guarded(e.handler, e.level, authenticator, worker, e.method, e.path),
                                methods=[e.method]) for e in endpoints()]
     routes.append(Route("/{path:path}", _preflight, methods=["OPTIONS"]))
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={404: _http_error, 405: _http_error})
-    app.state.broker = broker
+    app.state.worker = worker
     return app

@@ -11,9 +11,10 @@
     (events.writeStream.format("queen").option("queue", "events.copy")
            .option("checkpointLocation", "/var/lib/pipelines/copy").start())
 
-Modules: :mod:`.offsets` (pure offset arithmetic), :mod:`.options`, :mod:`.schema`, :mod:`.broker` (HTTP),
-:mod:`.reader`, :mod:`.writer`, :mod:`.source` (the DataSource), :mod:`.session`, :mod:`.progress`,
-(the ``queenpy spark run`` command is :mod:`queenpy.cli.spark`). Needs the ``spark`` extra (``pip install 'queenpy[spark]'``); without it, names that need PySpark
+Modules: :mod:`.offsets` (pure offset arithmetic), :mod:`.options`, :mod:`.schema`, :mod:`.api` (the
+HTTP calls to the broker), :mod:`.reader`, :mod:`.writer`, :mod:`.source` (the DataSource), :mod:`.session`,
+:mod:`.progress` (the ``queenpy spark run`` command is :mod:`queenpy.cli.spark`). Needs the ``spark`` extra
+(``pip install 'queenpy[spark]'``); without it, names that need PySpark
 raise ImportError with that one-line hint.
 """
 
@@ -27,7 +28,7 @@ __all__ = ["QueenDataSource", "build_session", "flush_sink", "get_session", "reg
 _EXPORTS = {
     "QueenDataSource": ".source",
     "build_session": ".session",
-    "flush_sink": ".broker",
+    "flush_sink": ".api",
     "get_session": ".session",
     "register": ".session",
 }

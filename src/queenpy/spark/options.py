@@ -33,7 +33,7 @@ partitionColumn        ``partition`` if the column holding the partition name; e
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
 stageBatchSize         10000                most rows per ``/spark/rows`` request
-stageBatchBytes        4194304              most payload bytes per ``/spark/rows`` request (estimated as JSON
+stageBatchBytes        4 MiB                most payload bytes per ``/spark/rows`` request (estimated as JSON
                                             text, escapes counted; keeps requests under the broker's
                                             HTTP_MAX_BODY_BYTES, 10 MiB by default)
 commit                 sync                 ``sync``: a micro-batch's messages are in the queue when Spark's commit

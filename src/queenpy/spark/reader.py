@@ -13,7 +13,7 @@ visible in commit order. A micro-batch's ranges over all partitions are packed i
 per request, ``pageSize`` messages at most, columns in, Arrow record batches out. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
 offsets of finished micro-batches (advisory, for lag, retention and dashboards: the checkpoint is the authority).
 
-Retention and the reader agree (see the README, "Background services"): completed retention deletes only
+Retention and the reader agree (docs/operations.md, "Background services"): completed retention deletes only
 offsets at or below every consumer group's cursor, and a query's group cursor never passes a micro-batch Spark
 has not finished, so a query with a ``consumerGroup`` never meets a gap made by completed retention, across
 restarts too. ``earliest`` starts at the partition's earliest offset (``/spark/offsets``: what retention and
@@ -40,7 +40,7 @@ from pyspark.sql.streaming.datasource import (
 
 from queenpy.errors import QueenError
 
-from .broker import SparkBroker
+from .api import SparkBroker
 from .offsets import (
     LATEST,
     OffsetRange,

@@ -13,7 +13,7 @@ Protocol, one broker transaction per micro-batch (SPARK-NOTES.md section 7):
    (including those of killed attempts) go. With ``commit=pipelined`` the transaction only checks and records
    the batch with its tokens; the broker pushes the rows in a second transaction while Spark runs the next
    micro-batch (the query's next commit, ``POST /api/v1/spark/flush`` or the broker's sweep do it if that one
-   did not happen), still once and in batch order (``server/spark_apply.py``).
+   did not happen), still once and in batch order (``services/spark_apply.py``).
 3. ``abort`` deletes the batch's staged rows of the given tokens; it is idempotent and never touches a committed
    batch (Spark may call it after a commit that succeeded but whose worker died).
 
@@ -48,7 +48,7 @@ from pyspark.sql.datasource import (
 
 from queenpy.errors import InvalidRequest
 
-from .broker import SparkBroker
+from .api import SparkBroker
 from .options import SinkOptions
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ __all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir"]
 #: WAL for every push, ack and retention delete, so checkpoints forced by ``max_wal_size`` every few seconds
 #: make each page touched after one log a full-page image again; and its table of messages, deleted behind the
 #: consumers as fast as it is filled, carries the dead rows of one ``autovacuum_naptime`` (measured:
-#: benchmarks/RESULTS.md, 2026-11-25).
+#: benchmarks/RESULTS.md).
 EMBEDDED_SETTINGS: dict[str, str] = {
     "max_wal_size": "4GB",
     "wal_compression": "pglz",

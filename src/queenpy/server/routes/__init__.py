@@ -11,9 +11,9 @@ from queenpy.server.routes import (
     groups,
     maintenance,
     messages,
-    migration,
     queues,
     resources,
+    schema_copy,
     spark,
     status,
     streams,
@@ -25,7 +25,7 @@ from queenpy.server.routes._base import Endpoint
 __all__ = ["AREAS", "endpoints"]
 
 AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, streams, status,
-         analytics, migration, dashboard)
+         analytics, schema_copy, dashboard)
 
 
 def endpoints() -> list[Endpoint]:

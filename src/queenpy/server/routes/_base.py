@@ -2,7 +2,7 @@
 
 A route module declares ``ENDPOINTS``, a list of :class:`Endpoint` (path, method, handler, access level);
 ``queenpy.server.app`` turns them into Starlette routes behind authentication and the error mapping. A
-handler reaches the process's :class:`~queenpy.server.broker.Broker` through :func:`broker_of`.
+handler reaches the process's :class:`~queenpy.server.worker.Worker` through :func:`worker_of`.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from queenpy.server import validation as v
 from queenpy.server.auth import Level
 
 if TYPE_CHECKING:
-    from queenpy.server.broker import Broker
+    from queenpy.server.worker import Worker
 
-__all__ = ["CORS_HEADERS", "Endpoint", "Handler", "Level", "body_of", "broker_of", "error_response",
-           "json_object", "json_response", "parse_timestamp"]
+__all__ = ["CORS_HEADERS", "Endpoint", "Handler", "Level", "body_of", "error_response", "json_object",
+           "json_response", "parse_timestamp", "worker_of"]
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -62,10 +62,10 @@ def error_response(message: str, status_code: int) -> Response:
                     headers=CORS_HEADERS)
 
 
-def broker_of(request: Request) -> Broker:
-    """The per-process broker state the app was composed with."""
-    broker: Broker = request.app.state.broker
-    return broker
+def worker_of(request: Request) -> Worker:
+    """This worker process's parts, which the app was composed with."""
+    worker: Worker = request.app.state.worker
+    return worker
 
 
 async def body_of(request: Request, *, allow_empty: bool = False) -> Any:

@@ -1,4 +1,4 @@
-"""Analytics (API.md section 11): the metrics every worker writes (``server/metrics.py``) and the database's
+"""Analytics (API.md section 11): the metrics every worker writes (``services/metrics.py``) and the database's
 own statistics, by time range. All READ_ONLY.
 
 Time ranges: ``from``/``to`` ISO-8601 (default: the last hour), bucketed by 1, 5, 15, 60 or 360 minutes for
@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_response, worker_of
 
 __all__ = ["ENDPOINTS", "bucket_minutes", "time_range"]
 
@@ -77,7 +77,7 @@ async def _process_rows(request: Request, table: str) -> tuple[datetime, datetim
     start, end, minutes = time_range(request)
     hostname = v.query_name(q, "hostname")
     worker_id = v.query_name(q, "workerId")
-    rows = orjson.loads(await broker_of(request).database.fetchval(
+    rows = orjson.loads(await worker_of(request).database.fetchval(
         "SELECT queen.process_metrics_v1($1, $2, $3, $4, $5)::text", table, start, end, hostname, worker_id))
     return start, end, minutes, rows
 
@@ -114,7 +114,7 @@ async def system_metrics(request: Request) -> Response:
 
 async def _queue_ops(request: Request, start: datetime, end: datetime, minutes: int,
                      queue: str | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = orjson.loads(await broker_of(request).database.fetchval(
+    rows: list[dict[str, Any]] = orjson.loads(await worker_of(request).database.fetchval(
         "SELECT queen.queue_ops_v1($1, $2, $3, $4)::text", start, end, queue, minutes))
     return rows
 
@@ -225,7 +225,7 @@ async def retention(request: Request) -> Response:
     """``{timeRange, bucketMinutes, series: [{bucketTime, retentionType, messagesDeleted, runs}], totals:
     {retentionType: messages}}`` from ``queen.retention_history`` (written by the retention services)."""
     start, end, minutes = time_range(request, timedelta(hours=24))
-    result = orjson.loads(await broker_of(request).database.fetchval(
+    result = orjson.loads(await worker_of(request).database.fetchval(
         "SELECT queen.retention_series_v1($1, $2, $3, $4)::text", start, end,
         v.query_name(request.query_params, "queue"), minutes))
     return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes, **result},
@@ -233,7 +233,7 @@ async def retention(request: Request) -> Response:
 
 
 async def postgres_stats(request: Request) -> Response:
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.postgres_stats_v1()::text")).encode())
 
 

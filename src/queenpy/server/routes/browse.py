@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
 
 __all__ = ["ENDPOINTS", "MESSAGE_STATUSES"]
 
@@ -35,7 +35,7 @@ async def messages_list(request: Request) -> Response:
         "limit": v.query_int(q, "limit", 200, minimum=1, maximum=10_000),
         "offset": v.query_int(q, "offset", 0, maximum=1_000_000),
     }
-    text = await broker_of(request).database.fetchval(
+    text = await worker_of(request).database.fetchval(
         "SELECT queen.messages_list_v1($1::jsonb)::text",
         orjson.dumps({k: value for k, value in params.items() if value is not None}).decode())
     return json_response(text.encode(), empty_as_body=True)
@@ -43,17 +43,17 @@ async def messages_list(request: Request) -> Response:
 
 async def message_get(request: Request) -> Response:
     partition_id, transaction_id = _message_key(request)
-    broker = broker_of(request)
-    result = orjson.loads(await broker.database.fetchval(
+    worker = worker_of(request)
+    result = orjson.loads(await worker.database.fetchval(
         "SELECT queen.message_get_v1($1::uuid, $2)::text", partition_id, transaction_id))
     if "payload" in result:
-        broker.decrypt_messages([result], key="payload")
+        worker.decrypt_messages([result], key="payload")
     return json_response(result)
 
 
 async def message_delete(request: Request) -> Response:
     partition_id, transaction_id = _message_key(request)
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.message_delete_v1($1::uuid, $2)::text", partition_id, transaction_id)).encode())
 
 
@@ -65,7 +65,7 @@ async def message_to_dlq(request: Request) -> Response:
     error = body.get("errorMessage")
     if error is not None and (not isinstance(error, str) or "\x00" in error):
         raise InvalidRequest("errorMessage must be a string without NUL characters")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.message_to_dlq_v1($1::uuid, $2, $3, $4)::text", partition_id, transaction_id, group,
         error)).encode())
 
@@ -73,7 +73,7 @@ async def message_to_dlq(request: Request) -> Response:
 async def queue_clear(request: Request) -> Response:
     queue = v.check_name(request.path_params["queue"], "queue")
     partition = v.query_name(request.query_params, "partition")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.queue_clear_v1($1, $2)::text", queue, partition)).encode())
 
 

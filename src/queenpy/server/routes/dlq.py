@@ -12,17 +12,17 @@ from queenpy.server import validation as v
 from queenpy.server.routes._base import (
     Endpoint,
     Level,
-    broker_of,
     json_object,
     json_response,
     parse_timestamp,
+    worker_of,
 )
 
 __all__ = ["ENDPOINTS"]
 
 
 async def dlq(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     q = request.query_params
     params: dict[str, Any] = {
         "limit": v.query_int(q, "limit", 100, minimum=0, maximum=10_000),
@@ -34,8 +34,8 @@ async def dlq(request: Request) -> Response:
     for key in ("from", "to"):
         if q.get(key):
             params[key] = parse_timestamp(q[key], key).isoformat()
-    result = orjson.loads(await broker.database.call("dlq_list_v1", orjson.dumps(params).decode()))
-    broker.decrypt_messages(result["messages"])
+    result = orjson.loads(await worker.database.call("dlq_list_v1", orjson.dumps(params).decode()))
+    worker.decrypt_messages(result["messages"])
     return json_response(result)
 
 
@@ -46,7 +46,7 @@ async def dlq_replay(request: Request) -> Response:
     group = body.get("consumerGroup")
     if group is not None:
         v.check_name(group, "consumerGroup")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.dlq_replay_v1($1::uuid, $2, $3)::text", partition_id, transaction_id, group)).encode())
 
 

@@ -11,10 +11,10 @@ from queenpy.server.routes._base import (
     Endpoint,
     Level,
     body_of,
-    broker_of,
     json_object,
     json_response,
     parse_timestamp,
+    worker_of,
 )
 
 __all__ = ["ENDPOINTS"]
@@ -25,19 +25,19 @@ __all__ = ["ENDPOINTS"]
 
 
 async def groups_list(request: Request) -> Response:
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_groups_list_v1()::text")).encode(), empty_as_body=True)
 
 
 async def groups_lagging(request: Request) -> Response:
     minimum = v.query_int(request.query_params, "minLagSeconds", 3600)
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_groups_lagging_v1($1)::text", minimum)).encode(), empty_as_body=True)
 
 
 async def group_detail(request: Request) -> Response:
     group = v.check_name(request.path_params["group"], "consumerGroup")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_group_detail_v1($1)::text", group)).encode(), empty_as_body=True)
 
 
@@ -47,7 +47,7 @@ async def group_delete(request: Request) -> Response:
     if queue is not None:
         v.check_name(queue, "queue")
     delete_metadata = request.query_params.get("deleteMetadata", "true") != "false"
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_group_delete_v1($1, $2, $3)::text", group, queue, delete_metadata)).encode())
 
 
@@ -57,7 +57,7 @@ async def group_subscription(request: Request) -> Response:
     if not isinstance(body, dict) or "subscriptionTimestamp" not in body:
         raise InvalidRequest("Missing subscriptionTimestamp in request body")
     ts = parse_timestamp(body["subscriptionTimestamp"], "subscriptionTimestamp")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_group_subscription_v1($1, $2::timestamptz)::text", group, ts)).encode())
 
 
@@ -69,7 +69,7 @@ async def group_seek(request: Request) -> Response:
     ts = None if to_end or body.get("timestamp") is None else parse_timestamp(body["timestamp"], "timestamp")
     if not to_end and ts is None:
         raise InvalidRequest("Must specify either 'toEnd': true or 'timestamp'")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_group_seek_v1($1, $2, $3, $4::timestamptz)::text", group, queue, to_end,
         ts)).encode())
 
@@ -78,7 +78,7 @@ async def group_seek_partition(request: Request) -> Response:
     group = v.check_name(request.path_params["group"], "consumerGroup")
     queue = v.check_name(request.path_params["queue"], "queue")
     partition = v.check_name(request.path_params["partition"], "partition")
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.consumer_group_seek_partition_v1($1, $2, $3)::text", group, queue, partition)).encode())
 
 

@@ -1,7 +1,7 @@
 """Maintenance mode and the shared-state routes (API.md section 12), all ADMIN.
 
 The switches are PostgreSQL's (``queen.system_state``) and reach every worker of every broker instance
-through ``NOTIFY`` (see :mod:`queenpy.server.maintenance`). queenpy's instances share state through
+through ``NOTIFY`` (see :mod:`queenpy.services.maintenance`). queenpy's instances share state through
 PostgreSQL, not UDP: the shared-state routes describe that.
 """
 
@@ -17,8 +17,8 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.broker import Broker
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
+from queenpy.server.worker import Worker
 
 __all__ = ["ENDPOINTS"]
 
@@ -30,29 +30,29 @@ async def _enabled(request: Request) -> bool:
     return bool(body["enabled"])
 
 
-async def _buffer(broker: Broker) -> dict[str, Any]:
-    stats = await asyncio.to_thread(broker.failover.stats)
-    return {"bufferedMessages": stats["events"], "bufferHealthy": broker.failover.db_healthy and not stats["failedFiles"],
-            "bufferStats": {**stats, "paused": broker.failover.paused, "replayedByThisWorker": broker.failover.replayed,
-                            "directory": str(broker.failover.directory)}}
+async def _buffer(worker: Worker) -> dict[str, Any]:
+    stats = await asyncio.to_thread(worker.failover.stats)
+    return {"bufferedMessages": stats["events"], "bufferHealthy": worker.failover.db_healthy and not stats["failedFiles"],
+            "bufferStats": {**stats, "paused": worker.failover.paused, "replayedByThisWorker": worker.failover.replayed,
+                            "directory": str(worker.failover.directory)}}
 
 
 async def get_maintenance(request: Request) -> Response:
-    broker = broker_of(request)
-    state = await broker.maintenance.reload()  # fresh from PostgreSQL, as the original
+    worker = worker_of(request)
+    state = await worker.maintenance.reload()  # fresh from PostgreSQL, as the original
     return json_response({"maintenanceMode": state["maintenanceMode"],
                           "popMaintenanceMode": state["popMaintenanceMode"], "updatedAt": state["updatedAt"],
-                          **await _buffer(broker)})
+                          **await _buffer(worker)})
 
 
 async def set_maintenance(request: Request) -> Response:
     enabled = await _enabled(request)
-    broker = broker_of(request)
-    state = await broker.maintenance.set("push", enabled)
+    worker = worker_of(request)
+    state = await worker.maintenance.set("push", enabled)
     message = ("Maintenance mode enabled: pushes are buffered to disk and replayed when it is turned off"
                if enabled else "Maintenance mode disabled: buffered pushes are being replayed")
     return json_response({"maintenanceMode": state["maintenanceMode"],
-                          "popMaintenanceMode": state["popMaintenanceMode"], **await _buffer(broker),
+                          "popMaintenanceMode": state["popMaintenanceMode"], **await _buffer(worker),
                           "message": message})
 
 
@@ -63,33 +63,33 @@ def _pop_answer(enabled: bool) -> dict[str, Any]:
 
 
 async def get_pop_maintenance(request: Request) -> Response:
-    state = await broker_of(request).maintenance.reload()
+    state = await worker_of(request).maintenance.reload()
     return json_response(_pop_answer(bool(state["popMaintenanceMode"])))
 
 
 async def set_pop_maintenance(request: Request) -> Response:
     enabled = await _enabled(request)
-    state = await broker_of(request).maintenance.set("pop", enabled)
+    state = await worker_of(request).maintenance.set("pop", enabled)
     return json_response(_pop_answer(bool(state["popMaintenanceMode"])))
 
 
-def shared_state(broker: Broker) -> dict[str, Any]:
+def shared_state(worker: Worker) -> dict[str, Any]:
     """How this process shares state with the others (PostgreSQL LISTEN/NOTIFY), with its counters."""
-    engine = broker.engine
+    engine = worker.engine
     return {
-        "enabled": True, "running": broker.database.listening, "transport": "postgresql-notify",
-        "server_id": f"{socket.gethostname()}:{broker.settings.port}", "worker_id": broker.worker_id,
-        "pid": os.getpid(), "maintenance_mode": broker.maintenance.push,
-        "pop_maintenance_mode": broker.maintenance.pop,
+        "enabled": True, "running": worker.database.listening, "transport": "postgresql-notify",
+        "server_id": f"{socket.gethostname()}:{worker.settings.port}", "worker_id": worker.worker_id,
+        "pid": os.getpid(), "maintenance_mode": worker.maintenance.push,
+        "pop_maintenance_mode": worker.maintenance.pop,
         "long_poll": {"parked": len(engine.waiters), "remote_waiting_queues": len(engine.remote_waiting_queues),
                       "notifications_sent": engine.notifications_sent,
                       "notifications_skipped": engine.notifications_skipped},
-        "queue_config_cache": {"size": broker.cached_queue_count()},
+        "queue_config_cache": {"size": worker.cached_queue_count()},
     }
 
 
 async def shared_state_stats(request: Request) -> Response:
-    return json_response(shared_state(broker_of(request)))
+    return json_response(shared_state(worker_of(request)))
 
 
 async def internal_notify(request: Request) -> Response:
@@ -98,7 +98,7 @@ async def internal_notify(request: Request) -> Response:
         raise InvalidRequest("queue is required")
     queue = v.check_name(body["queue"], "queue")
     partition = v.check_name(body.get("partition"), "partition", required=False)
-    broker_of(request).engine.wake(queue or "", partition or None)
+    worker_of(request).engine.wake(queue or "", partition or None)
     return json_response({"status": "ok"})
 
 

@@ -11,7 +11,7 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, body_of, broker_of, json_response
+from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, body_of, json_response, worker_of
 from queenpy.store.database import Unavailable
 
 __all__ = ["ENDPOINTS"]
@@ -20,32 +20,32 @@ log = logging.getLogger("queenpy.server")
 
 
 async def push(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     claims = request.state.claims
     raw = await request.body()
     items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw,
-                            max_items=broker.settings.push_max_items)
+                            max_items=worker.settings.push_max_items)
     if not items:
         return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
-    await broker.encrypt_items(items)
-    if broker.maintenance.push:
+    await worker.encrypt_items(items)
+    if worker.maintenance.push:
         # push maintenance mode (API.md 12): buffered on purpose, replayed when it is turned off
         try:
-            results = await broker.failover.append(items, database_failed=False)
+            results = await worker.failover.append(items, database_failed=False)
         except OSError:
             log.exception("failover buffer write failed")
             return json_response([{"status": "failed", "queue": item["queue"], "partition": item["partition"],
                                    "error": "File buffer write failed"} for item in items])
-        broker.instruments.buffered.inc(len(items))
+        worker.instruments.buffered.inc(len(items))
         return json_response(results, status_code=201)
     try:
-        results = await broker.engine.push(items)
-        broker.metrics.pushed(items, results)
+        results = await worker.engine.push(items)
+        worker.metrics.pushed(items, results)
     except Unavailable as exc:
         # PostgreSQL unreachable: buffer to disk (fsync'd) and answer `buffered`; replayed when it is back
         log.warning("push buffered to disk, database unavailable: %s", exc)
         try:
-            results = await broker.failover.append(items)
+            results = await worker.failover.append(items)
         except OSError as write_error:
             # nothing of this push was kept: say so per item, with the reason (disk full, read-only, ...)
             log.error("failover buffer write failed, push refused: %s", write_error)
@@ -56,8 +56,8 @@ async def push(request: Request) -> Response:
 
 
 async def pop(request: Request) -> Response:
-    broker = broker_of(request)
-    settings = broker.settings
+    worker = worker_of(request)
+    settings = worker.settings
     params = v.validate_pop_params(
         request.query_params, default_batch=settings.default_batch_size,
         default_timeout_ms=settings.default_timeout_ms,
@@ -80,22 +80,22 @@ async def pop(request: Request) -> Response:
             raise InvalidRequest("namespace or task is required when no queue is given")
         pop_request.update(namespace=v.check_name(namespace, "namespace", required=False),
                            task=v.check_name(task, "task", required=False), queue=None)
-    if broker.maintenance.pop:
+    if worker.maintenance.pop:
         return Response(b"", status_code=204, headers=CORS_HEADERS)  # pop maintenance mode (API.md 12)
-    result = await broker.engine.long_poll(pop_request, params["timeout"], params["wait"],
+    result = await worker.engine.long_poll(pop_request, params["timeout"], params["wait"],
                                            disconnected=request.is_disconnected)
     result.pop("index", None)
     if result.get("messages"):
-        broker.metrics.popped(result.get("queue"), result["messages"])
-        broker.decrypt_messages(result["messages"])
+        worker.metrics.popped(result.get("queue"), result["messages"])
+        worker.decrypt_messages(result["messages"])
     return json_response(result)
 
 
 async def ack(request: Request) -> Response:
     item = v.validate_ack(await body_of(request))
-    broker = broker_of(request)
-    results = await broker.engine.ack([item])
-    broker.metrics.acked(results)
+    worker = worker_of(request)
+    results = await worker.engine.ack([item])
+    worker.metrics.acked(results)
     return json_response(results)
 
 
@@ -103,9 +103,9 @@ async def ack_batch(request: Request) -> Response:
     items = v.validate_ack_batch(await body_of(request))
     if not items:
         return Response(b"[]", status_code=200, media_type="application/json", headers=CORS_HEADERS)
-    broker = broker_of(request)
-    results = await broker.engine.ack(items)
-    broker.metrics.acked(results)
+    worker = worker_of(request)
+    results = await worker.engine.ack(items)
+    worker.metrics.acked(results)
     return json_response(results)
 
 
@@ -116,17 +116,17 @@ async def transaction(request: Request) -> Response:
     none of the group was applied unless the commit happened and only the answer was lost, so the client may
     send it again: its pushes' transactionIds then make it fail as a duplicate (docs/architecture.md,
     "Fusion and transactions")."""
-    broker = broker_of(request)
+    worker = worker_of(request)
     clean = v.validate_transaction(await body_of(request))
-    await broker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
+    await worker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
                                 for item in op["items"]])
-    return json_response(await broker.engine.transaction(clean, size_bytes=len(await request.body())))
+    return json_response(await worker.engine.transaction(clean, size_bytes=len(await request.body())))
 
 
 async def extend_lease(request: Request) -> Response:
     lease_id = v.check_name(request.path_params["lease_id"], "leaseId")
     seconds = v.validate_lease_extend(await body_of(request, allow_empty=True))
-    return json_response(await broker_of(request).engine.renew_lease([{"leaseId": lease_id, "seconds": seconds}]))
+    return json_response(await worker_of(request).engine.renew_lease([{"leaseId": lease_id, "seconds": seconds}]))
 
 
 ENDPOINTS = [

@@ -7,24 +7,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, body_of, broker_of, json_response
+from queenpy.server.routes._base import Endpoint, Level, body_of, json_response, worker_of
 
 __all__ = ["ENDPOINTS"]
 
 
 async def configure(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     clean = v.validate_configure(await body_of(request))
-    text = await broker.database.call("configure_queue_v1", orjson.dumps(clean).decode())
-    broker.forget_queue(clean["queue"])
+    text = await worker.database.call("configure_queue_v1", orjson.dumps(clean).decode())
+    worker.forget_queue(clean["queue"])
     return json_response(text.encode())
 
 
 async def delete_queue(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     name = v.check_name(request.path_params["queue"], "queue")
-    result = await broker.database.fetchval("SELECT queen.delete_queue_v1($1)::text", name)
-    broker.forget_queue(name or "")
+    result = await worker.database.fetchval("SELECT queen.delete_queue_v1($1)::text", name)
+    worker.forget_queue(name or "")
     return json_response(result.encode())
 
 

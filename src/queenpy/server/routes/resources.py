@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_response, worker_of
 
 __all__ = ["ENDPOINTS", "page_params"]
 
@@ -22,7 +22,7 @@ def page_params(request: Request, default_limit: int = 1000) -> tuple[int, int]:
 
 
 async def _call(request: Request, query: str, *args: object) -> Response:
-    return json_response((await broker_of(request).database.fetchval(query, *args)).encode())
+    return json_response((await worker_of(request).database.fetchval(query, *args)).encode())
 
 
 async def queues(request: Request) -> Response:

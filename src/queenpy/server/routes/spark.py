@@ -1,6 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
 commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
-(``server/spark_apply.py``).
+(``services/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
@@ -19,7 +19,7 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
 
 __all__ = ["ENDPOINTS"]
 
@@ -27,23 +27,23 @@ __all__ = ["ENDPOINTS"]
 async def spark_offsets(request: Request) -> Response:
     queue = v.check_name(request.query_params.get("queue"), "queue")
     group = v.check_name(request.query_params.get("consumerGroup"), "consumerGroup", required=False)
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.spark_offsets_v1($1, $2)::text", queue, group)).encode(), empty_as_body=True)
 
 
 async def spark_messages(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     q = request.query_params
     partition_id = v.check_uuid(q.get("partitionId"), "partitionId")
     after = v.query_int(q, "after", 0, maximum=2**62)
     upto = v.query_int(q, "upto", 2**62, maximum=2**62)
     limit = v.query_int(q, "limit", 10_000, minimum=1, maximum=50_000)
-    text = await broker.database.fetchval("SELECT queen.spark_messages_v1($1::uuid, $2, $3, $4)::text",
+    text = await worker.database.fetchval("SELECT queen.spark_messages_v1($1::uuid, $2, $3, $4)::text",
                                           partition_id, after, upto, limit)
     if text is None:
         return json_response({"error": "Partition not found"})
     result = orjson.loads(text)
-    broker.decrypt_messages(result["messages"])
+    worker.decrypt_messages(result["messages"])
     return json_response(result)
 
 
@@ -58,7 +58,7 @@ async def spark_read(request: Request) -> Response:
     "offsets", "transactionIds", "data", "createdAtUs", "traceIds", "producerSubs"}]}``: per range (in request
     order; an unknown partition is left out) its messages in offset order as parallel arrays, ``data`` as JSON
     text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch."""
-    broker = broker_of(request)
+    worker = worker_of(request)
     body = await json_object(request)
     ranges = body.get("ranges")
     if not isinstance(ranges, list) or not 0 < len(ranges) <= MAX_READ_RANGES:
@@ -81,14 +81,14 @@ async def spark_read(request: Request) -> Response:
         uptos.append(int(upto))
     if sum(uptos) - sum(afters) > MAX_READ_MESSAGES:
         raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
-    rows = await broker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
+    rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
                                        ids, afters, uptos)
     out = []
     for row in rows:
         data = row["payloads"]
-        if row["encrypted"] and broker.cipher is not None:
+        if row["encrypted"] and worker.cipher is not None:
             for position in row["encrypted"]:
-                data[position - 1] = orjson.dumps(broker.cipher.decrypt(orjson.loads(data[position - 1]))).decode()
+                data[position - 1] = orjson.dumps(worker.cipher.decrypt(orjson.loads(data[position - 1]))).decode()
         out.append({"index": row["range_index"] - 1, "partitionId": str(row["partition_id"]),
                     "partition": row["partition_name"], "queue": row["queue_name"], "offsets": row["offsets"],
                     "transactionIds": row["transaction_ids"], "data": data, "createdAtUs": row["created_us"],
@@ -110,7 +110,7 @@ async def spark_rows(request: Request) -> Response:
     [JSON text | null], "partitions": [name | null], "transactionIds": [str | null], "traceIds"?: [uuid |
     null]}``; ``first`` is how many rows this token staged before (row numbers continue). Answers
     ``{"success", "staged"}``; a ``data`` value that is not JSON text is a 400 and nothing is staged."""
-    broker = broker_of(request)
+    worker = worker_of(request)
     body = await json_object(request)
     key = _batch_key(body)
     token = v.check_name(body.get("token"), "token")
@@ -133,14 +133,14 @@ async def spark_rows(request: Request) -> Response:
             v.check_name(value, f"transactionIds[{i}]")
     trace_ids = _column(body, "traceIds", rows, required=False)
     trace_ids = [None if t is None else v.check_uuid(t, f"traceIds[{i}]") for i, t in enumerate(trace_ids)]
-    encrypted = broker.cipher is not None and bool(await broker.queues_with_encryption({queue or ""}))
-    if encrypted and broker.cipher is not None:
-        cipher = broker.cipher
+    encrypted = worker.cipher is not None and bool(await worker.queues_with_encryption({queue or ""}))
+    if encrypted and worker.cipher is not None:
+        cipher = worker.cipher
         data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
                 for i, d in enumerate(data)]
     claims = getattr(request.state, "claims", None) or {}
     try:
-        staged = await broker.database.fetchval(
+        staged = await worker.database.fetchval(
             "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], $9::text[], $10, $11)",
             key["queryId"], key["batchId"], token, first, queue, partitions, transaction_ids, trace_ids, data,
             claims.get("sub") or None, encrypted)
@@ -168,7 +168,7 @@ async def spark_cursor(request: Request) -> Response:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidRequest(f"offsets[{key!r}] must be a non-negative integer")
         clean[v.check_uuid(key, "offsets key")] = value
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.spark_commit_cursor_v1($1, $2, $3::jsonb)::text", queue, group,
         orjson.dumps(clean).decode())).encode())
 
@@ -188,18 +188,18 @@ def _tokens(body: dict[str, Any]) -> list[str]:
 
 
 async def spark_stage(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     body = await json_object(request)
     key = _batch_key(body)
     items = v.validate_push({"items": body.get("items")})
-    await broker.encrypt_items(items)
+    await worker.encrypt_items(items)
     payload = {**key, "token": v.check_name(body.get("token"), "token"), "items": items}
-    return json_response((await broker.database.fetchval(
+    return json_response((await worker.database.fetchval(
         "SELECT queen.spark_stage_v1($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
 
 
 async def spark_commit(request: Request) -> Response:
-    broker = broker_of(request)
+    worker = worker_of(request)
     body = await json_object(request)
     payload: dict[str, Any] = {**_batch_key(body), "tokens": _tokens(body)}
     procedure = "spark_commit_batch_v1"
@@ -216,14 +216,14 @@ async def spark_commit(request: Request) -> Response:
         procedure = "spark_commit_batch_v2"
     elif "mode" in body:
         raise InvalidRequest("mode needs counts (rows staged by /api/v1/spark/rows)")
-    result = orjson.loads(await broker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
+    result = orjson.loads(await worker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
                                                          orjson.dumps(payload).decode()))
     touched = {(queue, partition) for queue, _, partition in
                (key.partition("/") for key in result.pop("touched", None) or [])}
     if touched:
-        broker.engine.announce(touched)
+        worker.engine.announce(touched)
     if result.get("pending"):
-        broker.spark_applier.schedule(payload["queryId"])
+        worker.spark_applier.schedule(payload["queryId"])
     return json_response(result)
 
 
@@ -231,13 +231,13 @@ async def spark_flush(request: Request) -> Response:
     """Apply a query's pipelined micro-batches still pending, now: ``{"success", "applied", "pushed"}``."""
     body = await json_object(request)
     query_id = v.check_name(body.get("queryId"), "queryId")
-    return json_response({"success": True, **await broker_of(request).spark_applier.apply(query_id)})
+    return json_response({"success": True, **await worker_of(request).spark_applier.apply(query_id)})
 
 
 async def spark_abort(request: Request) -> Response:
     body = await json_object(request)
     payload = {**_batch_key(body), "tokens": _tokens(body)}
-    return json_response((await broker_of(request).database.fetchval(
+    return json_response((await worker_of(request).database.fetchval(
         "SELECT queen.spark_abort_v2($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
 
 

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
 from queenpy.server.routes.analytics import time_range
 from queenpy.server.routes.resources import page_params
 
@@ -29,7 +29,7 @@ def _scope(request: Request) -> dict[str, Any]:
 
 
 async def _call(request: Request, query: str, *args: object) -> Response:
-    return json_response((await broker_of(request).database.fetchval(query, *args)).encode())
+    return json_response((await worker_of(request).database.fetchval(query, *args)).encode())
 
 
 async def status(request: Request) -> Response:
@@ -88,7 +88,7 @@ async def queue_messages(request: Request) -> Response:
     params = {"queue": queue, "from": _WHOLE_HISTORY,
               "limit": v.query_int(request.query_params, "limit", 50, minimum=1, maximum=10_000),
               "offset": v.query_int(request.query_params, "offset", 0, maximum=1_000_000)}
-    page = orjson.loads(await broker_of(request).database.fetchval(
+    page = orjson.loads(await worker_of(request).database.fetchval(
         "SELECT queen.messages_list_v1($1::jsonb)::text", orjson.dumps(params).decode()))
     keys = ("id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status", "createdAt")
     return json_response([{key: message[key] for key in keys} for message in page["messages"]],

@@ -18,25 +18,25 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, broker_of, json_object, json_response
+from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
 
 __all__ = ["ENDPOINTS"]
 
 
 async def register_query(request: Request) -> Response:
     clean = v.validate_stream_register(await json_object(request))
-    text = await broker_of(request).database.call("streams_register_v1", orjson.dumps(clean).decode())
+    text = await worker_of(request).database.call("streams_register_v1", orjson.dumps(clean).decode())
     return json_response(text.encode())
 
 
 async def cycle(request: Request) -> Response:
     clean = v.validate_stream_cycle(await json_object(request))
-    return json_response(await broker_of(request).engine.stream_cycle(clean))
+    return json_response(await worker_of(request).engine.stream_cycle(clean))
 
 
 async def state_get(request: Request) -> Response:
     clean = v.validate_stream_state_get(await json_object(request))
-    text = await broker_of(request).database.call("streams_state_get_v1", orjson.dumps(clean).decode())
+    text = await worker_of(request).database.call("streams_state_get_v1", orjson.dumps(clean).decode())
     return json_response(text.encode())
 
 

@@ -3,7 +3,6 @@ document."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 
@@ -12,9 +11,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from queenpy.server.openapi import openapi_document
-from queenpy.server.prometheus import CONTENT_TYPE, LocalCollector, SnapshotCollector, render_collector
-from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, broker_of, json_response
+from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, json_response, worker_of
 from queenpy.server.routes.maintenance import shared_state
+from queenpy.services.prometheus import CONTENT_TYPE
 
 __all__ = ["ENDPOINTS", "VERSION"]
 
@@ -22,25 +21,25 @@ VERSION = "1.0.0"
 
 
 async def health(request: Request) -> Response:
-    broker = broker_of(request)
-    healthy = await broker.database.healthy()
+    worker = worker_of(request)
+    healthy = await worker.database.healthy()
     body = {
         "status": "healthy" if healthy else "unhealthy",
         "database": "connected" if healthy else "disconnected",
-        "server": "queenpy (Python Queen broker)", "worker_id": broker.worker_id, "version": VERSION,
-        "pid": os.getpid(), "shared_state": shared_state(broker),
-        "queen": {"worker_id": broker.worker_id, "status": "active"},
-        "services": await broker.services.status() if healthy else {
-            "enabled": bool(broker.services.jobs), "holder": broker.services.holder,
-            "jobs": broker.services.local_status()},
+        "server": "queenpy (Python Queen broker)", "worker_id": worker.worker_id, "version": VERSION,
+        "pid": os.getpid(), "shared_state": shared_state(worker),
+        "queen": {"worker_id": worker.worker_id, "status": "active"},
+        "services": await worker.services.status() if healthy else {
+            "enabled": bool(worker.services.jobs), "holder": worker.services.holder,
+            "jobs": worker.services.local_status()},
     }
     return Response(orjson.dumps(body), status_code=200 if healthy else 503, media_type="application/json",
                     headers=CORS_HEADERS)
 
 
 async def metrics(request: Request) -> Response:
-    broker = broker_of(request)
-    engine = broker.engine
+    worker = worker_of(request)
+    engine = worker.engine
     fusions = {
         name: {"requests": f.stats.requests, "items": f.stats.items, "calls": f.stats.calls,
                "errors": f.stats.errors, "inflight": f.inflight, "pending": f.pending,
@@ -49,9 +48,9 @@ async def metrics(request: Request) -> Response:
                "avgCallMs": round(1000 * f.stats.busy_s / f.stats.calls, 3) if f.stats.calls else 0}
         for name, f in engine.fusions.items()
     }
-    pool = broker.database.pool
+    pool = worker.database.pool
     return json_response({
-        "uptime": round(time.time() - broker.started_at, 3), "worker_id": broker.worker_id, "pid": os.getpid(),
+        "uptime": round(time.time() - worker.started_at, 3), "worker_id": worker.worker_id, "pid": os.getpid(),
         "database": {"poolSize": pool.get_size(), "idleConnections": pool.get_idle_size()},
         "fusion": fusions, "longPoll": {
             "parked": len(engine.waiters), "remoteWaitingQueues": len(engine.remote_waiting_queues),
@@ -61,28 +60,16 @@ async def metrics(request: Request) -> Response:
 
 
 async def prometheus(request: Request) -> Response:
-    """Queen's families in the Prometheus text format (see ``server/prometheus.py``)."""
-    broker = broker_of(request)
-    cache = broker.snapshot_cache
-    key = await broker.database.fetchval("SELECT queen.prometheus_snapshot_key_v1()")
-    if key is None or key != cache.key:  # None: the stats job has not run yet; do not cache
-        snapshot = orjson.loads(await broker.database.fetchval("SELECT queen.prometheus_snapshot_v1()::text"))
-        cache.body = await asyncio.to_thread(render_collector, SnapshotCollector(snapshot))
-        cache.key = key
-        cache.renders += 1
-    buffer = await asyncio.to_thread(broker.failover.stats)
-    local = {"maintenance": float(broker.maintenance.push), "popMaintenance": float(broker.maintenance.pop),
-             "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
-             "bufferHealthy": float(broker.failover.db_healthy)}
-    body = await asyncio.to_thread(broker.instruments.render, LocalCollector(local))
-    return Response(body + cache.body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
+    """Queen's families in the Prometheus text format (what a scrape does: ``services/prometheus.py``)."""
+    body = await worker_of(request).prometheus.render()
+    return Response(body, media_type=CONTENT_TYPE, headers=CORS_HEADERS)
 
 
 async def status_buffers(request: Request) -> Response:
-    broker = broker_of(request)
-    counts = broker.failover.counts()
-    return json_response({"pending": counts["pending"], "failed": 0, "dbHealthy": broker.failover.db_healthy,
-                          "replayed": broker.failover.replayed, "worker": broker.worker_id}, empty_as_body=True)
+    worker = worker_of(request)
+    counts = worker.failover.counts()
+    return json_response({"pending": counts["pending"], "failed": 0, "dbHealthy": worker.failover.db_healthy,
+                          "replayed": worker.failover.replayed, "worker": worker.worker_id}, empty_as_body=True)
 
 
 async def openapi(_request: Request) -> Response:

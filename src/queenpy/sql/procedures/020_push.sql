@@ -27,7 +27,7 @@
 -- p_strict: a duplicate raises SQLSTATE QN409 instead of answering `duplicate` (transactions, API.md 9).
 -- p_notify: NOTIFY queen_message_available per touched (queue, partition) at commit.
 --
--- Cost (benchmarks/RESULTS.md, 2026-11-24, instructions counted with callgrind): PostgreSQL parses the batch
+-- Cost (instructions counted with callgrind, benchmarks/RESULTS.md): PostgreSQL parses the batch
 -- once (jsonb_in, ~60 instructions per byte on PG15: the one cost that grows with the payload and that
 -- pgbench's prepared insert does not pay). After that the items are read as narrow rows (jsonb_to_recordset
 -- copies no item and no payload), so the windows, sorts and materialised CTEs never carry a payload; it is

@@ -198,7 +198,7 @@ DROP FUNCTION IF EXISTS queen.ack_run_v1(uuid, text, jsonb, integer, bigint, big
 -- them (1-based) succeeded with leaseReleased = (o >= k) when held, else failed with 'Invalid or expired
 -- lease'. Per item acknowledged on its own, ack_one_v1's result object. Building one jsonb object per
 -- acknowledged item cost PostgreSQL about 9 us an item, more than the rest of a run's acknowledgment
--- (pg_stat_statements in the soak, benchmarks/RESULTS.md 2026-11-27).
+-- (pg_stat_statements in a soak, benchmarks/RESULTS.md).
 -- enable_seqscan = off: index probes only, whatever size the tables had when the session cached its plans
 -- (see queen.pop_v2).
 CREATE OR REPLACE FUNCTION queen.ack_v2(p_items jsonb)

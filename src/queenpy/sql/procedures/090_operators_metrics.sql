@@ -11,7 +11,7 @@ $$;
 
 -- Worker metrics ------------------------------------------------------------------------------------------
 
--- One worker's rows of one minute (server/metrics.py), rewritten while the minute lasts:
+-- One worker's rows of one minute (services/metrics.py), rewritten while the minute lasts:
 -- {bucket, hostname, pid, workerId, sampleCount, system: {...}, worker: {...}, queues: [{queue, pushRequests,
 -- pushMessages, popCount, popMessages, ackMessages, ackFailed, lagSumMs, lagMaxMs, lagSamples, parkedMax}]}.
 CREATE OR REPLACE FUNCTION queen.metrics_flush_v1(p jsonb)

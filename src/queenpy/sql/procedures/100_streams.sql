@@ -250,7 +250,7 @@ $$;
 -- State rows of (query, partition), ordered by key. Input {"query_id", "partition_id", "keys"?: [...],
 -- "key_prefix"?, "ripe_at_or_before"?: epoch ms}; filters AND-ed: `keys` (absent or empty: every key), the
 -- key starts with `key_prefix`, the value's `windowEnd` is a number <= `ripe_at_or_before`.
--- `updated_at` as a JSON timestamp in UTC ("2026-05-06T10:01:42.123456+00:00").
+-- `updated_at` as a JSON timestamp in UTC ("YYYY-MM-DDTHH:MM:SS.ffffff+00:00").
 CREATE OR REPLACE FUNCTION queen.streams_state_get_v1(p jsonb)
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$
