@@ -59,7 +59,8 @@ class FusionSettings:
             max_batch_size=max(1, _int(env, prefix + "MAX_BATCH_SIZE", batch)),
             max_concurrent=max(1, _int(env, prefix + "MAX_CONCURRENT", concurrent)),
             max_hold_ms=max(0, _int(env, prefix + "MAX_HOLD_MS", 0)),
-            max_batch_bytes=max(0, _int(env, prefix + "MAX_BATCH_BYTES", batch_bytes)),
+            # only operation types with a byte cap (transactions) read theirs
+            max_batch_bytes=max(0, _int(env, prefix + "MAX_BATCH_BYTES", batch_bytes)) if batch_bytes else 0,
         )
 
 
