@@ -95,8 +95,10 @@ async def test_concurrent_requests_fused_one_bad_among_good(db_url: str, start_b
         group = [hand_off(m[1], "b"), bad_ack, hand_off(m[2], "d"),
                  {"operations": [{"type": "push", "items": [{"queue": "dst", "payload": 1, "transactionId": "e"}]}],
                   "requiredLeases": ["no-such-lease"]}]
-        tasks = [asyncio.create_task(client.post("/api/v1/transaction", json=body)) for body in group]
-        await wait_pending(client, len(group))
+        tasks = []
+        for n, body in enumerate(group, 1):  # queued one after the other: the group commits in this order
+            tasks.append(asyncio.create_task(client.post("/api/v1/transaction", json=body)))
+            await wait_pending(client, n)
         holder.rollback()
         holder.close()
         answers = [(await task).json() for task in [first, *tasks]]
