@@ -10,8 +10,9 @@ broker, written once (STYLE.md item 25; psycopg's test fixtures are the model).
   workers form one process group) on a fixed port, started with a deadline on ``GET /health``, stopped with
   a signal and a deadline, killed as a whole or one worker at a time, restarted on the same port.
 
-It drives processes and speaks HTTP and SQL to them; it imports no broker code (the import-linter contracts
-in ``pyproject.toml`` hold it to that, and keep the broker from importing it). Errors: :class:`HarnessError`
+It drives processes and speaks HTTP and SQL to them; it imports no broker code but the embedded PostgreSQL it
+starts (the import-linter contracts in ``pyproject.toml`` hold it to that, and keep the product from
+importing it). Errors: :class:`HarnessError`
 when a process cannot start, exits or misses its deadline; the message carries the tail of its log.
 """
 
@@ -70,7 +71,7 @@ class PrivatePostgres:
     initdb when empty), listening on a Unix socket only (no TCP port), removed with its data by :meth:`stop`.
 
     Args:
-        data_dir: its data directory; its parent must exist.
+        data_dir: its data directory (created if missing).
         settings: server settings applied with ``ALTER SYSTEM`` and a reload once it runs (names and values
             are the caller's, never a user's). The default is the embedded broker's
             (:data:`queenpy.store.embedded.EMBEDDED_SETTINGS`, durability on); the tests turn fsync off.
