@@ -6,8 +6,11 @@ Then every target partition must hold exactly the source partition's messages, e
 Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behind are counted too when
 ``--database-url`` is given (with ``--start-broker``, in the embedded PostgreSQL).
 
-    python benchmarks/spark_exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
-    python benchmarks/spark_exactly_once.py --start-broker            # embedded broker in a temp dir
+    python tests/spark/exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
+    python tests/spark/exactly_once.py --start-broker            # embedded broker in a temp dir
+
+tests/spark/test_exactly_once.py runs it at CI size (``--no-drain``) and drains and verifies with the functions
+here. Its broker (``--start-broker``) comes from the process harness (:mod:`queenpy.harness`).
 
 The copy query (``--driver`` mode, run as a child process in its own session):
 ``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``
@@ -21,7 +24,6 @@ import argparse
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import httpx
+
+from queenpy.harness import BrokerProcess, HarnessError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -71,37 +75,13 @@ def read_partition(client: httpx.Client, partition_id: str, head: int) -> list[d
     return messages
 
 
-def start_broker(tmp: Path) -> tuple[str, subprocess.Popen[bytes]]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "HOST": "127.0.0.1",
-        "NUM_WORKERS": "2",
-        "QUEENPY_DATA_DIR": str(tmp / "pg"),
-    }
-    env.pop("DATABASE_URL", None)
-    broker = subprocess.Popen(
-        [sys.executable, "-m", "queenpy", "serve"],
-        env=env,
-        start_new_session=True,
-        stdout=open(tmp / "broker.log", "wb"),  # noqa: SIM115 (lives with the broker)
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return url, broker
-        except httpx.HTTPError:
-            pass
-        if broker.poll() is not None:
-            raise SystemExit(f"broker exited: {(tmp / 'broker.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    raise SystemExit("broker did not become healthy")
+def start_broker(tmp: Path) -> BrokerProcess:
+    """A healthy two-worker broker on its embedded PostgreSQL in ``tmp/pg``; its log is ``tmp/broker.log``."""
+    broker = BrokerProcess(None, tmp / "broker.log", workers=2, env={"QUEENPY_DATA_DIR": str(tmp / "pg")})
+    try:
+        return broker.start(timeout_s=120)
+    except HarnessError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 # -- the copy query (child process) -----------------------------------------------------------------------------
@@ -293,7 +273,8 @@ def run(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="queenpy-eo-"))
     broker = None
     if args.start_broker:
-        args.url, broker = start_broker(tmp)
+        broker = start_broker(tmp)
+        args.url = broker.url
         log(f"broker on {args.url}")
         if not args.database_url:  # the embedded PostgreSQL's socket, to count staging rows left behind
             from pgserver.utils import PostmasterInfo
@@ -342,8 +323,7 @@ def run(args: argparse.Namespace) -> int:
         return report(args, kills, elapsed)
     finally:
         if broker is not None:
-            broker.send_signal(signal.SIGTERM)
-            broker.wait(timeout=60)
+            broker.stop(timeout_s=60)
 
 
 def report(args: argparse.Namespace, kills: list[dict[str, Any]], elapsed: float) -> int:
