@@ -38,10 +38,8 @@ from typing import Any
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from spark_exactly_once import start_broker
-
 from queenpy.bench import procfs
+from queenpy.harness import BrokerProcess
 
 
 def log(message: str) -> None:
@@ -176,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     columns = [name for name in args.columns.split(",") if name]
 
     tmp = Path(tempfile.mkdtemp(prefix="queenpy-cost-"))
-    url, broker = start_broker(tmp)
+    broker = BrokerProcess(None, tmp / "broker.log", workers=2, env={"QUEENPY_DATA_DIR": str(tmp / "pg")})
+    broker.start(timeout_s=120)
+    url = broker.url
     try:
         meter = Meter(None, postmaster_of(tmp / "pg"), broker.pid)
         run_id = uuid.uuid4().hex[:6]
@@ -245,8 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         spark.stop()
         return 0
     finally:
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(timeout=60)
+        broker.stop()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""Test harness: a real PostgreSQL (pgserver's binaries, started here, stopped at the end), a template
-database migrated once per session, a fresh ``CREATE DATABASE ... TEMPLATE`` copy per test that asks for
-one, and ``queenpy serve`` subprocesses on free ports.
+"""Test fixtures on the process harness (:mod:`queenpy.harness`): a real PostgreSQL (pgserver's binaries,
+started here with fsync off, stopped at the end), a template database migrated once per session, a fresh
+``CREATE DATABASE ... TEMPLATE`` copy per test that asks for one, and ``queenpy serve`` subprocesses on free
+ports.
 
 Fixtures:
     pg_server     session: the PostgreSQL server (``.url(dbname)``)
@@ -14,61 +15,41 @@ Fixtures:
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psycopg
 import pytest
 
-from helpers import free_port, official_client, wait_until
+from queenpy.harness import BrokerProcess, PrivatePostgres, free_port
+
+from helpers import official_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: tests may run without durability (STYLE.md item 15); benchmarks and chaos start their own server
+TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
 
 class PgServer:
-    """A PostgreSQL server for the test session, on a Unix socket in a temporary directory."""
+    """The test session's PostgreSQL server, on a Unix socket in a temporary directory."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="queenpy-test-pg-"))
-        if not os.environ.get("XDG_RUNTIME_DIR"):
-            os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="queenpy-runtime-")
-        import pgserver
-
-        self.dir = self.dir / "pgdata"
-        self._server = pgserver.get_server(self.dir, cleanup_mode="delete")
-        base = self._server.get_uri()  # postgresql://postgres:@/postgres?host=/tmp/...
-        self._prefix, _, self._query = base.partition("/postgres?")
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            # tests may run without durability; benchmarks start their own server
-            conn.execute("ALTER SYSTEM SET fsync = off")
-            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
-            conn.execute("ALTER SYSTEM SET full_page_writes = off")
-            conn.execute("SELECT pg_reload_conf()")
+        self.dir = Path(tempfile.mkdtemp(prefix="queenpy-test-pg-")) / "pgdata"
+        self.server = PrivatePostgres(self.dir, settings=TEST_SETTINGS)
 
     def url(self, dbname: str) -> str:
-        return f"{self._prefix}/{dbname}?{self._query}"
+        return self.server.database_url(dbname)
 
     def create_database(self, template: str | None = None) -> str:
-        name = f"t_{uuid.uuid4().hex[:16]}"
-        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
-            if template:
-                conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-            else:
-                conn.execute(f'CREATE DATABASE "{name}"')
-        return name
+        """A new database (a copy of ``template``, else empty); returns its name."""
+        return self.server.create_database(f"t_{uuid.uuid4().hex[:16]}", template)
 
     def stop(self) -> None:
-        self._server.cleanup()
+        self.server.stop()
         shutil.rmtree(self.dir.parent, ignore_errors=True)
 
 
@@ -99,54 +80,14 @@ def db_url(new_database: Callable[[], str]) -> str:
     return new_database()
 
 
-@dataclass
-class BrokerProcess:
-    url: str
-    database_url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    env: dict[str, str] = field(default_factory=dict)
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(sig)
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (supervisor and workers)."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-
 def launch_broker(database_url: str, tmp_dir: Path, workers: int = 2,
                   extra_env: dict[str, str] | None = None) -> BrokerProcess:
+    """A healthy ``queenpy serve`` on ``database_url`` with ``workers`` workers; its log and failover buffer
+    are ``tmp_dir/broker-<port>.log`` and ``tmp_dir/buffers-<port>``."""
     port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url, "PORT": str(port), "HOST": "127.0.0.1",
-           "NUM_WORKERS": str(workers), "FILE_BUFFER_DIR": str(tmp_dir / f"buffers-{port}"), **(extra_env or {})}
-    log_path = tmp_dir / f"broker-{port}.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-    broker = BrokerProcess(f"http://127.0.0.1:{port}", database_url, process, log_path, env)
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"broker exited with {process.returncode}:\n{broker.log()}")
-        try:
-            return httpx.get(broker.url + "/health", timeout=1).json().get("status") == "healthy"
-        except httpx.HTTPError:
-            return False
-
-    wait_until(healthy, timeout_s=60, message="broker /health")
-    return broker
+    broker = BrokerProcess(database_url, tmp_dir / f"broker-{port}.log", workers=workers, port=port,
+                           env={"FILE_BUFFER_DIR": str(tmp_dir / f"buffers-{port}"), **(extra_env or {})})
+    return broker.start(timeout_s=60)
 
 
 @pytest.fixture(scope="session")
@@ -181,7 +122,6 @@ def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     yield start
     for process in started:
         process.stop()
-
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,15 @@ from typing import Any
 import orjson
 import psycopg
 
-__all__ = ["call_procedure", "free_port", "official_client", "run_queenpy", "unique", "wait_until"]
+from queenpy.harness import free_port
+
+__all__ = ["call_procedure", "closed_port_url", "free_port", "official_client", "run_queenpy", "unique",
+           "wait_until"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def closed_port_url() -> str:
+    """``http://127.0.0.1:<port>`` where nothing listens (a broker that is down)."""
+    return f"http://127.0.0.1:{free_port()}"
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05,

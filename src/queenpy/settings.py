@@ -41,20 +41,26 @@ class FusionSettings:
 
     ``max_batch_size``: most requests (items) fused into one procedure call; ``max_concurrent``: most calls
     of this type in flight per worker process (the adaptive limit's ceiling in ``vegas`` mode);
-    ``max_hold_ms``: extra wait before firing a partial batch (0: fire as soon as a slot is free).
+    ``max_hold_ms``: extra wait before firing a partial batch (0: fire as soon as a slot is free);
+    ``max_batch_bytes``: most request bytes fused into one call (0: no cap; transactions only).
+    For transactions an "item" is an operation: an ack, or one pushed message.
     """
 
     max_batch_size: int
     max_concurrent: int
     max_hold_ms: int = 0
+    max_batch_bytes: int = 0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], op: str, batch: int, concurrent: int) -> FusionSettings:
+    def from_env(cls, env: Mapping[str, str], op: str, batch: int, concurrent: int,
+                 batch_bytes: int = 0) -> FusionSettings:
         prefix = f"QUEEN_{op.upper()}_"
         return cls(
             max_batch_size=max(1, _int(env, prefix + "MAX_BATCH_SIZE", batch)),
             max_concurrent=max(1, _int(env, prefix + "MAX_CONCURRENT", concurrent)),
             max_hold_ms=max(0, _int(env, prefix + "MAX_HOLD_MS", 0)),
+            # only operation types with a byte cap (transactions) read theirs
+            max_batch_bytes=max(0, _int(env, prefix + "MAX_BATCH_BYTES", batch_bytes)) if batch_bytes else 0,
         )
 
 
@@ -160,11 +166,19 @@ _FUSION_DEFAULTS = {
     "push": (500, 1),
     "pop": (100, 4),
     "ack": (500, 4),
-    "transaction": (1, 4),
+    # client transactions: group commit (queen.transaction_v2); the batch counts operations (acks and pushed
+    # messages), as many as a fused ack or push call takes, and bytes (below): docs/architecture.md,
+    # "Fusion and transactions"
+    "transaction": (1000, 4),
     "renew_lease": (100, 2),
-    # Queen Streams cycles: never fused (one PostgreSQL transaction each, as transactions)
+    # Queen Streams cycles: never fused (one PostgreSQL transaction each)
     "streams_cycle": (1, 8),
 }
+# most request bytes in one fused call, per operation type (QUEEN_<OP>_MAX_BATCH_BYTES; 0: no cap). A group of
+# transactions is one JSONB value that PostgreSQL parses whole and holds in memory while it runs: 4 MiB keeps
+# it near push's largest batches (500 items of 1-8 KB) while one request of up to HTTP_MAX_BODY_BYTES still
+# goes alone.
+_FUSION_BATCH_BYTES = {"transaction": 4 * 1024 * 1024}
 
 
 @dataclass(frozen=True)
@@ -254,7 +268,7 @@ class Settings:
             metrics_sample_interval_ms=max(50, _int(env, "METRICS_SAMPLE_INTERVAL_MS", 1000)),
             metrics_aggregate_interval_s=max(0.1, _float(env, "METRICS_AGGREGATE_INTERVAL_S", 60.0)),
             fusion={
-                op: FusionSettings.from_env(env, op, batch, concurrent)
+                op: FusionSettings.from_env(env, op, batch, concurrent, _FUSION_BATCH_BYTES.get(op, 0))
                 for op, (batch, concurrent) in _FUSION_DEFAULTS.items()
             },
             http_max_body_bytes=max(1024, _int(env, "HTTP_MAX_BODY_BYTES", 10 * 1024 * 1024)),
@@ -278,7 +292,7 @@ class Settings:
         if op in self.fusion:
             return self.fusion[op]
         batch, concurrent = _FUSION_DEFAULTS[op]
-        return FusionSettings(batch, concurrent)
+        return FusionSettings(batch, concurrent, max_batch_bytes=_FUSION_BATCH_BYTES.get(op, 0))
 
 
 def _database_url_from_parts(env: Mapping[str, str]) -> str | None:

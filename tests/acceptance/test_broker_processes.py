@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -21,7 +19,7 @@ import psycopg
 import pytest
 
 from conftest import BrokerProcess
-from helpers import free_port, unique, wait_until
+from helpers import unique, wait_until
 
 SLOW_TIMER = {"POP_WAIT_INITIAL_INTERVAL_MS": "600000", "POP_WAIT_MAX_INTERVAL_MS": "600000"}
 NO_GRACE = {"POP_WAIT_LISTEN_GRACE_MS": "0"}  # a push notifies only queues another process announced
@@ -217,31 +215,19 @@ def test_a_burst_of_connections_is_spread_over_the_workers(
 
 def test_serve_without_a_database_starts_the_embedded_postgresql(tmp_path: Path) -> None:
     """README command 1: no DATABASE_URL, no PG_* variables: a private PostgreSQL in the data dir."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL" and not k.startswith("PG_")}
-    env.update(PORT=str(port), HOST="127.0.0.1", NUM_WORKERS="1", QUEENPY_DATA_DIR=str(tmp_path / "pgdata"))
-    log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen([sys.executable, "-m", "queenpy", "serve"], env=env, stdout=out,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+    broker = BrokerProcess(None, tmp_path / "serve.log", workers=1,
+                           env={"QUEENPY_DATA_DIR": str(tmp_path / "pgdata")})
     try:
-        def health() -> dict[str, Any] | None:
-            assert process.poll() is None, log.read_text()
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).json()  # type: ignore[no-any-return]
-            except httpx.HTTPError:
-                return None
-
-        body = wait_until(health, timeout_s=90, message="embedded broker health")
+        broker.start(timeout_s=90)
+        body = httpx.get(f"{broker.url}/health", timeout=10).json()
         assert body["status"] == "healthy" and body["database"] == "connected"
         assert (tmp_path / "pgdata" / "PG_VERSION").exists()
         queue = unique("embedded")
-        httpx.post(f"http://127.0.0.1:{port}/api/v1/push", json={"items": [{"queue": queue, "payload": 7}]})
-        popped = httpx.get(f"http://127.0.0.1:{port}/api/v1/pop/queue/{queue}").json()
+        httpx.post(f"{broker.url}/api/v1/push", json={"items": [{"queue": queue, "payload": 7}]})
+        popped = httpx.get(f"{broker.url}/api/v1/pop/queue/{queue}").json()
         assert [m["data"] for m in popped["messages"]] == [7]
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
+        assert broker.stop(signal.SIGTERM, timeout_s=30) == 0  # to the supervisor only, as a user's kill
     # SIGTERM also stopped the embedded PostgreSQL: nothing listens on its socket any more
     assert not (tmp_path / "pgdata" / "postmaster.pid").exists()
 
@@ -290,6 +276,6 @@ def test_the_access_log_shows_each_request_when_asked_for(
     logged = start_broker(db_url, workers=1, extra_env={"QUEEN_ACCESS_LOG": "true"})
     for broker in (quiet, logged):
         assert httpx.get(f"{broker.url}/api/v1/resources/queues", timeout=10).status_code == 200
-    wait_until(lambda: '"GET /api/v1/resources/queues HTTP/1.1" 200' in logged.log(), timeout_s=10,
+    wait_until(lambda: '"GET /api/v1/resources/queues HTTP/1.1" 200' in logged.log_text(), timeout_s=10,
                message="the request's access-log line")
-    assert "GET /api/v1/resources/queues" not in quiet.log()  # off by default
+    assert "GET /api/v1/resources/queues" not in quiet.log_text()  # off by default

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 from typing import Any
@@ -15,8 +14,8 @@ import httpx
 
 from queenpy.client import Queen
 
+from helpers import closed_port_url, unique
 from helpers import run_queenpy as queenpy
-from helpers import unique
 
 
 def json_lines(text: str) -> list[Any]:
@@ -198,12 +197,6 @@ def test_dlq_replay_puts_the_message_back(broker: Any) -> None:
         assert q.ack(message, False).dlq
     assert "replayed 1" in queenpy(broker, "dlq", "replay", "-q", queue, "--all").stdout
     assert [m["transactionId"] for m in json_lines(queenpy(broker, "pop", "-q", queue).stdout)] == ["again"]
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 def test_errors_are_one_line_unless_verbose() -> None:

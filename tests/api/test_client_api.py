@@ -7,7 +7,6 @@ take a moment on the broker side are awaited by polling with a deadline, never b
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,6 +17,8 @@ import pytest
 
 from queenpy.client import AsyncQueen, Message, Queen, RetryPolicy
 from queenpy.errors import TransactionFailed
+
+from helpers import closed_port_url
 
 T = TypeVar("T")
 DEADLINE_S = 30.0
@@ -338,13 +339,6 @@ async def test_dlq_replay_delivers_the_message_again(q: AsyncQueen) -> None:
 
 
 # -- failover, sync facade ----------------------------------------------------------------------------------------
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return f"http://127.0.0.1:{port}"
 
 
 async def test_failover_to_the_second_url_when_the_first_is_down(broker: Any) -> None:

@@ -156,6 +156,70 @@ def test_concurrent_pushers_one_partition_delivered_once_in_order(db_url: str) -
         assert replay == offsets
 
 
+def test_concurrent_transactional_pushers_one_partition_delivered_once_in_order(db_url: str) -> None:
+    """The same guarantee for pushes made inside client transactions, fused in groups as the broker fuses
+    them (queen.transaction_v2: several client transactions per call, each in its own subtransaction, some
+    failing and rolled back): every committed message delivered exactly once, in offset order, none
+    skipped, each producer's in its order; a failed member's push never shows."""
+    producers, calls, members, per_member = 6, 12, 3, 2
+    errors: list[BaseException] = []
+    received: list[dict[str, Any]] = []
+    committed: dict[int, int] = defaultdict(int)
+    done = threading.Event()
+
+    def producer(index: int) -> None:
+        try:
+            with connect(db_url) as conn:
+                n = 0
+                for c in range(calls):
+                    group = []
+                    for m in range(members):
+                        items = [{"queue": "txfifo", "partition": "p0", "payload": {"producer": index, "n": n + k},
+                                  "transactionId": f"{index}-{n + k}"} for k in range(per_member)]
+                        if m == 1 and c % 3 == 0:  # a member that fails after its push: rolled back
+                            items.append({"queue": "txfifo", "partition": "p0", "payload": None,
+                                          "transactionId": f"{index}-{n}"})
+                        else:
+                            n += per_member
+                        group.append({"operations": [{"type": "push", "items": items}]})
+                    answers = call_procedure(conn, "transaction_v2", group)
+                    assert [a["success"] for a in answers] == [not (m == 1 and c % 3 == 0) for m in range(members)]
+                committed[index] = n
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def consumer() -> None:
+        try:
+            with connect(db_url) as conn:
+                while not (done.is_set() and len(received) == sum(committed.values())):
+                    messages = pop(conn, "txfifo", "p0", group="g1", batch=5).get("messages") or []
+                    if messages:
+                        received.extend(messages)
+                        assert all(r["success"] for r in ack_all(conn, messages, group="g1"))
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    reader = threading.Thread(target=consumer)
+    threads = [threading.Thread(target=producer, args=(i,)) for i in range(producers)]
+    reader.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    done.set()
+    reader.join(timeout=120)
+    assert not reader.is_alive(), f"consumer got {len(received)} of {sum(committed.values())}"
+    assert not errors, errors
+    total = sum(committed.values())
+    assert total == producers * calls * (members - 1) * per_member + producers * (calls - calls // 3) * per_member
+    assert [m["offset"] for m in received] == list(range(1, total + 1)), "out of order, twice or with gaps"
+    per_producer: dict[int, list[int]] = defaultdict(list)
+    for message in received:
+        per_producer[message["data"]["producer"]].append(message["data"]["n"])
+    for index in range(producers):
+        assert per_producer[index] == list(range(committed[index])), f"producer {index} out of order"
+
+
 def test_one_lease_holder_per_partition_and_group(db_url: str) -> None:
     """Consumers racing on the same partitions never hold the same (partition, group) at once: with
     immediate acks, every message is delivered exactly once."""

@@ -1,7 +1,7 @@
 """Exactly-once queue → Spark → queue with the sink's direct commits (each task pushes its rows; the broker's
 dedupe on derived transaction ids absorbs replays), across SIGKILLs in the middle of micro-batches:
 
-1. the copy query runs in a child driver (benchmarks/spark_exactly_once.py ``--driver``, ``local[2,3]`` so a
+1. the copy query runs in a child driver (tests/spark/exactly_once.py ``--driver``, ``local[2,3]`` so a
    failed task is retried) while a producer writes the source; when a micro-batch has pushed rows that Spark
    has not committed, the executors' Python workers (``pyspark.daemon pyspark.worker`` and its forks, where
    ``write()`` runs) get SIGKILL: their tasks fail and are retried, pushing the same transaction ids again;
@@ -14,7 +14,6 @@ records count every message once; no staging row nor uncommitted task row is lef
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -23,9 +22,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+import exactly_once as script
 import psycopg
 import pytest
 from spark_helpers import configure, read_queue
@@ -34,17 +33,9 @@ from helpers import unique
 
 pytestmark = pytest.mark.spark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spark_exactly_once.py"
+SCRIPT = Path(script.__file__).resolve()
 MESSAGES = 12_000
 PER_TRIGGER = 3000
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spark_exactly_once", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def driver(broker: Any, source: str, target: str, group: str, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -113,7 +104,6 @@ def executor_workers(root: int) -> list[int]:
 
 def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_once(
         spark, broker, tmp_path: Path) -> None:
-    script = load_script()
     source, target, group = unique("deo-src"), unique("deo-dst"), unique("deo-g")
     checkpoint, log = tmp_path / "ck", tmp_path / "driver.log"
     configure(broker.url, source)

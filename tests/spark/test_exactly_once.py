@@ -1,5 +1,5 @@
-"""Exactly-once queue → Spark → queue across a SIGKILL of the driver: the CI-size run of
-benchmarks/spark_exactly_once.py. The script runs the copy query in a child process while it produces, kills
+"""Exactly-once queue → Spark → queue across a SIGKILL of the driver: the CI-size run of exactly_once.py
+(next to this file). The script runs the copy query in a child process while it produces, kills
 the child's whole process group with SIGKILL mid-stream and restarts it from its checkpoint; this test then
 drains the rest from the same checkpoint on the session's SparkSession (saving a JVM start) and checks that
 the target holds exactly the source messages, each once, in per-partition order, with no staging rows left;
@@ -8,12 +8,11 @@ returned, so a kill lands between the two too)."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
+import exactly_once as script
 import pytest
 from spark_helpers import read_queue
 
@@ -21,20 +20,11 @@ from helpers import unique
 
 pytestmark = pytest.mark.spark
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "spark_exactly_once.py"
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("spark_exactly_once", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = Path(script.__file__).resolve()
 
 
 @pytest.mark.parametrize("commit", ["sync", "pipelined"])
 def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tmp_path: Path, commit: str) -> None:
-    script = load_script()
     source, target, group, checkpoint = (
         unique("eo-src"),
         unique("eo-dst"),

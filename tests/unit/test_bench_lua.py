@@ -29,8 +29,15 @@ function wrk.format(method, path, headers, body) return method .. " " .. path ..
 COMPACT = {"separators": (",", ":")}
 SPACED = {"indent": 2, "separators": (", ", " : ")}
 # consume.lua's parameters for pops followed by POST /ack/batch, in queue mode
-ACK_CONSUMER = {"queue": "q", "groups": [""], "batch": 100, "mode": "ack", "timeout_ms": 1000, "target": "",
-                "payload": "{}"}
+ACK_CONSUMER = {
+    "queue": "q",
+    "groups": [""],
+    "batch": 100,
+    "mode": "ack",
+    "timeout_ms": 1000,
+    "target": "",
+    "payload": "{}",
+}
 
 
 def load(name: str, params: dict[str, Any], tmp_path: Path) -> Any:
@@ -44,21 +51,47 @@ def load(name: str, params: dict[str, Any], tmp_path: Path) -> Any:
 def pop_response(n: int, **dump: Any) -> tuple[str, list[str], str, str]:
     partition_id, lease = str(uuid.uuid4()), str(uuid.uuid4())
     ids = [str(uuid.uuid4()) for _ in range(n)]
-    body = {"success": True, "queue": "q", "partition": "p7", "partitionId": partition_id, "leaseId": lease,
-            "consumerGroup": "__QUEUE_MODE__", "partitionsClaimed": 1,
-            "messages": [{"id": i, "transactionId": i, "traceId": None, "data": {"kind": "bench"},
-                          "partitionId": partition_id, "partition": "p7", "offset": k + 1, "leaseId": lease,
-                          "consumerGroup": "__QUEUE_MODE__"} for k, i in enumerate(ids)]}
+    body = {
+        "success": True,
+        "queue": "q",
+        "partition": "p7",
+        "partitionId": partition_id,
+        "leaseId": lease,
+        "consumerGroup": "__QUEUE_MODE__",
+        "partitionsClaimed": 1,
+        "messages": [
+            {
+                "id": i,
+                "transactionId": i,
+                "traceId": None,
+                "data": {"kind": "bench"},
+                "partitionId": partition_id,
+                "partition": "p7",
+                "offset": k + 1,
+                "leaseId": lease,
+                "consumerGroup": "__QUEUE_MODE__",
+            }
+            for k, i in enumerate(ids)
+        ],
+    }
     return json.dumps(body, **dump), ids, partition_id, lease
 
 
 @pytest.mark.parametrize("dump", [COMPACT, SPACED], ids=["compact", "spaced"])
 def test_helpers_read_compact_and_spaced_json(dump: dict[str, Any], tmp_path: Path) -> None:
-    lua = load("push", {"queue": "q", "partitions": 1, "per_request": 3, "payload": "{}", "seed": 1,
-                        "rate_per_thread": 0}, tmp_path)
-    results = json.dumps([{"index": 0, "status": "queued", "transaction_id": "a"},
-                          {"index": 1, "status": "duplicate", "transaction_id": "b"},
-                          {"index": 2, "status": "queued", "transaction_id": "c"}], **dump)
+    lua = load(
+        "push",
+        {"queue": "q", "partitions": 1, "per_request": 3, "payload": "{}", "seed": 1, "rate_per_thread": 0},
+        tmp_path,
+    )
+    results = json.dumps(
+        [
+            {"index": 0, "status": "queued", "transaction_id": "a"},
+            {"index": 1, "status": "duplicate", "transaction_id": "b"},
+            {"index": 2, "status": "queued", "transaction_id": "c"},
+        ],
+        **dump,
+    )
     assert lua.globals().count_json(results, "status", '"queued"') == 2
     assert lua.globals().count_json(results, "status", '"failed"') == 0
     assert lua.globals().count_json(results, "missing", "true") == 0
@@ -85,7 +118,8 @@ def test_consumer_acks_every_popped_message(dump: dict[str, Any], tmp_path: Path
     assert ack["consumerGroup"] == "__QUEUE_MODE__"
     assert [a["transactionId"] for a in ack["acknowledgments"]] == ids
     assert {(a["partitionId"], a["leaseId"], a["status"]) for a in ack["acknowledgments"]} == {
-        (partition_id, lease, "completed")}
+        (partition_id, lease, "completed")
+    }
     assert g.dequeue() is None
 
     answer = [{"index": k, "transactionId": i, "success": k != 5, "error": None} for k, i in enumerate(ids)]
@@ -104,7 +138,14 @@ def test_a_pop_of_two_partitions_is_a_parse_error_not_a_wrong_ack(tmp_path: Path
     assert g.dequeue() is None
 
 
-PUSH = {"queue": "q", "partitions": 4, "per_request": 10, "payload": '{"n":1}', "seed": 1, "rate_per_thread": 0}
+PUSH = {
+    "queue": "q",
+    "partitions": 4,
+    "per_request": 10,
+    "payload": '{"n":1}',
+    "seed": 1,
+    "rate_per_thread": 0,
+}
 
 
 def push_items(request: str) -> list[dict[str, Any]]:

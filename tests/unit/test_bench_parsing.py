@@ -75,9 +75,15 @@ tps = 3436.155877 (without initial connection time)
 """
 
 
-@pytest.mark.parametrize(("text", "micros"), [
-    ("850.00us", 850.0), ("14.20ms", 14_200.0), ("1.02s", 1_020_000.0), ("2.00m", 120_000_000.0),
-])
+@pytest.mark.parametrize(
+    ("text", "micros"),
+    [
+        ("850.00us", 850.0),
+        ("14.20ms", 14_200.0),
+        ("1.02s", 1_020_000.0),
+        ("2.00m", 120_000_000.0),
+    ],
+)
 def test_wrk_durations(text: str, micros: float) -> None:
     assert parse_duration_us(text) == pytest.approx(micros)
 
@@ -99,9 +105,11 @@ def test_wrk_counter_line_is_authoritative() -> None:
 
 
 def test_wrk_counter_line_with_a_sample_of_an_unexpected_response() -> None:
-    line = ('QUEENBENCH {"requests":3,"duration_us":1000000,"status_errors":1,"p50":900,"queued":20,'
-            '"not_queued":10,"bad_responses":1,"sample":"400 {\\u0022error\\u0022:\\u0022queue is'
-            ' required\\u0022}\\u000a"}')
+    line = (
+        'QUEENBENCH {"requests":3,"duration_us":1000000,"status_errors":1,"p50":900,"queued":20,'
+        '"not_queued":10,"bad_responses":1,"sample":"400 {\\u0022error\\u0022:\\u0022queue is'
+        ' required\\u0022}\\u000a"}'
+    )
     result = parse_wrk(line)
     assert result.sample == '400 {"error":"queue is required"}\n'
     assert result.counters == {"queued": 20, "not_queued": 10, "bad_responses": 1}
@@ -109,8 +117,10 @@ def test_wrk_counter_line_with_a_sample_of_an_unexpected_response() -> None:
 
 
 def test_wrk_counter_line_with_the_count_of_slow_requests() -> None:
-    result = parse_wrk('QUEENBENCH {"requests":4000,"duration_us":10000000,"status_errors":0,"p99":87000,'
-                       '"over_10ms":52,"queued":4000}')
+    result = parse_wrk(
+        'QUEENBENCH {"requests":4000,"duration_us":10000000,"status_errors":0,"p99":87000,'
+        '"over_10ms":52,"queued":4000}'
+    )
     assert result.over_10ms == 52
     assert result.counters == {"queued": 4000}
     assert parse_wrk(WRK_WITH_COUNTERS).over_10ms is None
@@ -143,8 +153,12 @@ def test_pgbench_summary() -> None:
 
 
 def test_pgbench_log_skips_failed_transactions() -> None:
-    lines = ["0 1 2034 0 1732190000 123456", "0 2 1987 0 1732190000 125500", "0 3 failed 0 1732190000 1",
-             "garbage"]
+    lines = [
+        "0 1 2034 0 1732190000 123456",
+        "0 2 1987 0 1732190000 125500",
+        "0 3 failed 0 1732190000 1",
+        "garbage",
+    ]
     assert pgbench_log_latencies_us(lines) == [2034.0, 1987.0]
 
 
@@ -155,8 +169,10 @@ def test_pgbench_log_keeps_the_transactions_that_ended_in_the_window() -> None:
 
 
 def test_proc_stat_with_spaces_and_parentheses_in_the_name() -> None:
-    line = ("4242 (postgres: postgres (x) idle) S 4200 4200 4200 0 -1 4194560 1500 0 0 0 "
-            "37 12 5 3 20 0 1 0 12345 180000000 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0")
+    line = (
+        "4242 (postgres: postgres (x) idle) S 4200 4200 4200 0 -1 4194560 1500 0 0 0 "
+        "37 12 5 3 20 0 1 0 12345 180000000 2048 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0"
+    )
     stat = parse_proc_stat(line)
     assert (stat.pid, stat.comm, stat.state, stat.ppid) == (4242, "postgres: postgres (x) idle", "S", 4200)
     assert (stat.own_ticks, stat.reaped_children_ticks, stat.rss_pages) == (49, 8, 2048)
@@ -179,7 +195,10 @@ def test_percentile_and_median() -> None:
 
 def test_env_assignments() -> None:
     assert parse_env_assignments(["QUEEN_PUSH_MAX_BATCH_SIZE=100", "X=a=b", "EMPTY="]) == {
-        "QUEEN_PUSH_MAX_BATCH_SIZE": "100", "X": "a=b", "EMPTY": ""}
+        "QUEEN_PUSH_MAX_BATCH_SIZE": "100",
+        "X": "a=b",
+        "EMPTY": "",
+    }
     with pytest.raises(ValueError):
         parse_env_assignments(["NOVALUE"])
 
@@ -193,7 +212,7 @@ def test_scenario_selection() -> None:
 
 
 def test_lua_literals() -> None:
-    assert lua_literal({"a": 1, "b": True, "c": ["x", ""]}) == '{a = 1, b = true, c = {[[x]], [[]]}}'
+    assert lua_literal({"a": 1, "b": True, "c": ["x", ""]}) == "{a = 1, b = true, c = {[[x]], [[]]}}"
     assert lua_literal('{"v":"]]"}') == '[=[{"v":"]]"}]=]'
 
 

@@ -72,6 +72,31 @@ async def test_max_batch_size_splits_calls_but_never_a_request() -> None:
     assert [len(b) for b in procedure.batches] == [1, 2, 2, 2]
 
 
+async def test_transactions_are_capped_by_operations_bytes_and_requests() -> None:
+    """A client transaction is one request weighing its operations and its bytes (Engine.transaction): a group
+    closes before the one that would pass either cap, or the count of requests; one larger than a cap goes
+    alone."""
+    procedure = RecordingProcedure()
+    procedure.release.clear()
+    fusion = Fusion("transaction", procedure, max_batch_size=10, limit=StaticLimit(1), max_batch_bytes=1000,
+                    max_batch_requests=3)
+    blocker = asyncio.create_task(fusion.submit([{"value": "x"}], weight=1, size_bytes=10))
+    await asyncio.sleep(0)
+    sizes = [(4, 100), (4, 100), (4, 100),  # operations: the third would make 12
+             (1, 600), (1, 600),  # bytes: the second would make 1,300 with the two before
+             (20, 10),  # alone: more operations than a group may have
+             (1, 1), (1, 1), (1, 1), (1, 1)]  # requests: at most 3
+    tasks = [asyncio.create_task(fusion.submit([{"value": i}], weight=w, size_bytes=b))
+             for i, (w, b) in enumerate(sizes)]
+    await asyncio.sleep(0)
+    procedure.release.set()
+    await blocker
+    results = await asyncio.gather(*tasks)
+    assert [r[0]["echo"] for r in results] == list(range(len(sizes)))
+    assert [[item["value"] for item in b] for b in procedure.batches] == [
+        ["x"], [0, 1], [2, 3], [4], [5], [6, 7, 8], [9]]
+
+
 async def test_an_error_reaches_every_request_of_the_batch_and_the_next_batch_still_runs() -> None:
     procedure = RecordingProcedure()
     procedure.release.clear()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import AsyncIterator
 
 import httpx
@@ -14,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from queenpy.harness import bound_socket
 from queenpy.server.http import CoalescingHttpToolsProtocol, CoalescingTransport
 
 
@@ -114,8 +114,7 @@ async def stream(_request: Request) -> StreamingResponse:
 async def server() -> AsyncIterator[str]:
     app = Starlette(routes=[Route("/small", small), Route("/big", big), Route("/echo", echo, methods=["POST"]),
                             Route("/stream", stream)])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = bound_socket()  # handed to uvicorn: the port is never free for another process
     config = uvicorn.Config(app, http=CoalescingHttpToolsProtocol, lifespan="off", log_level="warning")
     instance = uvicorn.Server(config)
     task = asyncio.create_task(instance.serve(sockets=[sock]))

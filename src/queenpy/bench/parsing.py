@@ -102,13 +102,15 @@ def parse_wrk(output: str) -> WrkResult:
     for line in output.splitlines():
         if not line.startswith("QUEENBENCH "):
             continue
-        data: dict[str, Any] = json.loads(line[len("QUEENBENCH "):])
+        data: dict[str, Any] = json.loads(line[len("QUEENBENCH ") :])
         result.requests = int(data.pop("requests", result.requests))
         found_requests = True
         if "duration_us" in data:
             result.duration_s = float(data.pop("duration_us")) / 1e6
         result.non_2xx = int(data.pop("status_errors", result.non_2xx))
-        errors: dict[str, int] = {k: int(data.pop(k)) for k in ("connect", "read", "write", "timeout") if k in data}
+        errors: dict[str, int] = {
+            k: int(data.pop(k)) for k in ("connect", "read", "write", "timeout") if k in data
+        }
         if errors:
             result.socket_errors = errors
         for key in list(data):
@@ -209,12 +211,21 @@ def parse_proc_stat(text: str) -> ProcStat:
     if open_paren < 0 or close_paren < open_paren:
         raise ValueError(f"not a /proc stat line: {text[:80]!r}")
     pid = int(text[:open_paren])
-    comm = text[open_paren + 1:close_paren]
-    rest = text[close_paren + 2:].split()
+    comm = text[open_paren + 1 : close_paren]
+    rest = text[close_paren + 2 :].split()
     # rest[0] is field 3 (state); field n is rest[n - 3]
-    return ProcStat(pid=pid, comm=comm, state=rest[0], ppid=int(rest[1]), utime=int(rest[11]),
-                    stime=int(rest[12]), cutime=int(rest[13]), cstime=int(rest[14]), rss_pages=int(rest[21]),
-                    start_ticks=int(rest[19]))
+    return ProcStat(
+        pid=pid,
+        comm=comm,
+        state=rest[0],
+        ppid=int(rest[1]),
+        utime=int(rest[11]),
+        stime=int(rest[12]),
+        cutime=int(rest[13]),
+        cstime=int(rest[14]),
+        rss_pages=int(rest[21]),
+        start_ticks=int(rest[19]),
+    )
 
 
 def parse_cpu_line(text: str) -> tuple[int, int]:

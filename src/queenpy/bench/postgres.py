@@ -1,8 +1,9 @@
 """The PostgreSQL of a benchmark run (private or the user's), a small synchronous SQL helper, and pgbench.
 
 By default the server comes from ``pgserver`` (the same binaries as ``queenpy serve``'s embedded default),
-with its default settings (fsync on, synchronous_commit on, shared_buffers 128MB), listening on a Unix socket
-in the work directory (:class:`PrivatePostgres`). With ``--database-url`` the suite runs on a server the user
+with the embedded default's settings (fsync on, synchronous_commit on, shared_buffers 128MB), listening on a
+Unix socket in the work directory (:class:`PrivatePostgres`, the process harness's
+:class:`queenpy.harness.PrivatePostgres`). With ``--database-url`` the suite runs on a server the user
 started and tuned (:class:`ExternalPostgres`); its CPU is read from /proc when it runs on this machine.
 """
 
@@ -22,7 +23,8 @@ import asyncpg
 
 from queenpy.bench.parsing import PgbenchResult, parse_pgbench, pgbench_log_latencies_us
 from queenpy.bench.procfs import SamplerThread, local_postmaster
-from queenpy.store.embedded import EmbeddedPostgres, postgres_program
+from queenpy.harness import PrivatePostgres as HarnessPostgres
+from queenpy.store.embedded import postgres_program
 
 __all__ = ["BenchError", "BenchServer", "ExternalPostgres", "PgbenchProcess", "PgbenchRun", "PrivatePostgres",
            "Sql", "postgres_process_kind", "wait_for_clients"]
@@ -75,14 +77,14 @@ class PrivatePostgres:
             raise BenchError("pgbench not found in the pgserver wheel nor on PATH")
         self.pgbench = found
         self.data_dir = workdir / "pgdata"
-        self._embedded = EmbeddedPostgres(self.data_dir, cleanup_mode="delete")
-        self.url: str = self._embedded.url
-        self.socket_dir = self._embedded.socket_dir
-        self.pid: int | None = int(self._embedded.server.get_pid())
+        self._server = HarnessPostgres(self.data_dir)
+        self.url: str = self._server.url
+        self.socket_dir = self._server.socket_dir
+        self.pid: int | None = self._server.pid
         self.pgbench_connection = ["-h", self.socket_dir, "-U", "postgres", "postgres"]
 
     def stop(self) -> None:
-        self._embedded.stop()
+        self._server.stop()
 
 
 class ExternalPostgres:

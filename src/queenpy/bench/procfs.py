@@ -90,8 +90,9 @@ class TreeTicks:
 def tree_ticks(root: int, kind_of: Callable[[int], str]) -> TreeTicks:
     """The CPU ticks of the tree under ``root`` per live process, each labelled by ``kind_of(pid)``."""
     tree = tree_of(root)
-    return TreeTicks({p.pid: (kind_of(p.pid), p.own_ticks) for p in tree},
-                     sum(p.reaped_children_ticks for p in tree))
+    return TreeTicks(
+        {p.pid: (kind_of(p.pid), p.own_ticks) for p in tree}, sum(p.reaped_children_ticks for p in tree)
+    )
 
 
 def cpu_by_kind_s(start: TreeTicks, end: TreeTicks) -> dict[str, float]:
@@ -117,9 +118,9 @@ def local_postmaster(backend_pid: int, postmaster_started_s: float, tolerance_s:
     """The pid of the postmaster that serves a connection, when it runs on this machine, else None.
 
     ``backend_pid`` is the connection's ``pg_backend_pid()`` and ``postmaster_started_s`` the server's
-    ``pg_postmaster_start_time()`` in seconds since the epoch. The process ``backend_pid`` of this machine must
-    be a ``postgres`` process whose parent started at that time (within ``tolerance_s``): a server on another
-    host, or in a container with its own pid namespace, has pids that mean nothing here.
+    ``pg_postmaster_start_time()`` in seconds since the epoch. The process ``backend_pid`` of this machine
+    must be a ``postgres`` process whose parent started at that time (within ``tolerance_s``): a server on
+    another host, or in a container with its own pid namespace, has pids that mean nothing here.
     """
     stats = _all_stats()
     backend = stats.get(backend_pid)

@@ -1,25 +1,39 @@
-"""Outputs of a run: the terminal table (plain text, pasteable into Markdown) and the PNG chart."""
+"""Outputs of a run: the terminal table (plain text, pasteable into Markdown) and the PNG chart; a kind's own
+lines and charts come from its module (``report_lines``, ``charts``)."""
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from queenpy.bench.postgres import PrivatePostgres
 
-__all__ = ["CHART_MISSING", "chart", "settings_line", "soak_charts", "table"]
+__all__ = ["CHART_MISSING", "bound", "chart", "number", "pyplot", "settings_line", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
 
 
-def _num(value: float | None, digits: int = 0) -> str:
+def number(value: float | None, digits: int = 0) -> str:
+    """``value`` with thousands separators and ``digits`` decimals; ``-`` for None."""
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-_SETTINGS = ("fsync", "synchronous_commit", "full_page_writes", "wal_sync_method", "shared_buffers", "max_connections",
-             "work_mem", "wal_buffers", "max_wal_size", "checkpoint_timeout", "commit_delay", "wal_compression",
-             "jit")
+_SETTINGS = (
+    "fsync",
+    "synchronous_commit",
+    "full_page_writes",
+    "wal_sync_method",
+    "shared_buffers",
+    "max_connections",
+    "work_mem",
+    "wal_buffers",
+    "max_wal_size",
+    "checkpoint_timeout",
+    "commit_delay",
+    "wal_compression",
+    "jit",
+)
 
 
 def settings_line(facts: dict[str, Any]) -> str:
@@ -27,53 +41,78 @@ def settings_line(facts: dict[str, Any]) -> str:
     return f"{facts['version']}; " + " ".join(f"{name}={facts[name]}" for name in _SETTINGS if name in facts)
 
 
-def table(document: dict[str, Any]) -> str:
-    """The results as Markdown tables: scenarios (medians), then limits, then problems and notes."""
+def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[str]]) -> str:
+    """The results as Markdown tables: scenarios (medians), then limits, what limited each, each scenario's
+    own lines (``kind_lines(entry)``: its kind's ``report_lines``), then problems and notes."""
     settings, pg, broker = document["settings"], document["postgres"], document["broker"]
     machine = document["machine"]
     git = document["git"]
-    title = (f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
-             f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}")
+    title = (
+        f"queenbench {document['started_at'][:19]}Z  git {git.get('commit', '?')}"
+        f"{' (dirty)' if git.get('dirty') else ''}  command: {document['command']}"
+    )
     origin = pg.get("server", PrivatePostgres.origin)  # documents written before "server" was recorded
-    server = (f"PostgreSQL: {origin}; {settings_line(pg)}\n"
-              f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}")
-    load = (f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
-            f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
-            f"median {_num((machine['other_cpu_share_median'] or 0) * 100)}%, max "
-            f"{_num((machine['other_cpu_share_max'] or 0) * 100)}% of all cores")
+    server = (
+        f"PostgreSQL: {origin}; {settings_line(pg)}\n"
+        f"broker workers: {broker['workers']} ({broker['processes']} processes), env {broker['env'] or '{}'}"
+    )
+    load = (
+        f"{settings['runs']} run(s), medians; {settings['seconds']:g}s window after {settings['warmup']:g}s "
+        f"warm-up; CPU used by other processes on this {machine['cores']}-core machine during the windows: "
+        f"median {number((machine['other_cpu_share_median'] or 0) * 100)}%, max "
+        f"{number((machine['other_cpu_share_max'] or 0) * 100)}% of all cores"
+    )
     lines = [
-        title, server, load, "",
-        ("| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | limit PG µs/row "
-         "| PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"),
+        title,
+        server,
+        load,
+        "",
+        (
+            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg "
+            "| limit PG µs/row | PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if entry.get("skipped") and not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | skipped |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " skipped |")
             continue
         if not m:
-            lines.append(f"| {entry['scenario']} | - | - | - | - | - | - | - | - | - | - | - | - | INVALID |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " INVALID |")
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
-            f"| {entry['scenario']} | {_num(m['msg_per_s'])} | {_num(m['limit_msg_per_s'])} | "
-            f"{_num(m['ratio'], 2)} | {_num(latency['50'], 1)} | {_num(latency['99'], 1)} | "
-            f"{_num(cpu['broker'], 1)} | {_num(cpu['postgres'], 1)} | {_num(m.get('limit_postgres_us_per_row'), 1)} | "
-            f"{_num(m.get('postgres_cost_ratio'), 2)} | {_num(cpu['wrk'], 1)} | "
-            f"{_num(m['broker_rss_mb_peak'])} ({_num(m['broker_pss_mb_peak'])}) | "
-            f"{_num(m['cpu_share_of_machine']['other'] * 100)}% | {'yes' if entry['valid'] else 'INVALID'} |")
-    lines += ["", "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
-              "|---|---:|---:|---:|---:|---:|"]
+            f"| {entry['scenario']} | {number(m['msg_per_s'])} | {number(m['limit_msg_per_s'])} | "
+            f"{number(m['ratio'], 2)} | {number(latency['50'], 1)} | {number(latency['99'], 1)} | "
+            f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | "
+            f"{number(m.get('limit_postgres_us_per_row'), 1)} | "
+            f"{number(m.get('postgres_cost_ratio'), 2)} | {number(cpu['wrk'], 1)} | "
+            f"{number(m['broker_rss_mb_peak'])} ({number(m['broker_pss_mb_peak'])}) | "
+            f"{number(m['cpu_share_of_machine']['other'] * 100)}% | "
+            f"{'yes' if entry['valid'] else 'INVALID'} |"
+        )
+    lines += [
+        "",
+        "| limit (pgbench, same server, same run) | rows/s | PG µs/row | pgbench µs/row | p50 ms | p99 ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for key, entry in document["limits"].items():
         m = entry["median"]
-        lines.append(f"| {key}: {entry['description']} | {_num(m['msg_per_s'])} | "
-                     f"{_num(m['cpu_us_per_msg']['postgres'], 1)} | {_num(m['cpu_us_per_msg']['pgbench'], 1)} | "
-                     f"{_num(m['latency_ms']['50'], 2)} | {_num(m['latency_ms']['99'], 2)} |"
-                     + ("" if m["valid"] else " INVALID"))
-    lines += ["", ("What limited each (share of all cores during the window; what PostgreSQL's active backends were "
-              "doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = row/transaction locks, "
-              "LWLock:WALWrite = waiting for another backend's WAL flush):")]
+        lines.append(
+            f"| {key}: {entry['description']} | {number(m['msg_per_s'])} | "
+            f"{number(m['cpu_us_per_msg']['postgres'], 1)} | {number(m['cpu_us_per_msg']['pgbench'], 1)} | "
+            f"{number(m['latency_ms']['50'], 2)} | {number(m['latency_ms']['99'], 2)} |"
+            + ("" if m["valid"] else " INVALID")
+        )
+    lines += [
+        "",
+        (
+            "What limited each (share of all cores during the window; what PostgreSQL's active backends "
+            "were doing, sampled every 50 ms: CPU = running, IO:WALSync = WAL fsync, Lock:* = "
+            "row/transaction locks, LWLock:WALWrite = waiting for another backend's WAL flush):"
+        ),
+    ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if m:
@@ -81,76 +120,50 @@ def table(document: dict[str, Any]) -> str:
     for key, entry in document["limits"].items():
         lines.append(f"- limit {key}: {bound(None, entry['median']['pg_waits'])}")
     for entry in document["scenarios"]:
-        keepup = (entry.get("median") or {}).get("keepup")
-        if keepup:
-            lines.append("")
-            share = keepup.get("producer_share_of_push")
-            lines.append(f"{entry['scenario']}: producer {_num(keepup['producer_msg_per_s'])} msg/s (target "
-                         f"{_num(keepup['target_producer_msg_per_s'])}"
-                         + (f", {share * 100:.0f}% of push-10-40B" if share else "") + "), consumers "
-                         f"{_num(keepup['consumer_msg_per_s'])} msg/s, backlog growth "
-                         f"{_num(keepup['backlog_growth_per_s'])} msg/s; kept up in {keepup['keeps_up_runs']} of "
-                         f"{len(entry['runs'])} run(s)")
-    for entry in document["scenarios"]:
-        streams = (entry.get("median") or {}).get("streams")
-        if streams:
-            lines.append("")
-            lines.append(f"{entry['scenario']}: {_num(streams['cycles_per_s'])} cycles/s, "
-                         f"{_num(entry['median']['msg_per_s'])} msg/s ({_num(streams['messages_per_cycle'], 1)} "
-                         f"msg/cycle), {_num(streams['windows_emitted_per_s'])} windows emitted/s")
-        spark = (entry.get("median") or {}).get("spark")
-        if spark:
-            lines.append("")
-            lines.append(spark_line(entry))
-        if entry["parameters"]["kind"] == "operators":
-            lines += [""] + operators_lines(entry)
+        own = kind_lines(entry)
+        if own:
+            lines += [""] + own
     ledger = document.get("inserts_ledger")
     if ledger:
         lines.append("")
-        lines.append(f"queen.messages over the whole run: n_tup_ins +{ledger['n_tup_ins_delta']:,}, rows stored "
-                     f"+{ledger['rows_delta']:,}: {ledger['verdict']}")
+        lines.append(
+            f"queen.messages over the whole run: n_tup_ins +{ledger['n_tup_ins_delta']:,}, rows stored "
+            f"+{ledger['rows_delta']:,}: {ledger['verdict']}"
+        )
     remarks = [(e["scenario"], "INVALID: " + p) for e in document["scenarios"] for p in e["problems"]]
     remarks += [(e["scenario"], n) for e in document["scenarios"] for n in e["notes"]]
-    remarks += [(e["scenario"], "skipped: " + e["skipped"]) for e in document["scenarios"] if e.get("skipped")]
+    remarks += [
+        (e["scenario"], "skipped: " + e["skipped"]) for e in document["scenarios"] if e.get("skipped")
+    ]
     if remarks:
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
     return "\n".join(lines)
 
 
-def spark_line(entry: dict[str, Any]) -> str:
-    """The Spark scenario's own line: steady rate, its ratios to the same round's push and handoff figures,
-    the first micro-batch, and Spark's CPU next to the broker's and PostgreSQL's."""
-    m = entry["median"]
-    spark, cpu = m["spark"], m["cpu_us_per_msg"]
-    vs_push, vs_handoff = spark.get("vs_push-100-1KB"), spark.get("vs_handoff-tx")
-    start = spark.get("session_start_s")
-    return (f"{entry['scenario']}: steady {_num(m['msg_per_s'])} msg/s after the first micro-batch"
-            + (f" = {vs_push:.2f} of push-100-1KB" if vs_push else "")
-            + (f", {vs_handoff:.1f}x handoff-tx" if vs_handoff else "")
-            + " (same round, medians); first micro-batch "
-            f"{_num(spark['first_batch_s'], 1)} s after query start ({_num(spark['max_per_trigger'])} messages), "
-            f"{_num(spark['batches'])} micro-batches; CPU µs/msg: Spark {_num(cpu.get('spark'), 1)}, broker "
-            f"{_num(cpu.get('broker'), 1)}, PG {_num(cpu.get('postgres'), 1)}"
-            + (f"; SparkSession start {start:.1f} s" if start else ""))
-
-
 def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:
     """One line: who used the cores, and what PostgreSQL's active backends waited on."""
     parts = []
     if cpu:
-        names = {"postgres": "PG", "broker": "broker", "wrk": "wrk", "spark": "Spark", "other": "others",
-                 "idle": "idle"}
-        parts.append("cores: " + ", ".join(f"{names[k]} {v * 100:.0f}%" for k, v in
-                                           sorted(cpu.items(), key=lambda item: -item[1]) if v >= 0.02))
+        names = {"postgres": "PG", "other": "others"}  # a kind's own processes by their own key
+        parts.append(
+            "cores: "
+            + ", ".join(
+                f"{names.get(k, k)} {v * 100:.0f}%"
+                for k, v in sorted(cpu.items(), key=lambda item: -item[1])
+                if v >= 0.02
+            )
+        )
     states = [(k, v) for k, v in waits.items() if k != "active_backends" and v >= 0.03]
     if states:
-        parts.append(f"PG backends ({waits.get('active_backends', 0):.1f} active): "
-                     + ", ".join(f"{k} {v * 100:.0f}%" for k, v in states[:5]))
+        parts.append(
+            f"PG backends ({waits.get('active_backends', 0):.1f} active): "
+            + ", ".join(f"{k} {v * 100:.0f}%" for k, v in states[:5])
+        )
     return "; ".join(parts) or "-"
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """matplotlib's pyplot on the Agg backend (files, no display), or None when matplotlib is missing."""
     try:
         import matplotlib
@@ -165,7 +178,7 @@ def _pyplot() -> Any:
 def chart(document: dict[str, Any], path: Path) -> bool:
     """Write the PNG: throughput per scenario next to its limit (ratio on top), and latency p50/p99.
     Returns False (and writes nothing) when matplotlib is missing."""
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return False
     entries = [e for e in document["scenarios"] if e.get("median")]
@@ -199,104 +212,14 @@ def chart(document: dict[str, Any], path: Path) -> bool:
     bottom.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
     git = document["git"].get("commit", "?")
     other = document["machine"].get("other_cpu_share_median") or 0.0
-    fig.suptitle(f"queenbench {document['started_at'][:16]}Z, git {git}, "
-                 f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}; "
-                 f"other processes used {other * 100:.0f}% of the cores (median)", fontsize=10)
+    fig.suptitle(
+        f"queenbench {document['started_at'][:16]}Z, git {git}, "
+        f"{document['settings']['runs']} run(s), broker workers {document['broker']['workers']}; "
+        f"other processes used {other * 100:.0f}% of the cores (median)",
+        fontsize=10,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
-
-
-def soak_charts(document: dict[str, Any], path: Path) -> list[Path]:
-    """Write one PNG per soak run next to ``path`` (``<stem>-soak-r<round>.png``): over time, in minutes from the
-    measured soak's start (the settling before it at negative minutes), the messages table's size by part (the
-    heap, each index), the broker's RSS, and the producer's and consumers' rates between samples, with the
-    settling and the paused ("off") slices shaded and the flatness window marked. Returns the paths written;
-    none when matplotlib is missing or no run has soak samples."""
-    runs = [run for entry in document["scenarios"] for run in entry.get("runs", [])
-            if run.get("soak", {}).get("samples")]
-    plt = _pyplot()
-    if plt is None:
-        return []
-    written = []
-    for run in runs:
-        soak = run["soak"]
-        settle = soak.get("settle") or {}
-        shift = settle.get("seconds", 0.0)
-        samples = [{**x, "t": x["t"] - shift} for x in settle.get("samples", [])] + soak["samples"]
-        minutes = [x["t"] / 60 for x in samples]
-        parts = sorted({k for x in samples for k in x.get("table_parts_bytes", {})}, key=lambda k: (k != "heap", k))
-        fig, (table_ax, rss_ax, rate_ax) = plt.subplots(3, 1, figsize=(11, 10), sharex=True)
-        table_ax.stackplot(minutes, *[[x.get("table_parts_bytes", {}).get(k, 0.0) / 2**20 for x in samples]
-                                      for k in parts], labels=parts, alpha=0.8)
-        table_ax.set_ylabel("queen.messages MB")
-        trend = soak["flatness"]["table_mb"]
-        table_ax.set_title(f"messages table by part: over the flatness window {_num(trend.get('slope_per_min'), 3)}"
-                           f" MB/min, flat {trend.get('flat')}", fontsize=10)
-        table_ax.legend(loc="upper left", fontsize=7)
-        rss_ax.plot(minutes, [x["rss_bytes"] / 2**20 for x in samples], color="#3b7dd8")
-        rss = soak["flatness"]["broker_rss_mb"]
-        rss_ax.set_ylim(0, 1.1 * max(x["rss_bytes"] / 2**20 for x in samples))
-        rss_ax.set_ylabel("broker RSS MB")
-        rss_ax.set_title(f"broker RSS (all processes): {_num(rss.get('slope_per_min'), 3)} MB/min, flat "
-                         f"{rss.get('flat')}", fontsize=10)
-        # samples a second or more apart (a wait samples every second; two taken at a slice's boundary are a few
-        # milliseconds apart, and their difference is a batch or nothing)
-        pairs = [(a, b) for a, b in itertools.pairwise(samples) if b["t"] - a["t"] >= 1.0]
-        mids = [(a["t"] + b["t"]) / 120 for a, b in pairs]
-        rate_ax.plot(mids, [_per_second(a, b, "produced") for a, b in pairs], label="pushed", lw=0.8)
-        rate_ax.plot(mids, [_per_second(a, b, "cursor") for a, b in pairs], label="consumed", lw=0.8)
-        ratios = soak.get("throughput_on_vs_off", {})
-        rate_ax.set_title(f"msg/s between samples; services on/off: push {_num(ratios.get('push'), 3)}, consume "
-                          f"{_num(ratios.get('consume'), 3)}", fontsize=10)
-        rate_ax.set_ylabel("msg/s")
-        rate_ax.set_xlabel("minutes from the measured soak's start (settling before 0)")
-        rate_ax.legend(loc="upper left", fontsize=7)
-        for ax in (table_ax, rss_ax, rate_ax):
-            if settle.get("samples"):
-                ax.axvspan(minutes[0], 0, color="#999999", alpha=0.15, lw=0)
-            for begin, end in _spans(samples, "off"):
-                ax.axvspan(begin / 60, end / 60, color="#d84b3b", alpha=0.15, lw=0)
-            for bound in soak.get("flatness_window_s", []):
-                ax.axvline(bound / 60, color="#333333", ls="--", lw=0.8)
-            ax.grid(alpha=0.3)
-        fig.suptitle(f"soak {document['started_at'][:16]}Z, git {document['git'].get('commit', '?')}: producer "
-                     f"{soak.get('target_producer_msg_per_s', 0):,.0f} msg/s; grey: settling, red: services paused,"
-                     " dashed: flatness window", fontsize=10)
-        fig.tight_layout()
-        out = path.with_name(f"{path.stem}-soak-r{run.get('round', 1)}.png")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-        plt.close(fig)
-        written.append(out)
-    return written
-
-
-def _per_second(a: dict[str, Any], b: dict[str, Any], key: str) -> float:
-    return (b[key] - a[key]) / (b["t"] - a["t"]) if b["t"] > a["t"] else 0.0
-
-
-def _spans(samples: list[dict[str, Any]], state: str) -> list[tuple[float, float]]:
-    """(first t, last t) of each run of consecutive samples in ``state`` (``services``)."""
-    runs = (list(group) for key, group in itertools.groupby(samples, key=lambda x: x["services"]) if key == state)
-    return [(run[0]["t"], run[-1]["t"]) for run in runs]
-
-
-def operators_lines(entry: dict[str, Any]) -> list[str]:
-    """Per round of an ``operators`` scenario: push with and without a scraper, and each route's timings."""
-    lines = []
-    for run in entry["runs"]:
-        truth = run.get("ground_truth") or {}
-        if "push_msg_per_s_without_scraper" not in truth:
-            continue
-        lines.append(f"{entry['scenario']} round {run['round']}: push {_num(truth['push_msg_per_s_without_scraper'])} "
-                     f"msg/s without a scraper, {_num(truth['push_msg_per_s_with_scraper'])} with one scrape per "
-                     f"second ({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
-                     f"{_num(truth['scrape_p50_ms'], 1)} ms, max {_num(truth['scrape_max_ms'], 1)} ms "
-                     f"({truth['scrapes_in_window']} scrapes)")
-        for route, timing in (run.get("route_timings") or {}).items():
-            lines.append(f"- {route}: p50 {_num(timing['p50_ms'], 1)} ms, max {_num(timing['max_ms'], 1)} ms, "
-                         f"{_num(timing['bytes'])} bytes")
-    return lines

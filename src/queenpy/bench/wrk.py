@@ -30,8 +30,10 @@ LUA_DIR = Path(__file__).parent / "lua"
 _LIVE: set[subprocess.Popen[bytes]] = set()
 _LIVE_LOCK = threading.Lock()
 
-MISSING_WRK = ("wrk is not installed, and queenpy bench drives all of its load through wrk.\n"
-               "Install it with:  apt-get install wrk   (Debian/Ubuntu; 'brew install wrk' on macOS)")
+MISSING_WRK = (
+    "wrk is not installed, and queenpy bench drives all of its load through wrk.\n"
+    "Install it with:  apt-get install wrk   (Debian/Ubuntu; 'brew install wrk' on macOS)"
+)
 
 
 def find_wrk() -> str:
@@ -62,8 +64,11 @@ def lua_literal(value: Any) -> str:
 
 def render_script(name: str, params: dict[str, Any], workdir: Path) -> Path:
     """Write ``P = params`` + common.lua + ``lua/<name>.lua`` into ``workdir`` and return its path."""
-    text = (f"P = {lua_literal(params)}\n" + (LUA_DIR / "common.lua").read_text()
-            + (LUA_DIR / f"{name}.lua").read_text())
+    text = (
+        f"P = {lua_literal(params)}\n"
+        + (LUA_DIR / "common.lua").read_text()
+        + (LUA_DIR / f"{name}.lua").read_text()
+    )
     path = workdir / f"{name}-{abs(hash(text)) % 10**8}.lua"
     path.write_text(text)
     return path
@@ -79,13 +84,23 @@ class WrkRun:
     output: str
 
 
-def run_wrk(url: str, script: Path, connections: int, duration_s: float, threads: int = 2,
-            timeout_s: float = 10.0) -> WrkRun:
+def run_wrk(
+    url: str, script: Path, connections: int, duration_s: float, threads: int = 2, timeout_s: float = 10.0
+) -> WrkRun:
     """Run wrk for ``duration_s`` with ``--latency`` and parse its output; raise :class:`BenchError` if it
     fails or prints nothing we can read."""
     wrk = find_wrk()
-    args = [wrk, f"-t{max(1, min(threads, connections))}", f"-c{connections}", f"-d{max(1, round(duration_s))}s",
-            f"--timeout={timeout_s:g}s", "--latency", "-s", str(script), url]
+    args = [
+        wrk,
+        f"-t{max(1, min(threads, connections))}",
+        f"-c{connections}",
+        f"-d{max(1, round(duration_s))}s",
+        f"--timeout={timeout_s:g}s",
+        "--latency",
+        "-s",
+        str(script),
+        url,
+    ]
     out_path = script.with_suffix(".out")
     started = time.monotonic()
     with open(out_path, "w") as out:
@@ -120,9 +135,9 @@ def stop_all() -> int:
 
 
 def finish_all() -> int:
-    """Ask (SIGINT) every wrk that :func:`run_wrk` started and that still runs to stop now. wrk then ends as at
-    the end of its ``-d`` duration: it prints its summary and runs the script's ``done()``, exits 0, and its
-    :func:`run_wrk` call returns normally. Returns how many were asked."""
+    """Ask (SIGINT) every wrk that :func:`run_wrk` started and that still runs to stop now. wrk then ends as
+    at the end of its ``-d`` duration: it prints its summary and runs the script's ``done()``, exits 0, and
+    its :func:`run_wrk` call returns normally. Returns how many were asked."""
     return _signal_live(signal.SIGINT)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 import asyncpg
 
 from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
-from queenpy.chaos.processes import ChaosPostgres
 from queenpy.errors import QueenError
+from queenpy.harness import PrivatePostgres
 
 __all__ = ["Context", "Profile", "Result", "configure_queue", "fill", "partition_states", "run_under_load",
            "stored_ids"]
@@ -66,13 +66,15 @@ class Profile:
 class Context:
     """One run: its PostgreSQL, work directory and profile."""
 
-    postgres: ChaosPostgres
+    postgres: PrivatePostgres
     workdir: Path
     profile: Profile
     echo: Callable[[str], None]
 
     async def new_database(self, scenario: str) -> str:
-        return await self.postgres.create_database(f"chaos_{scenario.replace('-', '_')}_{uuid.uuid4().hex[:6]}")
+        """Create an empty database for ``scenario`` (the broker migrates it on start); returns its URL."""
+        name = f"chaos_{scenario.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
+        return self.postgres.database_url(await asyncio.to_thread(self.postgres.create_database, name))
 
 
 @dataclass

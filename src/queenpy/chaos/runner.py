@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from queenpy.chaos.core import Context, Profile, Result
-from queenpy.chaos.processes import ChaosError, ChaosPostgres
+from queenpy.chaos.processes import ChaosError
 from queenpy.chaos.scenarios import SCENARIOS
+from queenpy.harness import PrivatePostgres
 
 __all__ = ["Config", "run", "table"]
 
@@ -75,7 +76,7 @@ def run(config: Config, echo: Callable[[str], None] = print) -> list[dict[str, A
     base = Path(tempfile.mkdtemp(prefix="queenpy-chaos-", dir=config.workdir))
     echo(f"queenpy chaos ({'quick' if config.quick else 'full'}): {len(scenarios)} scenario(s), work dir {base}")
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)
-    postgres = ChaosPostgres(base)
+    postgres = PrivatePostgres(base / "pgdata")
     results: list[dict[str, Any]] = []
     try:
         for scenario in scenarios:

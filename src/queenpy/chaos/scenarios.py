@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import orjson
 
 from queenpy.chaos.core import (
@@ -29,8 +30,9 @@ from queenpy.chaos.core import (
     run_under_load,
     stored_ids,
 )
-from queenpy.chaos.load import Consumer, Ledger, Producer, drain
+from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
 from queenpy.chaos.processes import BrokerProcess
+from queenpy.errors import QueenError
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -218,6 +220,124 @@ async def consumer_killed(ctx: Context, result: Result) -> None:
     result.recovery_s = min(back) - killed_at if back else None
 
 
+async def kill_broker_transactions(ctx: Context, result: Result) -> None:
+    """Hand-off workers move each message of queue A to queue B in its own transaction (ack with the lease +
+    push with transactionId ``h-<id>``, ``requiredLeases``), many at once, so the broker fuses them into
+    groups (one transaction call in flight per worker process); the whole broker is killed with SIGKILL and
+    started again. A transaction without an answer, or answered with the call's error (no ``results``), is
+    sent again unchanged; one refused on a retry with a duplicate or a lease error had committed before."""
+    profile = ctx.profile
+    database = await ctx.new_database(result.name)
+    broker = BrokerProcess(database, ctx.workdir, result.name, workers=2,
+                           env={"QUEEN_TRANSACTION_MAX_CONCURRENT": "1"})
+    source, target = f"chaos-{result.name}-a", f"chaos-{result.name}-b"
+    ledger = Ledger()
+    handed: set[str] = set()  # committed, as answered
+    retried: collections.Counter[str] = collections.Counter()  # id -> sends after the first
+    refused: collections.Counter[str] = collections.Counter()  # error text of a refusal on a retry -> count
+    refused_ids: set[str] = set()
+    largest_group = [0]  # most operations seen in one fused transaction call
+    stopping = asyncio.Event()
+
+    async def hand_off() -> None:
+        client = transport([broker.url])
+        params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
+        try:
+            while not stopping.is_set():
+                try:
+                    popped = await client.request("GET", f"/api/v1/pop/queue/{source}", params=params,
+                                                  read_timeout_s=15)
+                except QueenError:
+                    await asyncio.sleep(0.2)
+                    continue
+                messages = popped.get("messages") if isinstance(popped, dict) else None
+                if not messages:
+                    continue
+                ledger.record_delivery([m["transactionId"] for m in messages])
+                for m in messages:
+                    body = {"operations": [
+                        {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                         "leaseId": m["leaseId"], "status": "completed", "consumerGroup": "chaos"},
+                        {"type": "push", "items": [{"queue": target, "partition": m["partition"],
+                                                    "transactionId": f"h-{m['transactionId']}",
+                                                    "payload": {"source": m["transactionId"]}}]}],
+                        "requiredLeases": [m["leaseId"]]}
+                    for attempt in range(300):
+                        try:
+                            answer = await client.request("POST", "/api/v1/transaction", body=body,
+                                                          idempotent=False)
+                        except QueenError:
+                            answer = None  # no broker, or the answer was lost: send it again
+                        if isinstance(answer, dict) and answer.get("success") is True:
+                            handed.add(m["transactionId"])
+                            ledger.confirmed.add(m["transactionId"])
+                            break
+                        if isinstance(answer, dict) and "results" in answer:  # its own error: final
+                            if attempt:
+                                refused[" ".join(str(answer.get("error")).split()[:2])] += 1
+                                refused_ids.add(m["transactionId"])
+                            break
+                        retried[m["transactionId"]] += 1
+                        await asyncio.sleep(0.2)
+        finally:
+            await client.aclose()
+
+    async def watch_groups() -> None:
+        async with httpx.AsyncClient(base_url=broker.url, timeout=2) as client:
+            while not stopping.is_set():
+                with contextlib.suppress(httpx.HTTPError, KeyError, ValueError):
+                    stats = (await client.get("/metrics")).json()["fusion"]["transaction"]
+                    largest_group[0] = max(largest_group[0], stats["maxBatchSeen"])
+                await asyncio.sleep(0.2)
+
+    with brokers(broker):
+        await configure_queue(broker.url, source, profile.lease_s)
+        producers = [Producer(ledger, [broker.url], source, f"{uuid.uuid4().hex[:6]}-{n}", batch=5,
+                              rate=profile.handoff_rate * 2) for n in range(2)]
+        tasks = [asyncio.create_task(p.run()) for p in producers]
+        workers = [asyncio.create_task(hand_off()) for _ in range(12)] + [asyncio.create_task(watch_groups())]
+        try:
+            await asyncio.sleep(profile.warmup_s)
+            broker.kill()
+            await asyncio.sleep(1.0)
+            await asyncio.to_thread(broker.start)
+            await asyncio.sleep(profile.handoff_after_s)
+            for producer in producers:
+                producer.stop(give_up_s=profile.drain_s / 2)
+            await asyncio.gather(*tasks)
+            await drain(lambda: len(ledger.acknowledged - handed - set(refused_ids)), profile.drain_s, 900)
+            # a hand-off refused on a retry committed before, or its lease ran out first and it comes back:
+            # what B holds tells
+            deadline = time.monotonic() + profile.drain_s
+            while ledger.acknowledged - set(await stored_ids(database, target, key="m.payload->>'source'")) \
+                    and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+        finally:
+            stopping.set()
+            for producer in producers:
+                producer.stop(give_up_s=0)
+            await asyncio.gather(*tasks, *workers, return_exceptions=True)
+    fill(result, ledger, await stored_ids(database, source))
+    in_target = await stored_ids(database, target, key="m.payload->>'source'")
+    consumed = await stored_ids(database, source, key=(
+        "CASE WHEN m.seq <= (SELECT c.last_consumed_seq FROM queen.partition_consumers c "
+        "WHERE c.partition_id = m.partition_id AND c.consumer_group = 'chaos') THEN m.transaction_id END"))
+    consumed.pop(None, None)  # type: ignore[call-overload]
+    twice = {source_id: n for source_id, n in in_target.items() if n > 1}
+    result.unexpected_duplicates += len(twice)
+    missing = ledger.acknowledged - set(in_target)
+    result.check(f"fused groups formed (up to {largest_group[0]} operations in one call, 2 per hand-off)",
+                 largest_group[0] > 2)
+    result.check(f"hand-offs sent again after the kill: {len(retried)} ({sum(refused.values())} refused on a "
+                 f"retry, {dict(refused)}: committed before, or their lease ran out and they came back)",
+                 len(retried) > 0)
+    result.check(f"every message of A is in B exactly once ({len(in_target)} in B, {len(missing)} missing, "
+                 f"{len(twice)} twice)", not missing and not twice)
+    half = set(consumed) ^ set(in_target)
+    result.check(f"nothing half-applied: the messages A's cursor passed are exactly those in B ({len(consumed)} "
+                 f"and {len(in_target)}, {len(half)} differ)", not half)
+
+
 async def broker_failover(ctx: Context, result: Result) -> None:
     database = await ctx.new_database(result.name)
     first = BrokerProcess(database, ctx.workdir, f"{result.name}-1", workers=1)
@@ -378,6 +498,8 @@ SCENARIOS = [
              postgres_stopped),
     Scenario("consumer-killed", "a hand-off consumer killed mid-batch; transactional hand-off to a 2nd queue",
              consumer_killed),
+    Scenario("kill-broker-tx", "kill -9 of the broker during fused groups of transactional hand-offs, then a "
+             "restart", kill_broker_transactions),
     Scenario("broker-failover", "two brokers on one PostgreSQL, one killed; clients hold both URLs",
              broker_failover),
     Scenario("longpoll-pg-restart", "PostgreSQL restarted while long polls are parked", longpoll_postgres_restart),

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import typer
 
+from queenpy.cli._common import VerboseOption
+
 __all__ = ["bench"]
 
 
@@ -71,7 +73,16 @@ SoakTransactionIdsOption = Annotated[bool, typer.Option(
     "--soak-transaction-ids", envvar="QUEENPY_BENCH_SOAK_TRANSACTION_IDS",
     help="soak's producer gives every message a transactionId of its own (UUIDv7-shaped), as the official "
          "clients do; without it the broker assigns them.")]
-VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Show tracebacks on errors.")]
+SparkMasterOption = Annotated[str, typer.Option(
+    "--spark-master", envvar="QUEENPY_BENCH_SPARK_MASTER", help="Spark master of the spark-* scenarios.")]
+HistoryOption = Annotated[Path, typer.Option(
+    "--history", envvar="QUEENPY_BENCH_HISTORY",
+    help="NDJSON file the run's summary row is appended to (when its directory exists).")]
+SummaryOption = Annotated[list[Path] | None, typer.Option(
+    "--summary", metavar="JSON_OR_DIR",
+    help="Run nothing: rewrite the current-figures block of --page from these result files (or directories of "
+         "them), repeatable: queenpy bench --summary benchmarks/results.")]
+PageOption = Annotated[Path, typer.Option("--page", help="The results page that --summary rewrites.")]
 
 
 def _command_line() -> str:
@@ -107,6 +118,10 @@ def bench(
     soak_rate: SoakRateOption = None,
     soak_transaction_ids: SoakTransactionIdsOption = False,
     database_url: DatabaseUrlOption = None,
+    spark_master: SparkMasterOption = "local[*]",
+    history: HistoryOption = Path("benchmarks/history.ndjson"),
+    summary: SummaryOption = None,
+    page: PageOption = Path("benchmarks/RESULTS.md"),
     verbose: VerboseOption = False,
 ) -> None:
     """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
@@ -119,6 +134,13 @@ def bench(
         for scenario in queenbench.SCENARIOS:
             typer.echo(f"{scenario.name:<22} {'quick ' if scenario.quick else '      '}{scenario.description}")
         return
+    if summary:
+        try:
+            read = queenbench.write_summary(summary, page)
+        except (OSError, ValueError) as exc:
+            raise typer.BadParameter(str(exc), param_hint="--summary/--page") from exc
+        typer.echo(f"{page}: current figures rewritten from {read} result file(s)")
+        return
     try:
         broker_env = queenbench.parse_env_assignments(env or [])
     except ValueError as exc:
@@ -128,7 +150,7 @@ def bench(
         connections=connections, only=only, out=out, chart=chart, workdir=workdir, keep=keep,
         checkpoint=checkpoint, keepup_fraction=keepup_share, soak_duration_s=duration, soak_share=soak_share,
         soak_rate=soak_rate, soak_transaction_ids=soak_transaction_ids, command=_command_line(),
-        database_url=database_url)
+        database_url=database_url, spark_master=spark_master, history=history)
     try:
         document = queenbench.run(config, echo=typer.echo)
     except (queenbench.BenchError, ValueError) as exc:

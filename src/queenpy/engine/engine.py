@@ -16,7 +16,7 @@ from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "ack_results", "push_results"]
+__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "ack_results", "push_results", "transaction_results"]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -36,6 +36,7 @@ _OPERATIONS = {
     "pop": "pop_v2",
     "ack": "ack_v2",
     "renew_lease": "renew_lease_v1",
+    "transaction": "transaction_v2",
 }
 
 
@@ -92,8 +93,59 @@ def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
     return results
 
 
+def transaction_result(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """One client transaction's answer from ``queen.transaction_v2`` (040_ack.sql) as the response of API.md
+    section 9: ``{"transactionId", "success", "results": [...], "error"?}``, one result per ack and per push
+    item, numbered in that order; a failed transaction's results stop at its failing operation
+    (``failedAt``). What the procedure does not answer comes from the request: an ack's result is its own
+    transactionId, and ``dlq`` when its status was failed or dlq (a transaction sends those straight to the
+    DLQ); a push's ids come from its run's ``push_items_v3`` answer. The same expansion in SQL is
+    ``queen.transaction_results_v1`` (tests/integration/test_transactions.py compares the two)."""
+    pushed: dict[int, list[Any]] = {}
+    for start, entries in answer.get("pushes") or []:
+        for entry in entries:
+            pushed[start + entry[0]] = entry
+    success = answer.get("success") is True
+    end = None if success else int(answer.get("failedAt") or 0)
+    results: list[dict[str, Any]] = []
+    index = 0
+    for op in request.get("operations", []):
+        for item in (op.get("items") or []) if op.get("type") == "push" else [op]:
+            if end is not None and index >= end:
+                break
+            if op.get("type") == "push":
+                entry = pushed.get(index)
+                message_id = entry[2] if entry else None
+                results.append({"index": index, "type": "push", "success": True,
+                                "transactionId": item.get("transactionId") or message_id, "messageId": message_id,
+                                "partitionId": entry[3] if entry else None, "queueName": item.get("queue")})
+            else:
+                results.append({"index": index, "type": "ack", "success": True,
+                                "transactionId": item.get("transactionId"), "error": None,
+                                "dlq": item.get("status") in ("failed", "dlq")})
+            index += 1
+    response: dict[str, Any] = {"transactionId": answer.get("transactionId"), "success": success,
+                                "results": results}
+    if not success:
+        response["error"] = answer.get("error")
+    return response
+
+
+def transaction_results(requests: list[dict[str, Any]], text: str) -> list[Any]:
+    """Expand ``queen.transaction_v2``'s answer (one per fused client transaction, in order) with
+    :func:`transaction_result`."""
+    return [transaction_result(request, answer) for request, answer in zip(requests, orjson.loads(text))]
+
+
+# operation type -> most requests fused into one call (default: no cap). A group of client transactions runs
+# each in a subtransaction, and each one that writes takes a transaction id of its own. PostgreSQL keeps 64 of
+# them per backend in shared memory (PGPROC_MAX_CACHED_SUBXIDS, src/include/storage/proc.h); past that every
+# snapshot taken by any session while the group runs must look its transaction ids up in pg_subtrans (the
+# "subtransaction overflow" slowdown). So a group has at most 64 client transactions.
+_MAX_REQUESTS = {"transaction": 64}
+
 # operation type -> how its procedure's answer becomes one result per item (default: results_by_index)
-_DECODERS: dict[str, Decode] = {"push": push_results, "ack": ack_results}
+_DECODERS: dict[str, Decode] = {"push": push_results, "ack": ack_results, "transaction": transaction_results}
 
 
 class Engine:
@@ -120,8 +172,9 @@ class Engine:
             else:
                 limit = StaticLimit(fusion_settings.max_concurrent)
             self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
-                                      fusion_settings.max_hold_ms, _DECODERS.get(op, results_by_index))
-        self._transactions = asyncio.Semaphore(settings.fusion_for("transaction").max_concurrent)
+                                      fusion_settings.max_hold_ms, _DECODERS.get(op, results_by_index),
+                                      max_batch_bytes=fusion_settings.max_batch_bytes,
+                                      max_batch_requests=_MAX_REQUESTS.get(op, 0))
         self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
         self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
@@ -296,11 +349,21 @@ class Engine:
     async def renew_lease(self, items: list[dict[str, Any]]) -> list[Any]:
         return await self.fusions["renew_lease"].submit(items)
 
-    async def transaction(self, request: dict[str, Any]) -> dict[str, Any]:
-        """A client transaction: never fused with another one (one PostgreSQL transaction each)."""
-        async with self._transactions:
-            text = await self.database.call("transaction_v1", orjson.dumps(request).decode())
-        result: dict[str, Any] = orjson.loads(text)
+    async def transaction(self, request: dict[str, Any], size_bytes: int = 0) -> dict[str, Any]:
+        """A client transaction ``{"operations": [...], "requiredLeases"?: [...]}`` (API.md section 9), fused
+        with the others that arrive while one is in flight into one PostgreSQL transaction
+        (``queen.transaction_v2``: group commit, each client transaction in its own subtransaction, so it
+        commits or fails on its own). A group is capped by operations (``QUEEN_TRANSACTION_MAX_BATCH_SIZE``)
+        and by ``size_bytes`` (the request's size; ``QUEEN_TRANSACTION_MAX_BATCH_BYTES``).
+
+        Returns the response of API.md section 9 (``success`` false with this transaction's own ``error``
+        when it failed). Raises what the procedure call raised (connection lost, a terminated backend,
+        statement timeout): then every client transaction of the group is rolled back, none half-applied.
+        After COMMIT, wakes the long polls of the partitions it pushed to."""
+        weight = sum(len(op.get("items") or []) if op.get("type") == "push" else 1
+                     for op in request.get("operations", []))
+        results = await self.fusions["transaction"].submit([request], weight=weight, size_bytes=size_bytes)
+        result: dict[str, Any] = results[0]
         if result.get("success"):
             keys = {(item["queue"], item.get("partition") or "Default")
                     for op in request.get("operations", []) if op.get("type") == "push"

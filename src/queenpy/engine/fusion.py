@@ -105,6 +105,8 @@ class FusionStats:
 class _Pending:
     items: list[Any]
     future: asyncio.Future[list[Any]]
+    weight: int  # what counts against max_batch_size: the items, or what the submitter says (operations)
+    size_bytes: int  # what counts against max_batch_bytes (0: not counted)
     enqueued_at: float = field(default_factory=time.monotonic)
 
 
@@ -114,18 +116,24 @@ class Fusion:
     Args:
         name: the operation type (``push``, ``pop``, ...), for logs and metrics.
         call: runs one procedure call: JSON array text in, JSON array text out.
-        max_batch_size: most items per call (a single request larger than this still goes alone).
+        max_batch_size: most items per call, or most weight when requests are submitted with one (a
+            single request larger than this still goes alone).
         limit: a :class:`StaticLimit` or :class:`VegasLimit` for the calls in flight.
         max_hold_ms: optional extra wait before firing a partial batch; 0 (default) fires at once.
         decode: turns the procedure's answer into one result per item (default :func:`results_by_index`).
+        max_batch_bytes: most bytes per call, as the requests' ``size_bytes`` add up (0: no cap).
+        max_batch_requests: most requests per call (0: no cap).
     """
 
     def __init__(self, name: str, call: Call, max_batch_size: int, limit: StaticLimit | VegasLimit,
-                 max_hold_ms: int = 0, decode: Decode = results_by_index) -> None:
+                 max_hold_ms: int = 0, decode: Decode = results_by_index, max_batch_bytes: int = 0,
+                 max_batch_requests: int = 0) -> None:
         self.name = name
         self._call = call
         self._decode = decode
         self.max_batch_size = max(1, max_batch_size)
+        self.max_batch_bytes = max(0, max_batch_bytes)
+        self.max_batch_requests = max(0, max_batch_requests)
         self.limit = limit
         self.max_hold_s = max_hold_ms / 1000.0
         self.stats = FusionStats()
@@ -145,14 +153,17 @@ class Fusion:
     def pending(self) -> int:
         return len(self._queue)
 
-    async def submit(self, items: list[Any]) -> list[Any]:
+    async def submit(self, items: list[Any], weight: int | None = None, size_bytes: int = 0) -> list[Any]:
         """Queue one request's items; return their results (dicts), in the items' order.
 
+        ``weight``: what the request counts against ``max_batch_size`` (default: its number of items);
+        ``size_bytes``: what it counts against ``max_batch_bytes``.
         Raises whatever the procedure call raised (every request fused into that call gets the error).
         """
         future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(items, future))
-        self._queued_items += len(items)
+        pending = _Pending(items, future, len(items) if weight is None else weight, size_bytes)
+        self._queue.append(pending)
+        self._queued_items += pending.weight
         self.stats.requests += 1
         self._fire()
         return await future
@@ -166,10 +177,15 @@ class Fusion:
                 return
             batch: list[_Pending] = []
             count = 0
-            while self._queue and (not batch or count + len(self._queue[0].items) <= self.max_batch_size):
+            size = 0
+            while self._queue and (not batch or (
+                    count + self._queue[0].weight <= self.max_batch_size
+                    and (not self.max_batch_bytes or size + self._queue[0].size_bytes <= self.max_batch_bytes)
+                    and (not self.max_batch_requests or len(batch) < self.max_batch_requests))):
                 pending = self._queue.popleft()
                 batch.append(pending)
-                count += len(pending.items)
+                count += pending.weight
+                size += pending.size_bytes
             self._queued_items -= count
             self._inflight += 1
             task = asyncio.get_running_loop().create_task(self._run(batch, count))
@@ -241,12 +257,12 @@ class LanedFusion:
         self.lanes = [Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1), decode=decode)
                       for i in range(max(1, lanes))]
 
-    async def submit(self, items: list[Any]) -> list[Any]:
+    async def submit(self, items: list[Any], weight: int | None = None, size_bytes: int = 0) -> list[Any]:
         """As :meth:`Fusion.submit`, on the lane of ``items[0]``."""
         if len(self.lanes) == 1 or not items:  # the default: no key to compute on the hot path
-            return await self.lanes[0].submit(items)
+            return await self.lanes[0].submit(items, weight, size_bytes)
         lane = zlib.crc32(self._key(items[0]).encode()) % len(self.lanes)
-        return await self.lanes[lane].submit(items)
+        return await self.lanes[lane].submit(items, weight, size_bytes)
 
     @property
     def inflight(self) -> int:

@@ -163,7 +163,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("post", "/api/v1/transaction"): ("Acks and pushes in one PostgreSQL transaction", [], {
         "type": "object", "required": ["operations"], "properties": {
             "operations": {"type": "array", "minItems": 1, "items": _TRANSACTION_OP},
-            "requiredLeases": {"type": "array"}}}),
+            "requiredLeases": {"type": "array", "items": {"type": "string", "maxLength": 255}}}}),
     ("post", "/api/v1/lease/{lease_id}/extend"): ("Extend a lease", [_param("lease_id", "path")], {
         "type": "object", "properties": {"seconds": {"type": "integer", "minimum": 1, "maximum": 86400}}}),
     ("get", "/api/v1/resources/queues"): ("List queues with their message counts (stats)", [
@@ -320,6 +320,21 @@ _DESCRIPTIONS = {
         "A full overwrite: options not given get their defaults. `retryDelay` (ms) holds a failed batch back "
         "from redelivery only when this request names it; without it a failed batch is redelivered on the "
         "next pop, as in Queen, although `options.retryDelay` still reports the stored default 1000."),
+    ("post", "/api/v1/transaction"): (
+        "All operations commit together or none does. Results are numbered one per ack and one per pushed "
+        "item, in request order. Transactions that arrive while one is in flight are committed together in one "
+        "PostgreSQL transaction (group commit), each in its own savepoint: one that fails is rolled back alone "
+        "and answered `{transactionId, success: false, error, results}` (the results of the operations before "
+        "the failing one; status 200), the others commit. Its errors: `Required lease <id> is expired or "
+        "released` (each `requiredLeases` id must be a live lease when the transaction runs; the original "
+        "ignores them), `ACK operation failed: Message not found` / `Invalid or expired lease` / `Unknown "
+        "error`, `PUSH operation failed: queue full`, `duplicate transactionId <id> in push` (a duplicate "
+        "aborts, it is not answered `duplicate`); these are final. An error of the whole commit (database "
+        "unreachable, connection lost) answers every transaction of the group `{success: false, error}` with "
+        "the database's error and no `results`, as a pop gets then: nothing of it was applied, and it may be sent "
+        "again (if the answer was lost after the commit, a push's transactionId makes the retry fail as a "
+        "duplicate instead of storing twice). A `failed` or `dlq` ack moves the message to the DLQ at "
+        "once. Pushes made here wake long polls after the commit."),
     ("get", "/api/v1/consumer-groups"): "No consumer group answers `[]` (the original sends an empty body).",
     ("get", "/api/v1/consumer-groups/lagging"): "No lagging partition answers `[]` (the original: an empty body).",
     ("get", "/api/v1/consumer-groups/{group}"): "An unknown group answers `{}` (the original: an empty body).",

@@ -264,13 +264,25 @@ def validate_ack_batch(body: Any) -> list[dict[str, Any]]:
 
 
 def validate_transaction(body: Any) -> dict[str, Any]:
-    """``POST /api/v1/transaction`` body -> ``{"operations": [clean ops]}``."""
+    """``POST /api/v1/transaction`` body -> ``{"operations": [clean ops], "requiredLeases": [lease ids]}``.
+
+    ``requiredLeases`` (optional, as the official clients send it: the lease ids of the acked messages) must
+    be an array of lease ids; the transaction fails unless each is live when it runs (API.md 20.12: the
+    original ignores it)."""
     body = _object(body)
     operations = body.get("operations")
     if not isinstance(operations, list):
         raise InvalidRequest("operations array required")
     if not operations:
         raise InvalidRequest("operations array cannot be empty")
+    leases = body.get("requiredLeases")
+    if leases is None:
+        leases = []
+    if not isinstance(leases, list):
+        raise InvalidRequest("requiredLeases must be an array of lease ids")
+    for i, lease in enumerate(leases):
+        if not _plain_name(lease):
+            check_name(lease, f"requiredLeases[{i}]", message=f"requiredLeases[{i}] must be a lease id string")
     clean: list[dict[str, Any]] = []
     for i, op in enumerate(operations):
         where = f"operations[{i}]"
@@ -290,7 +302,7 @@ def validate_transaction(body: Any) -> dict[str, Any]:
                                     for j, it in enumerate(items)]})
         else:
             raise InvalidRequest(f"Unknown operation type: {kind}")
-    return {"operations": clean}
+    return {"operations": clean, "requiredLeases": [lease for lease in leases if lease]}
 
 
 def validate_configure(body: Any) -> dict[str, Any]:

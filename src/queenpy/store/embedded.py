@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -58,10 +59,12 @@ class EmbeddedPostgres:
     """A PostgreSQL server owned by this process; :attr:`url` is its connection URL.
 
     ``cleanup_mode``: ``"stop"`` stops the server when the owner exits (the default), ``"delete"`` also
-    removes the data directory, ``None`` leaves it running.
+    removes the data directory, ``None`` leaves it running. ``settings``: the server settings applied on
+    every start (:data:`EMBEDDED_SETTINGS` unless the owner needs others, as the tests' fsync off).
     """
 
-    def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop") -> None:
+    def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop",
+                 settings: Mapping[str, str] = EMBEDDED_SETTINGS) -> None:
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
@@ -71,9 +74,9 @@ class EmbeddedPostgres:
         import pgserver
         self._server: Any = pgserver.get_server(  # type: ignore[attr-defined]
             self.data_dir, cleanup_mode=cleanup_mode)
-        self._configure(EMBEDDED_SETTINGS)
+        self._configure(settings)
 
-    def _configure(self, settings: dict[str, str]) -> None:
+    def _configure(self, settings: Mapping[str, str]) -> None:
         """``ALTER SYSTEM SET`` each of ``settings`` (names and values are ours, never a user's), then reload."""
         statements = "".join(f"ALTER SYSTEM SET {name} = '{value}';\n" for name, value in settings.items())
         self._server.psql(statements + "SELECT pg_reload_conf();\n")

@@ -18,15 +18,17 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
 from queenpy.bench.catalog import Scenario, payload
-from queenpy.bench.core import Q_CHECKPOINTS, Q_QUEUE_ROWS, BenchCore
-from queenpy.bench.wrk import render_script, run_wrk
+from queenpy.bench.core import Q_QUEUE_ROWS, Context, Kind
+from queenpy.bench.load import Measured, measured_window, warm_up
+from queenpy.bench.report import number
+from queenpy.bench.wrk import render_script
 
-__all__ = ["ROUTES", "OperatorsRuns"]
+__all__ = ["KIND", "ROUTES", "report_lines", "run"]
 
 ROUTES = [
     "/metrics/prometheus",
@@ -51,7 +53,8 @@ WITH queues AS (
     -- each partition is written once, with its one message's offset and id (an UPDATE of the partitions in
     -- the same statement would not see these rows: every part of a statement reads one snapshot)
     INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_id, last_message_at)
-    SELECT q.id, 'p' || g, 1, queen.uuid_v7(), clock_timestamp() FROM queues q CROSS JOIN generate_series(1, $3::int) g
+    SELECT q.id, 'p' || g, 1, queen.uuid_v7(), clock_timestamp()
+    FROM queues q CROSS JOIN generate_series(1, $3::int) g
     RETURNING id, last_message_id, last_message_at
 )
 INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
@@ -70,112 +73,153 @@ def _ms(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2) if ordered else 0.0
 
 
-class OperatorsRuns(BenchCore):
-    def _seed_operators(self, queues: int, partitions: int) -> dict[str, Any]:
-        have = int(self.sql.fetchval("SELECT count(*) FROM queen.queues WHERE name LIKE $1 || '%'", SEED_PREFIX))
-        if have >= queues:
-            return {"seeded_now": False}
-        started = time.monotonic()
-        per_queue = max(1, partitions // queues)
-        self.sql.execute(SEED, SEED_PREFIX, queues, per_queue)
-        self.sql.execute(SEED_CURSORS, SEED_PREFIX)
-        self.sql.execute("ANALYZE")
-        # the status routes and the scrape read the stats: one full run now, as the stats job would do
-        self.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
-        return {"seeded_now": True, "seed_s": round(time.monotonic() - started, 2)}
+def _seed(context: Context, queues: int, partitions: int) -> dict[str, Any]:
+    """The seeded queues and partitions (once per session: a later round finds them)."""
+    have = int(
+        context.sql.fetchval("SELECT count(*) FROM queen.queues WHERE name LIKE $1 || '%'", SEED_PREFIX)
+    )
+    if have >= queues:
+        return {"seeded_now": False}
+    started = time.monotonic()
+    per_queue = max(1, partitions // queues)
+    context.sql.execute(SEED, SEED_PREFIX, queues, per_queue)
+    context.sql.execute(SEED_CURSORS, SEED_PREFIX)
+    context.sql.execute("ANALYZE")
+    # the status routes and the scrape read the stats: one full run now, as the stats job would do
+    context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
+    return {"seeded_now": True, "seed_s": round(time.monotonic() - started, 2)}
 
-    def _route_timings(self) -> dict[str, Any]:
-        timings: dict[str, Any] = {}
-        with httpx.Client(base_url=self.broker.url, timeout=120) as client:
-            for route in ROUTES:
-                seconds, sizes, statuses = [], [], set()
-                for _ in range(ROUTE_REQUESTS):
-                    started = time.perf_counter()
-                    response = client.get(route)
-                    seconds.append(time.perf_counter() - started)
-                    sizes.append(len(response.content))
-                    statuses.add(response.status_code)
-                timings[route] = {"p50_ms": _ms(seconds, 0.5), "p99_ms": _ms(seconds, 0.99),
-                                  "max_ms": _ms(seconds, 1.0), "bytes": int(statistics.median(sizes)),
-                                  "status": sorted(statuses)}
-        return timings
 
-    def _push_window(self, scenario: Scenario, queue: str, script: Any, scrape: bool) -> dict[str, Any]:
-        options = self.options
-        connections = options.connections if scenario.connections == 50 else scenario.connections
-        scrapes: list[float] = []
-        failures: list[str] = []
-        stop = threading.Event()
+def _route_timings(url: str) -> dict[str, Any]:
+    timings: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for route in ROUTES:
+            seconds, sizes, statuses = [], [], set()
+            for _ in range(ROUTE_REQUESTS):
+                started = time.perf_counter()
+                response = client.get(route)
+                seconds.append(time.perf_counter() - started)
+                sizes.append(len(response.content))
+                statuses.add(response.status_code)
+            timings[route] = {
+                "p50_ms": _ms(seconds, 0.5),
+                "p99_ms": _ms(seconds, 0.99),
+                "max_ms": _ms(seconds, 1.0),
+                "bytes": int(statistics.median(sizes)),
+                "status": sorted(statuses),
+            }
+    return timings
 
-        def scraper() -> None:
-            with httpx.Client(base_url=self.broker.url, timeout=30) as client:
-                while not stop.is_set():
-                    started = time.perf_counter()
-                    response = client.get("/metrics/prometheus")
-                    scrapes.append(time.perf_counter() - started)
-                    if response.status_code != 200:
-                        failures.append(f"scrape answered {response.status_code}")
-                    stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
 
-        def rows() -> int:
-            return int(self.sql.fetchval(Q_QUEUE_ROWS, queue))
+class _Scraper:
+    """GET /metrics/prometheus every second in a thread, each scrape's latency recorded."""
 
-        thread = threading.Thread(target=scraper, daemon=True) if scrape else None
-        if thread is not None:
-            thread.start()
-        try:
-            before = self._settled(rows)
-            start = self._mark()
-            measured = run_wrk(self.broker.url, script, connections, options.seconds, scenario.threads)
-            at_end = rows()
-            end = self._mark()
-        finally:
-            stop.set()
-            if thread is not None:
-                thread.join()
-        return {"messages": at_end - before, "start": start, "end": end, "wrk": measured,
-                "msg_per_s": (at_end - before) / max(1e-9, end.at - start.at),
-                "scrapes": len(scrapes), "scrape_p50_ms": _ms(scrapes, 0.5), "scrape_max_ms": _ms(scrapes, 1.0),
-                "failures": failures}
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.seconds: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._scrape, daemon=True)
 
-    def _run_operators(self, scenario: Scenario, round_no: int) -> dict[str, Any]:
-        run = self._new_run(scenario, round_no)
-        seeded = self._seed_operators(scenario.groups, scenario.partitions)
-        run["notes"].append(f"{scenario.groups} queues, {scenario.partitions} partitions seeded by SQL"
-                            + (f" in {seeded['seed_s']} s" if seeded.get("seeded_now") else " (earlier)"))
-        run["route_timings"] = self._route_timings()
-        for route, timing in run["route_timings"].items():
-            if timing["status"] != [200]:
-                run["problems"].append(f"{route} answered {timing['status']}")
-        queue = f"{scenario.name}-push-r{round_no}"
-        self._precreate(queue, 100)
-        params = {"queue": queue, "partitions": 100, "per_request": scenario.per_request,
-                  "payload": payload(scenario.payload_bytes), "seed": 1000 * round_no + 23, "rate_per_thread": 0}
-        script = render_script("push", params, self.workdir)
-        if self.options.warmup > 0:
-            warm = run_wrk(self.broker.url, script, self.options.connections, self.options.warmup, scenario.threads)
-            self._check_wrk(run, warm, "warm-up")
-        self._checkpoint()
-        without = self._push_window(scenario, queue, script, scrape=False)
-        self._check_wrk(run, without["wrk"], "without scraper")
-        self._checkpoint()
-        checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS))
-        self.memory.mark()
-        self.waits.mark()
-        with_scraper = self._push_window(scenario, queue, script, scrape=True)
-        self._check_wrk(run, with_scraper["wrk"], "with scraper")
-        checkpoints = int(self.sql.fetchval(Q_CHECKPOINTS)) - checkpoints
-        self._fill_window(run, with_scraper["messages"], with_scraper["start"], with_scraper["end"],
-                          [with_scraper["wrk"]], with_scraper["wrk"], checkpoints)
-        run["problems"].extend(with_scraper["failures"])
-        if not with_scraper["scrapes"]:
-            run["problems"].append("no scrape completed during the window")
-        run["ground_truth"].update({
-            "push_msg_per_s_without_scraper": round(without["msg_per_s"], 1),
-            "push_msg_per_s_with_scraper": round(with_scraper["msg_per_s"], 1),
-            "with_scraper_ratio": round(with_scraper["msg_per_s"] / without["msg_per_s"], 3)
-            if without["msg_per_s"] else None,
-            "scrapes_in_window": with_scraper["scrapes"], "scrape_p50_ms": with_scraper["scrape_p50_ms"],
-            "scrape_max_ms": with_scraper["scrape_max_ms"],
-        })
-        return run
+    def _scrape(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self._stop.is_set():
+                started = time.perf_counter()
+                response = client.get("/metrics/prometheus")
+                self.seconds.append(time.perf_counter() - started)
+                if response.status_code != 200:
+                    self.failures.append(f"scrape answered {response.status_code}")
+                self._stop.wait(max(0.0, 1.0 - (time.perf_counter() - started)))
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
+    """See the module docstring: the route timings, then a push window without and one with a scraper."""
+    run = context.new_run(scenario, round_no)
+    seeded = _seed(context, scenario.groups, scenario.partitions)
+    run["notes"].append(
+        f"{scenario.groups} queues, {scenario.partitions} partitions seeded by SQL"
+        + (f" in {seeded['seed_s']} s" if seeded.get("seeded_now") else " (earlier)")
+    )
+    run["route_timings"] = _route_timings(context.broker_url)
+    for route, timing in run["route_timings"].items():
+        if timing["status"] != [200]:
+            run["problems"].append(f"{route} answered {timing['status']}")
+    queue = f"{scenario.name}-push-r{round_no}"
+    context.precreate(queue, 100)
+    script = render_script(
+        "push",
+        {
+            "queue": queue,
+            "partitions": 100,
+            "per_request": scenario.per_request,
+            "payload": payload(scenario.payload_bytes),
+            "seed": 1000 * round_no + 23,
+            "rate_per_thread": 0,
+        },
+        context.workdir,
+    )
+    clients = scenario.wrk_connections(context.options)
+    warm_up(context, run, script, clients, scenario.threads)
+
+    def rows() -> int:
+        return int(context.sql.fetchval(Q_QUEUE_ROWS, queue))
+
+    def push_window(label: str) -> Measured[int]:
+        context.checkpoint()
+        return measured_window(context, run, script, clients, rows, scenario.threads, label=label)
+
+    without = push_window("without scraper")
+    with _Scraper(context.broker_url) as scraper:
+        with_scraper = push_window("with scraper")
+    messages = with_scraper.after - with_scraper.before
+    context.fill_window(run, messages, with_scraper.window, [with_scraper.wrk], with_scraper.wrk)
+    run["problems"].extend(scraper.failures)
+    if not scraper.seconds:
+        run["problems"].append("no scrape completed during the window")
+    rate_without = (without.after - without.before) / max(1e-9, without.window.seconds)
+    rate_with = messages / max(1e-9, with_scraper.window.seconds)
+    run["ground_truth"].update(
+        {
+            "push_msg_per_s_without_scraper": round(rate_without, 1),
+            "push_msg_per_s_with_scraper": round(rate_with, 1),
+            "with_scraper_ratio": round(rate_with / rate_without, 3) if rate_without else None,
+            "scrapes_in_window": len(scraper.seconds),
+            "scrape_p50_ms": _ms(scraper.seconds, 0.5),
+            "scrape_max_ms": _ms(scraper.seconds, 1.0),
+        }
+    )
+    return run
+
+
+def report_lines(entry: dict[str, Any]) -> list[str]:
+    """Per round: push with and without a scraper, and each route's timings."""
+    lines = []
+    for run in entry["runs"]:
+        truth = run.get("ground_truth") or {}
+        if "push_msg_per_s_without_scraper" not in truth:
+            continue
+        lines.append(
+            f"{entry['scenario']} round {run['round']}: push "
+            f"{number(truth['push_msg_per_s_without_scraper'])} msg/s without a scraper, "
+            f"{number(truth['push_msg_per_s_with_scraper'])} with one scrape per second "
+            f"({truth['with_scraper_ratio']:.3f}); scrapes under push: p50 "
+            f"{number(truth['scrape_p50_ms'], 1)} ms, max {number(truth['scrape_max_ms'], 1)} ms "
+            f"({truth['scrapes_in_window']} scrapes)"
+        )
+        for route, timing in (run.get("route_timings") or {}).items():
+            lines.append(
+                f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms, "
+                f"{number(timing['bytes'])} bytes"
+            )
+    return lines
+
+
+KIND = Kind("operators", run, report_lines=report_lines)

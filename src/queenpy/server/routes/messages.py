@@ -110,11 +110,17 @@ async def ack_batch(request: Request) -> Response:
 
 
 async def transaction(request: Request) -> Response:
+    """Fused with the client transactions that arrive meanwhile (group commit, Engine.transaction): this one
+    commits or fails on its own, answered ``success`` false with its own error; an error of the whole call
+    (database unreachable, connection lost) is answered as for a pop: ``{"success": false, "error"}``, and
+    none of the group was applied unless the commit happened and only the answer was lost, so the client may
+    send it again: its pushes' transactionIds then make it fail as a duplicate (docs/architecture.md,
+    "Fusion and transactions")."""
     worker = worker_of(request)
     clean = v.validate_transaction(await body_of(request))
     await worker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
                                 for item in op["items"]])
-    return json_response(await worker.engine.transaction(clean))
+    return json_response(await worker.engine.transaction(clean, size_bytes=len(await request.body())))
 
 
 async def extend_lease(request: Request) -> Response:

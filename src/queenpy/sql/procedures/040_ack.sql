@@ -313,62 +313,313 @@ BEGIN
 END;
 $$;
 
--- A client transaction: ack and push operations, all in one PostgreSQL transaction (API.md section 9).
--- Input: {"operations": [{"type": "ack", ...ack item...} | {"type": "push", "items": [push items]}]}
--- Output: {"transactionId", "success", "results": [...], "error"?}. Any failure rolls back every operation.
--- Pushes do not NOTIFY here: the broker wakes consumers after COMMIT (see push_items_v2).
-CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
-RETURNS jsonb
+-- Client transactions, fused (API.md section 9; docs/architecture.md, "Fusion and transactions"). The broker
+-- fuses the client transactions that arrive while one is in flight into one call of queen.transaction_v2: one
+-- PostgreSQL transaction, one commit (group commit). Each client transaction runs in its own subtransaction
+-- (BEGIN ... EXCEPTION, a savepoint), so it stays all-or-nothing on its own: one that fails is rolled back to
+-- its savepoint and answered with its own error, the others commit. An error that escapes (connection lost,
+-- statement timeout, a terminated backend) rolls back the whole call: no client transaction is half-applied.
+--
+-- Input: a JSONB array of client transactions, in arrival order:
+--   {"operations": [{"type": "ack", ...ack item...} | {"type": "push", "items": [push items]}],
+--    "requiredLeases": [lease id, ...]}
+-- The operations are numbered as their results are (API.md 9): one index per ack, one per push item.
+-- Output (json text): one answer per client transaction, in input order:
+--   {"transactionId": uuid, "success": true, "pushes": [[first index, push_items_v3 answer], ...]}
+--   {"transactionId": uuid, "success": false, "error": text, "failedAt": index, "pushes": [...]}
+-- The answer of a push segment (consecutive push items from first index on) is push_items_v3's, so the
+-- broker expands the per-operation results (queenpy.engine.engine.transaction_results; in SQL,
+-- queen.transaction_results_v1). A failed one's "pushes" are what ran before the failure (rolled back), and
+-- failedAt the index of the first failing operation (0 for a required lease): its results stop there.
+--
+-- Inside one client transaction, set-based statements, not a step per operation: the required leases in one
+-- statement; the operations cut into runs of one type, in order (usually acks, then pushes); a run of pushes is
+-- one push_items_v3 call, a run of acks is queen.ack_v2's work (one consumer-row update per partition and
+-- group, queen.ack_run_v2, when the run allows it, else queen.ack_one_v1 item by item in transaction mode:
+-- failed/dlq straight to the DLQ). Acks are applied in (partition, group, offset) order, as ack_v2 does.
+-- Cost against push_items_v3 + ack_v2 of the same items: benchmarks/transaction_cost.py.
+--
+-- Errors, each the client transaction's own "error" (the route answers it as success false, API.md 9):
+-- 'Required lease <id> is expired or released' (requiredLeases names a lease that is not live, checked first:
+-- API.md 20.12, queenpy implements the check); 'ACK operation failed: Message not found' / 'Invalid or
+-- expired lease' / 'Unknown error' (a status other than completed, success, failed, dlq); 'PUSH operation
+-- failed: queue full'; 'duplicate transactionId <id> in push' (a duplicate aborts a transaction, API.md 20.12);
+-- 'Unknown operation type: <type>'; any other SQL error inside it (its message; a deadlock with another
+-- group is one: it ends that client transaction only).
+--
+-- Locks: a group of more than one locks, before its first member, the existing partitions that its pushes
+-- touch, in id order (then the capacity rows of capped queues, in queue order), as one push_items_v3 does
+-- for its own batch: two groups whose members push to the same partitions in different orders would
+-- otherwise deadlock. The members then find these rows locked by their own transaction.
+-- Members that lock the same row (a partition pushed to, a consumer row acked under one lease) each lock a
+-- version that another subtransaction of the group made: PostgreSQL records that with one MultiXact of about
+-- three members per member and row, not one that grows along the group (the quadratic case queen.ack_v2's
+-- comment warns of); measured with benchmarks/transaction_cost.py (groups of 20 and 60).
+CREATE OR REPLACE FUNCTION queen.transaction_v2(p_transactions jsonb)
+RETURNS json
 LANGUAGE plpgsql
 SET enable_seqscan = off  -- as queen.ack_v2
 AS $$
 DECLARE
-    v_txid uuid := gen_random_uuid();
-    v_results jsonb[] := '{}';
-    v_op jsonb;
-    v_index integer := 0;
+    v_member jsonb;
+    v_txid uuid;
+    v_out text[] := '{}';
+    v_pushes text[];
+    v_ops jsonb;
+    v_items jsonb;
+    v_kinds text[];
+    v_first_ops integer[];
+    v_last_ops integer[];
+    v_starts integer[];
+    v_leases text[];
+    v_lease text;
+    v_types text[];
+    v_n integer;
+    v_a integer;
+    v_index integer;
+    v_fail_index integer;
+    v_fail text;
+    v_text text;
+    v_status text;
+    v_position integer;
+    v_txn text;
+    run record;
+    v_pos integer;
+    v_one_pass boolean;
+    v_held boolean;
+    v_k integer;
+    v_queue_name text;
+    v_partition_name text;
     v_res jsonb;
-    v_error text;
+    v_queue_names text[];
+    v_partition_names text[];
 BEGIN
-    BEGIN
-        FOR v_op IN SELECT e FROM jsonb_array_elements(p_request->'operations') e LOOP
-            IF v_op->>'type' = 'ack' THEN
-                v_res := queen.ack_one_v1(v_op || jsonb_build_object('index', v_index), 'transaction');
-                IF NOT (v_res->>'success')::boolean THEN
-                    v_error := 'ACK operation failed: ' || coalesce(v_res->>'error', 'Unknown error');
-                    RAISE EXCEPTION USING ERRCODE = 'QN422', MESSAGE = v_error;
+    IF jsonb_array_length(p_transactions) > 1 THEN
+        SELECT array_agg(w.queue_name), array_agg(w.partition_name) INTO v_queue_names, v_partition_names
+        -- the push operations through one JSON path (the acks are not copied out), their items read as narrow
+        -- rows (no payload copied): a fifth of the time of a scan of every operation of a 2 MB group
+        FROM (SELECT DISTINCT r.queue AS queue_name, coalesce(r."partition", 'Default') AS partition_name
+              FROM jsonb_path_query(p_transactions, 'lax $[*].operations[*] ? (@.type == "push")') op
+              CROSS JOIN LATERAL jsonb_to_recordset(CASE WHEN jsonb_typeof(op->'items') = 'array'
+                                                         THEN op->'items' ELSE '[]' END) AS r(queue text, "partition" text)
+             ) w;
+        IF v_queue_names IS NOT NULL THEN
+            PERFORM 1 FROM queen.partitions p
+            WHERE p.id IN (SELECT x.id
+                           FROM unnest(v_queue_names, v_partition_names) w(queue_name, partition_name)
+                           CROSS JOIN LATERAL (
+                               SELECT p2.id FROM queen.queues q
+                               CROSS JOIN LATERAL (SELECT p1.id FROM queen.partitions p1
+                                                   WHERE p1.queue_id = q.id AND p1.name = w.partition_name
+                                                   LIMIT 1) p2
+                               WHERE q.name = w.queue_name) x)
+            ORDER BY p.id
+            FOR UPDATE;
+            PERFORM 1 FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
+            WHERE q.name = ANY (v_queue_names) AND q.max_queue_size > 0
+            ORDER BY c.queue_id
+            FOR UPDATE OF c;
+        END IF;
+    END IF;
+
+    FOR v_member IN SELECT e FROM jsonb_array_elements(p_transactions) WITH ORDINALITY AS t(e, o) ORDER BY o LOOP
+        v_txid := gen_random_uuid();
+        v_pushes := '{}';
+        v_fail_index := NULL;
+        v_fail := NULL;
+        BEGIN
+            -- 1. the required leases, each live (its consumer rows locked until COMMIT)
+            v_leases := CASE WHEN jsonb_typeof(v_member->'requiredLeases') = 'array'
+                             THEN ARRAY(SELECT jsonb_array_elements_text(v_member->'requiredLeases')) END;
+            IF cardinality(v_leases) > 0 THEN
+                SELECT l INTO v_lease FROM unnest(v_leases) l
+                WHERE l <> ''
+                  AND NOT EXISTS (SELECT 1 FROM queen.partition_consumers pc
+                                  WHERE pc.worker_id = l AND pc.lease_expires_at > now())
+                LIMIT 1;
+                IF FOUND THEN
+                    v_fail_index := 0;
+                    RAISE EXCEPTION 'Required lease % is expired or released', v_lease USING ERRCODE = 'QN409';
                 END IF;
-                v_results := array_append(v_results, jsonb_build_object('index', v_index, 'type', 'ack',
-                    'success', true, 'transactionId', v_op->>'transactionId', 'error', NULL,
-                    'dlq', (v_res->>'dlq')::boolean));
-                v_index := v_index + 1;
-            ELSIF v_op->>'type' = 'push' THEN
-                -- all items of the op in one call (strict: a duplicate or a full queue aborts everything)
-                FOR v_res IN
-                    SELECT r FROM jsonb_array_elements(queen.push_items_v2(
-                        (SELECT jsonb_agg(x || jsonb_build_object('index', v_index + o - 1) ORDER BY o)
-                         FROM jsonb_array_elements(v_op->'items') WITH ORDINALITY AS t(x, o)),
-                        true, false)) r
-                LOOP
-                    IF v_res->>'status' <> 'queued' THEN
-                        v_error := 'PUSH operation failed: ' || coalesce(v_res->>'error', v_res->>'status');
-                        RAISE EXCEPTION USING ERRCODE = 'QN422', MESSAGE = v_error;
-                    END IF;
-                    v_results := array_append(v_results, jsonb_build_object('index', v_index,
-                        'type', 'push', 'success', true, 'transactionId', v_res->>'transaction_id',
-                        'messageId', v_res->>'message_id', 'partitionId', v_res->>'partition_id',
-                        'queueName', v_res->>'queueName'));
-                    v_index := v_index + 1;
-                END LOOP;
-            ELSE
-                v_error := 'Unknown operation type: ' || coalesce(v_op->>'type', 'null');
-                RAISE EXCEPTION USING ERRCODE = 'QN400', MESSAGE = v_error;
+                PERFORM 1 FROM queen.partition_consumers pc WHERE pc.worker_id = ANY (v_leases) ORDER BY pc.id
+                FOR UPDATE;
             END IF;
-        END LOOP;
-    EXCEPTION WHEN others THEN
-        RETURN jsonb_build_object('transactionId', v_txid, 'success', false, 'error', SQLERRM,
-                                  'results', to_jsonb(v_results));
-    END;
-    RETURN jsonb_build_object('transactionId', v_txid, 'success', true, 'results', to_jsonb(v_results));
+
+            -- 2. the operations cut into runs of one type, in order: per run its type, its first and last
+            -- operation (1-based places in "operations") and the index of its first result. Only types and
+            -- sizes are read here; each run then reads its operations from the request itself.
+            v_ops := v_member->'operations';
+            -- the recipe's shape (acks, then at most one push operation) without a statement over the
+            -- operations: their types through one JSON path (an operation without a type takes the general way)
+            v_types := ARRAY(SELECT jsonb_array_elements_text(jsonb_path_query_array(v_ops, 'lax $[*].type')));
+            v_n := jsonb_array_length(v_ops);
+            v_a := coalesce(array_position(v_types, 'push'), v_n + 1) - 1;
+            IF cardinality(v_types) = v_n AND v_a >= v_n - 1 AND (v_a = 0 OR v_types[1:v_a] <@ ARRAY['ack'])
+               AND (v_a = v_n OR v_types[v_n] = 'push') THEN
+                v_kinds := '{}';
+                v_first_ops := '{}';
+                v_last_ops := '{}';
+                v_starts := '{}';
+                IF v_a > 0 THEN
+                    v_kinds := ARRAY['ack'];
+                    v_first_ops := ARRAY[1];
+                    v_last_ops := ARRAY[v_a];
+                    v_starts := ARRAY[0];
+                END IF;
+                IF v_a < v_n THEN
+                    v_kinds := v_kinds || 'push'::text;
+                    v_first_ops := v_first_ops || v_n;
+                    v_last_ops := v_last_ops || v_n;
+                    v_starts := v_starts || v_a;
+                END IF;
+            ELSE
+                SELECT array_agg(s.kind ORDER BY s.run), array_agg(s.first_op ORDER BY s.run),
+                       array_agg(s.last_op ORDER BY s.run), array_agg(s.start ORDER BY s.run)
+                INTO v_kinds, v_first_ops, v_last_ops, v_starts
+                FROM (SELECT c.run, min(c.kind) AS kind, min(c.o) AS first_op, max(c.o) AS last_op, min(c.idx) AS start
+                      FROM (SELECT b.o, b.kind, b.idx, count(*) FILTER (WHERE b.changed) OVER (ORDER BY b.o) AS run
+                            FROM (SELECT a.o, a.kind, (sum(a.width) OVER (ORDER BY a.o) - a.width)::int AS idx,
+                                         a.kind IS DISTINCT FROM lag(a.kind) OVER (ORDER BY a.o) AS changed
+                                  FROM (SELECT t.o::int AS o, coalesce(t.op->>'type', 'null') AS kind,
+                                               CASE WHEN t.op->>'type' = 'push' THEN jsonb_array_length(t.op->'items')
+                                                    ELSE 1 END AS width
+                                        FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(op, o)) a) b) c
+                      GROUP BY c.run) s;
+            END IF;
+
+            FOR r IN 1 .. coalesce(cardinality(v_kinds), 0) LOOP
+                IF v_kinds[r] = 'push' THEN
+                    -- one call for the run; a duplicate or a full queue fails the client transaction
+                    IF v_first_ops[r] = v_last_ops[r] THEN
+                        v_items := v_ops->(v_first_ops[r] - 1)->'items';
+                    ELSE
+                        SELECT jsonb_agg(i.e ORDER BY t.o, i.j) INTO v_items
+                        FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(op, o)
+                        CROSS JOIN LATERAL jsonb_array_elements(t.op->'items') WITH ORDINALITY AS i(e, j)
+                        WHERE t.o BETWEEN v_first_ops[r] AND v_last_ops[r];
+                    END IF;
+                    v_text := queen.push_items_v3(v_items, false, false);
+                    v_pushes := v_pushes || ('[' || v_starts[r] || ',' || v_text || ']');
+                    IF strpos(v_text, '"d"') > 0 OR strpos(v_text, '"f"') > 0 THEN
+                        SELECT (a->>0)::int, a->>1 INTO v_position, v_status
+                        FROM json_array_elements(v_text::json) a WHERE a->>1 <> 'q' ORDER BY (a->>0)::int LIMIT 1;
+                        v_fail_index := v_starts[r] + v_position;
+                        IF v_status = 'f' THEN
+                            RAISE EXCEPTION 'PUSH operation failed: queue full' USING ERRCODE = 'QN422';
+                        END IF;
+                        v_txn := v_items->v_position->>'transactionId';
+                        RAISE EXCEPTION 'duplicate transactionId % in push', v_txn USING ERRCODE = 'QN409';
+                    END IF;
+                    CONTINUE;
+                ELSIF v_kinds[r] <> 'ack' THEN
+                    v_fail_index := v_starts[r];
+                    RAISE EXCEPTION 'Unknown operation type: %', v_kinds[r] USING ERRCODE = 'QN400';
+                END IF;
+                -- a run of acks: as queen.ack_v2 (runs of one partition and group in one pass where they
+                -- can be), in transaction mode; the first failure in operation order is the answer. An ack's
+                -- index is its run's first plus its place in the run.
+                FOR run IN
+                    SELECT min(e->>'partitionId') AS partition_text, min(k.consumer_group) AS consumer_group,
+                           array_agg(t.o::int ORDER BY m.seq, t.o) AS places,
+                           min(t.o)::int AS first_place,
+                           count(*)::int AS n, count(m.seq)::int AS found, min(m.seq) AS min_seq,
+                           max(m.seq) AS max_seq, min(coalesce(e->>'leaseId', '')) AS lease,
+                           count(DISTINCT coalesce(e->>'leaseId', ''))::int AS leases,
+                           bool_and(coalesce(nullif(e->>'status', ''), 'completed') IN ('completed', 'success'))
+                               AS plain
+                    FROM jsonb_array_elements(v_ops) WITH ORDINALITY AS t(e, o)
+                    CROSS JOIN LATERAL (SELECT coalesce(e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group) k
+                    LEFT JOIN LATERAL queen.message_by_transaction_v1((e->>'partitionId')::uuid, e->>'transactionId') m
+                      ON true
+                    WHERE t.o BETWEEN v_first_ops[r] AND v_last_ops[r]
+                    GROUP BY e->>'partitionId', k.consumer_group
+                    ORDER BY e->>'partitionId', k.consumer_group
+                LOOP
+                    v_one_pass := false;
+                    IF run.n > 1 AND run.found = run.n AND run.leases = 1 AND run.plain THEN
+                        SELECT a.one_pass, a.held, a.k, a.queue_name, a.partition_name
+                        INTO v_one_pass, v_held, v_k, v_queue_name, v_partition_name
+                        FROM queen.ack_run_v2(run.partition_text::uuid, run.consumer_group, run.lease, run.n,
+                                              run.min_seq, run.max_seq) a;
+                    END IF;
+                    IF v_one_pass THEN
+                        v_index := v_starts[r] + run.first_place - v_first_ops[r];
+                        IF NOT v_held AND (v_fail_index IS NULL OR v_index < v_fail_index) THEN
+                            v_fail_index := v_index;
+                            v_fail := 'Invalid or expired lease';
+                        END IF;
+                    ELSE
+                        FOREACH v_pos IN ARRAY run.places LOOP
+                            v_index := v_starts[r] + v_pos - v_first_ops[r];
+                            v_res := queen.ack_one_v1(v_ops->(v_pos - 1) || jsonb_build_object('index', v_index),
+                                                      'transaction');
+                            IF NOT (v_res->>'success')::boolean AND (v_fail_index IS NULL OR v_index < v_fail_index)
+                            THEN
+                                v_fail_index := v_index;
+                                v_fail := coalesce(v_res->>'error', 'Unknown error');
+                            END IF;
+                        END LOOP;
+                    END IF;
+                END LOOP;
+                IF v_fail_index IS NOT NULL THEN
+                    RAISE EXCEPTION 'ACK operation failed: %', v_fail USING ERRCODE = 'QN422';
+                END IF;
+            END LOOP;
+            v_out := v_out || json_build_object('transactionId', v_txid, 'success', true)::text;
+            v_out[cardinality(v_out)] := left(v_out[cardinality(v_out)], -1)
+                                         || ',"pushes":[' || array_to_string(v_pushes, ',') || ']}';
+        EXCEPTION WHEN others THEN
+            v_out := v_out || json_build_object('transactionId', v_txid, 'success', false, 'error', SQLERRM,
+                                                'failedAt', coalesce(v_fail_index, 0))::text;
+            v_out[cardinality(v_out)] := left(v_out[cardinality(v_out)], -1)
+                                         || ',"pushes":[' || array_to_string(v_pushes, ',') || ']}';
+        END;
+    END LOOP;
+    RETURN ('[' || array_to_string(v_out, ',') || ']')::json;
 END;
+$$;
+
+-- queen.transaction_v2's answer for one client transaction (p_answer) as API.md section 9's response:
+-- {"transactionId", "success", "results": [...], "error"?}; the results of a failed one stop at its failing
+-- operation. As the broker expands it (queenpy.engine.engine.transaction_results).
+CREATE OR REPLACE FUNCTION queen.transaction_results_v1(p_request jsonb, p_answer json)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    WITH flat AS (
+        SELECT t.op->>'type' AS kind, t.op, i.e, (row_number() OVER (ORDER BY t.o, i.j) - 1)::int AS idx
+        FROM jsonb_array_elements(p_request->'operations') WITH ORDINALITY AS t(op, o)
+        CROSS JOIN LATERAL jsonb_array_elements(CASE WHEN t.op->>'type' = 'push' THEN t.op->'items'
+                                                     ELSE jsonb_build_array(t.op) END) WITH ORDINALITY AS i(e, j)
+    ), pushed AS (
+        SELECT (s->>0)::int + (a->>0)::int AS idx, a->>2 AS message_id, a->>3 AS partition_id
+        FROM json_array_elements(p_answer->'pushes') s
+        CROSS JOIN LATERAL json_array_elements(s->1) a
+    )
+    SELECT jsonb_build_object('transactionId', p_answer->>'transactionId',
+                              'success', (p_answer->>'success')::boolean,
+                              'results', coalesce((
+        SELECT jsonb_agg(CASE WHEN f.kind = 'ack' THEN
+                             jsonb_build_object('index', f.idx, 'type', 'ack', 'success', true,
+                                                'transactionId', f.e->>'transactionId', 'error', NULL,
+                                                'dlq', coalesce(f.e->>'status', '') IN ('failed', 'dlq'))
+                         ELSE
+                             jsonb_build_object('index', f.idx, 'type', 'push', 'success', true,
+                                                'transactionId', coalesce(nullif(f.e->>'transactionId', ''),
+                                                                          p.message_id),
+                                                'messageId', p.message_id, 'partitionId', p.partition_id,
+                                                'queueName', f.e->>'queue')
+                         END ORDER BY f.idx)
+        FROM flat f LEFT JOIN pushed p ON p.idx = f.idx
+        WHERE (p_answer->>'success')::boolean OR f.idx < (p_answer->>'failedAt')::int), '[]'::jsonb))
+           || CASE WHEN (p_answer->>'success')::boolean THEN '{}'::jsonb
+                   ELSE jsonb_build_object('error', p_answer->>'error') END
+$$;
+
+-- One client transaction, all in one PostgreSQL transaction (API.md section 9; the SQL API): queen.transaction_v2
+-- over a group of one, with its results expanded. Any failure rolls back every operation of it.
+-- Pushes do not NOTIFY here: the broker wakes consumers after COMMIT (see push_items_v2).
+CREATE OR REPLACE FUNCTION queen.transaction_v1(p_request jsonb)
+RETURNS jsonb
+LANGUAGE sql AS $$
+    SELECT queen.transaction_results_v1(p_request, queen.transaction_v2(jsonb_build_array(p_request))->0)
 $$;
