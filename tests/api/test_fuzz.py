@@ -170,6 +170,11 @@ def test_real_results_conform_to_the_document(api_schema: Any, fuzzed_broker: Br
                                                  "data": ['{"n": 1}', "2"]})
         assert call("POST", "/api/v1/spark/commit", json={"queryId": queue, "batchId": 3, "tokens": ["t3"],
                                                           "counts": [2], "mode": "pipelined"})["pending"] is True
+        assert call("POST", "/api/v1/spark/push", json={
+            "queryId": f"{queue}-direct", "batchId": 0, "task": 0, "token": "d0", "queue": f"{queue}-direct",
+            "partitions": ["p"], "partitionIndexes": [0], "transactionIds": ["d-1"], "data": ['{"n": 1}']})["pushed"] == 1
+        assert call("POST", "/api/v1/spark/commit", json={"queryId": f"{queue}-direct", "batchId": 0,
+                                                           "mode": "direct"})["pushed"] == 1
         assert call("POST", "/api/v1/spark/flush", json={"queryId": queue})["success"] is True  # the broker may
         # have applied the batch already, right after its answer
         stream = call("POST", "/streams/v1/queries", json={"name": unique("stream"), "source_queue": queue,

@@ -80,3 +80,107 @@ def test_bad_commit_modes_answer_400(http: httpx.Client, body: dict[str, Any], w
 def test_flush_needs_a_query_id(http: httpx.Client) -> None:
     response = http.post("/api/v1/spark/flush", json={})
     assert response.status_code == 400 and "queryId" in response.json()["error"]
+
+
+def push(http: httpx.Client, query: str, batch: int, token: str, queue: str, texts: list[str],
+         **extra: Any) -> httpx.Response:
+    body = {"queryId": query, "batchId": batch, "task": 0, "token": token, "queue": queue, "partitions": ["p"],
+            "partitionIndexes": [0] * len(texts), "transactionIds": [f"x{i}" for i in range(len(texts))],
+            "data": texts, **extra}
+    return http.post("/api/v1/spark/push", json=body)
+
+
+def test_direct_push_then_record_then_a_replay_pushes_nothing(http: httpx.Client) -> None:
+    query, queue = unique("dq"), unique("direct")
+    first = push(http, query, 0, "a0", queue, ['{"n": 1}', '{"n": 2}'])
+    assert first.status_code == 200, first.text
+    assert (first.json()["pushed"], first.json()["committed"]) == (2, False)
+    assert head(http, queue) == 2  # visible before the batch is recorded
+    retry = push(http, query, 0, "a1", queue, ['{"n": 1}', '{"n": 2}', '{"n": 3}'])
+    assert (retry.json()["pushed"], retry.json()["duplicates"]) == (1, 2)
+    recorded = http.post("/api/v1/spark/commit", json={"queryId": query, "batchId": 0, "mode": "direct"})
+    assert recorded.status_code == 200, recorded.text
+    assert (recorded.json()["duplicate"], recorded.json()["pushed"]) == (False, 3)
+    replay = push(http, query, 0, "a2", queue, ['{"n": 9}'], transactionIds=["x9"])
+    assert (replay.json()["committed"], replay.json()["pushed"]) == (True, 0)
+    assert head(http, queue) == 3
+
+
+@pytest.mark.parametrize(("extra", "word"), [
+    ({"partitionIndexes": [1]}, "partitionIndexes"),
+    ({"partitions": ["p", "p"]}, "repeat"),
+    ({"partitions": []}, "partitions"),
+    ({"task": -1}, "task"),
+    ({"data": [{"n": 1}]}, "data"),
+    ({"data": ["{oops"]}, "JSON"),
+])
+def test_bad_direct_pushes_answer_400(http: httpx.Client, extra: dict[str, Any], word: str) -> None:
+    response = push(http, unique("dq"), 0, "t", unique("direct"), ['{"n": 1}'], **extra)
+    assert response.status_code == 400 and word in response.json()["error"], response.text
+
+
+def test_range_read_answers_payload_bytes_after_a_json_header_when_asked(http: httpx.Client) -> None:
+    import orjson
+
+    queue = unique("binread")
+    payloads = [{"n": 1, "t": "é\"q"}, [1, 2], "text", None]
+    pushed = http.post("/api/v1/push", json={"items": [{"queue": queue, "partition": "p", "payload": p}
+                                                       for p in payloads]})
+    assert pushed.status_code == 200, pushed.text
+    pid = http.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"][0]["partitionId"]
+    request = {"ranges": [{"partitionId": pid, "after": 0, "upto": 4}]}
+    as_json = http.post("/api/v1/spark/read", json=request).json()["ranges"][0]
+    raw = http.post("/api/v1/spark/read", json=request, headers={"Accept": "application/octet-stream"})
+    assert raw.headers["content-type"] == "application/octet-stream"
+    size = int.from_bytes(raw.content[:4], "big")
+    block = orjson.loads(raw.content[4:4 + size])["ranges"][0]
+    blob = raw.content[4 + size:]
+    texts, position = [], 0
+    for length in block.pop("dataBytes"):
+        texts.append(blob[position:position + length].decode())
+        position += length
+    assert position == len(blob)
+    assert texts == as_json.pop("data")
+    assert [orjson.loads(t) for t in texts] == payloads
+    assert block == as_json
+
+
+def binary_push(http: httpx.Client, query: str, queue: str, texts: list[str | None], **extra: Any) -> httpx.Response:
+    import orjson
+
+    header = orjson.dumps({"queryId": query, "batchId": 0, "task": 0, "token": "b0", "queue": queue,
+                           "partitions": ["p"], "partitionIndexes": [0] * len(texts),
+                           "transactionIds": [f"x{i}" for i in range(len(texts))],
+                           "dataBytes": [-1 if t is None else len(t.encode()) for t in texts], **extra})
+    blob = b"".join(t.encode() for t in texts if t is not None)
+    return http.post("/api/v1/spark/push", content=len(header).to_bytes(4, "big") + header + blob,
+                     headers={"Content-Type": "application/octet-stream"})
+
+
+def test_a_binary_direct_push_passes_the_payload_bytes_through(http: httpx.Client) -> None:
+    queue = unique("binpush")
+    texts = ['{"n": 1, "t": "é\\"q"}', None, "[1, 2]"]
+    response = binary_push(http, unique("dq"), queue, texts)
+    assert response.status_code == 200, response.text
+    assert response.json()["pushed"] == 3
+    pid = http.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"][0]["partitionId"]
+    page = http.get("/api/v1/spark/messages", params={"partitionId": pid, "after": 0, "upto": 3}).json()
+    assert [m["data"] for m in page["messages"]] == [{"n": 1, "t": 'é"q'}, None, [1, 2]]
+    assert [m["transactionId"] for m in page["messages"]] == ["x0", "x1", "x2"]
+
+
+@pytest.mark.parametrize(("texts", "extra", "word"), [
+    (["{oops"], {}, "JSON"),
+    (['"a"'], {"dataBytes": [5]}, "lengths"),
+    (['"a"'], {"dataBytes": ["3"]}, "dataBytes"),
+])
+def test_bad_binary_pushes_answer_400(http: httpx.Client, texts: list[str], extra: dict[str, Any],
+                                      word: str) -> None:
+    response = binary_push(http, unique("dq"), unique("binpush"), texts, **extra)
+    assert response.status_code == 400 and word in response.json()["error"], response.text
+
+
+def test_a_binary_body_without_its_header_length_answers_400(http: httpx.Client) -> None:
+    response = http.post("/api/v1/spark/push", content=b"\x00\x00\xff\xff{}",
+                         headers={"Content-Type": "application/octet-stream"})
+    assert response.status_code == 400 and "4-byte" in response.json()["error"]

@@ -246,3 +246,84 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
                                "WHERE query_id = 'qp' ORDER BY batch_id").fetchall()
         assert batches == [(0, 2, None), (1, 1, None), (2, 1, None), (3, 1, None)]
         assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp'").fetchone() == (0,)
+
+
+def push_direct(conn: psycopg.Connection[Any], rows: list[tuple[str, str | None, str]], *, batch: int = 0,
+                task: int = 0, token: str = "a0", query: str = "qd", queue: str = "dstd",
+                stale_ok: bool = False) -> Any:
+    """One chunk of a direct write task: rows (partition, transactionId, payload text)."""
+    names = sorted({p for p, _, _ in rows})
+    row = conn.execute(
+        "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], %s::uuid[], "
+        "%s::text[], NULL, false, %s)::text",
+        (query, batch, task, token, queue, names, [names.index(p) for p, _, _ in rows], [t for _, t, _ in rows],
+         [None] * len(rows), [d for _, _, d in rows], stale_ok)).fetchone()
+    assert row is not None
+    return orjson.loads(row[0])
+
+
+def stored_in(conn: psycopg.Connection[Any], queue: str) -> list[tuple[str, int, str, Any]]:
+    return [tuple(r) for r in conn.execute(
+        "SELECT p.name, m.seq, m.transaction_id, m.payload FROM queen.messages m "
+        "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = %s ORDER BY p.name, m.seq", (queue,)).fetchall()]
+
+
+def test_direct_push_is_idempotent_per_transaction_id_and_the_commit_records_once(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        first = push_direct(conn, [("p", "x1", '{"n": 1}'), ("q", "x2", '"two"'), ("p", "x3", "3")])
+        assert (first["committed"], first["pushed"], first["duplicates"]) == (False, 3, 0)
+        assert sorted(first["touched"]) == ["dstd/p", "dstd/q"]
+        # the task retried (another attempt token): the rows it pushed before are skipped, the rest appended
+        retry = push_direct(conn, [("p", "x1", '{"n": 1}'), ("q", "x2", '"two"'), ("p", "x3", "3"),
+                                   ("p", "x4", "4"), ("p", "x4", "4")], token="a1")
+        assert (retry["pushed"], retry["duplicates"], retry["stale"]) == (1, 4, False)
+        assert stored_in(conn, "dstd") == [("p", 1, "x1", {"n": 1}), ("p", 2, "x3", 3), ("p", 3, "x4", 4),
+                                           ("q", 1, "x2", "two")]
+        push_direct(conn, [("q", "y1", "5")], task=1, token="b0")
+        # the commit records the batch with what its task attempts stored, once
+        commit = orjson.dumps({"queryId": "qd", "batchId": 0}).decode()
+        recorded = sql_json(conn, "SELECT queen.spark_commit_direct_v1(%s::jsonb)::text", commit)
+        assert (recorded["duplicate"], recorded["pushed"]) == (False, 5)
+        again = sql_json(conn, "SELECT queen.spark_commit_direct_v1(%s::jsonb)::text", commit)
+        assert (again["duplicate"], again["pushed"]) == (True, 0)
+        assert conn.execute("SELECT pushed, direct FROM queen.spark_sink_batches WHERE query_id = 'qd'"
+                            ).fetchall() == [(5, True)]
+        assert conn.execute("SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = 'qd'").fetchone() == (0,)
+        # a replay of the committed batch pushes nothing, even rows it had not pushed before
+        replay = push_direct(conn, [("p", "x9", "9")], token="a2")
+        assert (replay["committed"], replay["pushed"]) == (True, 0)
+        assert len(stored_in(conn, "dstd")) == 5
+
+
+def test_a_direct_replay_older_than_the_target_retention_is_refused(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)", (orjson.dumps(
+            {"queue": "dsts", "options": {"retentionEnabled": True, "completedRetentionSeconds": 60}}).decode(),))
+        assert conn.execute("SELECT queen.spark_dedupe_window_v1('dsts')").fetchone() == (60.0,)
+        assert conn.execute("SELECT queen.spark_dedupe_window_v1('no-such-queue')").fetchone() == (None,)
+        push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts")
+        # the same attempt goes on, and a retry within the window is fine
+        assert push_direct(conn, [("p", "s2", "2")], query="qs", queue="dsts")["pushed"] == 1
+        assert push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts", token="r1")["duplicates"] == 1
+        # the first attempt started two minutes ago: a retry now may meet deleted rows
+        conn.execute("UPDATE queen.spark_direct_tasks SET started_at = now() - interval '2 minutes' "
+                     "WHERE query_id = 'qs'")
+        with pytest.raises(psycopg.Error, match="staleReplay=warn"):
+            push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts", token="r2")
+        # the first attempt itself is not refused; with stale_ok the retry pushes and says so
+        assert push_direct(conn, [("p", "s3", "3")], query="qs", queue="dsts")["stale"] is False
+        warned = push_direct(conn, [("p", "s1", "1"), ("p", "s4", "4")], query="qs", queue="dsts", token="r2",
+                             stale_ok=True)
+        assert (warned["stale"], warned["pushed"], warned["duplicates"]) == (True, 1, 1)
+
+
+def test_direct_push_into_a_capped_queue_fails_rather_than_dropping(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)",
+                     (orjson.dumps({"queue": "cappedd", "options": {"maxSize": 2}}).decode(),))
+        with pytest.raises(psycopg.Error, match="full"):
+            push_direct(conn, [("p", f"c{i}", str(i)) for i in range(3)], query="qc", queue="cappedd")
+        assert stored_in(conn, "cappedd") == []
+        ok = push_direct(conn, [("p", f"c{i}", str(i)) for i in range(2)], query="qc", queue="cappedd")
+        assert ok["pushed"] == 2

@@ -14,7 +14,7 @@ here. Its broker (``--start-broker``) comes from the process harness (:mod:`quee
 
 The copy query (``--driver`` mode, run as a child process in its own session):
 ``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``
-(``--commit sync`` or ``pipelined``), ``processingTime`` 500 ms, or ``availableNow`` for the final drain (then
+(``--commit sync``, ``pipelined`` or ``direct``), ``processingTime`` 500 ms, or ``availableNow`` for the final drain (then
 a flush of the sink, so a pipelined sink's last micro-batch is visible).
 """
 
@@ -100,7 +100,7 @@ def copy_query(
     commit: str = "sync",
 ) -> StreamingQuery:
     """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms;
-    ``commit`` is the sink's commit mode (``sync`` | ``pipelined``)."""
+    ``commit`` is the sink's commit mode (``sync`` | ``pipelined`` | ``direct``)."""
     reader = (
         spark.readStream.format("queen")
         .option("url", url)
@@ -414,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--produce-seconds", type=float, default=60.0)
     parser.add_argument("--max-per-trigger", type=int, default=30_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--commit", choices=("sync", "pipelined"), default="sync", help="the sink's commit mode")
+    parser.add_argument("--commit", choices=("sync", "pipelined", "direct"), default="sync",
+                        help="the sink's commit mode")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--source", default="")
     parser.add_argument("--target", default="")

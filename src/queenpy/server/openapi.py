@@ -245,6 +245,18 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
             "partitions": {"type": "array", "items": {"type": "string", "nullable": True, "maxLength": 255}},
             "transactionIds": {"type": "array", "items": {"type": "string", "nullable": True, "maxLength": 255}},
             "traceIds": {"type": "array", "items": {"type": "string", "nullable": True, "format": "uuid"}}}}),
+    ("post", "/api/v1/spark/push"): ("Push rows of one direct micro-batch write task, once per transactionId",
+                                     [], {
+        "type": "object", "required": ["queryId", "batchId", "token", "queue", "partitions", "partitionIndexes",
+                                       "data"], "properties": {
+            "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0}, "token": _NAME,
+            "task": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}, "queue": _NAME,
+            "partitions": {"type": "array", "items": {"type": "string", "maxLength": 255}},
+            "partitionIndexes": {"type": "array", "items": {"type": "integer", "minimum": 0}},
+            "data": {"type": "array", "items": {"type": "string", "nullable": True}},
+            "transactionIds": {"type": "array", "items": {"type": "string", "nullable": True, "maxLength": 255}},
+            "traceIds": {"type": "array", "items": {"type": "string", "nullable": True, "format": "uuid"}},
+            "staleOk": {"type": "boolean"}}}),
     ("post", "/api/v1/spark/cursor"): ("Advance a consumer group's cursors to offsets", [], {
         "type": "object", "required": ["queue", "consumerGroup", "offsets"], "properties": {
             "queue": _NAME, "consumerGroup": _NAME,
@@ -253,12 +265,13 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
         "type": "object", "required": ["queryId", "batchId", "token", "items"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0}, "token": _NAME,
             "items": {"type": "array", "items": _PUSH_ITEM}}}),
-    ("post", "/api/v1/spark/commit"): ("Commit a micro-batch once: push its staged rows", [], {
-        "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
+    ("post", "/api/v1/spark/commit"): ("Commit a micro-batch once: push its staged rows, or record a direct one",
+                                       [], {
+        "type": "object", "required": ["queryId", "batchId"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},
             "tokens": {"type": "array", "items": _NAME},
             "counts": {"type": "array", "items": _INT},
-            "mode": {"type": "string", "enum": ["sync", "pipelined"]}}}),
+            "mode": {"type": "string", "enum": ["sync", "pipelined", "direct"]}}}),
     ("post", "/api/v1/spark/abort"): ("Drop staged rows of a failed micro-batch", [], {
         "type": "object", "required": ["queryId", "batchId", "tokens"], "properties": {
             "queryId": _NAME, "batchId": {"type": "integer", "minimum": 0},

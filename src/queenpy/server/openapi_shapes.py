@@ -281,6 +281,8 @@ RESULTS: dict[tuple[str, str], Schema] = {
         offsets=array(INT), transactionIds=array(nullable(STR)), data=array(nullable(STR)),
         createdAtUs=array(INT), traceIds=array(nullable(STR)), producerSubs=array(nullable(STR)))))),
     ("post", "/api/v1/spark/rows"): _or_failure(obj(["success", "staged"], success=BOOL, staged=INT)),
+    ("post", "/api/v1/spark/push"): _or_failure(obj(["success", "committed", "pushed"], success=BOOL,
+                                                    committed=BOOL, stale=BOOL, pushed=INT, duplicates=INT)),
     ("post", "/api/v1/spark/commit"): _or_failure(obj(["success"], success=BOOL, pushed=INT, staged=INT,
                                                       duplicate=BOOL, duplicates=INT, pending=BOOL)),
     ("post", "/api/v1/spark/flush"): _or_failure(obj(["success"], success=BOOL, applied=INT, pushed=INT)),

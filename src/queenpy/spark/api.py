@@ -7,8 +7,8 @@ its Python workers across tasks and micro-batches, and making a client per task 
 builds one even for http URLs) and a TCP connection each time: a third of the workers' CPU in the profile of
 the 1 KB queue-to-queue copy (py-spy, 100 tasks per micro-batch), before tasks were grouped.
 
-Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, and ``rows``: a chunk is keyed by its task token
-and first row number, so a repeated POST stages nothing twice) are retried on connection errors and 5xx
+Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, ``rows``: a chunk is keyed by its task token
+and first row number, so a repeated POST stages nothing twice, and ``push``: its rows carry transaction ids) are retried on connection errors and 5xx
 answers with exponential backoff (about 30 s in total); the version 1 ``stage`` is never retried, because a
 second POST of the same items under the same token would stage them twice.
 
@@ -41,8 +41,9 @@ from queenpy.errors import (
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["CommitResult", "PartitionHead", "SparkBroker", "flush_sink"]
+__all__ = ["CommitResult", "PartitionHead", "PushResult", "SparkBroker", "flush_sink"]
 
+BINARY = "application/octet-stream"
 _RETRY_DELAYS_S = (0.1, 0.2, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0)
 
 # one keep-alive client per (process, url, token, timeout): see the module docstring
@@ -89,6 +90,17 @@ class CommitResult:
     duplicate: bool
     pushed: int
     pending: bool = False  # a pipelined commit: recorded, applied by the broker right after
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """``POST /api/v1/spark/push``: messages stored, rows skipped as stored already, whether the micro-batch was
+    recorded as committed before (nothing pushed), and whether the broker let a stale replay push (``stale``)."""
+
+    committed: bool
+    pushed: int
+    duplicates: int
+    stale: bool = False
 
 
 class SparkBroker:
@@ -147,15 +159,27 @@ class SparkBroker:
         """Messages of several ranges ``(partitionId, after, upto)`` in one call (``POST /api/v1/spark/read``).
 
         Returns one block per range whose partition exists, in request order: ``{"index", "partitionId",
-        "partition", "queue", "offsets", "transactionIds", "data" (JSON text), "createdAtUs", "traceIds",
-        "producerSubs"}``, the lists parallel and in offset order. The ranges may span 100,000 offsets in all.
+        "partition", "queue", "offsets", "transactionIds", "createdAtUs", "traceIds", "producerSubs"}`` and the
+        payloads as ``"dataBytes"`` (each one's length in bytes) plus ``"blob"`` (a ``memoryview`` of them all,
+        concatenated in block order, shared by the blocks), or, from a broker without the binary answer, as
+        ``"data"`` (JSON texts). The lists are parallel and in offset order. The ranges may span 100,000 offsets.
         """
         body = self._call(
             "POST",
             "/api/v1/spark/read",
             json={"ranges": [{"partitionId": p, "after": a, "upto": u} for p, a, u in ranges]},
+            accept=BINARY,
         )
-        blocks: list[dict[str, Any]] = body.get("ranges", []) if isinstance(body, dict) else []
+        if isinstance(body, bytes | memoryview):
+            view = memoryview(body)
+            size = int.from_bytes(view[:4], "big")
+            header = orjson.loads(view[4:4 + size])
+            blocks: list[dict[str, Any]] = header.get("ranges", [])
+            blob = view[4 + size:]
+            for block in blocks:
+                block["blob"] = blob
+            return blocks
+        blocks = body.get("ranges", []) if isinstance(body, dict) else []
         return blocks
 
     def stage_rows(
@@ -171,6 +195,34 @@ class SparkBroker:
                   **columns},
         )
         return int(body.get("staged", 0))
+
+    def push_direct(
+        self, query_id: str, batch_id: int, task: int, token: str, queue: str, columns: Mapping[str, Any],
+        payloads: bytes | memoryview, *, stale_ok: bool = False,
+    ) -> PushResult:
+        """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into ``queue``
+        (``POST /api/v1/spark/push``, binary body): ``columns`` has ``partitions`` (distinct names),
+        ``partitionIndexes`` (one per row, into ``partitions``), ``transactionIds``, ``dataBytes`` (each
+        payload's length in bytes, -1 for none) and optionally ``traceIds``; ``payloads`` the UTF-8 JSON texts,
+        concatenated. Retried safely (a row whose transaction id is stored is skipped).
+
+        Raises:
+            InvalidRequest: a bad row, or a replay older than the queue keeps transaction ids and not
+                ``stale_ok``.
+        """
+        header = orjson.dumps({"queryId": query_id, "batchId": batch_id, "task": task, "token": token,
+                               "queue": queue, "staleOk": stale_ok, **columns},
+                              option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        body = self._call("POST", "/api/v1/spark/push", content=b"".join(
+            [len(header).to_bytes(4, "big"), header, payloads]), content_type=BINARY)
+        return PushResult(bool(body.get("committed", False)), int(body.get("pushed", 0)),
+                          int(body.get("duplicates", 0)), bool(body.get("stale", False)))
+
+    def commit_direct(self, query_id: str, batch_id: int) -> CommitResult:
+        """Record micro-batch ``(query_id, batch_id)`` whose tasks pushed directly, once (``duplicate`` after)."""
+        body = self._call("POST", "/api/v1/spark/commit",
+                          json={"queryId": query_id, "batchId": batch_id, "mode": "direct"})
+        return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
 
     def advance_cursor(self, queue: str, consumer_group: str, offsets: Mapping[str, int]) -> int:
         """Set the group's cursor to ``max(cursor, offset)`` per partition; returns partitions updated."""
@@ -240,11 +292,17 @@ class SparkBroker:
         params: Mapping[str, str] | None = None,
         json: Any = None,
         retry: bool = True,
+        accept: str | None = None,
+        content: bytes | None = None,
+        content_type: str = "application/json",
     ) -> Any:
         import httpx
 
-        content = None if json is None else orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS)
-        headers = None if content is None else {"Content-Type": "application/json"}
+        if json is not None:
+            content = orjson.dumps(json, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+        headers = {} if content is None else {"Content-Type": content_type}
+        if accept:
+            headers["Accept"] = accept
         delays = iter(_RETRY_DELAYS_S if retry else ())
         while True:
             try:
@@ -260,6 +318,8 @@ class SparkBroker:
                 if delay is not None:
                     time.sleep(delay)
                     continue
+            if accept and response.status_code < 400 and response.headers.get("content-type") == accept:
+                return response.content
             return _decode(response, f"{method} {path}")
 
 

@@ -32,15 +32,29 @@ partitionColumn        ``partition`` if the column holding the partition name; e
                        column exists
 transactionIdColumn    none                 take transaction ids from this column instead of deriving them
 writeId                random               batch writes: a stable id makes re-running the write a no-op
-stageBatchSize         10000                most rows per ``/spark/rows`` request
-stageBatchBytes        4 MiB                most payload bytes per ``/spark/rows`` request (estimated as JSON
-                                            text, escapes counted; keeps requests under the broker's
-                                            HTTP_MAX_BODY_BYTES, 10 MiB by default)
-commit                 sync                 ``sync``: a micro-batch's messages are in the queue when Spark's commit
-                                            returns. ``pipelined``: the commit records the batch and returns; the
-                                            broker moves its rows into the queue while Spark runs the next batch
-                                            (exactly once, in batch order; visible a moment later: after a query
-                                            ends, ``flush_sink`` waits for the rest)
+stageBatchSize         10000                most rows per ``/spark/rows`` or ``/spark/push`` request
+stageBatchBytes        4 MiB                most payload bytes per such request (UTF-8 bytes of ``data``
+                                            plus 128 per row; the body's JSON escapes of quotes and
+                                            backslashes add up to as much again, so keep it below half the
+                                            broker's HTTP_MAX_BODY_BYTES, 10 MiB by default)
+commit                 direct               ``direct``: each task pushes its rows with transaction ids derived
+                                            from the query, the batch and each row's identity, and the broker's
+                                            dedupe makes a replay store nothing twice; the commit records the
+                                            batch. Rows are visible as the tasks push them. Needs a stable
+                                            identity per row (source columns ``partitionId`` and ``offset``,
+                                            ``idColumns`` or ``transactionIdColumn``), else the query commits
+                                            staged and says so once in the log. ``staged`` (or ``sync``): tasks
+                                            stage their rows and the commit moves a micro-batch into the queue
+                                            in one transaction: visible all at once when Spark's commit returns.
+                                            ``pipelined``: staged, and the broker moves the rows after the commit
+                                            answered, while Spark runs the next batch (exactly once, in batch
+                                            order; after a query ends, ``flush_sink`` waits for the rest)
+idColumns              none                 direct commits: comma-separated columns whose values identify an
+                                            output row across replays (e.g. ``window,key`` of a windowed
+                                            aggregation in append mode); the batch id is always part of the id
+staleReplay            fail                 direct commits: a task replayed longer after its first attempt than
+                                            the target queue keeps transaction ids (its retention) ``fail``s,
+                                            or pushes anyway with a warning (``warn``: at-least-once)
 ====================== ==================== =============================================================
 """
 
@@ -152,7 +166,9 @@ class SinkOptions:
     write_id: str | None
     stage_batch_size: int
     stage_batch_bytes: int = 4 * 1024 * 1024
-    commit_mode: str = "sync"
+    commit_mode: str = "direct"
+    id_columns: tuple[str, ...] = ()
+    stale_replay: str = "fail"
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -166,7 +182,10 @@ class SinkOptions:
             write_id=_get(options, "writeId"),
             stage_batch_size=_int(options, "stageBatchSize", 10_000, minimum=1),
             stage_batch_bytes=_int(options, "stageBatchBytes", 4 * 1024 * 1024, minimum=1024),
-            commit_mode=_choice(options, "commit", ("sync", "pipelined"), "sync"),
+            commit_mode=_choice(options, "commit", ("direct", "staged", "sync", "pipelined"), "direct")
+            .replace("staged", "sync"),
+            id_columns=tuple(name.strip() for name in (_get(options, "idColumns") or "").split(",") if name.strip()),
+            stale_replay=_choice(options, "staleReplay", ("fail", "warn"), "fail"),
         )
 
 

@@ -7,11 +7,13 @@ runs in executor Python workers on a *pickled copy* made at planning time, so it
 Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before running
 it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
 ``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
-visible in commit order. A micro-batch's ranges over all partitions are packed into a few tasks of equal size
-(:func:`offsets.plan_tasks`: ``minTasks``, by default the driver host's cores, or more when a batch exceeds
-``messagesPerTask`` per task), and a task fetches its ranges with ``POST /api/v1/spark/read``, several ranges
-per request, ``pageSize`` messages at most, columns in, Arrow record batches out. ``latestOffset(start)`` and ``commit(end)`` only advance the consumer group's cursor to
-offsets of finished micro-batches (advisory, for lag, retention and dashboards: the checkpoint is the authority).
+visible in commit order. A micro-batch's ranges over all partitions are packed into a few tasks of about equal
+size, each partition whole in one task (:func:`offsets.plan_tasks`: ``minTasks``, by default the driver host's
+cores, or more when a batch exceeds ``messagesPerTask`` per task), and a task fetches its ranges with ``POST
+/api/v1/spark/read``, several ranges per request, ``pageSize`` messages at most, one Arrow record batch per
+request (payloads as bytes, :func:`queenpy.spark.schema.blocks_to_arrow`). ``latestOffset(start)`` and
+``commit(end)`` only advance the consumer group's cursor to offsets of finished micro-batches (advisory, for
+lag, retention and dashboards: the checkpoint is the authority).
 
 Retention and the reader agree (docs/operations.md, "Background services"): completed retention deletes only
 offsets at or below every consumer group's cursor, and a query's group cursor never passes a micro-batch Spark

@@ -76,23 +76,50 @@ def messages_to_arrow(page: Mapping[str, Any], messages: Sequence[Mapping[str, A
 
 
 def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
-    """Range blocks of ``POST /api/v1/spark/read`` (column lists per range) → one Arrow record batch, in block
-    order. ``data`` is already JSON text and ``createdAtUs`` microseconds, so nothing is parsed per message."""
+    """Range blocks of ``POST /api/v1/spark/read`` (column lists per range, see
+    :meth:`queenpy.spark.api.SparkBroker.read`) → one Arrow record batch, in block order.
+
+    Payloads given as ``dataBytes`` + ``blob`` become the ``data`` column without a Python object per message
+    (an Arrow string array over the blob's bytes, offsets from the lengths); the blocks must be the blob's in
+    order, none left out but empty ones. ``createdAtUs`` is microseconds already, so nothing is parsed per
+    message."""
+    import numpy as np
     import pyarrow as pa
 
     schema = arrow_schema()
-    columns: dict[str, list[Any]] = {name: [] for name, _ in COLUMNS}
+    columns: dict[str, list[Any]] = {name: [] for name in ("transactionId", "offset", "createdAt", "traceId",
+                                                           "producerSub")}
+    repeated: dict[str, list[Any]] = {"queue": [], "partition": [], "partitionId": []}
+    texts: list[Any] = []
+    lengths: list[int] = []
+    blob = None
     for block in blocks:
         n = len(block["offsets"])
-        columns["data"].extend(block["data"])
+        if "dataBytes" in block:
+            lengths.extend(block["dataBytes"])
+            blob = block["blob"]
+        else:
+            texts.extend(block["data"])
         columns["transactionId"].extend(block["transactionIds"])
-        columns["queue"].extend([block["queue"]] * n)
-        columns["partition"].extend([block["partition"]] * n)
-        columns["partitionId"].extend([block["partitionId"]] * n)
         columns["offset"].extend(block["offsets"])
         columns["createdAt"].extend(block["createdAtUs"])
         columns["traceId"].extend(block["traceIds"])
         columns["producerSub"].extend(block["producerSubs"])
-    return pa.RecordBatch.from_arrays(
-        [pa.array(columns[field.name], type=field.type) for field in schema], schema=schema
-    )
+        for name, parts in repeated.items():
+            parts.append(pa.repeat(pa.scalar(block[name], pa.string()), n))
+    if blob is not None:
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=offsets[1:])
+        data = pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets),
+                                           pa.py_buffer(blob[:int(offsets[-1])]))
+    else:
+        data = pa.array(texts, type=pa.string())
+    arrays: dict[str, Any] = {"data": data}
+    for name, parts in repeated.items():
+        arrays[name] = pa.concat_arrays(parts) if parts else pa.array([], type=pa.string())
+    for field in schema:
+        if field.name in columns:
+            values = columns[field.name]
+            arrays[field.name] = (pa.nulls(len(values), field.type) if field.name in ("traceId", "producerSub")
+                                  and not any(values) else pa.array(values, type=field.type))
+    return pa.RecordBatch.from_arrays([arrays[field.name] for field in schema], schema=schema)

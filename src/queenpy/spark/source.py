@@ -63,10 +63,11 @@ class QueenDataSource(DataSource):
         return QueenBatchWriter(sink_options(self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from .writer import QueenStreamWriter, sink_options
+        from .writer import QueenStreamWriter, plan_commit, sink_options
 
         _append_only(overwrite)
-        return QueenStreamWriter(sink_options(self.options, schema))
+        options = sink_options(self.options, schema)
+        return QueenStreamWriter(options, plan_commit(schema.fieldNames(), options))
 
 
 def _append_only(overwrite: bool) -> None:

@@ -1,6 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
-commits; stage, commit and abort of the idempotent micro-batch sink, and flush of its pipelined commits
-(``services/spark_apply.py``).
+commits; the direct sink's pushes and batch records; stage, commit and abort of the staged micro-batch sink, and
+flush of its pipelined commits (``services/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
@@ -10,7 +10,7 @@ passes through without parsing (procedures/110_spark_rows.sql says why). The con
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import orjson
@@ -19,7 +19,10 @@ from starlette.responses import Response
 
 from queenpy.errors import InvalidRequest
 from queenpy.server import validation as v
-from queenpy.server.routes._base import Endpoint, Level, json_object, json_response, worker_of
+from queenpy.server.routes._base import CORS_HEADERS, Endpoint, Level, json_object, json_response, worker_of
+
+if TYPE_CHECKING:
+    from queenpy.server.worker import Worker
 
 __all__ = ["ENDPOINTS"]
 
@@ -48,6 +51,7 @@ async def spark_messages(request: Request) -> Response:
 
 
 MAX_READ_RANGES = 10_000
+BINARY = "application/octet-stream"
 MAX_READ_MESSAGES = 100_000
 MAX_STAGE_ROWS = 100_000
 
@@ -57,7 +61,8 @@ async def spark_read(request: Request) -> Response:
     ``MAX_READ_MESSAGES`` offsets in all) -> ``{"ranges": [{"index", "partitionId", "partition", "queue",
     "offsets", "transactionIds", "data", "createdAtUs", "traceIds", "producerSubs"}]}``: per range (in request
     order; an unknown partition is left out) its messages in offset order as parallel arrays, ``data`` as JSON
-    text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch."""
+    text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch. With ``Accept:
+    application/octet-stream`` the payloads come as bytes after a JSON header (:func:`_read_binary`)."""
     worker = worker_of(request)
     body = await json_object(request)
     ranges = body.get("ranges")
@@ -81,6 +86,8 @@ async def spark_read(request: Request) -> Response:
         uptos.append(int(upto))
     if sum(uptos) - sum(afters) > MAX_READ_MESSAGES:
         raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
+    if request.headers.get("accept") == BINARY:
+        return await _read_binary(worker, ids, afters, uptos)
     rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
                                        ids, afters, uptos)
     out = []
@@ -94,6 +101,36 @@ async def spark_read(request: Request) -> Response:
                     "transactionIds": row["transaction_ids"], "data": data, "createdAtUs": row["created_us"],
                     "traceIds": row["trace_ids"], "producerSubs": row["producer_subs"]})
     return json_response({"ranges": out}, empty_as_body=True)
+
+
+async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos: list[int]) -> Response:
+    """``/spark/read`` with ``Accept: application/octet-stream``: a 4-byte big-endian length, that many bytes of
+    JSON header (the JSON answer's ranges with ``dataBytes``, each payload's length in bytes, instead of
+    ``data``), then every range's payloads, concatenated in order (UTF-8 JSON texts). The payloads pass
+    through as bytes: no JSON string per message to escape here and unescape in the connector."""
+    rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v3($1::uuid[], $2::bigint[], $3::bigint[])",
+                                       ids, afters, uptos)
+    out, blobs = [], []
+    for row in rows:
+        blob: bytes = row["payload_text"].encode()
+        lengths: list[int] = row["payload_bytes"]
+        if row["encrypted"] and worker.cipher is not None:
+            pieces, position = [], 0
+            for length in lengths:
+                pieces.append(blob[position:position + length])
+                position += length
+            for n in row["encrypted"]:
+                pieces[n - 1] = orjson.dumps(worker.cipher.decrypt(orjson.loads(pieces[n - 1])))
+            lengths = [len(piece) for piece in pieces]
+            blob = b"".join(pieces)
+        blobs.append(blob)
+        out.append({"index": row["range_index"] - 1, "partitionId": str(row["partition_id"]),
+                    "partition": row["partition_name"], "queue": row["queue_name"], "offsets": row["offsets"],
+                    "transactionIds": row["transaction_ids"], "dataBytes": lengths, "createdAtUs": row["created_us"],
+                    "traceIds": row["trace_ids"], "producerSubs": row["producer_subs"]})
+    header = orjson.dumps({"ranges": out})
+    return Response(b"".join([len(header).to_bytes(4, "big"), header, *blobs]), media_type=BINARY,
+                    headers=CORS_HEADERS)
 
 
 def _column(body: dict[str, Any], name: str, rows: int, *, required: bool = True) -> list[Any]:
@@ -149,6 +186,107 @@ async def spark_rows(request: Request) -> Response:
     return json_response({"success": True, "staged": staged})
 
 
+async def spark_push(request: Request) -> Response:
+    """Push one direct write task's rows (``commit=direct``): ``{"queryId", "batchId", "task", "token", "queue",
+    "partitions": [name], "partitionIndexes": [int], "transactionIds": [str | null], "data": [JSON text | null],
+    "traceIds"?: [uuid | null], "staleOk"?: bool}``; ``partitionIndexes`` point into ``partitions`` (0-based),
+    one per row, as the other arrays. With ``Content-Type: application/octet-stream`` the body is a 4-byte
+    big-endian length, that many bytes of the same JSON object with ``dataBytes`` (each payload's length in
+    bytes, -1 for none) instead of ``data``, then the payloads' UTF-8 texts, concatenated: they pass through to
+    PostgreSQL as bytes (no JSON string per row to unescape here). Answers ``{"success", "committed", "stale",
+    "pushed", "duplicates"}`` (procedures/110_spark_rows.sql, spark_push_direct_v1); a row that is not JSON
+    text is a 400 and nothing of the request is stored."""
+    worker = worker_of(request)
+    blob: bytes | None = None
+    data: list[Any] = []
+    if request.headers.get("content-type") == BINARY:
+        raw = await request.body()
+        size = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else -1
+        if not 0 < size <= len(raw) - 4:
+            raise InvalidRequest("a binary body starts with the 4-byte length of its JSON header")
+        body = v.parse_body(raw[4:4 + size])
+        if not isinstance(body, dict):
+            raise InvalidRequest("request body must be a JSON object")
+        blob = raw[4 + size:]
+        lengths = body.get("dataBytes")
+        if not isinstance(lengths, list) or len(lengths) > MAX_STAGE_ROWS or any(
+                isinstance(n, bool) or not isinstance(n, int) or not -1 <= n < 2**31 for n in lengths):
+            raise InvalidRequest(f"dataBytes must be an array of at most {MAX_STAGE_ROWS} lengths (-1 or more)")
+        if sum(n for n in lengths if n > 0) != len(blob):
+            raise InvalidRequest("the payload lengths (dataBytes) do not add up to the bytes sent")
+        rows = len(lengths)
+    else:
+        body = await json_object(request)
+        texts = body.get("data")
+        if not isinstance(texts, list) or len(texts) > MAX_STAGE_ROWS:
+            raise InvalidRequest(f"data must be an array of at most {MAX_STAGE_ROWS} JSON texts")
+        data = texts
+        if any(value is not None and type(value) is not str for value in data):
+            raise InvalidRequest("data must hold JSON text (strings) or null")
+        rows = len(data)
+    key = _batch_key(body)
+    token = v.check_name(body.get("token"), "token")
+    queue = v.check_name(body.get("queue"), "queue")
+    task = body.get("task", 0)
+    if isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < 2**31:
+        raise InvalidRequest("task must be a non-negative integer")
+    partitions = body.get("partitions")
+    if not isinstance(partitions, list) or not partitions and rows:
+        raise InvalidRequest("partitions must be an array of partition names")
+    partitions = [v.check_name(name, "partitions[]") for name in partitions]
+    if len(set(partitions)) != len(partitions):
+        raise InvalidRequest("partitions must not repeat a name")
+    indexes = _column(body, "partitionIndexes", rows)
+    if any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(partitions) for i in indexes):
+        raise InvalidRequest(f"partitionIndexes must hold integers from 0 to {len(partitions) - 1}")
+    transaction_ids = _column(body, "transactionIds", rows, required=False)
+    for i, value in enumerate(transaction_ids):
+        if value is not None:
+            v.check_name(value, f"transactionIds[{i}]")
+    trace_ids = _column(body, "traceIds", rows, required=False)
+    trace_ids = [None if t is None else v.check_uuid(t, f"traceIds[{i}]") for i, t in enumerate(trace_ids)]
+    encrypted = worker.cipher is not None and bool(await worker.queues_with_encryption({queue or ""}))
+    if blob is not None and encrypted:  # the cipher takes JSON values: split the bytes into texts
+        position = 0
+        for i, length in enumerate(body["dataBytes"]):
+            if length < 0:
+                data.append(None)
+                continue
+            try:
+                data.append(blob[position:position + length].decode())
+            except UnicodeDecodeError as exc:
+                raise InvalidRequest(f"data[{i}] is not UTF-8 text") from exc
+            position += length
+        blob = None
+    claims = getattr(request.state, "claims", None) or {}
+    sub = claims.get("sub") or None
+    stale_ok = bool(body.get("staleOk", False))
+    try:
+        if blob is not None:
+            text = await worker.database.fetchval(
+                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+                "$9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
+                key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
+                blob, body["dataBytes"], sub, stale_ok)
+        else:
+            if encrypted and worker.cipher is not None:
+                cipher = worker.cipher
+                data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+                        for i, d in enumerate(data)]
+            text = await worker.database.fetchval(
+                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+                "$9::uuid[], $10::text[], $11, $12, $13)::text",
+                key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
+                data, sub, encrypted, stale_ok)
+    except asyncpg.exceptions.DataError as exc:
+        raise InvalidRequest(f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}") from exc
+    result = orjson.loads(text)
+    touched = {(q, p) for q, _, p in (k.partition("/") for k in result.pop("touched", None) or [])}
+    if touched:
+        worker.engine.announce(touched)
+    return json_response({"success": True, **result})
+
+
 def _json_text(text: str, row: int) -> Any:
     try:
         return orjson.loads(text)
@@ -201,21 +339,25 @@ async def spark_stage(request: Request) -> Response:
 async def spark_commit(request: Request) -> Response:
     worker = worker_of(request)
     body = await json_object(request)
-    payload: dict[str, Any] = {**_batch_key(body), "tokens": _tokens(body)}
-    procedure = "spark_commit_batch_v1"
-    if "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
+    if body.get("mode") == "direct":  # the tasks pushed the rows (/spark/push): record the batch, once
+        payload: dict[str, Any] = _batch_key(body)
+        procedure = "spark_commit_direct_v1"
+    elif "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
         counts = body["counts"]
+        payload = {**_batch_key(body), "tokens": _tokens(body), "counts": counts}
         if (not isinstance(counts, list) or len(counts) != len(payload["tokens"])
                 or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
             raise InvalidRequest("counts must be an array of non-negative integers, one per token")
-        payload["counts"] = counts
         mode = body.get("mode", "sync")
         if mode not in ("sync", "pipelined"):
-            raise InvalidRequest("mode must be 'sync' or 'pipelined'")
+            raise InvalidRequest("mode must be 'sync', 'pipelined' or 'direct'")
         payload["mode"] = mode
         procedure = "spark_commit_batch_v2"
     elif "mode" in body:
         raise InvalidRequest("mode needs counts (rows staged by /api/v1/spark/rows)")
+    else:
+        payload = {**_batch_key(body), "tokens": _tokens(body)}
+        procedure = "spark_commit_batch_v1"
     result = orjson.loads(await worker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
                                                          orjson.dumps(payload).decode()))
     touched = {(queue, partition) for queue, _, partition in
@@ -248,6 +390,7 @@ ENDPOINTS = [
     Endpoint("/api/v1/spark/cursor", "POST", spark_cursor, Level.READ_WRITE),
     Endpoint("/api/v1/spark/stage", "POST", spark_stage, Level.READ_WRITE),
     Endpoint("/api/v1/spark/rows", "POST", spark_rows, Level.READ_WRITE),
+    Endpoint("/api/v1/spark/push", "POST", spark_push, Level.READ_WRITE),
     Endpoint("/api/v1/spark/commit", "POST", spark_commit, Level.READ_WRITE),
     Endpoint("/api/v1/spark/abort", "POST", spark_abort, Level.READ_WRITE),
     Endpoint("/api/v1/spark/flush", "POST", spark_flush, Level.READ_WRITE),

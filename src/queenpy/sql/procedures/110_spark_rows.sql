@@ -39,6 +39,40 @@ AS $$
     ORDER BY r.idx
 $$;
 
+-- spark_read_v2 with the payloads of a range as one text (their JSON texts concatenated, in offset order) and
+-- each one's length in bytes: the broker passes the text through as bytes and the connector makes its Arrow
+-- string column of them without a per-message object (POST /api/v1/spark/read, "format": "binary").
+CREATE OR REPLACE FUNCTION queen.spark_read_v3(p_partition_ids uuid[], p_after bigint[], p_upto bigint[])
+RETURNS TABLE (range_index integer, partition_id uuid, partition_name text, queue_name text, offsets bigint[],
+               transaction_ids text[], payload_text text, payload_bytes integer[], created_us bigint[],
+               trace_ids text[], producer_subs text[], encrypted integer[])
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+AS $$
+    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets, m.transaction_ids, m.payload_text, m.payload_bytes,
+           m.created_us, m.trace_ids, m.producer_subs, m.encrypted
+    FROM unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
+    JOIN queen.partitions p ON p.id = r.partition_id
+    JOIN queen.queues q ON q.id = p.queue_id
+    CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(x.seq ORDER BY x.seq), '{}') AS offsets,
+               coalesce(array_agg(x.transaction_id ORDER BY x.seq), '{}') AS transaction_ids,
+               coalesce(string_agg(x.txt, '' ORDER BY x.seq), '') AS payload_text,
+               coalesce(array_agg(octet_length(x.txt) ORDER BY x.seq), '{}') AS payload_bytes,
+               coalesce(array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq),
+                        '{}') AS created_us,
+               coalesce(array_agg(x.trace_id::text ORDER BY x.seq), '{}') AS trace_ids,
+               coalesce(array_agg(x.producer_sub ORDER BY x.seq), '{}') AS producer_subs,
+               coalesce(array_agg(x.n) FILTER (WHERE x.is_encrypted), '{}') AS encrypted
+        FROM (SELECT mm.seq, mm.transaction_id, mm.payload::text AS txt, mm.created_at, mm.trace_id,
+                     mm.producer_sub, mm.is_encrypted, row_number() OVER (ORDER BY mm.seq)::integer AS n
+              FROM queen.messages mm
+              WHERE mm.partition_id = r.partition_id AND mm.seq > r.after_offset AND mm.seq <= r.upto_offset
+              ORDER BY mm.seq) x
+    ) m
+    ORDER BY r.idx
+$$;
+
 -- Stage the rows of one write task (or one chunk of them: p_first is the number of rows this token staged
 -- before, so row numbers continue). Arrays are parallel, one element per row. Returns the rows of the chunk now
 -- staged: a repeated call (a retried request) inserts nothing again and answers the same count.
@@ -333,5 +367,254 @@ BEGIN
       AND token IN (SELECT jsonb_array_elements_text(p->'tokens'));
     GET DIAGNOSTICS v_items = ROW_COUNT;
     RETURN jsonb_build_object('success', true, 'deleted', v_rows + v_items);
+END;
+$$;
+
+-- Direct commits (migration 019): the write tasks push, the commit records.
+
+-- How long queue p_queue keeps a message, so its transactionId, for dedupe: the shortest period after which
+-- one of its deletions may remove a message (retention and completed retention, when retentionEnabled, from
+-- the message's creation; maxWaitTimeSeconds eviction). NULL when nothing deletes its messages by age (nor
+-- does a queue not created yet). Deletion by hand is not counted.
+CREATE OR REPLACE FUNCTION queen.spark_dedupe_window_v1(p_queue text)
+RETURNS double precision
+LANGUAGE sql STABLE AS $$
+    SELECT least(CASE WHEN q.retention_enabled AND q.retention_seconds > 0 THEN q.retention_seconds END,
+                 CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0
+                      THEN q.completed_retention_seconds END,
+                 CASE WHEN q.max_wait_time_seconds > 0 THEN q.max_wait_time_seconds END)::double precision
+    FROM queen.queues q WHERE q.name = p_queue
+$$;
+
+-- Push one chunk of a write task's rows into queue p_queue, for micro-batch (p_query, p_batch), task p_task,
+-- attempt p_token. Arrays are parallel, one element per row, except p_partitions: the chunk's distinct
+-- partition names, which p_partition_indexes (0-based) point into. Rows keep their order within each partition.
+--   * a batch recorded as committed pushes nothing and answers "committed": every row of it is in already
+--     (a replay after the commit reached the broker);
+--   * the task's first push records when its first attempt started; a later attempt (another token: a retry,
+--     or the batch replayed after a restart) older than the queue's dedupe window (spark_dedupe_window_v1)
+--     may meet rows of the first attempt that were deleted since, and push them again: it fails with QN400,
+--     unless p_stale_ok (then it answers "stale": true and pushes);
+--   * a row whose (partition, transactionId) is stored already, or repeats an earlier row of the chunk, is
+--     skipped (a duplicate), as push_items_v2 does; a queue with maxSize goes through push_items_v2 itself,
+--     and a full queue fails the chunk (QN500) instead of dropping rows.
+-- Returns {"committed", "stale", "pushed", "duplicates", "touched": ["queue/partition", ...]}.
+CREATE OR REPLACE FUNCTION queen.spark_push_direct_v1(p_query text, p_batch bigint, p_task integer, p_token text,
+                                                      p_queue text, p_partitions text[],
+                                                      p_partition_indexes integer[], p_transaction_ids text[],
+                                                      p_trace_ids uuid[], p_payloads text[], p_producer_sub text,
+                                                      p_encrypted boolean, p_stale_ok boolean)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    v_first_token text;
+    v_started timestamptz;
+    v_window double precision;
+    v_stale boolean := false;
+    v_now timestamptz;
+    v_queue_names text[];
+    v_partition_ids uuid[];
+    v_all_exist boolean;
+    v_capped boolean;
+    v_locked bigint;
+    v_attempts integer := 0;
+    v_bases bigint[];
+    v_id_bases uuid[];
+    v_results jsonb;
+    v_pushed integer := 0;
+    v_rows integer := coalesce(cardinality(p_payloads), 0);
+BEGIN
+    IF cardinality(p_partition_indexes) <> v_rows OR cardinality(p_transaction_ids) <> v_rows
+       OR cardinality(p_trace_ids) <> v_rows THEN
+        RAISE EXCEPTION 'the row arrays differ in length' USING ERRCODE = 'QN400';
+    END IF;
+    PERFORM 1 FROM queen.spark_sink_batches b WHERE b.query_id = p_query AND b.batch_id = p_batch;
+    IF FOUND THEN
+        RETURN jsonb_build_object('committed', true, 'stale', false, 'pushed', 0, 'duplicates', 0,
+                                  'touched', '[]'::jsonb);
+    END IF;
+    INSERT INTO queen.spark_direct_tasks (query_id, batch_id, task, token) VALUES (p_query, p_batch, p_task, p_token)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        SELECT t.token, t.started_at INTO v_first_token, v_started FROM queen.spark_direct_tasks t
+        WHERE t.query_id = p_query AND t.batch_id = p_batch AND t.task = p_task;
+        IF v_first_token IS DISTINCT FROM p_token THEN
+            v_window := queen.spark_dedupe_window_v1(p_queue);
+            IF v_window IS NOT NULL AND extract(epoch FROM now() - v_started) > v_window THEN
+                IF NOT p_stale_ok THEN
+                    RAISE EXCEPTION 'task % of micro-batch % of query % is replayed % s after its first attempt, '
+                        'but queue % keeps transactionIds for dedupe only % s (its retention): messages of the '
+                        'first attempt may be gone and would be pushed again. Set the sink option '
+                        'staleReplay=warn to push anyway (at-least-once for this batch).',
+                        p_task, p_batch, p_query, round(extract(epoch FROM now() - v_started)), p_queue,
+                        v_window USING ERRCODE = 'QN400';
+                END IF;
+                v_stale := true;
+            END IF;
+        END IF;
+    END IF;
+    IF v_rows = 0 THEN
+        RETURN jsonb_build_object('committed', false, 'stale', v_stale, 'pushed', 0, 'duplicates', 0,
+                                  'touched', '[]'::jsonb);
+    END IF;
+
+    -- the chunk's partitions, created on first push and locked in id order (as push_items_v3: a partition
+    -- deleted between the read and the lock is created and locked again)
+    LOOP
+        SELECT array_agg(x.id ORDER BY t.i), coalesce(bool_and(x.id IS NOT NULL), false),
+               coalesce(bool_or(x.max_queue_size > 0), false)
+        INTO v_partition_ids, v_all_exist, v_capped
+        FROM unnest(p_partitions) WITH ORDINALITY AS t(partition_name, i)
+        LEFT JOIN LATERAL (
+            SELECT p.id, q.max_queue_size FROM queen.queues q
+            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
+                                WHERE p.queue_id = q.id AND p.name = t.partition_name LIMIT 1) p
+            WHERE q.name = p_queue) x ON true;
+        IF v_all_exist THEN
+            SELECT count(*) INTO v_locked
+            FROM (SELECT p.id FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE) x;
+            EXIT WHEN v_locked = cardinality(v_partition_ids);
+        ELSE
+            v_queue_names := array_fill(p_queue, ARRAY[cardinality(p_partitions)]);
+            PERFORM queen.create_partitions_v1(v_queue_names, p_partitions);
+        END IF;
+        v_attempts := v_attempts + 1;
+        IF v_attempts > 10 THEN
+            RAISE EXCEPTION 'spark push: the partitions were deleted while it was stored, again and again'
+                USING ERRCODE = '40001';
+        END IF;
+    END LOOP;
+
+    IF v_capped THEN
+        SELECT queen.push_items_v2(coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+                   'index', r.pos - 1, 'queue', p_queue, 'partition', p_partitions[r.part + 1],
+                   'transactionId', nullif(r.transaction_id, ''), 'traceId', r.trace_id,
+                   'producerSub', p_producer_sub, 'isEncrypted', p_encrypted))
+                   || jsonb_build_object('payload', coalesce(r.payload::jsonb, 'null'::jsonb)) ORDER BY r.pos),
+                   '[]'::jsonb), false, false)
+        INTO v_results
+        FROM unnest(p_partition_indexes, p_transaction_ids, p_trace_ids, p_payloads)
+             WITH ORDINALITY AS r(part, transaction_id, trace_id, payload, pos);
+        IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'failed') THEN
+            RAISE EXCEPTION 'the target queue is full (maxSize): the micro-batch was not pushed' USING ERRCODE = 'QN500';
+        END IF;
+        v_pushed := (SELECT count(*) FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'queued');
+    ELSE
+        -- each partition's last offset under the lock, and the id its new messages count up from
+        -- (queen.message_id_base_v1, as push_items_v3)
+        v_now := clock_timestamp();
+        SELECT array_agg(p.last_seq ORDER BY t.i), array_agg(queen.message_id_base_v1(p.last_message_id, v_now) ORDER BY t.i)
+        INTO v_bases, v_id_bases
+        FROM unnest(v_partition_ids) WITH ORDINALITY AS t(id, i)
+        JOIN queen.partitions p ON p.id = t.id;
+        -- narrow rows through the windows (no payload); the payload is taken by position in the INSERT
+        -- (p_payloads is an expanded array in PL/pgSQL: subscripting it is O(1))
+        WITH input AS (
+            SELECT r.pos, r.part + 1 AS part, nullif(r.transaction_id, '') AS client_transaction_id
+            FROM unnest(p_partition_indexes, p_transaction_ids) WITH ORDINALITY AS r(part, transaction_id, pos)
+        ), ranked AS (
+            SELECT i.*,
+                   CASE WHEN i.client_transaction_id IS NULL THEN 1 ELSE
+                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id ORDER BY i.pos) END
+                       AS occurrence,
+                   CASE WHEN i.client_transaction_id IS NOT NULL THEN
+                       (SELECT m.id
+                        FROM queen.message_by_transaction_v1(v_partition_ids[i.part], i.client_transaction_id) m)
+                   END AS existing_id
+            FROM input i
+        ), fresh AS (
+            SELECT n.*, queen.uuid_add_v1(v_id_bases[n.part], n.k_n) AS new_id
+            FROM (SELECT k.pos, k.part, k.client_transaction_id,
+                         row_number() OVER (PARTITION BY k.part ORDER BY k.pos) AS k_n,
+                         count(*) OVER (PARTITION BY k.part) AS total
+                  FROM ranked k
+                  WHERE k.occurrence = 1 AND k.existing_id IS NULL) n
+        ), advanced AS (
+            UPDATE queen.partitions p
+            SET last_seq = p.last_seq + f.total, last_message_id = f.new_id, last_message_at = v_now,
+                last_activity = v_now
+            FROM fresh f
+            WHERE f.k_n = f.total AND p.id = v_partition_ids[f.part]
+            RETURNING 1
+        ), inserted AS (
+            INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
+                                        is_encrypted, producer_sub)
+            SELECT f.new_id, coalesce(f.client_transaction_id, f.new_id::text), p_trace_ids[f.pos],
+                   v_partition_ids[f.part], v_bases[f.part] + f.k_n, coalesce(p_payloads[f.pos]::jsonb, 'null'::jsonb),
+                   v_now, p_encrypted, nullif(p_producer_sub, '')
+            FROM fresh f
+            ORDER BY f.part, f.k_n
+            RETURNING 1
+        )
+        SELECT (SELECT count(*) FROM inserted) INTO v_pushed;
+    END IF;
+
+    UPDATE queen.spark_direct_tasks t SET pushed = t.pushed + v_pushed
+    WHERE t.query_id = p_query AND t.batch_id = p_batch AND t.task = p_task;
+    RETURN jsonb_build_object('committed', false, 'stale', v_stale, 'pushed', v_pushed,
+                              'duplicates', v_rows - v_pushed,
+                              'touched', to_jsonb(ARRAY(SELECT p_queue || '/' || t.name FROM unnest(p_partitions) t(name))));
+END;
+$$;
+
+-- Record a micro-batch whose tasks pushed directly: {"queryId", "batchId"}, once. The query's earlier
+-- pipelined batches still pending are applied first (a query may change its commit mode across restarts).
+-- The record's count is what the batch's task attempts stored; their task rows go (and those of older
+-- batches of the query, which a rewound checkpoint may have left). Returns {"success", "duplicate", "pushed",
+-- "touched": [...]} (touched: of the pending batches applied).
+CREATE OR REPLACE FUNCTION queen.spark_commit_direct_v1(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET enable_seqscan = off
+AS $$
+DECLARE
+    v_query text := p->>'queryId';
+    v_batch bigint := (p->>'batchId')::bigint;
+    v_prior jsonb;
+    v_pushed bigint;
+    v_duplicate boolean;
+BEGIN
+    v_prior := queen.spark_apply_pending_v2(v_query, v_batch);
+    SELECT coalesce(sum(t.pushed), 0) INTO v_pushed FROM queen.spark_direct_tasks t
+    WHERE t.query_id = v_query AND t.batch_id = v_batch;
+    INSERT INTO queen.spark_sink_batches (query_id, batch_id, pushed, direct)
+    VALUES (v_query, v_batch, v_pushed, true)
+    ON CONFLICT DO NOTHING;
+    v_duplicate := NOT FOUND;
+    DELETE FROM queen.spark_direct_tasks t WHERE t.query_id = v_query AND t.batch_id <= v_batch;
+    RETURN jsonb_build_object('success', true, 'duplicate', v_duplicate,
+                              'pushed', CASE WHEN v_duplicate THEN 0 ELSE v_pushed END,
+                              'touched', v_prior->'touched');
+END;
+$$;
+
+-- spark_push_direct_v1 with the chunk's payloads as bytes: p_blob holds their UTF-8 JSON texts concatenated, in
+-- row order, p_lengths each one's length in bytes (-1: no payload, stored as JSON null). The broker passes the
+-- connector's bytes through (POST /api/v1/spark/push with a binary body); bytes that are not UTF-8 raise 22021
+-- and text that is not JSON 22P02, so nothing of the chunk is stored.
+CREATE OR REPLACE FUNCTION queen.spark_push_direct_v2(p_query text, p_batch bigint, p_task integer, p_token text,
+                                                      p_queue text, p_partitions text[],
+                                                      p_partition_indexes integer[], p_transaction_ids text[],
+                                                      p_trace_ids uuid[], p_blob bytea, p_lengths integer[],
+                                                      p_producer_sub text, p_stale_ok boolean)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_payloads text[];
+BEGIN
+    IF (SELECT coalesce(sum(greatest(l, 0)), 0) FROM unnest(p_lengths) l) <> octet_length(p_blob) THEN
+        RAISE EXCEPTION 'the payload lengths do not add up to the bytes sent' USING ERRCODE = 'QN400';
+    END IF;
+    v_payloads := ARRAY(
+        SELECT CASE WHEN t.l >= 0 THEN convert_from(substring(p_blob FROM (t.at - greatest(t.l, 0) + 1)::integer
+                                                                   FOR t.l), 'UTF8') END
+        FROM (SELECT u.l, u.i, sum(greatest(u.l, 0)) OVER (ORDER BY u.i) AS at
+              FROM unnest(p_lengths) WITH ORDINALITY AS u(l, i)) t
+        ORDER BY t.i);
+    RETURN queen.spark_push_direct_v1(p_query, p_batch, p_task, p_token, p_queue, p_partitions, p_partition_indexes,
+                                      p_transaction_ids, p_trace_ids, v_payloads, p_producer_sub, false, p_stale_ok);
 END;
 $$;
