@@ -92,3 +92,30 @@ def test_the_spark_kind_copies_and_reads_a_backlog_exactly(context: Context) -> 
     assert read["messages"] == truth["source_messages"] and read["cpu_us_per_msg"]["spark"] is not None
     summary = spark.summarize([copy])["spark"]
     assert summary["max_per_trigger"] == 500 and summary["batches"] == copy["spark"]["batches"]
+
+
+def test_the_spark_kind_copies_exactly_with_direct_commits(context: Context) -> None:
+    """Rows land while a direct micro-batch runs: its first batch ends at the batch record, and no task is
+    left uncommitted."""
+    direct = KINDS["spark"].run(
+        context,
+        Scenario(
+            "direct",
+            "spark",
+            "insert-100-1KB",
+            "",
+            payload_bytes=1024,
+            partitions=4,
+            batch=500,
+            mode="direct",
+            initial_rate=1000,
+        ),
+        1,
+    )
+    assert direct["problems"] == []
+    truth = direct["ground_truth"]
+    assert truth["target_messages"] == truth["source_messages"] >= 2000
+    assert truth["direct_tasks_left"] == 0 and truth["staging_rows_left"] == 0
+    assert truth["sink_pushed"] == truth["target_messages"]
+    assert direct["spark"]["commit"] == "direct" and direct["spark"]["batches"] >= 4
+    assert 0 < direct["spark"]["first_batch_messages"] < truth["source_messages"]

@@ -275,6 +275,17 @@ SCENARIOS: list[Scenario] = [
         initial_rate=4_000,
     ),
     Scenario(
+        "spark-handoff-direct",
+        "spark",
+        "insert-100-1KB",
+        "spark-handoff with the sink's direct commits (commit=direct: each task pushes its rows with derived "
+        "transactionIds, the broker dedupes, the commit records the batch; no staging)",
+        payload_bytes=1024,
+        batch=20_000,
+        mode="direct",
+        initial_rate=4_000,
+    ),
+    Scenario(
         "spark-batch-read",
         "spark",
         "insert-100-1KB",

@@ -16,11 +16,14 @@ partitions, loaded once by SQL like the consumption backlogs) into a new target 
 
 Valid only when the target holds exactly the source: the same number of messages in every partition (by
 name), ``count(*)`` equal to the partition offsets, every transaction id once, no staging rows left (either
-staging table), no sink batch left pending, and the query ended without an exception.
+staging table), no sink batch left pending, no direct task left uncommitted, and the query ended without an
+exception.
 
-``spark-handoff`` uses the sink's default ``commit=sync``; ``spark-handoff-pipelined`` the pipelined commits
-(the broker applies a micro-batch while Spark runs the next one), whose last micro-batch lands a moment after
-the query has ended: the window closes when it has. CPU per message adds Spark's own (the JVM process tree:
+``spark-handoff`` uses the sink's staged commits (``commit=sync``); ``spark-handoff-pipelined`` the pipelined
+commits (the broker applies a micro-batch while Spark runs the next one), whose last micro-batch lands a moment
+after the query has ended: the window closes when it has; ``spark-handoff-direct`` the direct commits (the
+connector's default: each task pushes its rows, the commit records the batch), whose rows land while a batch
+runs, so its first micro-batch ends when the query's first batch record appears. CPU per message adds Spark's own (the JVM process tree:
 the JVM and its Python workers) to the broker's and PostgreSQL's; the scenario's ratio is also given to
 ``push-100-1KB`` and ``handoff-tx`` of the same round when they ran.
 
@@ -61,6 +64,7 @@ Q_STAGING = (
     "SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = $1) "
     "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = $1)"
 )
+Q_DIRECT_TASKS = "SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = $1"
 Q_SINK_BATCHES = (
     "SELECT count(*), coalesce(sum(pushed), 0), count(*) FILTER (WHERE pending_tokens IS NOT NULL) "
     "FROM queen.spark_sink_batches WHERE query_id = $1"
@@ -262,6 +266,12 @@ def _copy_window(
     def rows() -> int:
         return int(context.sql.fetchval(Q_QUEUE_ROWS, target))
 
+    def first_batch_done(count: int) -> bool:
+        """Staged commits land a micro-batch at once; direct ones while it runs, recorded at its end."""
+        if scenario.mode != "direct":
+            return count > 0
+        return int(context.sql.fetch(Q_SINK_BATCHES, str(query.id))[0][0]) > 0
+
     jvm = spark.jvm_pid
     started = time.monotonic()
     query = _copy(
@@ -279,8 +289,8 @@ def _copy_window(
     landing: float | None = None  # pipelined: the last micro-batch lands after the query has ended
     while time.monotonic() < started + QUERY_LIMIT_S:
         count = rows()
-        if first is None and count > 0:
-            first = time.monotonic(), count
+        if first is None and first_batch_done(count):
+            first = time.monotonic(), rows()
             window = context.open_window()
             spark_start = procfs.tree_ticks(jvm, _spark_kind)
         if (
@@ -339,6 +349,7 @@ def _check_copy(
     dst = {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in sql.fetch(Q_PER_PARTITION, target)}
     stored = sum(head for head, _, _ in dst.values())
     staged = int(sql.fetchval(Q_STAGING, query_id))
+    direct_tasks = int(sql.fetchval(Q_DIRECT_TASKS, query_id))
     batches, pushed, pending = sql.fetch(Q_SINK_BATCHES, query_id)[0]
     run["ground_truth"].update(
         {
@@ -347,6 +358,7 @@ def _check_copy(
             "target_rows_counted": sum(n for _, n, _ in dst.values()),
             "target_distinct_transaction_ids": sum(d for _, _, d in dst.values()),
             "staging_rows_left": staged,
+            "direct_tasks_left": direct_tasks,
             "sink_batches": int(batches),
             "sink_batches_pending": int(pending),
             "sink_pushed": int(pushed),
@@ -371,6 +383,8 @@ def _check_copy(
         run["problems"].append(f"{staged} staging rows left")
     if pending:
         run["problems"].append(f"{pending} sink batches recorded but not applied")
+    if direct_tasks:
+        run["problems"].append(f"{direct_tasks} direct tasks pushed but never committed")
     if int(pushed) != stored:
         run["problems"].append(f"the sink recorded {pushed} pushed, the target holds {stored}")
 
