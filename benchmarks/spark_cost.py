@@ -120,13 +120,13 @@ def postmaster_of(data_dir: Path) -> int:
 
 
 def copy(spark: Any, url: str, source: str, target: str, per_trigger: int, commit: str, options: dict[str, str],
-         columns: list[str]) -> tuple[float, Any]:
+         columns: list[str], checkpoint: Path) -> tuple[float, Any]:
     rows = (spark.readStream.format("queen").option("url", url).option("queue", source)
             .option("maxMessagesPerTrigger", str(per_trigger)).load())
     if columns:
         rows = rows.select(*columns)
     writer = (rows.writeStream.format("queen").option("url", url).option("queue", target).option("commit", commit)
-              .option("checkpointLocation", tempfile.mkdtemp(prefix="queenpy-cost-ck-")))
+              .option("checkpointLocation", str(checkpoint)))
     for key, value in options.items():
         writer = writer.option(key, value)
     started = time.monotonic()
@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         meter.jvm = jvm
         warm = f"cost.warm.{run_id}"
         push(url, warm, 20 * args.partitions, args.partitions, args.size)
-        copy(spark, url, warm, warm + ".out", 10 * args.partitions, args.commit, sink_options, columns)
+        copy(spark, url, warm, warm + ".out", 10 * args.partitions, args.commit, sink_options, columns,
+             tmp / "ck-warm")
         log("warm-up copy done")
         rows = []
         for n in range(1, args.repeats + 1):
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(1.0)
             before = meter.snapshot()
             elapsed, query = copy(spark, url, source, target, args.max_per_trigger, args.commit, sink_options,
-                                  columns)
+                                  columns, tmp / f"ck-{n}")
             used = meter.delta(before, meter.snapshot())
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
@@ -246,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         broker.stop()
+        shutil.rmtree(tmp, ignore_errors=True)  # the embedded PostgreSQL's data and the checkpoints
 
 
 if __name__ == "__main__":
