@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queenpy.server.http import CoalescingHttpToolsProtocol
 from queenpy.settings import Settings
 
-__all__ = ["HttpLimits", "LimitedHttpToolsProtocol", "protocol_with_limits"]
+__all__ = ["HttpLimits", "LimitedHttpToolsProtocol", "body_limit", "protocol_with_limits"]
 
 _REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
 _HEAD_SLACK_BYTES = 64 * 1024  # raw bytes of a head that never completes, beyond the limit, before closing
@@ -202,3 +203,53 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 def protocol_with_limits(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:
     """A :class:`LimitedHttpToolsProtocol` subclass bound to ``limits``, for ``uvicorn.Config(http=...)``."""
     return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+
+
+def body_limit(app: ASGIApp, max_body_bytes: int) -> ASGIApp:
+    """``app`` behind the body limit of :class:`HttpLimits`, for a server that has none of its own (granian):
+    a ``Content-Length`` over ``max_body_bytes`` is answered ``413`` before the app runs; a chunked body
+    that passes the limit makes the app's next ``receive`` a client disconnect (nothing is stored), and the
+    answer ``413``. The head limits and the head timeout are the server's (granian's ``max_buffer_size``
+    and ``header_read_timeout``)."""
+
+    async def refuse(send: Send, message: str) -> None:
+        body = orjson.dumps({"error": message})
+        await send({"type": "http.response.start", "status": 413,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                                (b"access-control-allow-origin", b"*"), (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        length = next((value for name, value in scope["headers"] if name == b"content-length"), None)
+        if length is not None:
+            if length.strip().isdigit() and int(length) > max_body_bytes:
+                await refuse(send, f"Request body too large: {int(length)} bytes, the limit is "
+                                   f"{max_body_bytes} bytes")
+                return
+            await app(scope, receive, send)
+            return
+        received = 0
+        refused = False
+
+        async def counted() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > max_body_bytes:
+                    refused = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def answer(message: Message) -> None:
+            if not refused:
+                await send(message)
+
+        await app(scope, counted, answer)
+        if refused:
+            await refuse(send, f"Request body too large: more than {max_body_bytes} bytes")
+
+    return limited
