@@ -150,21 +150,30 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._in_head = True
         self._head_bytes = self._body_bytes = 0
         self._head_too_large = False
+        self._content_length: bytes | None = None
         self._arm(self.limits.header_timeout_s, "Request headers")
 
+    # on_url and on_header run once per request and per header: uvicorn's bodies (append the URL; lower-case
+    # the name, note ``Expect: 100-continue``, append) are inlined after the size check instead of called
+    # through super(), and the Content-Length is kept as it passes
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
         if self._head_bytes > self.limits.max_header_bytes:
             self._head_too_large = True
             return
-        super().on_url(url)
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value) + 4
         if self._head_bytes > self.limits.max_header_bytes:
             self._head_too_large = True
             return
-        super().on_header(name, value)
+        name = name.lower()
+        if name == b"content-length":
+            self._content_length = value
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -175,7 +184,7 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._head_too_large:
             self._refuse(431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes")
             return
-        length = next((value for name, value in self.headers if name == b"content-length"), None)
+        length = self._content_length
         if length is not None and length.strip().isdigit() and int(length) > self.limits.max_body_bytes:
             self._refuse(413, f"Request body too large: {int(length)} bytes, the limit is "
                               f"{self.limits.max_body_bytes} bytes")
