@@ -90,8 +90,8 @@ def test_the_exposition_parses_and_counts_what_was_done(http: httpx.Client) -> N
     # a worker adds its request-path histograms to the shared ones at each sample (services/prometheus.py),
     # so the other worker's pushes show up within a sample interval
     wait_until(lambda: pushes_timed(scrape(http)) >= 2, message="push latency histogram")
-    wait_until(lambda: {s.labels["op"] for s in scrape(http)["queen_fusion_batch_size"]} >= {"push", "pop", "ack"},
-               message="fusion histograms")
+    wait_until(lambda: {s.labels["op"] for s in scrape(http)["queen_fusion_batch_size"]}
+               >= {"push", "pop", "ack"}, message="fusion histograms")
     wait_until(lambda: value(scrape(http), "queen_messages_pushed_total") >= 10, message="pushed counter")
     workers = {s.labels["pid"] for s in scrape(http)["queen_worker_resident_memory_bytes"]}
     assert len(workers) == 2, "both workers' gauges, whichever worker answered"

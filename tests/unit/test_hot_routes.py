@@ -116,7 +116,9 @@ async def test_a_hot_route_answers_as_through_starlette(app: BrokerApp) -> None:
         assert preflight.status_code == 204 and "POST" in preflight.headers["access-control-allow-methods"]
 
 
-async def test_an_error_a_hot_handler_does_not_map_is_a_500_and_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_error_a_hot_handler_does_not_map_is_a_500_and_raised(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     async def broken(_request: Any) -> Any:
         raise RuntimeError("a bug")
 

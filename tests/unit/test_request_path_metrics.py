@@ -57,11 +57,12 @@ def test_the_worker_flushes_its_tallies_when_it_samples() -> None:
         assert instruments.registry is not None
         return instruments.registry.get_sample_value(name, labels)
 
-    assert count("queen_http_request_duration_seconds_count", {"method": "POST", "route": "/api/v1/push"}) == 0
+    push = {"method": "POST", "route": "/api/v1/push"}
+    assert count("queen_http_request_duration_seconds_count", push) == 0
     numbers = {"poolSize": 1.0, "poolIdle": 1.0, "poolActive": 0.0, "rssBytes": 1.0, "parked": 0.0,
                "cpuPercent": 0.0, "eventLoopLagMs": 0.0}
     instruments.sample(numbers, 0.0, 0.0, 1.0, {})
-    assert count("queen_http_request_duration_seconds_count", {"method": "POST", "route": "/api/v1/push"}) == 1
+    assert count("queen_http_request_duration_seconds_count", push) == 1
     assert count("queen_fusion_batch_size_sum", {"op": "push"}) == 7
     assert count("queen_fusion_call_duration_seconds_count", {"op": "push"}) == 1
 
@@ -73,7 +74,8 @@ async def _call(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes
     """Run ``app`` on one request whose body arrives in ``chunks``; returns what it sent."""
     sent: list[Message] = []
     scope: Scope = {"type": "http", "method": "POST", "path": "/api/v1/push", "headers": headers}
-    queue = [{"type": "http.request", "body": c, "more_body": i < len(chunks) - 1} for i, c in enumerate(chunks)]
+    queue = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+             for i, chunk in enumerate(chunks)]
 
     async def receive() -> Message:
         return queue.pop(0) if queue else {"type": "http.disconnect"}

@@ -33,8 +33,8 @@ __all__ = [
 BEGIN = "<!-- current-figures: begin (queenpy bench --summary benchmarks/results; do not edit by hand) -->"
 END = "<!-- current-figures: end -->"
 HEADER = (
-    "| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | broker µs/req | PG µs/msg | broker RSS MB "
-    "| rounds | run (UTC) | commit |"
+    "| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | broker µs/req | PG µs/msg "
+    "| broker RSS MB | rounds | run (UTC) | commit |"
 )
 
 

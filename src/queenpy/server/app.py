@@ -119,7 +119,8 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
     hot = HotRoutes()
     routes: list[Any] = []
     for endpoint in endpoints():
-        handler = guarded(endpoint.handler, endpoint.level, authenticator, worker, endpoint.method, endpoint.path)
+        handler = guarded(endpoint.handler, endpoint.level, authenticator, worker, endpoint.method,
+                          endpoint.path)
         routes.append(Route(endpoint.path, handler, methods=[endpoint.method]))
         if endpoint in messages.ENDPOINTS:
             hot.add(endpoint.method, endpoint.path, handler)

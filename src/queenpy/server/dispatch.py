@@ -1,12 +1,12 @@
 """The hot routes' short path: matched by a dict and served without Starlette's middleware stack.
 
 A push through Starlette passed ``ServerErrorMiddleware``, ``ExceptionMiddleware`` and the ``Router``, which
-tries every route's regular expression in order until one matches; that was about a tenth of a worker's CPU
-under push load, more than the handler itself (benchmarks/profiles/README.md). The hot routes (push, pop,
-ack, batch ack, transaction, lease extension: ``routes/messages.py``) need none of it: their wrapper
-(``app.guarded``) already authenticates and maps every error to its answer, they use no Starlette exception
-handler, and CORS is in their responses. :class:`BrokerApp` looks a request up in :class:`HotRoutes` first
-and runs the matched handler directly; anything else (a miss, another method, a path Starlette would
+tries every route's regular expression in order until one matches; that was about a tenth of a worker's
+samples under push load, nearly as much as the handler itself (benchmarks/profiles/README.md). The hot routes
+(push, pop, ack, batch ack, transaction, lease extension: ``routes/messages.py``) need none of it: their
+wrapper (``app.guarded``) already authenticates and maps every error to its answer, they use no Starlette
+exception handler, and CORS is in their responses. :class:`BrokerApp` looks a request up in :class:`HotRoutes`
+first and runs the matched handler directly; anything else (a miss, another method, a path Starlette would
 redirect) goes through Starlette as before, so 404, 405, the CORS preflight and every other route are
 unchanged. The routes stay registered in Starlette too, so the route table (``/openapi.json``'s test) is
 whole.

@@ -223,9 +223,9 @@ def body_limit(app: ASGIApp, max_body_bytes: int) -> ASGIApp:
 
     async def refuse(send: Send, message: str) -> None:
         body = orjson.dumps({"error": message})
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                                (b"access-control-allow-origin", b"*"), (b"connection", b"close")]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                   (b"access-control-allow-origin", b"*"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
     async def limited(scope: Scope, receive: Receive, send: Send) -> None:

@@ -3,8 +3,8 @@
 ``serve()`` resolves the database (starting the embedded PostgreSQL when none is configured), applies
 migrations once, binds the port, then forks ``NUM_WORKERS`` processes that each run the ASGI app under
 uvicorn (uvloop + httptools), or under granian's embedded server with ``QUEENPY_HTTP_SERVER=granian`` (it
-cost more CPU per request: benchmarks/RESULTS.md, "HTTP server"). A worker that dies is restarted; SIGINT or SIGTERM stops the workers, then
-the embedded PostgreSQL.
+cost more CPU per request: benchmarks/RESULTS.md, "HTTP server"). A worker that dies is restarted; SIGINT
+or SIGTERM stops the workers, then the embedded PostgreSQL.
 
 On Linux each worker listens on its own socket bound to the port with ``SO_REUSEPORT``, and the kernel
 spreads new connections over them by a hash of the addresses. On one shared socket, whichever worker woke
@@ -128,8 +128,6 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
 def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
     """The app under granian's embedded server (its HTTP/1.1 in Rust, the app on this process's uvloop).
     granian binds its own listening socket, with ``SO_REUSEPORT`` on Linux, beside the supervisor's."""
-    import signal as signals
-
     import uvloop
 
     try:
@@ -137,7 +135,8 @@ def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: sock
         from granian.http import HTTP1Settings
         from granian.server.embed import Server
     except ImportError as exc:
-        raise ConfigurationError("QUEENPY_HTTP_SERVER=granian needs granian: install `queenpy[granian]`") from exc
+        raise ConfigurationError(
+            "QUEENPY_HTTP_SERVER=granian needs granian: install `queenpy[granian]`") from exc
 
     from queenpy.server.app import create_app
     from queenpy.server.limits import body_limit
@@ -154,7 +153,7 @@ def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: sock
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
-        for signum in (signals.SIGTERM, signals.SIGINT):
+        for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, server.signal_handler_interrupt)
         await server.serve()
 

@@ -24,11 +24,12 @@ Who writes :class:`WorkerInstruments`: on the request path, the route wrapper ob
 (``server/app.py``), the push route counts buffered messages and the engine's call observer the fusion
 histograms; everything else is set once per sample by the metrics sampler (``services/metrics.py``).
 
-The histograms of the request path are observed into :class:`LocalHistogram` tallies, plain Python numbers of
-this process, and added to the shared instruments by :meth:`WorkerInstruments.flush`: at every sample of the
-metrics sampler (``METRICS_SAMPLE_INTERVAL_MS``) and before this process renders a scrape. In multiprocess mode
-an observation is two writes into a memory-mapped file under a lock, per request; a tally is a list
-increment (benchmarks/profiles/README.md). Another worker's latest requests reach a scrape at its next sample.
+The histograms of the request path are observed into :class:`LocalHistogram` tallies, plain Python numbers
+of this process, and added to the shared instruments by :meth:`WorkerInstruments.flush`: at every sample of
+the metrics sampler (``METRICS_SAMPLE_INTERVAL_MS``) and before this process renders a scrape. In
+multiprocess mode an observation is two writes into a memory-mapped file under a lock, per request; a tally
+is a list increment (benchmarks/profiles/README.md). Another worker's latest requests reach a scrape at its
+next sample.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ from queenpy.engine.failover import FailoverBuffer
 from queenpy.services.maintenance import MaintenanceState
 from queenpy.store.database import Database
 
-__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "LocalHistogram", "SnapshotCache", "SnapshotCollector",
-           "WorkerInstruments", "multiprocess_dir", "render_collector"]
+__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "LocalHistogram", "SnapshotCache",
+           "SnapshotCollector", "WorkerInstruments", "multiprocess_dir", "render_collector"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
