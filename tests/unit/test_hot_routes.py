@@ -1,8 +1,9 @@
 """The hot routes' short path (``server/dispatch.py``): the dict finds exactly what Starlette's router finds
 for the hot routes, with the same path parameters, and a request served on it answers as through Starlette
-(validation 400s naming the field, CORS, the 404/405 of everything else). The app is built without a
-database (``create_app`` opens nothing before its lifespan), so only answers given before the engine are
-checked here; tests/api drives the same routes against PostgreSQL."""
+(validation 400s naming the field, CORS, the 404/405 of everything else), with the headers Starlette's
+``Response`` would give. The app is built without a database (``create_app`` opens nothing before its
+lifespan), so only answers given before the engine are checked here; tests/api drives the same routes against
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.responses import Response
 from starlette.routing import Match, Route
 
 from queenpy.server.app import create_app
 from queenpy.server.dispatch import BrokerApp, HotRoutes
 from queenpy.server.routes import messages
+from queenpy.server.routes._base import CORS_HEADERS, JsonResponse
 from queenpy.settings import Settings
 
 NO_CONNECTION = "postgresql://nobody@127.0.0.1:1/never-opened"
@@ -132,3 +135,12 @@ async def test_an_error_a_hot_handler_does_not_map_is_a_500_and_raised(
     with pytest.raises(RuntimeError, match="a bug"):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://b") as client:
             await client.post("/api/v1/push", json={"items": []})
+
+
+@pytest.mark.parametrize("status", [200, 201, 204, 400, 503])
+def test_the_json_response_has_the_headers_starlette_would_give(status: int) -> None:
+    body = b'{"error":"x"}' if status != 204 else b""
+    theirs = Response(body, status_code=status, media_type="application/json", headers=CORS_HEADERS)
+    ours = JsonResponse(body, status)
+    assert sorted(ours.raw_headers) == sorted(theirs.raw_headers)
+    assert (ours.status_code, ours.body) == (theirs.status_code, theirs.body)
