@@ -227,6 +227,9 @@ class Settings:
     http_body_timeout_ms: int = 30_000
     http_keep_alive_timeout_s: int = 75
     http_max_connections: int = 10_000
+    # the HTTP server under each worker's app (queenpy's own): uvicorn with httptools, or granian (Rust);
+    # uvicorn cost less CPU per request (benchmarks/RESULTS.md, "HTTP server")
+    http_server: str = "uvicorn"
     push_max_items: int = 10_000
     services: ServiceSettings = field(default_factory=ServiceSettings)
 
@@ -277,6 +280,7 @@ class Settings:
             http_body_timeout_ms=max(100, _int(env, "HTTP_BODY_TIMEOUT_MS", 30_000)),
             http_keep_alive_timeout_s=max(1, _int(env, "HTTP_KEEP_ALIVE_TIMEOUT_S", 75)),
             http_max_connections=max(2, _int(env, "HTTP_MAX_CONNECTIONS", 10_000)),
+            http_server=env.get("QUEENPY_HTTP_SERVER", "uvicorn"),
             push_max_items=max(1, _int(env, "PUSH_MAX_ITEMS", 10_000)),
             services=ServiceSettings.from_env(env),
         )

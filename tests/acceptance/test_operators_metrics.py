@@ -82,10 +82,16 @@ def test_the_exposition_parses_and_counts_what_was_done(http: httpx.Client) -> N
                  group="__QUEUE_MODE__") == oldest
     assert value(families, "queen_maintenance_mode_enabled") == 0
     assert value(families, "queen_file_buffer_db_healthy") == 1
-    push_route = [s for s in families["queen_http_request_duration_seconds"]
-                  if s.name.endswith("_count") and s.labels == {"method": "POST", "route": "/api/v1/push"}]
-    assert push_route and push_route[0].value >= 2
-    assert {s.labels["op"] for s in families["queen_fusion_batch_size"]} >= {"push", "pop", "ack"}
+
+    def pushes_timed(families: dict[str, Any]) -> float:
+        return sum(s.value for s in families["queen_http_request_duration_seconds"]
+                   if s.name.endswith("_count") and s.labels == {"method": "POST", "route": "/api/v1/push"})
+
+    # a worker adds its request-path histograms to the shared ones at each sample (services/prometheus.py),
+    # so the other worker's pushes show up within a sample interval
+    wait_until(lambda: pushes_timed(scrape(http)) >= 2, message="push latency histogram")
+    wait_until(lambda: {s.labels["op"] for s in scrape(http)["queen_fusion_batch_size"]}
+               >= {"push", "pop", "ack"}, message="fusion histograms")
     wait_until(lambda: value(scrape(http), "queen_messages_pushed_total") >= 10, message="pushed counter")
     workers = {s.labels["pid"] for s in scrape(http)["queen_worker_resident_memory_bytes"]}
     assert len(workers) == 2, "both workers' gauges, whichever worker answered"

@@ -50,6 +50,8 @@ def _measured(scenario: Scenario, round_no: int, rate: float) -> dict[str, Any]:
         "broker_pss_mb_peak": 100.0,
         "pg_waits": {"CPU": 1.0},
         "latency_ms": {"50": 2.0 * round_no, "90": 3.0, "99": 9.0, "99.9": 12.0},
+        "requests_per_s": rate / 2,
+        "broker_us_per_request": 100.0 + round_no,
         "echoes": {"answered": 7 * round_no},
     }
 
@@ -110,12 +112,16 @@ def test_a_registered_kind_runs_through_dispatch_entry_report_and_page(
     assert median_["msg_per_s"] == 2000.0 and median_["ratio"] == 0.5  # 1000, 2000, 3000 over 4000
     assert median_["postgres_cost_ratio"] == 2.0 and median_["broker_rss_mb_peak"] == 153.0
     assert median_["echoes"] == {"answered": 14.0}  # the kind's own summary, merged in
+    assert median_["broker_us_per_request"] == 102.0
+    assert median_["broker_us_per_request_range"] == [101.0, 103.0]
     assert entry["parameters"]["kind"] == "echo" and entry["parameters"]["connections"] == 50
 
     document = _document([entry])
     table = report.table(document, runner.kind_lines)
     assert "| echo-1 | 2,000 | 4,000 | 0.50 |" in table
     assert "echo-1: 14 echoes answered" in table and "- echo-1: INVALID: lost: 1 message" in table
+    assert "| 50.0 | 102.0 | 40.0 |" in table  # broker µs/msg, broker µs/req, PG µs/msg side by side
+    assert "- echo-1: broker 102.0 µs/request [101.0-103.0], 2.0 msg/request; PG 40.0 µs/msg" in table
 
     rows = summary.history_row(document, "results/x.json")["scenarios"]
     assert rows == {
@@ -125,6 +131,7 @@ def test_a_registered_kind_runs_through_dispatch_entry_report_and_page(
             "p50_ms": 4.0,
             "p99_ms": 9.0,
             "broker_us_per_msg": 50.0,
+            "broker_us_per_request": 102.0,
             "postgres_us_per_msg": 40.0,
             "broker_rss_mb": 153.0,
             "rounds": 3,

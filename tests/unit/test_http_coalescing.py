@@ -58,6 +58,20 @@ async def test_writes_of_one_turn_reach_the_socket_as_one_write() -> None:
     assert inner.calls[1:] == [("write", b"next")]
 
 
+async def test_a_flush_sends_now_and_cancels_the_one_at_the_end_of_the_turn() -> None:
+    inner = RecordingTransport()
+    transport = CoalescingTransport(inner, asyncio.get_running_loop())
+    transport.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    transport.write(b"{}")
+    transport.flush()  # what the protocol does when uvicorn reports the response complete
+    assert inner.calls == [("write", b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")]
+    await asyncio.sleep(0)
+    assert len(inner.calls) == 1
+    transport.write(b"next")
+    await asyncio.sleep(0)
+    assert inner.calls[1:] == [("write", b"next")]
+
+
 async def test_close_flushes_first_and_abort_drops() -> None:
     loop = asyncio.get_running_loop()
     inner = RecordingTransport()

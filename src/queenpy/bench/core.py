@@ -374,11 +374,14 @@ class Context:
         wrk_runs: list[WrkRun],
         latency_from: WrkRun | None,
         extra_cpu_s: dict[str, float] | None = None,
+        requests: int | None = None,
     ) -> None:
         """The window's figures into ``run`` (the keys every kind reports: ``messages``, ``msg_per_s``,
         ``cpu_us_per_msg``, ``cpu_share_of_machine``, ``latency_ms`` from ``latency_from``, ...);
         ``extra_cpu_s``: CPU seconds of other processes of the scenario (``{"spark": ...}``), reported next to
-        the broker's and PostgreSQL's instead of under "other"."""
+        the broker's and PostgreSQL's instead of under "other". ``requests``: the HTTP requests the broker
+        served in the window, when the kind knows them exactly (a wrk run that is the window); then
+        ``broker_us_per_request`` is the broker's CPU per request, the figure contention changes least."""
         start, end, checkpoints = measured.start, measured.end, measured.checkpoints
         if end is None:
             raise ValueError("fill_window needs a closed window (close_window)")
@@ -435,6 +438,9 @@ class Context:
                 "wal_per_msg": end.wal.per_message(start.wal, messages),
             }
         )
+        if requests:
+            run["requests"] = requests
+            run["broker_us_per_request"] = broker_s / requests * 1e6
         if latency_from is not None:
             result = latency_from.result
             run["requests_per_s"] = result.requests / window if window > 0 else 0.0

@@ -9,7 +9,7 @@ from typing import Any
 
 from queenpy.bench.postgres import PrivatePostgres
 
-__all__ = ["CHART_MISSING", "bound", "chart", "number", "pyplot", "settings_line", "table"]
+__all__ = ["CHART_MISSING", "bound", "chart", "number", "pyplot", "request_lines", "settings_line", "table"]
 
 CHART_MISSING = "matplotlib is not installed: pip install 'queenpy[bench]'"
 
@@ -68,24 +68,26 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
         load,
         "",
         (
-            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg "
-            "| limit PG µs/row | PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU | valid |"
+            "| scenario | msg/s | limit msg/s | ratio | p50 ms | p99 ms | broker µs/msg | broker µs/req "
+            "| PG µs/msg | limit PG µs/row | PG cost ratio | wrk µs/msg | broker RSS (PSS) MB | other CPU "
+            "| valid |"
         ),
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for entry in document["scenarios"]:
         m = entry.get("median")
         if entry.get("skipped") and not m:
-            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " skipped |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 13 + " skipped |")
             continue
         if not m:
-            lines.append(f"| {entry['scenario']} |" + " - |" * 12 + " INVALID |")
+            lines.append(f"| {entry['scenario']} |" + " - |" * 13 + " INVALID |")
             continue
         cpu, latency = m["cpu_us_per_msg"], m["latency_ms"]
         lines.append(
             f"| {entry['scenario']} | {number(m['msg_per_s'])} | {number(m['limit_msg_per_s'])} | "
             f"{number(m['ratio'], 2)} | {number(latency['50'], 1)} | {number(latency['99'], 1)} | "
-            f"{number(cpu['broker'], 1)} | {number(cpu['postgres'], 1)} | "
+            f"{number(cpu['broker'], 1)} | {number(m.get('broker_us_per_request'), 1)} | "
+            f"{number(cpu['postgres'], 1)} | "
             f"{number(m.get('limit_postgres_us_per_row'), 1)} | "
             f"{number(m.get('postgres_cost_ratio'), 2)} | {number(cpu['wrk'], 1)} | "
             f"{number(m['broker_rss_mb_peak'])} ({number(m['broker_pss_mb_peak'])}) | "
@@ -119,6 +121,9 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
             lines.append(f"- {entry['scenario']}: {bound(m['cpu_share_of_machine'], m['pg_waits'])}")
     for key, entry in document["limits"].items():
         lines.append(f"- limit {key}: {bound(None, entry['median']['pg_waits'])}")
+    per_request = request_lines(document)
+    if per_request:
+        lines += [""] + per_request
     for entry in document["scenarios"]:
         own = kind_lines(entry)
         if own:
@@ -139,6 +144,34 @@ def table(document: dict[str, Any], kind_lines: Callable[[dict[str, Any]], list[
         lines.append("")
         lines += [f"- {name}: {text}" for name, text in remarks]
     return "\n".join(lines)
+
+
+def request_lines(document: dict[str, Any]) -> list[str]:
+    """Where a request's CPU goes: per scenario whose kind counted its requests, the broker's CPU per request
+    (median, and the rounds' range) next to PostgreSQL's per message, with the messages a request carries."""
+    lines = []
+    for entry in document["scenarios"]:
+        m = entry.get("median") or {}
+        us = m.get("broker_us_per_request")
+        if us is None:
+            continue
+        spread = m.get("broker_us_per_request_range")
+        rounds = (
+            f" [{number(spread[0], 1)}-{number(spread[1], 1)}]" if spread and spread[0] != spread[1] else ""
+        )
+        carried = m["msg_per_s"] / m["requests_per_s"] if m.get("requests_per_s") else None
+        lines.append(
+            f"- {entry['scenario']}: broker {number(us, 1)} µs/request{rounds}, "
+            f"{number(carried, 1)} msg/request; PG {number(m['cpu_us_per_msg'].get('postgres'), 1)} µs/msg; "
+            f"{number(m.get('requests_per_s'))} requests/s"
+        )
+    if not lines:
+        return []
+    title = (
+        "Broker CPU per HTTP request (median of the rounds, [range]) next to PostgreSQL's per message "
+        "(consumption counts pops and their ack or transaction requests):"
+    )
+    return [title, *lines]
 
 
 def bound(cpu: dict[str, float] | None, waits: dict[str, float]) -> str:

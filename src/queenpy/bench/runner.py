@@ -22,7 +22,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -383,6 +383,10 @@ def _shared_medians(measured: list[dict[str, Any]], limit_median: dict[str, Any]
         "ratio": median(r.get("ratio") for r in measured),
         "postgres_cost_ratio": median(r.get("postgres_cost_ratio") for r in measured),
         "requests_per_s": median(r.get("requests_per_s") for r in measured),
+        # the broker's CPU per HTTP request (kinds that know their requests exactly), and its spread over the
+        # rounds: on a shared machine it moves far less than msg/s does
+        "broker_us_per_request": median(r.get("broker_us_per_request") for r in measured),
+        "broker_us_per_request_range": _spread(r.get("broker_us_per_request") for r in measured),
         "latency_ms": {
             k: median(r.get("latency_ms", {}).get(k) for r in measured) for k in ("50", "90", "99", "99.9")
         },
@@ -512,6 +516,12 @@ def _document(
         "limits": limits,
         "scenarios": results,
     }
+
+
+def _spread(values: Iterable[float | None]) -> list[float] | None:
+    """``[min, max]`` of the values that are not None, or None when there are none."""
+    present = [v for v in values if v is not None]
+    return [min(present), max(present)] if present else None
 
 
 def _median_shares(runs: list[dict[str, float]]) -> dict[str, float]:

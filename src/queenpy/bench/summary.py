@@ -33,8 +33,8 @@ __all__ = [
 BEGIN = "<!-- current-figures: begin (queenpy bench --summary benchmarks/results; do not edit by hand) -->"
 END = "<!-- current-figures: end -->"
 HEADER = (
-    "| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | PG µs/msg | broker RSS MB | rounds "
-    "| run (UTC) | commit |"
+    "| scenario | msg/s | ratio | p50 ms | p99 ms | broker µs/msg | broker µs/req | PG µs/msg "
+    "| broker RSS MB | rounds | run (UTC) | commit |"
 )
 
 
@@ -53,7 +53,8 @@ def _server(document: dict[str, Any]) -> str:
 def history_row(document: dict[str, Any], source: str) -> dict[str, Any]:
     """One run as a compact row: when, which commit, how (quick or full, rounds, window), on what (cores, the
     other processes' share of them, PostgreSQL's version and origin, the broker's workers and settings), and
-    per scenario its medians (msg/s, ratio, p50/p99 ms, CPU µs per message, RSS MB), rounds and validity.
+    per scenario its medians (msg/s, ratio, p50/p99 ms, CPU µs per message and the broker's per request, RSS
+    MB), rounds and validity.
     ``source``: where the run's JSON was written."""
     git, settings, machine = document.get("git") or {}, document["settings"], document["machine"]
     scenarios: dict[str, Any] = {}
@@ -69,6 +70,7 @@ def history_row(document: dict[str, Any], source: str) -> dict[str, Any]:
             "p50_ms": _rounded(latency.get("50"), 2),
             "p99_ms": _rounded(latency.get("99"), 2),
             "broker_us_per_msg": _rounded(cpu.get("broker"), 1),
+            "broker_us_per_request": _rounded(m.get("broker_us_per_request"), 1),
             "postgres_us_per_msg": _rounded(cpu.get("postgres"), 1),
             "broker_rss_mb": _rounded(m.get("broker_rss_mb_peak"), 0),
             "rounds": sum(1 for r in entry["runs"] if "msg_per_s" in r),
@@ -136,11 +138,11 @@ def current_figures(
             if entry.get("median") and entry["valid"]:
                 newest[entry["scenario"]] = (path, document, entry)
     order = [s.name for s in SCENARIOS] + sorted(set(newest) - {s.name for s in SCENARIOS})
-    lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    lines = [HEADER, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     cited: dict[Path, dict[str, Any]] = {}
     for name in order:
         if name not in newest:
-            lines.append(f"| {name} | not measured yet | | | | | | | | | |")
+            lines.append(f"| {name} | not measured yet | | | | | | | | | | |")
             continue
         path, document, entry = newest[name]
         cited[path] = document
@@ -155,6 +157,7 @@ def current_figures(
             number(latency.get("50"), 1),
             number(latency.get("99"), 1),
             number(cpu.get("broker"), 1),
+            number(m.get("broker_us_per_request"), 1),
             number(cpu.get("postgres"), 1),
             number(m.get("broker_rss_mb_peak")),
             str(rounds),

@@ -1,7 +1,9 @@
 """The HTTP shell's composition root: settings -> worker (parts, services) -> routes, middleware, lifespan.
 
 One ASGI app (Starlette) per worker process. The routes live in :mod:`queenpy.server.routes`, one module per
-area of the API; here each is wrapped in authentication and the error mapping of API.md section 1.2:
+area of the API; the hot ones (``routes/messages.py``) are also found by a dict and served without
+Starlette's middleware (:mod:`queenpy.server.dispatch`). Here each is wrapped in authentication and the
+error mapping of API.md section 1.2:
 validation errors answer a real 400, authentication 401/403, and a database error 200 with
 ``{"success": false, "error": ...}`` in the body (the original's asynchronous path, which clients depend on).
 Unknown routes answer a JSON 404 and a known route with the wrong method a JSON 405; ``OPTIONS`` on any path
@@ -25,7 +27,8 @@ from starlette.routing import Match, Route
 
 from queenpy.errors import InvalidRequest, QueenError
 from queenpy.server.auth import Authenticator, Level
-from queenpy.server.routes import endpoints
+from queenpy.server.dispatch import BrokerApp, HotRoutes
+from queenpy.server.routes import endpoints, messages
 from queenpy.server.routes._base import CORS_HEADERS, Handler, error_response, json_response
 from queenpy.server.routes.system import VERSION
 from queenpy.server.worker import Worker
@@ -41,14 +44,16 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator, worker
     """``handler`` behind authentication at ``level`` (none for ``Level.PUBLIC``) and the error mapping:
     InvalidRequest -> real 400, other QueenErrors -> their status (401/403/...), database errors -> 200 with
     an error body. Each request's duration is observed under its route template (``path``)."""
-    latency = worker.instruments.request_seconds.labels(method, path)
+    latency = worker.instruments.request_latency(method, path)
     metrics = worker.metrics
+    # with JWT off (or a public route) nothing is read from the headers: no Headers object per request
+    verify = level is not Level.PUBLIC and authenticator.settings.enabled
 
     async def wrapper(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            request.state.claims = (None if level is Level.PUBLIC else authenticator.authenticate(
-                request.headers.get("authorization"), request.scope["path"], level))
+            request.state.claims = authenticator.authenticate(
+                request.headers.get("authorization"), request.scope["path"], level) if verify else None
             return await handler(request)
         except InvalidRequest as exc:
             return error_response(exc.message, 400)
@@ -111,10 +116,16 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
         finally:
             await worker.stop()
 
-    routes: list[Any] = [Route(e.path, guarded(e.handler, e.level, authenticator, worker, e.method, e.path),
-                               methods=[e.method]) for e in endpoints()]
+    hot = HotRoutes()
+    routes: list[Any] = []
+    for endpoint in endpoints():
+        handler = guarded(endpoint.handler, endpoint.level, authenticator, worker, endpoint.method,
+                          endpoint.path)
+        routes.append(Route(endpoint.path, handler, methods=[endpoint.method]))
+        if endpoint in messages.ENDPOINTS:
+            hot.add(endpoint.method, endpoint.path, handler)
     routes.append(Route("/{path:path}", _preflight, methods=["OPTIONS"]))
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={404: _http_error, 405: _http_error})
+    app = BrokerApp(routes=routes, lifespan=lifespan, exception_handlers={404: _http_error, 405: _http_error})
+    app.hot = hot
     app.state.worker = worker
     return app

@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from queenpy.server.http import CoalescingHttpToolsProtocol
 from queenpy.settings import Settings
 
-__all__ = ["HttpLimits", "LimitedHttpToolsProtocol", "protocol_with_limits"]
+__all__ = ["HttpLimits", "LimitedHttpToolsProtocol", "body_limit", "protocol_with_limits"]
 
 _REASONS = {408: b"Request Timeout", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
 _HEAD_SLACK_BYTES = 64 * 1024  # raw bytes of a head that never completes, beyond the limit, before closing
@@ -149,21 +150,30 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         self._in_head = True
         self._head_bytes = self._body_bytes = 0
         self._head_too_large = False
+        self._content_length: bytes | None = None
         self._arm(self.limits.header_timeout_s, "Request headers")
 
+    # on_url and on_header run once per request and per header: uvicorn's bodies (append the URL; lower-case
+    # the name, note ``Expect: 100-continue``, append) are inlined after the size check instead of called
+    # through super(), and the Content-Length is kept as it passes
     def on_url(self, url: bytes) -> None:
         self._head_bytes += len(url)
         if self._head_bytes > self.limits.max_header_bytes:
             self._head_too_large = True
             return
-        super().on_url(url)
+        self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._head_bytes += len(name) + len(value) + 4
         if self._head_bytes > self.limits.max_header_bytes:
             self._head_too_large = True
             return
-        super().on_header(name, value)
+        name = name.lower()
+        if name == b"content-length":
+            self._content_length = value
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -174,7 +184,7 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._head_too_large:
             self._refuse(431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes")
             return
-        length = next((value for name, value in self.headers if name == b"content-length"), None)
+        length = self._content_length
         if length is not None and length.strip().isdigit() and int(length) > self.limits.max_body_bytes:
             self._refuse(413, f"Request body too large: {int(length)} bytes, the limit is "
                               f"{self.limits.max_body_bytes} bytes")
@@ -202,3 +212,53 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 def protocol_with_limits(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:
     """A :class:`LimitedHttpToolsProtocol` subclass bound to ``limits``, for ``uvicorn.Config(http=...)``."""
     return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})
+
+
+def body_limit(app: ASGIApp, max_body_bytes: int) -> ASGIApp:
+    """``app`` behind the body limit of :class:`HttpLimits`, for a server that has none of its own (granian):
+    a ``Content-Length`` over ``max_body_bytes`` is answered ``413`` before the app runs; a chunked body
+    that passes the limit makes the app's next ``receive`` a client disconnect (nothing is stored), and the
+    answer ``413``. The head limits and the head timeout are the server's (granian's ``max_buffer_size``
+    and ``header_read_timeout``)."""
+
+    async def refuse(send: Send, message: str) -> None:
+        body = orjson.dumps({"error": message})
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
+                   (b"access-control-allow-origin", b"*"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def limited(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        length = next((value for name, value in scope["headers"] if name == b"content-length"), None)
+        if length is not None:
+            if length.strip().isdigit() and int(length) > max_body_bytes:
+                await refuse(send, f"Request body too large: {int(length)} bytes, the limit is "
+                                   f"{max_body_bytes} bytes")
+                return
+            await app(scope, receive, send)
+            return
+        received = 0
+        refused = False
+
+        async def counted() -> Message:
+            nonlocal received, refused
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > max_body_bytes:
+                    refused = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def answer(message: Message) -> None:
+            if not refused:
+                await send(message)
+
+        await app(scope, counted, answer)
+        if refused:
+            await refuse(send, f"Request body too large: more than {max_body_bytes} bytes")
+
+    return limited

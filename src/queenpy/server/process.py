@@ -2,8 +2,9 @@
 
 ``serve()`` resolves the database (starting the embedded PostgreSQL when none is configured), applies
 migrations once, binds the port, then forks ``NUM_WORKERS`` processes that each run the ASGI app under
-uvicorn (uvloop + httptools). A worker that dies is restarted; SIGINT or SIGTERM stops the workers, then
-the embedded PostgreSQL.
+uvicorn (uvloop + httptools), or under granian's embedded server with ``QUEENPY_HTTP_SERVER=granian`` (it
+cost more CPU per request: benchmarks/RESULTS.md, "HTTP server"). A worker that dies is restarted; SIGINT
+or SIGTERM stops the workers, then the embedded PostgreSQL.
 
 On Linux each worker listens on its own socket bound to the port with ``SO_REUSEPORT``, and the kernel
 spreads new connections over them by a hash of the addresses. On one shared socket, whichever worker woke
@@ -31,6 +32,7 @@ from typing import Any
 
 import asyncpg
 
+from queenpy.errors import ConfigurationError
 from queenpy.settings import Settings
 from queenpy.store.migrate import apply_migrations
 
@@ -78,6 +80,7 @@ def migrate(url: str) -> list[str]:
 
 
 REUSEPORT = sys.platform == "linux" and hasattr(socket, "SO_REUSEPORT")
+HTTP_SERVERS = ("uvicorn", "granian")  # QUEENPY_HTTP_SERVER
 
 
 def _bind(host: str, port: int, *, listen: bool = True, reuseport: bool = False) -> socket.socket:
@@ -116,6 +119,48 @@ def _uvicorn_log_level(settings: Settings) -> str:
 
 
 def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
+    if settings.http_server == "granian":
+        _run_granian_worker(worker_id, settings, url, sock)
+    else:
+        _run_uvicorn_worker(worker_id, settings, url, sock)
+
+
+def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
+    """The app under granian's embedded server (its HTTP/1.1 in Rust, the app on this process's uvloop).
+    granian binds its own listening socket, with ``SO_REUSEPORT`` on Linux, beside the supervisor's."""
+    import uvloop
+
+    try:
+        from granian.constants import HTTPModes, Interfaces
+        from granian.http import HTTP1Settings
+        from granian.server.embed import Server
+    except ImportError as exc:
+        raise ConfigurationError(
+            "QUEENPY_HTTP_SERVER=granian needs granian: install `queenpy[granian]`") from exc
+
+    from queenpy.server.app import create_app
+    from queenpy.server.limits import body_limit
+
+    port = sock.getsockname()[1]
+    sock.close()
+    app = create_app(settings, url, worker_id)
+    _tune_gc()
+    server = Server(body_limit(app, settings.http_max_body_bytes), address=settings.host, port=port,
+                    interface=Interfaces.ASGI, http=HTTPModes.http1, websockets=False, backlog=2048,
+                    http1_settings=HTTP1Settings(header_read_timeout=settings.http_header_timeout_ms,
+                                                 max_buffer_size=settings.http_max_header_bytes),
+                    log_access=settings.access_log, log_enabled=settings.log_level != "off")
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, server.signal_handler_interrupt)
+        await server.serve()
+
+    uvloop.run(run())
+
+
+def _run_uvicorn_worker(worker_id: int, settings: Settings, url: str, sock: socket.socket) -> None:
     import uvicorn
 
     from queenpy.server.app import create_app
@@ -131,7 +176,9 @@ def _run_worker(worker_id: int, settings: Settings, url: str, sock: socket.socke
                             log_level=_uvicorn_log_level(settings),
                             timeout_keep_alive=settings.http_keep_alive_timeout_s, backlog=2048,
                             limit_concurrency=settings.http_max_connections, timeout_graceful_shutdown=10,
-                            proxy_headers=False)  # client addresses are never used: skip the middleware
+                            # client addresses are never used: skip the middleware; and no "server: uvicorn"
+                            # header, one less header to validate and write per response
+                            proxy_headers=False, server_header=False)
     uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -143,6 +190,11 @@ def serve(settings: Settings) -> None:
     from queenpy.server.auth import Authenticator
 
     Authenticator(settings.jwt)  # an unusable JWT configuration aborts startup here, not in every worker
+    if settings.http_server not in HTTP_SERVERS:
+        raise ConfigurationError(f"QUEENPY_HTTP_SERVER must be one of {', '.join(HTTP_SERVERS)}, "
+                                 f"not {settings.http_server!r}")
+    if settings.http_server == "granian" and not REUSEPORT:
+        raise ConfigurationError("QUEENPY_HTTP_SERVER=granian needs SO_REUSEPORT (Linux)")
     database = resolve_database(settings)
     try:
         applied = migrate(database.url)

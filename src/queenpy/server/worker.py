@@ -86,6 +86,7 @@ class Worker:
         await self.spark_applier.stop()
         await self.services.stop()
         await self.metrics.stop()
+        self.instruments.flush()  # the request path's last observations (services/prometheus.py)
         await self.maintenance.stop()
         await self.failover.stop()
         await self.engine.stop()

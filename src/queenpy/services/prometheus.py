@@ -23,11 +23,19 @@ as timestamps (``*_timestamp_seconds``: the age is ``time() - x`` in PromQL), wh
 Who writes :class:`WorkerInstruments`: on the request path, the route wrapper observes the latency histogram
 (``server/app.py``), the push route counts buffered messages and the engine's call observer the fusion
 histograms; everything else is set once per sample by the metrics sampler (``services/metrics.py``).
+
+The histograms of the request path are observed into :class:`LocalHistogram` tallies, plain Python numbers
+of this process, and added to the shared instruments by :meth:`WorkerInstruments.flush`: at every sample of
+the metrics sampler (``METRICS_SAMPLE_INTERVAL_MS``) and before this process renders a scrape. In
+multiprocess mode an observation is two writes into a memory-mapped file under a lock, per request; a tally
+is a list increment (benchmarks/profiles/README.md). Another worker's latest requests reach a scrape at its
+next sample.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import os
 import socket
 from collections.abc import Iterator
@@ -43,8 +51,8 @@ from queenpy.engine.failover import FailoverBuffer
 from queenpy.services.maintenance import MaintenanceState
 from queenpy.store.database import Database
 
-__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "SnapshotCache", "SnapshotCollector",
-           "WorkerInstruments", "multiprocess_dir", "render_collector"]
+__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "LocalHistogram", "SnapshotCache",
+           "SnapshotCollector", "WorkerInstruments", "multiprocess_dir", "render_collector"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -54,6 +62,36 @@ _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 def multiprocess_dir() -> str | None:
     """The directory shared by the workers' metric files, when running under ``queenpy serve``."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class LocalHistogram:
+    """Observations of one histogram child kept in this process until :meth:`flush` adds them to it (see the
+    module docstring). Buckets as ``prometheus_client``'s ``Histogram.observe`` picks them: the first upper
+    bound at or above the value."""
+
+    __slots__ = ("_bounds", "_child", "_counts", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._child = child
+        self._bounds: list[float] = list(child._upper_bounds)
+        self._counts = [0] * len(self._bounds)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self._sum += value
+        self._counts[bisect.bisect_left(self._bounds, value)] += 1
+
+    def flush(self) -> None:
+        """Add what was observed since the last flush to the histogram child."""
+        counts, total = self._counts, self._sum
+        if not any(counts):
+            return
+        self._counts, self._sum = [0] * len(self._bounds), 0.0
+        child = self._child
+        for bucket, count in zip(child._buckets, counts, strict=True):
+            if count:
+                bucket.inc(count)
+        child._sum.inc(total)
 
 
 class WorkerInstruments:
@@ -93,6 +131,8 @@ class WorkerInstruments:
         self.parked = total("queen_long_poll_parked", "Long polls parked, all workers")
         self.uptime = Gauge("queen_uptime_seconds", "Seconds since the oldest live worker started", registry=r,
                             multiprocess_mode="livemax")
+        self._tallies: list[LocalHistogram] = []
+        self._fusion: dict[str, tuple[LocalHistogram, LocalHistogram]] = {}
         per_worker = ["hostname", "worker_id"]
 
         def worker(name: str, doc: str) -> Any:
@@ -104,15 +144,35 @@ class WorkerInstruments:
         self.worker_pool = worker("queen_worker_db_pool_active", "Database connections in use by one worker")
         self.worker_parked = worker("queen_worker_long_poll_parked", "Long polls parked in one worker")
 
+    def request_latency(self, method: str, route: str) -> LocalHistogram:
+        """The latency tally of one route template (flushed into ``queen_http_request_duration_seconds``)."""
+        return self._tally(self.request_seconds.labels(method, route))
+
     def observe_call(self, op: str, items: int, seconds: float) -> None:
         """A fused procedure call finished (the engine's observer)."""
-        self.fusion_batch.labels(op).observe(items)
-        self.fusion_seconds.labels(op).observe(seconds)
+        tallies = self._fusion.get(op)
+        if tallies is None:
+            tallies = self._fusion[op] = (self._tally(self.fusion_batch.labels(op)),
+                                          self._tally(self.fusion_seconds.labels(op)))
+        tallies[0].observe(items)
+        tallies[1].observe(seconds)
+
+    def _tally(self, child: Histogram) -> LocalHistogram:
+        tally = LocalHistogram(child)
+        self._tallies.append(tally)
+        return tally
+
+    def flush(self) -> None:
+        """Add the request path's tallies to the shared histograms (see the module docstring). Call it on the
+        event loop's thread, which observes them."""
+        for tally in self._tallies:
+            tally.flush()
 
     def sample(self, numbers: dict[str, float], cpu_user_s: float, cpu_system_s: float, uptime_s: float,
                counted: dict[str, int]) -> None:
         """One sample of this process (see ``services/metrics.py``); ``counted``: messages pushed, popped and
         acknowledged since the last sample."""
+        self.flush()
         self.pushed.inc(counted.get("pushed", 0))
         self.popped.inc(counted.get("popped", 0))
         self.acked.inc(counted.get("acked", 0))
@@ -131,7 +191,8 @@ class WorkerInstruments:
         self.worker_parked.set(numbers["parked"])
 
     def render(self, local: Collector) -> bytes:
-        """The exposition text of every worker's metrics (or this process's) and ``local``."""
+        """The exposition text of every worker's metrics (or this process's) and ``local``; flush the tallies
+        first (:meth:`flush`, on the event loop's thread: the tallies are not locked)."""
         registry = CollectorRegistry(auto_describe=False)
         if self.multiprocess:
             MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
@@ -196,6 +257,7 @@ class Exposition:
         local = {"maintenance": float(self.maintenance.push), "popMaintenance": float(self.maintenance.pop),
                  "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
                  "bufferHealthy": float(self.failover.db_healthy)}
+        self.instruments.flush()
         body = await asyncio.to_thread(self.instruments.render, LocalCollector(local))
         return body + cache.body
 

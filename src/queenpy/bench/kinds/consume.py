@@ -82,7 +82,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     (cursors0, target0), (cursors1, target1) = measured.before, measured.after
     consumed = sum(cursors1.values()) - sum(cursors0.values())
     counted = (target1 - target0) if target else consumed
-    context.fill_window(run, counted, measured.window, [measured.wrk], measured.wrk)
+    context.fill_window(
+        run, counted, measured.window, [measured.wrk], measured.wrk, requests=measured.wrk.result.requests
+    )
     cursors2, target2 = context.settled(truth)
     advance = sum(cursors2.values()) - sum(cursors0.values())
     counters = measured.wrk.result.counters

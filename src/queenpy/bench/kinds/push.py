@@ -40,7 +40,14 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     initial = rows()  # the precreated rows; nothing in flight yet
     warm = warm_up(context, run, script, clients, scenario.threads)
     measured = measured_window(context, run, script, clients, rows, scenario.threads)
-    context.fill_window(run, measured.after - measured.before, measured.window, [measured.wrk], measured.wrk)
+    context.fill_window(
+        run,
+        measured.after - measured.before,
+        measured.window,
+        [measured.wrk],
+        measured.wrk,
+        requests=measured.wrk.result.requests,
+    )
     settled = context.settled(rows)
     stored = int(context.sql.fetchval(Q_QUEUE_COUNT, queue))
     # The ledger of the whole run, warm-up included: every message stored was answered "queued" to wrk,

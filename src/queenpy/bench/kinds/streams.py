@@ -100,7 +100,14 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context, run, script_for(name, sink), scenario.connections, truth, scenario.threads, timeout_s
     )
     (consumed0, cycles0, emitted0), (consumed1, cycles1, emitted1) = measured.before, measured.after
-    context.fill_window(run, consumed1 - consumed0, measured.window, [measured.wrk], measured.wrk)
+    context.fill_window(
+        run,
+        consumed1 - consumed0,
+        measured.window,
+        [measured.wrk],
+        measured.wrk,
+        requests=measured.wrk.result.requests,
+    )
     window = measured.window.seconds
     cycles, emitted = cycles1 - cycles0, emitted1 - emitted0
     run["streams"] = {
