@@ -203,7 +203,7 @@ def fail(sentence: str) -> None:
 
 
 def iso_z(moment: datetime | None) -> str | None:
-    """A timestamp as the broker writes them: UTC, milliseconds, ``Z`` (``2026-11-24T22:30:49.599Z``)."""
+    """A timestamp as the broker writes them: UTC, milliseconds, ``Z`` (``YYYY-MM-DDTHH:MM:SS.sssZ``)."""
     if moment is None:
         return None
     utc = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
