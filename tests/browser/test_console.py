@@ -320,6 +320,6 @@ def test_replay_from_the_message_view_and_delete_a_group(broker: Any, console: C
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("[data-view=group] .toolbar >> text=delete group")
     expect(page).to_have_url(re.compile("#/groups$"))
-    assert not client.get(f"/api/v1/consumer-groups/{group}").content  # {} -> empty body: no such group
+    assert client.get(f"/api/v1/consumer-groups/{group}").json() == {}  # no such group: {} (API.md)
     listed = client.get("/api/v1/consumer-groups")
     assert group not in {g["name"] for g in (listed.json() if listed.content else [])}
