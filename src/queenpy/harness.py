@@ -59,8 +59,8 @@ def bound_socket(host: str = LOOPBACK) -> socket.socket:
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on ``host`` that was free a moment ago (bound by the kernel's choice, then released). Another
-    process may take it before the caller binds it; where a socket can be handed over, use
+    """A TCP port on ``host`` that was free a moment ago (bound by the kernel's choice, then released).
+    Another process may take it before the caller binds it; where a socket can be handed over, use
     :func:`bound_socket`. Nothing listens on it, so ``http://127.0.0.1:<port>`` is also a refused address."""
     with bound_socket(host) as sock:
         return int(sock.getsockname()[1])
@@ -146,7 +146,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         """Start the server again on the same socket directory (the URLs stay valid); returns once it accepts
-        connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log: ``data_dir/log``)."""
+        connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log:
+        ``data_dir/log``)."""
         self._pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.data_dir / "log"),
                       "start"], timeout_s=120)
         self.running = True

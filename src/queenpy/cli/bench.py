@@ -127,7 +127,7 @@ def bench(
     """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
 
     Starts a private PostgreSQL (fsync on; or uses --database-url) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
-    """
+    """  # noqa: E501 (typer keeps the line breaks of the help paragraph)
     import queenpy.bench as queenbench
 
     if list_scenarios:

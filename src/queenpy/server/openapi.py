@@ -6,8 +6,8 @@ Statuses (API.md 1.2): a route's result, and a failure found in the database (``
 "error": ...}``), answer 200; an empty result (``[]`` or ``{}``) is an empty body with the JSON content type,
 which clients read as null (API.md 22), so those results are ``nullable``. Bad input is a real 400;
 authentication 401/403 (when JWT is on); the HTTP limits 408/413/431 (:mod:`queenpy.server.limits`); a path
-parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's plain-text
-503, and ``/health`` a JSON 503 when the database is down.
+parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's
+plain-text 503, and ``/health`` a JSON 503 when the database is down.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-# (method, path) -> (summary, parameters, request body schema or None); the 200 body is RESULTS[(method, path)]
+# (method, path) -> (summary, parameters, request body schema or None); the 200 body is
+# RESULTS[(method, path)]
 OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = {
     ("get", "/health"): ("Health: database reachable", [], None),
     ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
