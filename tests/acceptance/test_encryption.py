@@ -71,8 +71,8 @@ def test_data_written_by_the_original_broker_is_readable(db_url: str,
 
 def test_spark_binary_reads_and_direct_pushes_encrypt_and_decrypt(
         db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
-    """The Spark connector's byte paths (``/spark/read`` answering payload bytes, ``/spark/push`` sending them)
-    decrypt and encrypt like the JSON ones."""
+    """The Spark connector's byte paths (``/spark/read`` answering payload bytes, ``/spark/push`` sending
+    them) decrypt and encrypt like the JSON ones."""
     broker = start_broker(db_url, workers=1, extra_env={"QUEEN_ENCRYPTION_KEY": KEY})
     source, target = unique("secret-src"), unique("secret-dst")
     for queue in (source, target):

@@ -243,8 +243,8 @@ def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partit
 
 def test_partition_lookup_is_a_probe_when_statistics_saw_one_partition_per_queue(
         conn: psycopg.Connection[Any]) -> None:
-    """Push and a named pop look a partition up by (queue_id, name). Statistics taken while every queue had one
-    partition rate queue_id as selective as the unique key; the generic plans then probed the smaller
+    """Push and a named pop look a partition up by (queue_id, name). Statistics taken while every queue had
+    one partition rate queue_id as selective as the unique key; the generic plans then probed the smaller
     (queue_id, last_message_at) index by queue_id and filtered every partition of the queue on name (migration
     008 keeps that index out of such lookups). Here a queue has 20,000 partitions, all holding a message;
     each call is measured after one warm-up call, in buffers it touched."""
@@ -352,10 +352,10 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
 def test_push_plans_its_statements_once_per_session(db_url: str, procedure: str) -> None:
     """The bench's trap: after the heavy push scenarios, the plan cache of a broker connection went over to
     custom plans for the push procedure and re-planned on every one-message push (perf: parser and planner
-    symbols 10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then statistics
-    of the grown table, do the same. push_items_v3 (the broker's call) and push_items_v2 (its SQL API wrapper)
-    force generic plans: a push then plans nothing but the top-level SELECT (counted as in the pop test
-    above)."""
+    symbols 10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then
+    statistics of the grown table, do the same. push_items_v3 (the broker's call) and push_items_v2 (its SQL
+    API wrapper) force generic plans: a push then plans nothing but the top-level SELECT (counted as in the
+    pop test above)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         plannings = Plannings(conn)
 

@@ -35,7 +35,8 @@ def table_reads(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
 def measure(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]
             ) -> tuple[int, dict[str, int], dict[str, int]]:
     """(shared buffers touched, sequential scans started per table, rows fetched through indexes per table)
-    of one call, run in a transaction of its own (a backend's statistics are read before and after it, in it)."""
+    of one call, run in a transaction of its own (a backend's statistics are read before and after it, in
+    it)."""
     with conn.transaction():
         before = table_reads(conn)
         row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()

@@ -305,8 +305,8 @@ def test_failed_acks_retry_then_dead_letter_queue(db_url: str) -> None:
 
 
 def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_url: str) -> None:
-    """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a failed
-    batch back; only a retryDelay the queue's configure named does, until a configure without it."""
+    """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a
+    failed batch back; only a retryDelay the queue's configure named does, until a configure without it."""
     with connect(db_url) as conn:
         configured = call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {"retryLimit": 2}})
         assert configured["options"]["retryDelay"] == 1000
@@ -325,8 +325,8 @@ def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_ur
         ack(conn, message, status="failed", group="h")
         assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="h")["messages"]] == [1]
 
-        # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's failed
-        # ack never retries: it dead-letters at once (API.md 20.12)
+        # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's
+        # failed ack never retries: it dead-letters at once (API.md 20.12)
         message = pop(conn, "now", "Default", group="i")["messages"][0]
         [result] = call_procedure(conn, "ack_messages_v2", [{
             "transactionId": message["transactionId"], "partitionId": message["partitionId"],

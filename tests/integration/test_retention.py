@@ -225,7 +225,8 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
 def test_retention_vacuums_the_messages_table_after_enough_deletions(conn: psycopg.Connection[Any],
                                                                      db_url: str) -> None:
     """Past ``RETENTION_VACUUM_ROWS`` deleted messages the job vacuums queen.messages itself (so the space is
-    reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to autovacuum."""
+    reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to
+    autovacuum."""
     def vacuumed() -> Any:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         return conn.execute("SELECT vacuum_count FROM pg_stat_user_tables "
