@@ -2,10 +2,10 @@
 
 What it runs is what ``queenpy bench`` runs for ``push-N-40B``: a private PostgreSQL (the embedded default's
 settings), ``queenpy serve`` (``--workers``, default 2), a queue of 100 partitions, wrk with the bench's push
-script (``--per-request`` messages per request, 50 connections). After a warm-up, ``py-spy record`` samples one
-worker (without ``--idle``: only the stacks that run on the CPU, so the widths are CPU shares) while wrk loads
-the broker; the broker's CPU time (from /proc, its whole process tree) over wrk's requests is printed too.
-Needs wrk and py-spy (``pip install py-spy``); run from the repository's root:
+script (``--per-request`` messages per request, 50 connections). After a warm-up, ``py-spy record`` samples
+one worker (without ``--idle``: only the stacks that run on the CPU, so the widths are CPU shares) while wrk
+loads the broker; the broker's CPU time (from /proc, its whole process tree) over wrk's requests is printed
+too. Needs wrk and py-spy (``pip install py-spy``); run from the repository's root:
 
     python benchmarks/profile_push.py --out benchmarks/profiles/push-1-after.svg
 

@@ -1,10 +1,10 @@
 """What one deleted message costs the retention step (``queen.retention_step_v1``), on a PostgreSQL you name.
 
 The soak's shape: a queue of ``--partitions`` partitions, each holding ``--rounds`` x ``--per-round`` messages
-created an hour ago (offsets in creation order), everything consumed in queue mode, ``completedRetentionSeconds``
-1. Then ``--rounds`` retention runs, each advancing the cutoff by ``--per-round`` messages of every partition,
-as the retention job calls the step (``RETENTION_BATCH_SIZE`` ``--batch`` messages a step, autocommit: a commit
-per step). Printed: messages deleted, wall time, microseconds per deleted message (commits included).
+created an hour ago (offsets in creation order), everything consumed in queue mode,
+``completedRetentionSeconds`` 1. Then ``--rounds`` retention runs, each advancing the cutoff by ``--per-round`` messages of every partition,
+as the retention job calls the step (``RETENTION_BATCH_SIZE`` ``--batch`` messages a step, autocommit: a
+commit per step). Printed: messages deleted, wall time, microseconds per deleted message (commits included).
 
 The database must be migrated (a broker started on it once: ``queenpy serve --database-url URL``); the queue
 ``retention-micro`` is created (and first deleted, with its messages). Use a scratch database and an idle
