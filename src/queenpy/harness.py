@@ -135,8 +135,8 @@ class PrivatePostgres:
     def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
         from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
 
-        _commands.pg_ctl(args, pgdata=self.data_dir, user=self._server.system_user,  # type: ignore[attr-defined]
-                         timeout=timeout_s)
+        _commands.pg_ctl(  # type: ignore[attr-defined]
+            args, pgdata=self.data_dir, user=self._server.system_user, timeout=timeout_s)
 
     def stop_immediate(self) -> None:
         """``pg_ctl stop -m immediate``: every PostgreSQL process ends at once, without a checkpoint (the
