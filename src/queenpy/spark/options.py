@@ -53,9 +53,10 @@ commit                 direct               ``direct``: each task pushes its row
 idColumns              none                 direct commits: comma-separated columns whose values identify an
                                             output row across replays (e.g. ``window,key`` of a windowed
                                             aggregation in append mode); the batch id is always part of the id
-staleReplay            fail                 direct commits: a task replayed longer after its first attempt than
-                                            the target queue keeps transaction ids (its retention) ``fail``s,
-                                            or pushes anyway with a warning (``warn``: at-least-once)
+staleReplay            fail                 direct commits: a task replayed longer after its first attempt
+                                            than the target queue keeps transaction ids (its retention)
+                                            ``fail``s, or pushes anyway with a warning (``warn``:
+                                            at-least-once)
 ====================== ==================== =============================================================
 """
 

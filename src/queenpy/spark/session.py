@@ -159,7 +159,8 @@ def build_session(
         "spark.sql.shuffle.partitions": str(min(cores, 8) if _is_local(master) else 16),
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"),
         "spark.scheduler.mode": "FAIR",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",

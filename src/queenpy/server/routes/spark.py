@@ -178,7 +178,8 @@ async def spark_rows(request: Request) -> Response:
     claims = getattr(request.state, "claims", None) or {}
     try:
         staged = await worker.database.fetchval(
-            "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], $9::text[], $10, $11)",
+            "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], "
+            "$9::text[], $10, $11)",
             key["queryId"], key["batchId"], token, first, queue, partitions, transaction_ids, trace_ids, data,
             claims.get("sub") or None, encrypted)
     except asyncpg.exceptions.DataError as exc:
@@ -265,8 +266,8 @@ async def spark_push(request: Request) -> Response:
     try:
         if blob is not None:
             text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
-                "$9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
+                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
+                "$8::text[], $9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
                 key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
                 blob, body["dataBytes"], sub, stale_ok)
         else:
@@ -275,8 +276,8 @@ async def spark_push(request: Request) -> Response:
                 data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
                         for i, d in enumerate(data)]
             text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
-                "$9::uuid[], $10::text[], $11, $12, $13)::text",
+                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
+                "$8::text[], $9::uuid[], $10::text[], $11, $12, $13)::text",
                 key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
                 data, sub, encrypted, stale_ok)
     except asyncpg.exceptions.DataError as exc:
