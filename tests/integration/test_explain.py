@@ -118,7 +118,8 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(conn: psycopg.Con
     conn.execute("""
         INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq,
                                                last_consumed_created_at)
-        SELECT id, %s, 1, now() - interval '1 day' FROM queen.partitions WHERE queue_id = %s AND name LIKE 'idle-%%'
+        SELECT id, %s, 1, now() - interval '1 day' FROM queen.partitions
+        WHERE queue_id = %s AND name LIKE 'idle-%%'
     """, (GROUP, queue_id))
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "busy", "payload": {"hot": True}}])
     conn.execute("ANALYZE queen.partitions")
@@ -253,7 +254,8 @@ def test_partition_lookup_is_a_probe_when_statistics_saw_one_partition_per_queue
     call_procedure(conn, "configure_queue_v1", {"queue": "broad"})
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
-        SELECT q.id, 'b' || s, 0, now() FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'broad'""")
+        SELECT q.id, 'b' || s, 0, now() FROM queen.queues q, generate_series(1, 20000) s
+        WHERE q.name = 'broad'""")
 
     def push() -> int:
         return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(

@@ -563,8 +563,10 @@ def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queu
                               "WHERE q.name = 'doomed'").fetchall()
         assert stored == [({"n": 1}, "p", 1)]
         assert results[0][0]["partition_id"] == str(conn.execute(
-            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed'"
-        ).fetchone()[0])  # type: ignore[index]
+            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = 'doomed'"
+        ).fetchone()[0]  # type: ignore[index]
+        )
         assert conn.execute("SELECT count(*) FROM queen.messages m WHERE NOT EXISTS "
                             "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)").fetchone() == (0,)
 

@@ -69,7 +69,8 @@ def history(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
 
 def counters(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> tuple[Any, ...]:
     row = conn.execute(
-        "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq FROM queen.partition_counters c "
+        "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq "
+        "FROM queen.partition_counters c "
         "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
         "WHERE q.name = %s AND p.name = %s", (queue, partition)).fetchone()
     assert row is not None

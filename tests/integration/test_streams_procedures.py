@@ -89,8 +89,8 @@ def test_register_creates_reuses_refuses_and_resets(conn: psycopg.Connection[Any
 
     refused = register(conn, "q", config_hash="h2")
     assert refused == {"success": False, "query_id": first["query_id"], "name": "q", "error": (
-        "config_hash mismatch: operator chain changed for queryId 'q'. Pass reset:true to wipe existing state, "
-        "or use a new queryId.")}
+        "config_hash mismatch: operator chain changed for queryId 'q'. Pass reset:true to wipe existing "
+        "state, or use a new queryId.")}
     assert state(conn, first["query_id"], partition) == {"k": 1}  # refused: nothing touched
 
     same_hash_reset = register(conn, "q", reset=True)

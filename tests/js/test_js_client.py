@@ -6,7 +6,8 @@ registry) and Node.js from Debian.
 - ``client.test.mjs`` and ``streams.test.mjs`` run under Node's own test runner (``node --test``) with
   ``QUEEN_URL`` pointing at the session broker;
 - ``use_case_pipeline.mjs`` is Queen's transactional-pipeline recipe (its
-  ``examples/use-case-pipeline.js``, as issue 38 describes it) with its own stop rule; its counts at the stop moment are asserted here.
+  ``examples/use-case-pipeline.js``, as issue 38 describes it) with its own stop rule; its counts at the stop
+  moment are asserted here.
 """
 
 from __future__ import annotations

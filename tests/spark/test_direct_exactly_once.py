@@ -64,8 +64,10 @@ def pushed_uncommitted(database_url: str, query: str) -> int:
     """Messages pushed by tasks of micro-batches the sink has not recorded yet (a batch in flight)."""
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            "SELECT coalesce(sum(t.pushed), 0) FROM queen.spark_direct_tasks t WHERE t.query_id = %s AND NOT EXISTS "
-            "(SELECT 1 FROM queen.spark_sink_batches b WHERE b.query_id = t.query_id AND b.batch_id = t.batch_id)",
+            "SELECT coalesce(sum(t.pushed), 0) FROM queen.spark_direct_tasks t "
+            "WHERE t.query_id = %s AND NOT EXISTS "
+            "(SELECT 1 FROM queen.spark_sink_batches b "
+            "WHERE b.query_id = t.query_id AND b.batch_id = t.batch_id)",
             (query,)).fetchone()
     return int(row[0]) if row else 0
 
