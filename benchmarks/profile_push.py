@@ -98,8 +98,8 @@ def main() -> None:
             print(f"{args.out}: worker {worker}, {args.seconds:g} s sampled at {args.rate}/s")
         print(f"requests {requests:,} in {wall:.1f} s ({requests / wall:,.0f}/s), p99 "
               f"{wrk.result.latency_us.get(99.0, 0) / 1000:.1f} ms; broker CPU {broker_s:.2f} s = "
-              f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); others (PostgreSQL included) used "
-              f"{other * 100:.0f}% of the cores")
+              f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); "
+              f"others (PostgreSQL included) used {other * 100:.0f}% of the cores")
     finally:
         if broker is not None:
             broker.stop()

@@ -13,9 +13,9 @@ Queries, each ``Trigger.AvailableNow`` over the same source with the same ``maxM
 over the partitions in proportion to their backlog, so partitions advance in step), hence the same
 micro-batches:
 
-``late``       ``foreachBatch``: a reading of micro-batch N is late when it is at or below the watermark Spark's
-               stateful operators drop late rows with in batch N: the watermark of batch N-1, that is the
-               largest event time of micro-batches 0..N-2 minus ``WATERMARK_MS`` (none in batches 0 and 1;
+``late``       ``foreachBatch``: a reading of micro-batch N is late when it is at or below the watermark
+               Spark's stateful operators drop late rows with in batch N: the watermark of batch N-1, that is
+               the largest event time of micro-batches 0..N-2 minus ``WATERMARK_MS`` (none in batches 0 and 1;
                Spark 3.4+ filters late input with the previous batch's watermark,
                ``eventTimeWatermarkForLateEvents``, and evicts state with the current one). Late readings are
                appended to ``sensor.late<suffix>`` (one batch write per micro-batch, keyed on the batch id, so
