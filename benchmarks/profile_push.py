@@ -2,10 +2,10 @@
 
 What it runs is what ``queenpy bench`` runs for ``push-N-40B``: a private PostgreSQL (the embedded default's
 settings), ``queenpy serve`` (``--workers``, default 2), a queue of 100 partitions, wrk with the bench's push
-script (``--per-request`` messages per request, 50 connections). After a warm-up, ``py-spy record`` samples one
-worker (without ``--idle``: only the stacks that run on the CPU, so the widths are CPU shares) while wrk loads
-the broker; the broker's CPU time (from /proc, its whole process tree) over wrk's requests is printed too.
-Needs wrk and py-spy (``pip install py-spy``); run from the repository's root:
+script (``--per-request`` messages per request, 50 connections). After a warm-up, ``py-spy record`` samples
+one worker (without ``--idle``: only the stacks that run on the CPU, so the widths are CPU shares) while wrk
+loads the broker; the broker's CPU time (from /proc, its whole process tree) over wrk's requests is printed
+too. Needs wrk and py-spy (``pip install py-spy``); run from the repository's root:
 
     python benchmarks/profile_push.py --out benchmarks/profiles/push-1-after.svg
 
@@ -98,8 +98,8 @@ def main() -> None:
             print(f"{args.out}: worker {worker}, {args.seconds:g} s sampled at {args.rate}/s")
         print(f"requests {requests:,} in {wall:.1f} s ({requests / wall:,.0f}/s), p99 "
               f"{wrk.result.latency_us.get(99.0, 0) / 1000:.1f} ms; broker CPU {broker_s:.2f} s = "
-              f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); others (PostgreSQL included) used "
-              f"{other * 100:.0f}% of the cores")
+              f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); "
+              f"others (PostgreSQL included) used {other * 100:.0f}% of the cores")
     finally:
         if broker is not None:
             broker.stop()

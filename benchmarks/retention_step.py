@@ -1,10 +1,11 @@
 """What one deleted message costs the retention step (``queen.retention_step_v1``), on a PostgreSQL you name.
 
 The soak's shape: a queue of ``--partitions`` partitions, each holding ``--rounds`` x ``--per-round`` messages
-created an hour ago (offsets in creation order), everything consumed in queue mode, ``completedRetentionSeconds``
-1. Then ``--rounds`` retention runs, each advancing the cutoff by ``--per-round`` messages of every partition,
-as the retention job calls the step (``RETENTION_BATCH_SIZE`` ``--batch`` messages a step, autocommit: a commit
-per step). Printed: messages deleted, wall time, microseconds per deleted message (commits included).
+created an hour ago (offsets in creation order), everything consumed in queue mode,
+``completedRetentionSeconds`` 1. Then ``--rounds`` retention runs, each advancing the cutoff by
+``--per-round`` messages of every partition, as the retention job calls the step (``RETENTION_BATCH_SIZE``
+``--batch`` messages a step, autocommit: a commit per step). Printed: messages deleted, wall time,
+microseconds per deleted message (commits included).
 
 The database must be migrated (a broker started on it once: ``queenpy serve --database-url URL``); the queue
 ``retention-micro`` is created (and first deleted, with its messages). Use a scratch database and an idle
@@ -62,8 +63,8 @@ def run(conn: psycopg.Connection[tuple[object, ...]], queue_id: object, base: ob
         after, inclusive = "", True
         while True:
             row = conn.execute(
-                "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', %s, %s, 500, %s, "
-                "%s::timestamptz + %s * interval '1 ms')",
+                "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', %s, %s, 500, "
+                "%s, %s::timestamptz + %s * interval '1 ms')",
                 (queue_id, after, inclusive, batch, base, run_at_ms)).fetchone()
             assert row is not None
             step = cast(dict[str, Any], row[0])

@@ -12,7 +12,8 @@ One-off measuring script for issue 42 (the direct sink and Spark's own cost); th
    of each component from /proc over the whole query (first micro-batch included).
 
 With ``--py-spy DIR`` the executors' Python workers (the ``pyspark.daemon`` tree) are sampled by py-spy during
-the first measured copy; DIR gets the collapsed stacks (``workers-<pid>.txt``) and the top functions are printed.
+the first measured copy; DIR gets the collapsed stacks (``workers-<pid>.txt``) and the top functions are
+printed.
 
     .venv/bin/python benchmarks/spark_cost.py --commit staged --repeats 3
     .venv/bin/python benchmarks/spark_cost.py --commit direct --repeats 3 --py-spy /tmp/spark-cost

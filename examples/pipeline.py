@@ -172,7 +172,7 @@ async def run_pipeline(
         await create_queues(q, (translate_q, route_q, notify_q))
         counts.produced, counts.poisoned = await produce(q, translate_q, messages, chats)
 
-        # -- stage 1: translate ------------------------------------------------------------------------------------
+        # -- stage 1: translate ------------------------------------------------------------------------------
         async def translate(message: Message) -> None:
             counts.translate_attempts += 1
             await hand_off(q, message, route_q, translated(message.data), "translated")
@@ -185,13 +185,13 @@ async def run_pipeline(
             counts.dead_letters += result.dlq
             progress.set()
 
-        # -- stage 2: route ----------------------------------------------------------------------------------------
+        # -- stage 2: route ----------------------------------------------------------------------------------
         async def route(message: Message) -> None:
             await hand_off(q, message, notify_q, routed(message.data), "routed")
             counts.routed += 1
             progress.set()
 
-        # -- stage 3: notify ---------------------------------------------------------------------------------------
+        # -- stage 3: notify ---------------------------------------------------------------------------------
         async def notify(message: Message) -> None:
             counts.seen[message.data["n"]] += 1
             counts.notified += 1

@@ -61,7 +61,8 @@ class EventLog:
 
 
 async def setup(url: str, suffix: str, messages: int, chats: int, lease_time_s: int) -> dict[str, int]:
-    """(Re)create the three queues as ``pipeline.py`` does and produce ``messages`` messages into translate."""
+    """(Re)create the three queues as ``pipeline.py`` does and produce ``messages`` messages into
+    translate."""
     names = queue_names(suffix)
     async with AsyncQueen(url) as q:
         await create_queues(q, names.values(), lease_time_s)

@@ -1,22 +1,22 @@
 """The chat pipeline of examples/pipeline.py on Spark: translate → route → notify through queues.
 
-Queues ``chat.translate``, ``chat.route`` and ``chat.notify`` (plus ``--suffix``, random by default so reruns do
-not collide) are partitioned by chat id and configured as in the broker pipeline: ``leaseTime`` 8 s,
+Queues ``chat.translate``, ``chat.route`` and ``chat.notify`` (plus ``--suffix``, random by default so reruns
+do not collide) are partitioned by chat id and configured as in the broker pipeline: ``leaseTime`` 8 s,
 ``retryLimit`` 2, dead-letter queue on. The script produces 100 messages (every 7th poisoned) and runs three
 Spark streaming queries, each with its own checkpoint, on one SparkSession:
 
 ``translate``  reads ``chat.translate`` and runs the translate handler on every message in Spark. In each
-               micro-batch (``foreachBatch``) the healthy results are appended to ``chat.route`` with a batch write
-               keyed on (query id, batch id), so a replayed micro-batch pushes nothing twice. A message whose
-               handler raised is *not* failed in Spark (one bad record would fail the whole micro-batch); it is
-               handed to the broker's own retry path instead: the consumer group ``spark.translate.retries``
-               is positioned just before the message (``/api/v1/spark/cursor``), then the message is popped
-               with a lease, the handler runs again, and a failed ack returns it, exactly as a broker consumer
-               does. After retryLimit + 1 = 3 failed deliveries the broker moves it to the ``chat.translate``
-               dead-letter queue with the handler's error. So a poisoned message costs one attempt in Spark plus
-               the same 3 attempts on the broker as in the broker pipeline; a message that succeeds on a retry is
-               forwarded to ``chat.route`` in the ack's transaction. Messages already in the DLQ are skipped, so
-               a replayed micro-batch dead-letters nothing twice.
+               micro-batch (``foreachBatch``) the healthy results are appended to ``chat.route`` with a batch
+               write keyed on (query id, batch id), so a replayed micro-batch pushes nothing twice. A message
+               whose handler raised is *not* failed in Spark (one bad record would fail the whole
+               micro-batch); it is handed to the broker's own retry path instead: the consumer group
+               ``spark.translate.retries`` is positioned just before the message (``/api/v1/spark/cursor``),
+               then the message is popped with a lease, the handler runs again, and a failed ack returns it,
+               exactly as a broker consumer does. After retryLimit + 1 = 3 failed deliveries the broker moves
+               it to the ``chat.translate`` dead-letter queue with the handler's error. So a poisoned message
+               costs one attempt in Spark plus the same 3 attempts on the broker as in the broker pipeline; a
+               message that succeeds on a retry is forwarded to ``chat.route`` in the ack's transaction.
+               Messages already in the DLQ are skipped, so a replayed micro-batch dead-letters nothing twice.
 ``route``      reads ``chat.route``, adds the route, and streams into ``chat.notify`` with the ``queen`` sink
                (one broker transaction per micro-batch, idempotent per query id and batch id).
 ``notify``     reads ``chat.notify`` and delivers the notifications: one JSON-lines file per micro-batch,
@@ -60,7 +60,7 @@ LEASE_TIME_S = 8
 TRIGGER = "500 milliseconds"
 
 
-# -- the handlers (the same as the broker pipeline's) ----------------------------------------------------------
+# -- the handlers (the same as the broker pipeline's) --------------------------------------------------------
 
 
 def translate(message: dict[str, Any]) -> dict[str, Any]:
@@ -129,11 +129,12 @@ class Pipeline:
         return str(self.workdir / "checkpoints" / stage)
 
 
-# -- set up and produce ----------------------------------------------------------------------------------------
+# -- set up and produce --------------------------------------------------------------------------------------
 
 
 def set_up(q: Queen, p: Pipeline, messages: int, chats: int) -> int:
-    """Create the three queues as the broker pipeline does, produce ``messages``; returns how many were queued."""
+    """Create the three queues as the broker pipeline does, produce ``messages``; returns how many were
+    queued."""
     for name in (p.translate_q, p.route_q, p.notify_q):
         q.queue(name).delete()
         q.queue(name).config(
@@ -160,7 +161,7 @@ def set_up(q: Queen, p: Pipeline, messages: int, chats: int) -> int:
     return queued
 
 
-# -- stage 1: translate, with the broker's retry path for failures ---------------------------------------------
+# -- stage 1: translate, with the broker's retry path for failures -------------------------------------------
 
 
 def retry_on_broker(q: Queen, p: Pipeline, row: Any) -> int:
@@ -265,7 +266,7 @@ def start_translate(spark: SparkSession, q: Queen, p: Pipeline, counts: Counts) 
     )
 
 
-# -- stage 2: route ----------------------------------------------------------------------------------------------
+# -- stage 2: route ------------------------------------------------------------------------------------------
 
 
 def start_route(spark: SparkSession, p: Pipeline) -> StreamingQuery:
@@ -295,7 +296,7 @@ def start_route(spark: SparkSession, p: Pipeline) -> StreamingQuery:
     )
 
 
-# -- stage 3: notify ----------------------------------------------------------------------------------------------
+# -- stage 3: notify -----------------------------------------------------------------------------------------
 
 
 def start_notify(spark: SparkSession, p: Pipeline) -> StreamingQuery:
@@ -332,7 +333,7 @@ def read(spark: SparkSession, p: Pipeline, queue: str) -> DataFrame:
     )
 
 
-# -- run ------------------------------------------------------------------------------------------------------------
+# -- run -----------------------------------------------------------------------------------------------------
 
 
 def notified(p: Pipeline) -> list[dict[str, Any]]:

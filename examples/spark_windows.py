@@ -4,34 +4,36 @@ watermark, and late readings routed to a late queue.
 A producer writes ``--events`` readings ``{"key", "value", "tsMs"}`` to ``sensor.readings<suffix>``, one
 partition per key. Each key is active in bursts (readings 2 s apart, then an idle gap longer than the session
 gap), in event-time order; every ``LATE_EVERY``-th reading after the first quarter is written ``LATE_BY_MS``
-(3 hours) older than its neighbours: a reading behind its time. A last reading per key, ``"flush": true``, 3 hours after
-the others, moves the watermark past every window so they all close (its own
-window stays open and is never written; it must not be filtered out before the aggregation: Spark pushes such a
-filter below the watermark operator, and the watermark would then never see it).
+(3 hours) older than its neighbours: a reading behind its time. A last reading per key, ``"flush": true``, 3
+hours after the others, moves the watermark past every window so they all close (its own
+window stays open and is never written; it must not be filtered out before the aggregation: Spark pushes such
+a filter below the watermark operator, and the watermark would then never see it).
 
-Queries, each ``Trigger.AvailableNow`` over the same source with the same ``maxMessagesPerTrigger`` (spread over
-the partitions in proportion to their backlog, so partitions advance in step), hence the same micro-batches:
+Queries, each ``Trigger.AvailableNow`` over the same source with the same ``maxMessagesPerTrigger`` (spread
+over the partitions in proportion to their backlog, so partitions advance in step), hence the same
+micro-batches:
 
-``late``       ``foreachBatch``: a reading of micro-batch N is late when it is at or below the watermark Spark's
-               stateful operators drop late rows with in batch N: the watermark of batch N-1, that is the largest
-               event time of micro-batches 0..N-2 minus ``WATERMARK_MS`` (none in batches 0 and 1; Spark 3.4+
-               filters late input with the previous batch's watermark, ``eventTimeWatermarkForLateEvents``, and
-               evicts state with the current one). Late readings are appended to ``sensor.late<suffix>`` (one
-               batch write per micro-batch, keyed on the batch id, so a replay pushes nothing twice). The running
-               maximum is kept per batch id in the query's checkpoint directory.
+``late``       ``foreachBatch``: a reading of micro-batch N is late when it is at or below the watermark
+               Spark's stateful operators drop late rows with in batch N: the watermark of batch N-1, that is
+               the largest event time of micro-batches 0..N-2 minus ``WATERMARK_MS`` (none in batches 0 and 1;
+               Spark 3.4+ filters late input with the previous batch's watermark,
+               ``eventTimeWatermarkForLateEvents``, and evicts state with the current one). Late readings are
+               appended to ``sensor.late<suffix>`` (one batch write per micro-batch, keyed on the batch id, so
+               a replay pushes nothing twice). The running maximum is kept per batch id in the query's
+               checkpoint directory.
 ``tumbling``   sum and count per key and 1-minute window → ``sensor.tumbling<suffix>``
 ``sliding``    per key, 2-minute windows every minute → ``sensor.sliding<suffix>``
 ``session``    per key, sessions closed by a 3-minute gap → ``sensor.session<suffix>``
 
 The aggregations keep a ``withWatermark`` of the same delay, so Spark itself drops the late readings. A
-reading 3 hours behind that arrives in micro-batch 1 is not late by that rule (batch 0 ran without a watermark):
-Spark aggregates it, and its windows, already past the current watermark, close in the same micro-batch. Each
-closed window is appended once as ``{"key", "windowStartMs", "windowEndMs", "total", "count"}`` (partition =
-key).
+reading 3 hours behind that arrives in micro-batch 1 is not late by that rule (batch 0 ran without a
+watermark): Spark aggregates it, and its windows, already past the current watermark, close in the same
+micro-batch. Each closed window is appended once as
+``{"key", "windowStartMs", "windowEndMs", "total", "count"}`` (partition = key).
 
-The script recomputes everything in plain Python from the readings: the micro-batches (with the connector's own
-admission function), the late set by the watermark rule, and the windows of the on-time readings. It exits 0
-only if every queue holds exactly those results, each once (1 if not, 2 if the broker cannot be reached).
+The script recomputes everything in plain Python from the readings: the micro-batches (with the connector's
+own admission function), the late set by the watermark rule, and the windows of the on-time readings. It exits
+0 only if every queue holds exactly those results, each once (1 if not, 2 if the broker cannot be reached).
 
     queenpy spark run examples/spark_windows.py --url http://localhost:6632
     python examples/spark_windows.py --url http://localhost:6632 --events 20000 --keys 8 --kinds session
@@ -93,10 +95,10 @@ class WindowsResult:
 
 def make_readings(events: int, keys: int, seed: int) -> dict[str, list[Reading]]:
     """Readings by key, each key's list in write order, then one flush reading per key. Every key follows the
-    same schedule (bursts of BURST readings 2 s apart, then an idle gap longer than the session gap; key k 0.1 k s
-    later), so the proportional admission keeps the keys in step in event time too. Every LATE_EVERY-th reading
-    after the first quarter is LATE_BY_MS older than its neighbours: more than a micro-batch spans plus the
-    watermark delay, so it is behind the watermark of any micro-batch after the first two."""
+    same schedule (bursts of BURST readings 2 s apart, then an idle gap longer than the session gap; key k 0.1
+    k s later), so the proportional admission keeps the keys in step in event time too. Every LATE_EVERY-th
+    reading after the first quarter is LATE_BY_MS older than its neighbours: more than a micro-batch spans
+    plus the watermark delay, so it is behind the watermark of any micro-batch after the first two."""
     rng = random.Random(seed)
     per_key = max(1, events // keys)
     stamps, at = [], BASE_MS
@@ -132,8 +134,8 @@ def micro_batches(readings: dict[str, list[Reading]], budget: int) -> list[list[
 def python_late(batches: list[list[Reading]]) -> list[tuple[str, int, int]]:
     """Readings Spark's stateful operators drop as late: in micro-batch N, those at or below the watermark of
     batch N-1 (the largest event time of batches 0..N-2 minus the delay; none for batches 0 and 1). Spark 3.4+
-    filters late input with the previous batch's watermark (``eventTimeWatermarkForLateEvents``) and evicts state
-    with the current one."""
+    filters late input with the previous batch's watermark (``eventTimeWatermarkForLateEvents``) and evicts
+    state with the current one."""
     late: list[tuple[str, int, int]] = []
     seen: int | None = None  # the largest event time of batches 0..N-2 while batch N is read
     for n, batch in enumerate(batches):
@@ -146,8 +148,8 @@ def python_late(batches: list[list[Reading]]) -> list[tuple[str, int, int]]:
 
 
 def behind_but_on_time(batches: list[list[Reading]]) -> int:
-    """Readings LATE_BY_MS behind their neighbours that Spark still aggregates (they arrive in micro-batch 0 or 1,
-    before any watermark applies to late rows)."""
+    """Readings LATE_BY_MS behind their neighbours that Spark still aggregates (they arrive in micro-batch 0
+    or 1, before any watermark applies to late rows)."""
     late = set(python_late(batches))
     return sum(1 for batch in batches for r in batch
                if r["tsMs"] < BASE_MS and (r["key"], r["tsMs"], r["value"]) not in late)
@@ -255,7 +257,8 @@ def route_late(spark: SparkSession, url: str, source: str, late_queue: str, budg
 
 def aggregate(spark: SparkSession, url: str, kind: str, source: str, target: str, budget: int,
               checkpoint: str) -> None:
-    """One windowed query of ``kind`` (tumbling | sliding | session), appending closed windows to ``target``."""
+    """One windowed query of ``kind`` (tumbling | sliding | session), appending closed windows to
+    ``target``."""
     from pyspark.sql import functions as F
 
     readings = _source(spark, url, source, budget).withWatermark("eventTime", WATERMARK)
@@ -313,7 +316,8 @@ class Prepared:
 
 def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per_trigger: int = 400,
             seed: int = 11) -> Prepared:
-    """Produce the readings and compute in Python the micro-batches, the late readings and the on-time ones."""
+    """Produce the readings and compute in Python the micro-batches, the late readings and the on-time
+    ones."""
     source = f"sensor.readings{suffix}"
     readings = make_readings(events, keys, seed)
     produced = produce(url, source, readings)

@@ -1,6 +1,7 @@
-"""schemathesis hooks for the long fuzzing run with the CLI (docs/reliability.md, "Fuzzing"):
+r"""schemathesis hooks for the long fuzzing run with the CLI (docs/reliability.md, "Fuzzing"):
 
-    SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH=tests schemathesis run http://127.0.0.1:6632/openapi.json ...
+    SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH=tests \
+        schemathesis run http://127.0.0.1:6632/openapi.json ...
 
 The same two rules as tests/api/test_fuzz.py: an empty JSON body is null (API.md 1.2 and 22), and a generated
 long-poll ``timeout`` is capped at 300 ms so a pop does not wait 30 s.

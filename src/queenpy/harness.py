@@ -59,8 +59,8 @@ def bound_socket(host: str = LOOPBACK) -> socket.socket:
 
 
 def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port on ``host`` that was free a moment ago (bound by the kernel's choice, then released). Another
-    process may take it before the caller binds it; where a socket can be handed over, use
+    """A TCP port on ``host`` that was free a moment ago (bound by the kernel's choice, then released).
+    Another process may take it before the caller binds it; where a socket can be handed over, use
     :func:`bound_socket`. Nothing listens on it, so ``http://127.0.0.1:<port>`` is also a refused address."""
     with bound_socket(host) as sock:
         return int(sock.getsockname()[1])
@@ -135,8 +135,8 @@ class PrivatePostgres:
     def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
         from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
 
-        _commands.pg_ctl(args, pgdata=self.data_dir, user=self._server.system_user,  # type: ignore[attr-defined]
-                         timeout=timeout_s)
+        _commands.pg_ctl(  # type: ignore[attr-defined]
+            args, pgdata=self.data_dir, user=self._server.system_user, timeout=timeout_s)
 
     def stop_immediate(self) -> None:
         """``pg_ctl stop -m immediate``: every PostgreSQL process ends at once, without a checkpoint (the
@@ -146,7 +146,8 @@ class PrivatePostgres:
 
     def start(self) -> None:
         """Start the server again on the same socket directory (the URLs stay valid); returns once it accepts
-        connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log: ``data_dir/log``)."""
+        connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log:
+        ``data_dir/log``)."""
         self._pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.data_dir / "log"),
                       "start"], timeout_s=120)
         self.running = True

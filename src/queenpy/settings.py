@@ -123,9 +123,9 @@ class ServiceSettings:
     metrics, retention history and the services' run log are kept that long; ``stats_history_retention_days``:
     the per-minute throughput. Day counts may be fractions (tests use seconds' worth).
     ``retention_vacuum_rows`` (``RETENTION_VACUUM_ROWS``, queenpy's own): once retention has deleted that many
-    messages since its last vacuum, it runs ``VACUUM (SKIP_LOCKED) queen.messages`` itself, which bounds the dead
-    space the table carries by rows instead of by delete rate x ``autovacuum_naptime``; 0 (the default) leaves
-    vacuuming to autovacuum.
+    messages since its last vacuum, it runs ``VACUUM (SKIP_LOCKED) queen.messages`` itself, which bounds the
+    dead space the table carries by rows instead of by delete rate x ``autovacuum_naptime``; 0 (the default)
+    leaves vacuuming to autovacuum.
     """
 
     enabled: bool = True

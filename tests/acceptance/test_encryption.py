@@ -29,11 +29,11 @@ def test_encrypted_queue_stores_ciphertext_and_serves_plaintext(
 
     with psycopg.connect(db_url) as conn:
         rows = dict(conn.execute(
-            "SELECT q.name, m.payload FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-            "JOIN queen.queues q ON q.id = p.queue_id").fetchall())
+            "SELECT q.name, m.payload FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id").fetchall())
         flags = dict(conn.execute(
-            "SELECT q.name, m.is_encrypted FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-            "JOIN queen.queues q ON q.id = p.queue_id").fetchall())
+            "SELECT q.name, m.is_encrypted FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id").fetchall())
     stored = rows[secret]
     assert set(stored) == {"encrypted", "iv", "authTag"} and flags[secret] is True
     assert rows[plain] == payload and flags[plain] is False
@@ -71,8 +71,8 @@ def test_data_written_by_the_original_broker_is_readable(db_url: str,
 
 def test_spark_binary_reads_and_direct_pushes_encrypt_and_decrypt(
         db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
-    """The Spark connector's byte paths (``/spark/read`` answering payload bytes, ``/spark/push`` sending them)
-    decrypt and encrypt like the JSON ones."""
+    """The Spark connector's byte paths (``/spark/read`` answering payload bytes, ``/spark/push`` sending
+    them) decrypt and encrypt like the JSON ones."""
     broker = start_broker(db_url, workers=1, extra_env={"QUEEN_ENCRYPTION_KEY": KEY})
     source, target = unique("secret-src"), unique("secret-dst")
     for queue in (source, target):
@@ -102,7 +102,8 @@ def test_spark_binary_reads_and_direct_pushes_encrypt_and_decrypt(
     assert pushed.status_code == 200 and pushed.json()["pushed"] == 3, pushed.text
     with psycopg.connect(db_url) as conn:
         stored = conn.execute(
-            "SELECT m.payload, m.is_encrypted FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+            "SELECT m.payload, m.is_encrypted FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id "
             "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s ORDER BY m.seq", (target,)).fetchall()
     assert [set(payload) for payload, _ in stored] == [{"encrypted", "iv", "authTag"}] * 3
     assert all(flag for _, flag in stored)

@@ -1,7 +1,7 @@
 """``QUEENPY_HTTP_SERVER=granian`` (docs/configuration.md): the same broker under granian's embedded server.
-The hot path and Starlette's routes answer as under uvicorn, the body limit is the app's (413, nothing stored),
-and the workers stop on SIGTERM. uvicorn's other limits are not granian's (the configuration page says which);
-tests/acceptance/test_limits.py checks them under the default server."""
+The hot path and Starlette's routes answer as under uvicorn, the body limit is the app's (413, nothing
+stored), and the workers stop on SIGTERM. uvicorn's other limits are not granian's (the configuration page
+says which); tests/acceptance/test_limits.py checks them under the default server."""
 
 from __future__ import annotations
 

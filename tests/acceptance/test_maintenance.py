@@ -71,8 +71,8 @@ def test_pop_maintenance_answers_204_and_reaches_another_instance(
         one.post("/api/v1/push", json={"items": [{"queue": queue, "payload": {"n": 1}, "transactionId": "a"}]})
         assert one.post("/api/v1/system/maintenance/pop", json={"enabled": True}).json() == {
             "popMaintenanceMode": True, "message": "Pop maintenance mode enabled: pops answer 204"}
-        # the other instance hears it through NOTIFY (its own 5 s refresh would be later than this wait); probed
-        # on an empty queue, so a pop that runs before the switch arrives leases nothing
+        # the other instance hears it through NOTIFY (its own 5 s refresh would be later than this wait);
+        # probed on an empty queue, so a pop that runs before the switch arrives leases nothing
         empty = unique("empty")
         wait_until(lambda: two.get(f"/api/v1/pop/queue/{empty}").status_code == 204, timeout_s=4,
                    message="pop maintenance on the second instance")

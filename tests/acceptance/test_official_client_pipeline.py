@@ -2,13 +2,13 @@
 script writes it with the JS client (``tests/js/use_case_pipeline.mjs``, issue 38) and judged by the same stop
 rule:
 
-- three queues ``uc-pipeline.translate``, ``.route`` and ``.notify``, deleted then configured with leaseTime 8,
-  retryLimit 2, the DLQ on and retention, **no retryDelay**;
-- 100 messages, one per partition ``chat-0`` .. ``chat-99`` (transactionId ``chat-<i>``), all pushed before any
-  consumer starts;
-- three ``batch(1).each()`` consumers started at once; translate fails ``idx % 7 == 0 and idx != 0`` (14 poison
-  messages) and its ``on_error`` nacks with the group and the error; a success hands off with a transaction
-  (ack + push to the next stage's partition); notify acks on the client (auto-ack);
+- three queues ``uc-pipeline.translate``, ``.route`` and ``.notify``, deleted then configured with
+  leaseTime 8, retryLimit 2, the DLQ on and retention, **no retryDelay**;
+- 100 messages, one per partition ``chat-0`` .. ``chat-99`` (transactionId ``chat-<i>``), all pushed
+  before any consumer starts;
+- three ``batch(1).each()`` consumers started at once; translate fails ``idx % 7 == 0 and idx != 0``
+  (14 poison messages) and its ``on_error`` nacks with the group and the error; a success hands off with a
+  transaction (ack + push to the next stage's partition); notify acks on the client (auto-ack);
 - every 500 ms: once notify has counted 86, read the translate DLQ once and judge.
 
 A failed ack with retries left is redelivered on the next pop, as in Queen, so the 14 poison messages (3

@@ -19,11 +19,12 @@ the queue-mode cursors) and the broker API, not from the workers' memory (a SIGK
 Why the attempt counts can grow: a killed handler's message is not acked, so the broker redelivers it once
 the partition lease (``leaseTime``) expires, and the new worker runs the handler again. Lease expiry is not a
 retry (API.md 5.5), so a poisoned message still gets exactly ``RETRY_LIMIT + 1`` counted failures before the
-DLQ. Hence ``128 <= translate attempts <= 128 + interrupted`` and ``42 - interrupted <= logged failures <= 42``,
-where "interrupted" counts handler runs that a kill cut short (a ``begin`` without its outcome line). The
-notify stage is the end of the line: it acks after its handler, outside any transaction, so a kill between
-the notification and its ack makes the redelivered message notify a second time (at-least-once); its extra
-notifications are bounded by its concurrency (2) per notify kill, and every healthy message is notified.
+DLQ. Hence ``128 <= translate attempts <= 128 + interrupted`` and
+``42 - interrupted <= logged failures <= 42``, where "interrupted" counts handler runs that a kill cut short
+(a ``begin`` without its outcome line). The notify stage is the end of the line: it acks after its handler,
+outside any transaction, so a kill between the notification and its ack makes the redelivered message notify a
+second time (at-least-once); its extra notifications are bounded by its concurrency (2) per notify kill, and
+every healthy message is notified.
 
 ``leaseTime`` is 3 s here (the example uses 8 s) to keep redelivery after a kill quick; handlers take
 50-150 ms so that kills find work in flight.
@@ -297,7 +298,7 @@ def test_sigkilled_stage_workers_lose_and_duplicate_nothing(broker: Any, tmp_pat
             time.sleep(kill.down_s)
             stages.start(kill.stage)
 
-        # -- until everything is consumed: cursors at the end, the 86 notifications stored and acked ----------
+        # -- until everything is consumed: cursors at the end, the 86 notifications stored and acked ---------
         with psycopg.connect(broker.database_url, autocommit=True) as conn:
 
             def finished() -> bool:
@@ -316,7 +317,7 @@ def test_sigkilled_stage_workers_lose_and_duplicate_nothing(broker: Any, tmp_pat
                         assert run.process.returncode == 0, stages.stderr()
                         assert run.in_flight() == [], f"{run.log.name} stopped with handlers in flight"
 
-            # -- the queues: each handoff exactly once, in its chat's partition, nothing lost ---------------------
+            # -- the queues: each handoff exactly once, in its chat's partition, nothing lost ----------------
             translate_rows = queue_rows(conn, names["translate"])
             assert sorted(tx for tx, _, _ in translate_rows) == sorted(f"msg-{n}" for n in range(1, 101))
             route_rows = queue_rows(conn, names["route"])
@@ -331,7 +332,7 @@ def test_sigkilled_stage_workers_lose_and_duplicate_nothing(broker: Any, tmp_pat
             assert all(payload["route"] == f"push:chat-{payload['n'] % 10}" for _, _, payload in notify_rows)
             assert len({payload["n"] for _, _, payload in notify_rows}) == 86  # 0 duplicates downstream
 
-            # -- the DLQ: the 14 poisoned messages of chat.translate, nothing else -----------------------------
+            # -- the DLQ: the 14 poisoned messages of chat.translate, nothing else ---------------------------
             assert dead_letters(conn, names["translate"]) == sorted(
                 (f"msg-{n}", f"cannot translate message {n}") for n in poisoned
             )
@@ -345,7 +346,7 @@ def test_sigkilled_stage_workers_lose_and_duplicate_nothing(broker: Any, tmp_pat
                 totals_now = q.describe_queue(name)["totals"]
                 assert (totals_now["pending"], totals_now["processing"]) == (0, 0), (name, totals_now)
 
-        # -- the workers' own accounts: bounded by what the kills interrupted ----------------------------------
+        # -- the workers' own accounts: bounded by what the kills interrupted --------------------------------
         interrupted = {stage: sum(len(run.in_flight()) for run in stages.runs[stage]) for stage in STAGES}
         kills = Counter(run.stage for runs in stages.runs.values() for run in runs if run.killed)
         translate_events = stages.events("translate")

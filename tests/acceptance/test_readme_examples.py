@@ -22,7 +22,8 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_example(language: str, first_line: str, url: str, queue: str) -> str:
-    """The README's fenced ``language`` block that starts with ``first_line``, pointed at ``url`` and ``queue``."""
+    """The README's fenced ``language`` block that starts with ``first_line``, pointed at ``url`` and
+    ``queue``."""
     blocks = [
         token.content
         for token in MarkdownIt("commonmark").parse(README.read_text(encoding="utf-8"))

@@ -50,7 +50,8 @@ def test_each_job_runs_in_one_process_and_another_takes_over_when_its_holder_is_
         new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess]) -> None:
     """Two broker instances with two workers each: four processes try every job every 300 ms. One holds each
     job; runs of a job never overlap. SIGKILL of the instance holding the stats job: a worker of the other
-    instance holds it (and every job the killed instance held) and runs it, without waiting for any timeout."""
+    instance holds it (and every job the killed instance held) and runs it, without waiting for any
+    timeout."""
     database = new_database()
     a = start_broker(database, workers=2, extra_env=FAST)
     b = start_broker(database, workers=2, extra_env=FAST)

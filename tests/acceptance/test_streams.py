@@ -110,7 +110,7 @@ def window_record(value: Any, ctx: dict[str, Any]) -> dict[str, Any]:
     return {"key": ctx["key"], "start": ctx["windowStart"], "end": ctx["windowEnd"], "value": value}
 
 
-# -- stateless -------------------------------------------------------------------------------------------------
+# -- stateless -----------------------------------------------------------------------------------------------
 
 async def test_a_stateless_map_and_filter_reach_the_sink_once_in_order(
         q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
@@ -188,7 +188,8 @@ def expected_event_time(kind: str) -> list[dict[str, Any]]:
 async def test_event_time_windows_reduce_to_exactly_the_expected_results(
         kind: str, q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
     """Synthetic event times, one push, then a far-future event that moves the watermark past every window:
-    each (key, window) is emitted once with the reduced sum. A late event (behind the watermark) is dropped."""
+    each (key, window) is emitted once with the reduced sum. A late event (behind the watermark) is
+    dropped."""
     source, target, query = unique("src"), unique("sink"), unique(f"et-{kind}")
     records = [{"k": k, "ts": BASE_MS + ts, "x": x} for k, ts, x in EVENTS]
     await push(q, source, [*records, {"k": "zz", "ts": CLOSE_MS, "x": 0}])

@@ -433,7 +433,8 @@ def register(t: str, **fields: Any) -> dict[str, Any]:
 
 
 def cycle(t: str, **fields: Any) -> dict[str, Any]:
-    """A valid cycle (upserts a tagged key, pushes a tagged item), with ``fields`` overriding (None removes)."""
+    """A valid cycle (upserts a tagged key, pushes a tagged item), with ``fields`` overriding (None
+    removes)."""
     valid = {"query_id": UUID, "partition_id": UUID, "consumer_group": f"{t}-g",
              "state_ops": [{"type": "upsert", "key": t, "value": {"tag": t}}], "push_items": [item(t)],
              "ack": None, "release_lease": True}

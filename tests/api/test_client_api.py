@@ -258,7 +258,7 @@ async def test_a_failed_transaction_changes_nothing(q: AsyncQueen) -> None:
     assert (await q.ack(message)).success
 
 
-# -- consumer groups, seek, subscription ------------------------------------------------------------------------
+# -- consumer groups, seek, subscription ---------------------------------------------------------------------
 
 
 async def test_seek_to_end_skips_old_messages_for_a_group(q: AsyncQueen) -> None:
@@ -338,7 +338,7 @@ async def test_dlq_replay_delivers_the_message_again(q: AsyncQueen) -> None:
     assert [m.transaction_id for m in await q.queue(queue).pop()] == ["r1"]
 
 
-# -- failover, sync facade ----------------------------------------------------------------------------------------
+# -- failover, sync facade -----------------------------------------------------------------------------------
 
 
 async def test_failover_to_the_second_url_when_the_first_is_down(broker: Any) -> None:

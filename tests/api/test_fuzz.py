@@ -279,9 +279,10 @@ def operator_routes(call: Any, client: httpx.Client, queue: str, partition_id: s
                                                                  "from": status["timeRange"]["from"]})
     assert analytics["total"] == 8 == sum(point["messages"] for point in analytics["dataPoints"])
 
-    # analytics, from the metrics rows the worker writes (METRICS_ENV): a long poll parked on the empty scratch
-    # queue, then a push and a pop there, repeated until the rows show them (a flush every 0.5 s). A namespace/
-    # task long poll of the fuzzer's once made every flush of the minute fail (test_operators_metrics.py)
+    # analytics, from the metrics rows the worker writes (METRICS_ENV): a long poll parked on the empty
+    # scratch queue, then a push and a pop there, repeated until the rows show them (a flush every 0.5 s). A
+    # namespace/task long poll of the fuzzer's once made every flush of the minute fail
+    # (test_operators_metrics.py)
     deadline = time.monotonic() + 30
     while True:
         assert call("GET", "/api/v1/pop/queue/{queue}", f"/api/v1/pop/queue/{scratch}",

@@ -1,5 +1,5 @@
-"""Bad input to the operators' routes: ``limit``/``offset``/``from``/``to``/``interval``/``status`` and path UUIDs
-are validated before any SQL runs, answered 400 with an error naming the field, never 500 and never a
+"""Bad input to the operators' routes: ``limit``/``offset``/``from``/``to``/``interval``/``status`` and path
+UUIDs are validated before any SQL runs, answered 400 with an error naming the field, never 500 and never a
 database error in a 200 body."""
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def test_an_early_year_comes_back_with_four_digits(http: httpx.Client, path: str
 
 
 def test_a_window_that_ends_after_year_9999_comes_back_with_four_digits(http: httpx.Client) -> None:
-    """The message list's window ends at the minute after ``to``: year 10000 for a ``to`` in 9999's last minute,
-    which PostgreSQL's to_char wrote with five digits, not a date-time."""
+    """The message list's window ends at the minute after ``to``: year 10000 for a ``to`` in 9999's last
+    minute, which PostgreSQL's to_char wrote with five digits, not a date-time."""
     response = http.get("/api/v1/messages", params={"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:30Z"})
     assert response.status_code == 200, response.text
     assert response.json()["timeRange"] == {"from": "9999-12-31T00:00:00.000Z", "to": "9999-12-31T23:59:59.999Z"}

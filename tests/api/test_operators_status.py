@@ -20,8 +20,8 @@ def http(broker: Any) -> Iterator[httpx.Client]:
 
 @pytest.fixture
 def filled(http: httpx.Client) -> dict[str, Any]:
-    """Queue ``<ns>.<task>`` with partitions a (6 messages) and b (4): queue mode acks 3 of a and holds a lease
-    on 2 more of a; 1 message of b goes to the DLQ. Stats refreshed."""
+    """Queue ``<ns>.<task>`` with partitions a (6 messages) and b (4): queue mode acks 3 of a and holds a
+    lease on 2 more of a; 1 message of b goes to the DLQ. Stats refreshed."""
     namespace, task = f"ns{uuid.uuid4().hex[:8]}", f"task{uuid.uuid4().hex[:6]}"
     queue = f"{namespace}.{task}"
     for partition, count in (("a", 6), ("b", 4)):

@@ -1,5 +1,5 @@
-"""The Spark sink's pipelined commit over HTTP: the commit answers "pending" and the broker applies the batch by
-itself right after (services/spark_apply.py); a flush applies what is left; bad modes answer 400."""
+"""The Spark sink's pipelined commit over HTTP: the commit answers "pending" and the broker applies the batch
+by itself right after (services/spark_apply.py); a flush applies what is left; bad modes answer 400."""
 
 from __future__ import annotations
 

@@ -60,7 +60,8 @@ def test_the_console_asks_for_a_token_and_keeps_to_its_role(secured: Any, consol
     status = page.evaluate("""async (queue) => {
         const m = (await QC.get(QC.url('/api/v1/dlq', {queue}))).messages[0];
         const r = await fetch(`/api/v1/messages/${m.partitionId}/${m.transactionId}/retry`, {method: 'POST',
-            headers: {Authorization: 'Bearer ' + QC.token(), 'Content-Type': 'application/json'}, body: '{}'});
+            headers: {Authorization: 'Bearer ' + QC.token(), 'Content-Type': 'application/json'},
+            body: '{}'});
         return r.status; }""", queue)
     assert status == 403
 

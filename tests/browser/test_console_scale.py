@@ -46,7 +46,8 @@ def test_first_render_of_the_overview_with_1000_queues(db_url: str, start_broker
                 const api = performance.getEntriesByType('resource')
                     .find(e => e.name.endsWith('/api/v1/status'));
                 return {html_ms: nav.responseEnd, scripts_run_ms: nav.domContentLoadedEventEnd,
-                        status_api_start_ms: api ? api.startTime : null, status_api_end_ms: api ? api.responseEnd : null};
+                        status_api_start_ms: api ? api.startTime : null,
+                        status_api_end_ms: api ? api.responseEnd : null};
             }""")
             timings.append({"load": attempt + 1, "first_render_ms": round(rendered_ms, 1),
                             **{key: None if value is None else round(value, 1) for key, value in steps.items()}})
@@ -57,4 +58,5 @@ def test_first_render_of_the_overview_with_1000_queues(db_url: str, start_broker
     finally:
         context.close()
     with capsys.disabled():
-        print(f"\nconsole first render with {QUEUES} queues (localhost, headless Chromium): {json.dumps(timings)}")
+        print(f"\nconsole first render with {QUEUES} queues (localhost, headless Chromium): "
+            f"{json.dumps(timings)}")

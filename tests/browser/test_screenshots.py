@@ -1,9 +1,12 @@
-"""Screenshots of the console's main views on a broker with some traffic (PNG, 1400x900).
+r"""Screenshots of the console's main views on a broker with some traffic (PNG, 1400x900).
 
 Always taken (into the test's temporary directory, and checked to be real PNGs of the rendered view); with
 ``QUEENPY_SCREENSHOTS=docs/screenshots`` they are also written there, which is how the pictures in
 docs/operations.md are made:
-``QUEENPY_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -m browser tests/browser/test_screenshots.py``.
+
+    QUEENPY_SCREENSHOTS=docs/screenshots .venv/bin/python -m pytest -m browser \
+        tests/browser/test_screenshots.py
+
 ``QUEENPY_SCREENSHOTS_BROKER=<url>`` points the pictures at a broker that has run for a while (so the
 throughput chart has minutes to show); that broker needs a queue ``orders``, a group ``billing`` on it and a
 trace name ``checkout`` (``examples/console_traffic.py`` makes them).

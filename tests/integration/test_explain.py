@@ -118,7 +118,8 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(conn: psycopg.Con
     conn.execute("""
         INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq,
                                                last_consumed_created_at)
-        SELECT id, %s, 1, now() - interval '1 day' FROM queen.partitions WHERE queue_id = %s AND name LIKE 'idle-%%'
+        SELECT id, %s, 1, now() - interval '1 day' FROM queen.partitions
+        WHERE queue_id = %s AND name LIKE 'idle-%%'
     """, (GROUP, queue_id))
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "busy", "payload": {"hot": True}}])
     conn.execute("ANALYZE queen.partitions")
@@ -243,8 +244,8 @@ def test_lookups_stay_unique_index_probes_when_statistics_saw_one_row_per_partit
 
 def test_partition_lookup_is_a_probe_when_statistics_saw_one_partition_per_queue(
         conn: psycopg.Connection[Any]) -> None:
-    """Push and a named pop look a partition up by (queue_id, name). Statistics taken while every queue had one
-    partition rate queue_id as selective as the unique key; the generic plans then probed the smaller
+    """Push and a named pop look a partition up by (queue_id, name). Statistics taken while every queue had
+    one partition rate queue_id as selective as the unique key; the generic plans then probed the smaller
     (queue_id, last_message_at) index by queue_id and filtered every partition of the queue on name (migration
     008 keeps that index out of such lookups). Here a queue has 20,000 partitions, all holding a message;
     each call is measured after one warm-up call, in buffers it touched."""
@@ -253,7 +254,8 @@ def test_partition_lookup_is_a_probe_when_statistics_saw_one_partition_per_queue
     call_procedure(conn, "configure_queue_v1", {"queue": "broad"})
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
-        SELECT q.id, 'b' || s, 0, now() FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'broad'""")
+        SELECT q.id, 'b' || s, 0, now() FROM queen.queues q, generate_series(1, 20000) s
+        WHERE q.name = 'broad'""")
 
     def push() -> int:
         return procedure_buffers(conn, "SELECT queen.push_items_v2(%s::jsonb, false, false)", (json.dumps(
@@ -352,10 +354,10 @@ def test_pop_plans_its_statements_once_per_session(db_url: str) -> None:
 def test_push_plans_its_statements_once_per_session(db_url: str, procedure: str) -> None:
     """The bench's trap: after the heavy push scenarios, the plan cache of a broker connection went over to
     custom plans for the push procedure and re-planned on every one-message push (perf: parser and planner
-    symbols 10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then statistics
-    of the grown table, do the same. push_items_v3 (the broker's call) and push_items_v2 (its SQL API wrapper)
-    force generic plans: a push then plans nothing but the top-level SELECT (counted as in the pop test
-    above)."""
+    symbols 10-12% of PostgreSQL's CPU; 600 -> 1,600 µs per push). Here a burst of big batches, then
+    statistics of the grown table, do the same. push_items_v3 (the broker's call) and push_items_v2 (its SQL
+    API wrapper) force generic plans: a push then plans nothing but the top-level SELECT (counted as in the
+    pop test above)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         plannings = Plannings(conn)
 

@@ -28,14 +28,15 @@ def conn(db_url: str) -> Any:
 
 def table_reads(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
     return {r[0]: (int(r[1]), int(r[2] or 0)) for r in conn.execute(
-        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
-        "AND relname = ANY (%s)", (list(TABLES),)).fetchall()}
+        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables "
+        "WHERE schemaname = 'queen' AND relname = ANY (%s)", (list(TABLES),)).fetchall()}
 
 
 def measure(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]
             ) -> tuple[int, dict[str, int], dict[str, int]]:
     """(shared buffers touched, sequential scans started per table, rows fetched through indexes per table)
-    of one call, run in a transaction of its own (a backend's statistics are read before and after it, in it)."""
+    of one call, run in a transaction of its own (a backend's statistics are read before and after it, in
+    it)."""
     with conn.transaction():
         before = table_reads(conn)
         row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
@@ -59,7 +60,8 @@ def deep_partition(conn: psycopg.Connection[Any], queue: str, count: int, **opti
     partition = row[0]
     conn.execute("""
         INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
-        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '{"n": 1}', now() - interval '1 hour' + s * interval '1 us'
+        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '{"n": 1}',
+               now() - interval '1 hour' + s * interval '1 us'
         FROM generate_series(1, %s) s""", (partition, count))
     conn.execute("UPDATE queen.partitions SET last_seq = %s, last_message_at = now() WHERE id = %s",
                  (count, partition))
@@ -156,7 +158,8 @@ def test_a_completed_retention_step_reads_the_old_run_not_the_young_messages_beh
     conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 20000)",
                  (partition,))
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'young'").fetchone()[0]  # type: ignore[index]
-    call = "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', '', true, 500, 1000, now())"
+    call = ("SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', '', true, 500, "
+            "1000, now())")
     buffers, scans, fetched = measure(conn, call, (queue_id,))
     assert scans == {}, scans
     assert conn.execute("SELECT min(seq) FROM queen.messages WHERE partition_id = %s", (partition,)).fetchone() == (101,)

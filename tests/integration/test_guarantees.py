@@ -305,8 +305,8 @@ def test_failed_acks_retry_then_dead_letter_queue(db_url: str) -> None:
 
 
 def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_url: str) -> None:
-    """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a failed
-    batch back; only a retryDelay the queue's configure named does, until a configure without it."""
+    """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a
+    failed batch back; only a retryDelay the queue's configure named does, until a configure without it."""
     with connect(db_url) as conn:
         configured = call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {"retryLimit": 2}})
         assert configured["options"]["retryDelay"] == 1000
@@ -325,8 +325,8 @@ def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_ur
         ack(conn, message, status="failed", group="h")
         assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="h")["messages"]] == [1]
 
-        # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's failed
-        # ack never retries: it dead-letters at once (API.md 20.12)
+        # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's
+        # failed ack never retries: it dead-letters at once (API.md 20.12)
         message = pop(conn, "now", "Default", group="i")["messages"][0]
         [result] = call_procedure(conn, "ack_messages_v2", [{
             "transactionId": message["transactionId"], "partitionId": message["partitionId"],
@@ -563,8 +563,10 @@ def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queu
                               "WHERE q.name = 'doomed'").fetchall()
         assert stored == [({"n": 1}, "p", 1)]
         assert results[0][0]["partition_id"] == str(conn.execute(
-            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'doomed'"
-        ).fetchone()[0])  # type: ignore[index]
+            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = 'doomed'"
+        ).fetchone()[0]  # type: ignore[index]
+        )
         assert conn.execute("SELECT count(*) FROM queen.messages m WHERE NOT EXISTS "
                             "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)").fetchone() == (0,)
 

@@ -69,7 +69,8 @@ def history(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
 
 def counters(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> tuple[Any, ...]:
     row = conn.execute(
-        "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq FROM queen.partition_counters c "
+        "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq "
+        "FROM queen.partition_counters c "
         "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
         "WHERE q.name = %s AND p.name = %s", (queue, partition)).fetchone()
     assert row is not None
@@ -225,7 +226,8 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
 def test_retention_vacuums_the_messages_table_after_enough_deletions(conn: psycopg.Connection[Any],
                                                                      db_url: str) -> None:
     """Past ``RETENTION_VACUUM_ROWS`` deleted messages the job vacuums queen.messages itself (so the space is
-    reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to autovacuum."""
+    reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to
+    autovacuum."""
     def vacuumed() -> Any:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         return conn.execute("SELECT vacuum_count FROM pg_stat_user_tables "

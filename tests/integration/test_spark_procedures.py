@@ -103,7 +103,8 @@ def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
 def stage_rows(conn: psycopg.Connection[Any], token: str, first: int, rows: list[tuple[str, str | None, str]],
                batch: int = 3, queue: str = "dst2", query: str = "q2") -> int:
     row = conn.execute(
-        "SELECT queen.spark_stage_v2(%s, %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], NULL, false)",
+        "SELECT queen.spark_stage_v2(%s, %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], "
+        "NULL, false)",
         (query, batch, token, first, queue, [r[0] for r in rows], [r[1] for r in rows], [None] * len(rows),
          [r[2] for r in rows])).fetchone()
     assert row is not None
@@ -160,7 +161,8 @@ def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: 
             {"queryId": "q2", "batchId": 5, "tokens": ["t3"], "counts": [2]}).decode())
         ids = [r[0] for r in conn.execute(
             "SELECT m.id::text FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst2' AND p.name = 'p' ORDER BY m.seq")]
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst2' AND p.name = 'p' "
+            "ORDER BY m.seq")]
         assert len(ids) == 5 and ids == sorted(ids)
         assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'q2'").fetchone() == (0,)
         # the same batch again (a replay after a crash): nothing pushed twice
@@ -201,7 +203,8 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
 
         def stored() -> list[tuple[int, str]]:
             return [(r[0], r[1]) for r in conn.execute(
-                "SELECT m.seq, m.transaction_id FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                "SELECT m.seq, m.transaction_id FROM queen.messages m "
+                "JOIN queen.partitions p ON p.id = m.partition_id "
                 "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstp' ORDER BY m.seq").fetchall()]
 
         def staged(token: str) -> int:
@@ -254,8 +257,8 @@ def push_direct(conn: psycopg.Connection[Any], rows: list[tuple[str, str | None,
     """One chunk of a direct write task: rows (partition, transactionId, payload text)."""
     names = sorted({p for p, _, _ in rows})
     row = conn.execute(
-        "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], %s::uuid[], "
-        "%s::text[], NULL, false, %s)::text",
+        "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
+        "%s::uuid[], %s::text[], NULL, false, %s)::text",
         (query, batch, task, token, queue, names, [names.index(p) for p, _, _ in rows], [t for _, t, _ in rows],
          [None] * len(rows), [d for _, _, d in rows], stale_ok)).fetchone()
     assert row is not None

@@ -41,8 +41,8 @@ def stats_of(conn: psycopg.Connection[Any], pid: Any) -> dict[str, Any]:
 
 
 def truth(conn: psycopg.Connection[Any], pid: Any) -> dict[str, Any]:
-    """What counting the messages says about a partition: stored rows, rows after the slowest cursor, DLQ rows,
-    and the creation time of the oldest row and of the first row after the slowest cursor."""
+    """What counting the messages says about a partition: stored rows, rows after the slowest cursor, DLQ
+    rows, and the creation time of the oldest row and of the first row after the slowest cursor."""
     row = conn.execute("""
         SELECT (SELECT count(*) FROM queen.messages m WHERE m.partition_id = %(p)s),
                (SELECT count(*) FROM queen.messages m WHERE m.partition_id = %(p)s
@@ -212,9 +212,10 @@ def test_full_run_repairs_missing_rows_and_sees_changes_without_a_timestamp(conn
 
 def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
     """A push holds its partitions' rows locked for update until it commits. The stats job writes rows for a
-    consumer row it has not seen yet while such a push is in flight: it must not wait for the push (a key check
-    of its insert would share-lock the partition row; with the pushes' locks in id order and the job's in any
-    order, a push and the job deadlocked in the soak benchmark). The job runs under a lock timeout here."""
+    consumer row it has not seen yet while such a push is in flight: it must not wait for the push (a key
+    check of its insert would share-lock the partition row; with the pushes' locks in id order and the job's
+    in any order, a push and the job deadlocked in the soak benchmark). The job runs under a lock timeout
+    here."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         call_procedure(conn, "push_items_v1", [{"queue": "busy", "partition": f"p{n}", "payload": n}
                                                for n in range(3)])

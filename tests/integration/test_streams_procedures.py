@@ -89,8 +89,8 @@ def test_register_creates_reuses_refuses_and_resets(conn: psycopg.Connection[Any
 
     refused = register(conn, "q", config_hash="h2")
     assert refused == {"success": False, "query_id": first["query_id"], "name": "q", "error": (
-        "config_hash mismatch: operator chain changed for queryId 'q'. Pass reset:true to wipe existing state, "
-        "or use a new queryId.")}
+        "config_hash mismatch: operator chain changed for queryId 'q'. Pass reset:true to wipe existing "
+        "state, or use a new queryId.")}
     assert state(conn, first["query_id"], partition) == {"k": 1}  # refused: nothing touched
 
     same_hash_reset = register(conn, "q", reset=True)
@@ -120,7 +120,8 @@ def test_state_ops_apply_in_order_and_the_last_op_on_a_key_wins(conn: psycopg.Co
 
 def test_a_delete_of_a_key_that_is_gone_fails_the_whole_cycle(conn: psycopg.Connection[Any]) -> None:
     """The SDK deletes only rows it read in the same cycle; a missing one was emitted by another cycle (the
-    idle-flush timer, or a retried request that had committed), so this cycle's output would be a duplicate."""
+    idle-flush timer, or a retried request that had committed), so this cycle's output would be a
+    duplicate."""
     query = register(conn, "q")["query_id"]
     partition = str(uuid.uuid4())
     cycle(conn, query, partition, state_ops=[{"type": "upsert", "key": "w1", "value": {"acc": 1}}])

@@ -1,11 +1,13 @@
 """The real-client tier (marker ``js``): Queen's own JavaScript client, npm ``queen-mq`` 0.15.0 unchanged,
-against ``queenpy serve``. ``.ci/run`` installs it (``npm install`` of ``../shared/vendor/queen-mq-0.15.0.tgz``
-into ``tests/js/node_modules``; axios, pg and uuid come from the registry) and Node.js from Debian.
+against ``queenpy serve``. ``.ci/run`` installs it (``npm install`` of
+``../shared/vendor/queen-mq-0.15.0.tgz`` into ``tests/js/node_modules``; axios, pg and uuid come from the
+registry) and Node.js from Debian.
 
 - ``client.test.mjs`` and ``streams.test.mjs`` run under Node's own test runner (``node --test``) with
   ``QUEEN_URL`` pointing at the session broker;
-- ``use_case_pipeline.mjs`` is Queen's transactional-pipeline recipe (its ``examples/use-case-pipeline.js``, as
-  issue 38 describes it) with its own stop rule; its counts at the stop moment are asserted here.
+- ``use_case_pipeline.mjs`` is Queen's transactional-pipeline recipe (its
+  ``examples/use-case-pipeline.js``, as issue 38 describes it) with its own stop rule; its counts at the stop
+  moment are asserted here.
 """
 
 from __future__ import annotations

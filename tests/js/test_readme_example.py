@@ -1,5 +1,6 @@
-"""The README's JavaScript example, run as a reader would paste it (an ES module, ``node --input-type=module``)
-with Queen's own client against the session broker; only the URL and the queue name are changed."""
+"""The README's JavaScript example, run as a reader would paste it (an ES module,
+``node --input-type=module``) with Queen's own client against the session broker; only the URL and the queue
+name are changed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Exactly-once under SIGKILL: a Spark streaming query copies a queue to another queue while a producer
 writes to the source; the query's whole process group (driver JVM and Python workers) is killed with SIGKILL
-``--kills`` times at random points and restarted from its checkpoint; a final availableNow run drains the rest.
+``--kills`` times at random points and restarted from its checkpoint; a final availableNow run drains the
+rest.
 
 Then every target partition must hold exactly the source partition's messages, each once, in the same order.
 Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behind are counted too when
@@ -9,13 +10,13 @@ Prints the numbers and exits 0 only if so (1 otherwise). Staging rows left behin
     python tests/spark/exactly_once.py --url http://127.0.0.1:6632 --messages 300000 --kills 3
     python tests/spark/exactly_once.py --start-broker            # embedded broker in a temp dir
 
-tests/spark/test_exactly_once.py runs it at CI size (``--no-drain``) and drains and verifies with the functions
-here. Its broker (``--start-broker``) comes from the process harness (:mod:`queenpy.harness`).
+tests/spark/test_exactly_once.py runs it at CI size (``--no-drain``) and drains and verifies with the
+functions here. Its broker (``--start-broker``) comes from the process harness (:mod:`queenpy.harness`).
 
 The copy query (``--driver`` mode, run as a child process in its own session):
 ``readStream.format("queen")`` (maxMessagesPerTrigger, consumer group) → ``writeStream.format("queen")``
-(``--commit sync``, ``pipelined`` or ``direct``), ``processingTime`` 500 ms, or ``availableNow`` for the final drain (then
-a flush of the sink, so a pipelined sink's last micro-batch is visible).
+(``--commit sync``, ``pipelined`` or ``direct``), ``processingTime`` 500 ms, or ``availableNow`` for the final
+drain (then a flush of the sink, so a pipelined sink's last micro-batch is visible).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
-# -- broker helpers ---------------------------------------------------------------------------------------------
+# -- broker helpers ------------------------------------------------------------------------------------------
 
 
 def heads(url: str, queue: str) -> dict[str, dict[str, Any]]:
@@ -84,7 +85,7 @@ def start_broker(tmp: Path) -> BrokerProcess:
         raise SystemExit(str(exc)) from exc
 
 
-# -- the copy query (child process) -----------------------------------------------------------------------------
+# -- the copy query (child process) --------------------------------------------------------------------------
 
 
 def copy_query(
@@ -99,8 +100,8 @@ def copy_query(
     drain: bool,
     commit: str = "sync",
 ) -> StreamingQuery:
-    """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500 ms;
-    ``commit`` is the sink's commit mode (``sync`` | ``pipelined`` | ``direct``)."""
+    """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500
+    ms; ``commit`` is the sink's commit mode (``sync`` | ``pipelined`` | ``direct``)."""
     reader = (
         spark.readStream.format("queen")
         .option("url", url)
@@ -180,7 +181,7 @@ def driver_command(args: argparse.Namespace, drain: bool) -> list[str]:
     return command + (["--drain"] if drain else [])
 
 
-# -- the experiment ---------------------------------------------------------------------------------------------
+# -- the experiment ------------------------------------------------------------------------------------------
 
 
 def produce(
@@ -259,7 +260,8 @@ def staging_rows(database_url: str, query_id: str | None = None) -> int:
 
 
 def pending_batches(database_url: str, query_id: str | None = None) -> int:
-    """Micro-batches a pipelined sink recorded that the broker has not applied yet (of one query id or all)."""
+    """Micro-batches a pipelined sink recorded that the broker has not applied yet (of one query id or
+    all)."""
     import psycopg
 
     with psycopg.connect(database_url) as conn:

@@ -29,7 +29,8 @@ PID = "3f1c0a52-0000-4000-8000-000000000001"
 
 
 class PagedBroker:
-    """Answers ``read()`` from a fixed list of offsets of one partition, as the broker would (ranges, order)."""
+    """Answers ``read()`` from a fixed list of offsets of one partition, as the broker would (ranges,
+    order)."""
 
     def __init__(self, offsets: list[int]) -> None:
         self.offsets = offsets

@@ -64,8 +64,10 @@ def pushed_uncommitted(database_url: str, query: str) -> int:
     """Messages pushed by tasks of micro-batches the sink has not recorded yet (a batch in flight)."""
     with psycopg.connect(database_url) as conn:
         row = conn.execute(
-            "SELECT coalesce(sum(t.pushed), 0) FROM queen.spark_direct_tasks t WHERE t.query_id = %s AND NOT EXISTS "
-            "(SELECT 1 FROM queen.spark_sink_batches b WHERE b.query_id = t.query_id AND b.batch_id = t.batch_id)",
+            "SELECT coalesce(sum(t.pushed), 0) FROM queen.spark_direct_tasks t "
+            "WHERE t.query_id = %s AND NOT EXISTS "
+            "(SELECT 1 FROM queen.spark_sink_batches b "
+            "WHERE b.query_id = t.query_id AND b.batch_id = t.batch_id)",
             (query,)).fetchone()
     return int(row[0]) if row else 0
 
@@ -85,7 +87,8 @@ def mid_batch(broker: Any, checkpoint: Path, child: subprocess.Popen[bytes], tim
 
 
 def executor_workers(root: int) -> list[int]:
-    """The forked Python workers (not the daemon) under ``root`` that run tasks (``pyspark.daemon pyspark.worker``)."""
+    """The forked Python workers (not the daemon) under ``root`` that run tasks
+    (``pyspark.daemon pyspark.worker``)."""
     procs: dict[int, tuple[int, str]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -122,9 +125,9 @@ def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_
 
     child = driver(broker, source, target, group, checkpoint, log)
     try:
-        # 1. the executors' Python workers, mid-batch: their tasks are retried (local[2,3]) and push again. A kill
-        # can land after the batch's tasks returned (their workers idle, waiting for the next task): then nothing
-        # fails, so catch another batch, up to KILL_TRIES times, until the log shows a failed task.
+        # 1. the executors' Python workers, mid-batch: their tasks are retried (local[2,3]) and push again. A
+        # kill can land after the batch's tasks returned (their workers idle, waiting for the next task): then
+        # nothing fails, so catch another batch, up to KILL_TRIES times, until the log shows a failed task.
         caught_executor, failed_task = 0, False
         for _ in range(KILL_TRIES):
             caught_executor = mid_batch(broker, checkpoint, child)

@@ -24,7 +24,8 @@ pytestmark = pytest.mark.spark
 def sink_batches(database_url: str, queue_id: str) -> list[tuple[int, int, bool]]:
     with psycopg.connect(database_url) as conn:
         return [tuple(row) for row in conn.execute(
-            "SELECT batch_id, pushed, direct FROM queen.spark_sink_batches WHERE query_id = %s ORDER BY batch_id",
+            "SELECT batch_id, pushed, direct FROM queen.spark_sink_batches "
+            "WHERE query_id = %s ORDER BY batch_id",
             (queue_id,)).fetchall()]
 
 

@@ -3,8 +3,8 @@
 the child's whole process group with SIGKILL mid-stream and restarts it from its checkpoint; this test then
 drains the rest from the same checkpoint on the session's SparkSession (saving a JVM start) and checks that
 the target holds exactly the source messages, each once, in per-partition order, with no staging rows left;
-with the sink's sync commits and with its pipelined ones (the broker applies a micro-batch after Spark's commit
-returned, so a kill lands between the two too)."""
+with the sink's sync commits and with its pipelined ones (the broker applies a micro-batch after Spark's
+commit returned, so a kill lands between the two too)."""
 
 from __future__ import annotations
 

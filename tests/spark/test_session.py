@@ -1,6 +1,6 @@
-"""The session's environment: Python workers import the compiled pyspark of this interpreter, not the source zip
-Spark puts first on their PYTHONPATH (compiling it in every new worker overran Spark's hard-coded 10 s for a
-streaming source runner to connect back on a loaded machine)."""
+"""The session's environment: Python workers import the compiled pyspark of this interpreter, not the source
+zip Spark puts first on their PYTHONPATH (compiling it in every new worker overran Spark's hard-coded 10 s for
+a streaming source runner to connect back on a loaded machine)."""
 
 from __future__ import annotations
 

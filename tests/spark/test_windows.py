@@ -1,7 +1,7 @@
 """Windowed aggregations (examples/spark_windows.py): tumbling, sliding and session windows with a watermark
 equal a plain Python computation on the same readings, and the late readings land in the late queue exactly
-(Python finds them by simulating the micro-batches with the connector's admission and Spark's watermark rule: a
-stateful operator drops the rows of micro-batch N at or below the watermark of batch N-1)."""
+(Python finds them by simulating the micro-batches with the connector's admission and Spark's watermark rule:
+a stateful operator drops the rows of micro-batch N at or below the watermark of batch N-1)."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def example() -> ModuleType:
 def prepared(example: ModuleType, broker: Any) -> Any:
     found = example.prepare(broker.url, "." + unique("w"), events=2400, keys=4, max_per_trigger=700)
     assert len(found.late) >= 20  # the input has late readings, found by the watermark rule
-    # and readings as far behind that Spark aggregates all the same: they come in micro-batch 1, whose late rows
-    # meet batch 0's watermark (none), not batch 1's
+    # and readings as far behind that Spark aggregates all the same: they come in micro-batch 1, whose late
+    # rows meet batch 0's watermark (none), not batch 1's
     assert found.behind >= 8
     return found
 

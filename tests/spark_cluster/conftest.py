@@ -1,6 +1,6 @@
-"""Standalone-cluster tier: a Spark master and two workers on loopback, started with the pyspark installation's
-own ``sbin/spark-daemon.sh`` (the script ``start-master.sh`` and ``start-worker.sh`` wrap; the pip package ships
-spark-daemon.sh but not those two wrappers), for the whole pytest session.
+"""Standalone-cluster tier: a Spark master and two workers on loopback, started with the pyspark
+installation's own ``sbin/spark-daemon.sh`` (the script ``start-master.sh`` and ``start-worker.sh`` wrap; the
+pip package ships spark-daemon.sh but not those two wrappers), for the whole pytest session.
 
 Every test here is marked ``spark_cluster`` (the default run excludes it): ``.venv/bin/python -m pytest -m
 spark_cluster tests/spark_cluster``. Each worker offers 1 core and 1 GiB; the cluster's logs, pid files and

@@ -62,7 +62,7 @@ def test_a_checkpoint_of_another_queue_is_rejected() -> None:
         QueueOffset.from_json({"v": 1, "queue": "orders", "p": {}}, "payments")
 
 
-# -- startingOffsets ------------------------------------------------------------------------------------------
+# -- startingOffsets -----------------------------------------------------------------------------------------
 
 
 def test_starting_offsets_default_to_group_or_earliest() -> None:
@@ -93,7 +93,7 @@ def test_resolve_starting_offsets() -> None:
     assert resolve_starting_offsets(spec, heads) == {A: 10, B: 20, C: 0, "0000-z": 3}
 
 
-# -- admission control ------------------------------------------------------------------------------------------
+# -- admission control ---------------------------------------------------------------------------------------
 
 
 def test_everything_is_admitted_under_the_budget_or_without_one() -> None:
@@ -157,7 +157,7 @@ def test_cap_limits_heads_to_the_available_now_target() -> None:
     assert end == {A: 7}  # availableNow reaches its target and then returns the start: the run can end
 
 
-# -- ranges ------------------------------------------------------------------------------------------------------
+# -- ranges --------------------------------------------------------------------------------------------------
 
 
 def test_split_ranges() -> None:
@@ -187,9 +187,9 @@ def test_lag_between_two_reported_offsets() -> None:
 
 
 def test_earliest_starts_after_what_retention_removed() -> None:
-    """``earliest`` (and JSON -2, and partitions a JSON spec leaves out) start at each partition's earliest offset
-    as /spark/offsets reports it, so a fresh query reads no gap that retention made; a group's cursor and
-    explicit offsets are taken as they are (below the earliest offset they are data loss)."""
+    """``earliest`` (and JSON -2, and partitions a JSON spec leaves out) start at each partition's earliest
+    offset as /spark/offsets reports it, so a fresh query reads no gap that retention made; a group's cursor
+    and explicit offsets are taken as they are (below the earliest offset they are data loss)."""
     heads, earliests = {A: 10, B: 20, C: 0}, {A: 4, B: 0}
     assert resolve_starting_offsets(StartingOffsets("earliest"), heads, None, earliests) == {A: 4, B: 0, C: 0}
     assert resolve_starting_offsets(StartingOffsets("json", {A: -2, B: 2}), heads, None, earliests) == {

@@ -74,7 +74,8 @@ def run(config: Config, echo: Callable[[str], None] = print) -> list[dict[str, A
     scenarios = selected(config.only)
     profile = Profile.of(config.quick)
     base = Path(tempfile.mkdtemp(prefix="queenpy-chaos-", dir=config.workdir))
-    echo(f"queenpy chaos ({'quick' if config.quick else 'full'}): {len(scenarios)} scenario(s), work dir {base}")
+    echo(f"queenpy chaos ({'quick' if config.quick else 'full'}): {len(scenarios)} scenario(s), work dir "
+        f"{base}")
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     postgres = PrivatePostgres(base / "pgdata")
     results: list[dict[str, Any]] = []

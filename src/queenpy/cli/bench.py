@@ -32,8 +32,8 @@ WorkersOption = Annotated[int, typer.Option(
     help="Broker worker processes (NUM_WORKERS); 0: the broker's default, one per core.")]
 EnvOption = Annotated[list[str] | None, typer.Option(
     "--env", "-e", metavar="NAME=VALUE",
-    help="A setting for the broker's environment, repeatable (QUEEN_PUSH_MAX_BATCH_SIZE=100, DB_POOL_SIZE=20). "
-         "QUEEN_* variables of this shell reach the broker too.")]
+    help="A setting for the broker's environment, repeatable (QUEEN_PUSH_MAX_BATCH_SIZE=100, "
+         "DB_POOL_SIZE=20). QUEEN_* variables of this shell reach the broker too.")]
 ConnectionsOption = Annotated[int, typer.Option(
     "--connections", min=1, envvar="QUEENPY_BENCH_CONNECTIONS", help="wrk connections of the push scenarios.")]
 OnlyOption = Annotated[str | None, typer.Option(
@@ -51,28 +51,31 @@ CheckpointOption = Annotated[bool, typer.Option(
     help="CHECKPOINT before each scenario and limit, so none inherits the previous one's dirty pages.")]
 KeepupShareOption = Annotated[float, typer.Option(
     "--keepup-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_KEEPUP_SHARE",
-    help="keepup-ack's producer rate as a share of the same round's push-10-40B figure. The bar is 0.5; the "
-         "default offers 0.55, so a producer that keeps its pace clears the bar by more than the window's noise.")]
+    help="keepup-ack's producer rate as a share of the same round's push-10-40B figure. The bar is 0.5; "
+         "the default offers 0.55, so a producer that keeps its pace clears the bar by more than the "
+         "window's noise.")]
 DatabaseUrlOption = Annotated[str | None, typer.Option(
     "--database-url", envvar="QUEENPY_BENCH_DATABASE_URL",
-    help="Run on this PostgreSQL (one you started and tuned; use a scratch database: the suite writes queues "
-         "and a 'bench' schema into it) instead of a private server with the embedded default's settings. "
-         "PostgreSQL's CPU is measured only when the server runs on this machine.")]
+    help="Run on this PostgreSQL (one you started and tuned; use a scratch database: the suite writes "
+         "queues and a 'bench' schema into it) instead of a private server with the embedded default's "
+         "settings. PostgreSQL's CPU is measured only when the server runs on this machine.")]
 DurationOption = Annotated[float, typer.Option(
     "--duration", min=10, envvar="QUEENPY_BENCH_DURATION",
-    help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only soak runs it.")]
+    help="Seconds the soak scenario runs (default 600; the documented long run is 3600). Only --only "
+         "soak runs it.")]
 SoakShareOption = Annotated[float, typer.Option(
     "--soak-share", min=0.05, max=1.0, envvar="QUEENPY_BENCH_SOAK_SHARE",
-    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe); at most "
-         "70% of the push-and-consume estimate 1/(1/push + 1/consume) (consume-ack of the round, or a probe).")]
+    help="soak's producer rate as a share of the push capacity (push-10-40B of the round, or a probe); "
+         "at most 70% of the push-and-consume estimate 1/(1/push + 1/consume) (consume-ack of the round, "
+         "or a probe).")]
 SoakRateOption = Annotated[float | None, typer.Option(
     "--soak-rate", min=1, envvar="QUEENPY_BENCH_SOAK_RATE",
-    help="soak's producer rate in msg/s, instead of --soak-share of a measured capacity (the same load in runs "
-         "compared with each other).")]
+    help="soak's producer rate in msg/s, instead of --soak-share of a measured capacity (the same load "
+         "in runs compared with each other).")]
 SoakTransactionIdsOption = Annotated[bool, typer.Option(
     "--soak-transaction-ids", envvar="QUEENPY_BENCH_SOAK_TRANSACTION_IDS",
-    help="soak's producer gives every message a transactionId of its own (UUIDv7-shaped), as the official "
-         "clients do; without it the broker assigns them.")]
+    help="soak's producer gives every message a transactionId of its own (UUIDv7-shaped), as the "
+         "official clients do; without it the broker assigns them.")]
 SparkMasterOption = Annotated[str, typer.Option(
     "--spark-master", envvar="QUEENPY_BENCH_SPARK_MASTER", help="Spark master of the spark-* scenarios.")]
 HistoryOption = Annotated[Path, typer.Option(
@@ -80,8 +83,8 @@ HistoryOption = Annotated[Path, typer.Option(
     help="NDJSON file the run's summary row is appended to (when its directory exists).")]
 SummaryOption = Annotated[list[Path] | None, typer.Option(
     "--summary", metavar="JSON_OR_DIR",
-    help="Run nothing: rewrite the current-figures block of --page from these result files (or directories of "
-         "them), repeatable: queenpy bench --summary benchmarks/results.")]
+    help="Run nothing: rewrite the current-figures block of --page from these result files (or "
+         "directories of them), repeatable: queenpy bench --summary benchmarks/results.")]
 PageOption = Annotated[Path, typer.Option("--page", help="The results page that --summary rewrites.")]
 
 
@@ -127,7 +130,7 @@ def bench(
     """Benchmark the broker against PostgreSQL's own limit on this machine (needs wrk).
 
     Starts a private PostgreSQL (fsync on; or uses --database-url) and `queenpy serve`, drives Queen's standard scenarios with wrk, and prints every figure as a ratio to what pgbench reaches on the same server in the same run, with CPU per message of broker, PostgreSQL and wrk, and the broker's memory. Writes a table, a JSON file and a PNG chart; benchmarks/RESULTS.md explains them. Exit status 1 when a scenario is INVALID (errors, lost or duplicated messages).
-    """
+    """  # noqa: E501 (typer keeps the line breaks of the help paragraph)
     import queenpy.bench as queenbench
 
     if list_scenarios:

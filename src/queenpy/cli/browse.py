@@ -1,5 +1,6 @@
-"""``queenpy messages``: browse stored messages (``ls``), look at one (``show``), delete one (``rm``), replay a
-dead-lettered one (``retry``). Messages are named by partition id and transaction id, as ``ls`` prints them."""
+"""``queenpy messages``: browse stored messages (``ls``), look at one (``show``), delete one (``rm``), replay
+a dead-lettered one (``retry``). Messages are named by partition id and transaction id, as ``ls`` prints
+them."""
 
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def chaos(
     """Break real processes under load and count what was lost.
 
     Starts a private PostgreSQL and `queenpy serve` subprocesses on loopback, runs producers and acking consumers that record every message id, and injects one fault per scenario: kill -9 of a worker and of the broker, PostgreSQL stopped, a consumer killed mid-batch, one of two brokers killed, PostgreSQL restarted under parked long polls, an unwritable failover buffer. Prints scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered | recovery. Exit status 1 when anything was lost or duplicated or a check failed, 2 when the run could not start.
-    """
+    """  # noqa: E501 (typer keeps the line breaks of the help paragraph)
     import json
 
     import queenpy.chaos as chaos_suite

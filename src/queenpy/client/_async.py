@@ -221,7 +221,8 @@ class AsyncQueen(AdminCalls):
     async def renew(
         self, lease: str | AckableMessage | Sequence[str | AckableMessage], seconds: int = 60
     ) -> LeaseRenewal | list[LeaseRenewal]:
-        """Extend a lease by ``seconds`` from now (``POST /api/v1/lease/<id>/extend`` with ``{"seconds": N}``).
+        """Extend a lease by ``seconds`` from now (``POST /api/v1/lease/<id>/extend`` with
+        ``{"seconds": N}``).
 
         ``lease`` is a lease id, a message (its lease), or a list of those (answered with a list, one entry
         per distinct lease). Leases are never shortened and expired ones cannot be renewed: such a renewal
@@ -375,7 +376,8 @@ class AsyncQueen(AdminCalls):
         return expect_object(await self._call("GET", f"/api/v1/resources/queues/{_q(name)}"), "queue")
 
     async def health(self) -> dict[str, Any]:
-        """The broker's ``/health`` answer (``{status, database, ...}``). Raises DatabaseUnavailable on 503."""
+        """The broker's ``/health`` answer (``{status, database, ...}``). Raises DatabaseUnavailable on
+        503."""
         result = await self._call("GET", "/health")
         return result if isinstance(result, dict) else {"status": str(result)}
 
@@ -512,8 +514,8 @@ class AsyncQueen(AdminCalls):
 
     async def _fetch_lease_time(self, queue: str) -> int | None:
         """The queue's ``leaseTime`` in seconds as the broker reports it (``options.leaseTime`` of
-        ``GET /api/v1/resources/queues/<q>``, else ``queue.config.leaseTime`` of ``/api/v1/status/queues/<q>``),
-        or None if neither says."""
+        ``GET /api/v1/resources/queues/<q>``, else ``queue.config.leaseTime`` of
+        ``/api/v1/status/queues/<q>``), or None if neither says."""
         for path, keys in (
             (f"/api/v1/resources/queues/{_q(queue)}", ("options", "leaseTime")),
             (f"/api/v1/status/queues/{_q(queue)}", ("queue", "config", "leaseTime")),

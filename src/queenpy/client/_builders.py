@@ -113,7 +113,8 @@ class QueueBuilder(Fluent):
         return answer
 
     async def delete(self) -> dict[str, Any]:
-        """Delete the queue with its partitions, messages, cursors and DLQ rows (``DELETE /resources/queues``).
+        """Delete the queue with its partitions, messages, cursors and DLQ rows
+        (``DELETE /resources/queues``).
 
         Returns ``{deleted, queue, existed}``. Raises BrokerError on an ``error`` answer.
         """
@@ -227,7 +228,8 @@ class QueueBuilder(Fluent):
         return self
 
     def subscription_mode(self, mode: str) -> QueueBuilder:
-        """``new`` (only messages created after the group's first pop) or ``all`` (default); first join wins."""
+        """``new`` (only messages created after the group's first pop) or ``all`` (default); first join
+        wins."""
         self._options.subscription_mode = mode
         return self
 
@@ -238,7 +240,8 @@ class QueueBuilder(Fluent):
 
     def lease_time_s(self, seconds: int) -> QueueBuilder:
         """The queue's ``leaseTime`` in seconds; ``consume()`` renews leases every ``seconds / 2`` while a
-        handler runs. Default: what this client's ``create()`` set, else the broker's queue status, else 30."""
+        handler runs. Default: what this client's ``create()`` set, else the broker's queue status, else
+        30."""
         self._options.lease_time_s = max(1, int(seconds))
         return self
 

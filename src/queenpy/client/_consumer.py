@@ -39,7 +39,8 @@ DEFAULT_LEASE_TIME_S = 30
 
 
 def _is_async(function: Callable[..., Any]) -> bool:
-    """True for coroutine functions, also behind ``functools.partial`` or as an object's ``async __call__``."""
+    """True for coroutine functions, also behind ``functools.partial`` or as an object's
+    ``async __call__``."""
     while isinstance(function, functools.partial):
         function = function.func
     if inspect.iscoroutinefunction(function):

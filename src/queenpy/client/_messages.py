@@ -175,7 +175,8 @@ class PushResult:
 
     @property
     def ok(self) -> bool:
-        """True when the broker holds the message (``queued``, ``duplicate`` or ``buffered``) or it is pending."""
+        """True when the broker holds the message (``queued``, ``duplicate`` or ``buffered``) or it is
+        pending."""
         return self.status in ("queued", "duplicate", "buffered", "pending")
 
 

@@ -81,8 +81,8 @@ def format_push_item(item: Any, queue: str, partition: str | None) -> dict[str, 
     """One wire push item ``{queue, partition?, payload, transactionId, traceId?}`` from a user item.
 
     An item that is a mapping with a ``data`` (or ``payload``) key supplies the payload under that key and may
-    carry ``transactionId`` and ``traceId``; any other value is the payload itself (a plain dict may still carry
-    a ``transactionId``, as in the reference client). A missing ``transactionId`` gets a fresh UUIDv7.
+    carry ``transactionId`` and ``traceId``; any other value is the payload itself (a plain dict may still
+    carry a ``transactionId``, as in the reference client). A missing ``transactionId`` gets a fresh UUIDv7.
 
     Raises:
         ValueError: ``traceId`` is not a UUID or ``transactionId`` not a string.

@@ -45,11 +45,12 @@ def _partition_key(item: dict[str, Any]) -> str:
 
 
 def push_results(items: list[dict[str, Any]], text: str) -> list[Any]:
-    """Expand ``queen.push_items_v3``'s answer (``[[position, status, message id, partition id], ...]``, status
-    ``q``/``d``/``f``; 020_push.sql) into the per-item results of API.md section 4.1, in the items' order.
-    The procedure returns only what the broker does not know: transaction_id is the item's transactionId,
-    else the message id (the procedure's convention), trace_id and queueName are the item's own. PostgreSQL
-    spent more CPU building these objects as jsonb than storing the message (benchmarks/RESULTS.md).
+    """Expand ``queen.push_items_v3``'s answer (``[[position, status, message id, partition id], ...]``,
+    status ``q``/``d``/``f``; 020_push.sql) into the per-item results of API.md section 4.1, in the items'
+    order. The procedure returns only what the broker does not know: transaction_id is the item's
+    transactionId, else the message id (the procedure's convention), trace_id and queueName are the item's
+    own. PostgreSQL spent more CPU building these objects as jsonb than storing the message
+    (benchmarks/RESULTS.md).
     """
     results: list[Any] = [None] * len(items)
     for position, status, message_id, partition_id in orjson.loads(text):

@@ -115,7 +115,8 @@ class Authenticator:
         try:
             claims: dict[str, Any] = jwt.decode(token, key, algorithms=algorithms, leeway=settings.clock_skew_s,
                                                 issuer=settings.issuer, audience=settings.audience,
-                                                options=options)  # type: ignore[arg-type]
+                                                options=options,  # type: ignore[arg-type]
+                                                )
         except jwt.ExpiredSignatureError as exc:
             raise AuthenticationError("Token has expired") from exc
         except jwt.InvalidIssuerError as exc:

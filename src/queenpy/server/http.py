@@ -80,7 +80,8 @@ class CoalescingTransport:
         return self._transport.get_write_buffer_size() + sum(len(chunk) for chunk in self._pending)
 
     def __getattr__(self, name: str) -> Any:
-        # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, ...: the wrapped transport's
+        # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, ...:
+        # the wrapped transport's
         return getattr(self._transport, name)
 
 

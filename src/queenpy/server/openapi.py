@@ -6,8 +6,8 @@ Statuses (API.md 1.2): a route's result, and a failure found in the database (``
 "error": ...}``), answer 200; an empty result (``[]`` or ``{}``) is an empty body with the JSON content type,
 which clients read as null (API.md 22), so those results are ``nullable``. Bad input is a real 400;
 authentication 401/403 (when JWT is on); the HTTP limits 408/413/431 (:mod:`queenpy.server.limits`); a path
-parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's plain-text
-503, and ``/health`` a JSON 503 when the database is down.
+parameter holding ``/`` matches no route (404); a worker over its connection limit answers uvicorn's
+plain-text 503, and ``/health`` a JSON 503 when the database is down.
 """
 
 from __future__ import annotations
@@ -96,7 +96,8 @@ def _body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
     return {"required": required, "content": {"application/json": {"schema": schema}}}
 
 
-# (method, path) -> (summary, parameters, request body schema or None); the 200 body is RESULTS[(method, path)]
+# (method, path) -> (summary, parameters, request body schema or None); the 200 body is
+# RESULTS[(method, path)]
 OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any] | None]] = {
     ("get", "/health"): ("Health: database reachable", [], None),
     ("get", "/metrics"): ("Process metrics (fusion queues, pool, long polls)", [], None),
@@ -322,18 +323,18 @@ _DESCRIPTIONS = {
         "next pop, as in Queen, although `options.retryDelay` still reports the stored default 1000."),
     ("post", "/api/v1/transaction"): (
         "All operations commit together or none does. Results are numbered one per ack and one per pushed "
-        "item, in request order. Transactions that arrive while one is in flight are committed together in one "
-        "PostgreSQL transaction (group commit), each in its own savepoint: one that fails is rolled back alone "
-        "and answered `{transactionId, success: false, error, results}` (the results of the operations before "
-        "the failing one; status 200), the others commit. Its errors: `Required lease <id> is expired or "
-        "released` (each `requiredLeases` id must be a live lease when the transaction runs; the original "
+        "item, in request order. Transactions that arrive while one is in flight are committed together in "
+        "one PostgreSQL transaction (group commit), each in its own savepoint: one that fails is rolled back "
+        "alone and answered `{transactionId, success: false, error, results}` (the results of the operations "
+        "before the failing one; status 200), the others commit. Its errors: `Required lease <id> is expired "
+        "or released` (each `requiredLeases` id must be a live lease when the transaction runs; the original "
         "ignores them), `ACK operation failed: Message not found` / `Invalid or expired lease` / `Unknown "
         "error`, `PUSH operation failed: queue full`, `duplicate transactionId <id> in push` (a duplicate "
         "aborts, it is not answered `duplicate`); these are final. An error of the whole commit (database "
         "unreachable, connection lost) answers every transaction of the group `{success: false, error}` with "
-        "the database's error and no `results`, as a pop gets then: nothing of it was applied, and it may be sent "
-        "again (if the answer was lost after the commit, a push's transactionId makes the retry fail as a "
-        "duplicate instead of storing twice). A `failed` or `dlq` ack moves the message to the DLQ at "
+        "the database's error and no `results`, as a pop gets then: nothing of it was applied, and it may be "
+        "sent again (if the answer was lost after the commit, a push's transactionId makes the retry fail as "
+        "a duplicate instead of storing twice). A `failed` or `dlq` ack moves the message to the DLQ at "
         "once. Pushes made here wake long polls after the commit."),
     ("get", "/api/v1/consumer-groups"): "No consumer group answers `[]` (the original sends an empty body).",
     ("get", "/api/v1/consumer-groups/lagging"): "No lagging partition answers `[]` (the original: an empty body).",
@@ -357,8 +358,8 @@ _RESPONSES: dict[tuple[str, str], dict[str, Any]] = {("get", "/"): _STATIC, ("ge
 def _responses(method: str, path: str) -> dict[str, Any]:
     result: Schema = RESULTS[(method, path)]
     responses: dict[str, Any] = {"200": {
-        "description": "The result; a failure found in the database is {success: false, error} with status 200; "
-                       "an empty result is an empty body", "content": {"application/json": {"schema": result}}}}
+        "description": "The result; a failure found in the database is {success: false, error} with "
+                       "status 200; an empty result is an empty body", "content": {"application/json": {"schema": result}}}}
     if path == "/api/v1/push":
         responses["201"] = {"description": "Pushed (a real 201 when the result is not an error body): "
                                            "per-item results, or [] for an empty push",

@@ -396,7 +396,7 @@ def validate_lease_extend(body: Any) -> int:
     return int(seconds)
 
 
-# -- Queen Streams (API.md section 19) ------------------------------------------------------------------------
+# -- Queen Streams (API.md section 19) -----------------------------------------------------------------------
 
 STREAM_ACK_STATUSES = ("completed", "success", "failed", "dlq")
 MAX_STATE_KEY_BYTES = 2048  # a B-tree entry holds at most ~2700 bytes; keys are primary-key columns

@@ -9,8 +9,8 @@ deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_
 - :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
   them (``queen.retention_step_v1``, ``RETENTION_BATCH_SIZE`` messages per step), partition cleanup
   (``PARTITION_CLEANUP_DAYS``), then trimming of the metrics and history tables (``METRICS_RETENTION_DAYS``,
-  ``STATS_HISTORY_RETENTION_DAYS``); with ``RETENTION_VACUUM_ROWS`` set, a vacuum of ``queen.messages`` once it
-  has deleted that many messages since the last one.
+  ``STATS_HISTORY_RETENTION_DAYS``); with ``RETENTION_VACUUM_ROWS`` set, a vacuum of ``queen.messages`` once
+  it has deleted that many messages since the last one.
 - :class:`EvictionJob` (``EVICTION_INTERVAL``): ``maxWaitTimeSeconds`` eviction (``EVICTION_BATCH_SIZE``).
 """
 
@@ -122,10 +122,10 @@ class RetentionJob(Job):
         self._unvacuumed = 0  # messages this job deleted since it last vacuumed queen.messages
 
     async def _vacuum(self, database: Database) -> dict[str, Any] | None:
-        """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows`` messages
-        since its last vacuum (0: never; autovacuum alone). None when it did not vacuum. The vacuum runs on a
-        connection of its own, without the pool's ``statement_timeout`` (pooled connections carry no session
-        settings of their own: see ``queenpy.store.database``)."""
+        """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows``
+        messages since its last vacuum (0: never; autovacuum alone). None when it did not vacuum. The vacuum
+        runs on a connection of its own, without the pool's ``statement_timeout`` (pooled connections carry no
+        session settings of their own: see ``queenpy.store.database``)."""
         threshold = self.settings.retention_vacuum_rows
         if threshold <= 0 or self._unvacuumed < threshold:
             return None

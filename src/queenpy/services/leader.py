@@ -41,7 +41,8 @@ class Leadership:
 
     async def lead(self, job: str, key: int) -> bool:
         """Whether this process holds ``job``'s lock now, taking it if it is free. Never waits for another
-        holder; connection errors count as "not the holder" (logged), and drop every lock this process held."""
+        holder; connection errors count as "not the holder" (logged), and drop every lock this process
+        held."""
         async with self._lock:
             try:
                 connection = await self._connect()

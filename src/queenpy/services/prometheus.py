@@ -14,8 +14,9 @@ Two sources, one exposition:
   the failover buffer of the answering process, through a custom collector.
 
 Family names follow Queen's where they exist (``queen_db_pool_*``, ``queen_file_buffer_*``,
-``queen_maintenance_mode_enabled``, ``queen_dlq_depth``, ``queen_dlq_depth_by_queue``, ``queen_queue_*{queue}``,
-``queen_queue_pop_lag_milliseconds{queue,stat}``, ``queen_worker_*{hostname,worker_id,pid}``).
+``queen_maintenance_mode_enabled``, ``queen_dlq_depth``, ``queen_dlq_depth_by_queue``,
+``queen_queue_*{queue}``, ``queen_queue_pop_lag_milliseconds{queue,stat}``,
+``queen_worker_*{hostname,worker_id,pid}``).
 
 The snapshot's families are rendered once per change of the stats (:class:`SnapshotCache`), so ages are given
 as timestamps (``*_timestamp_seconds``: the age is ``time() - x`` in PromQL), which stay true while cached.
@@ -212,9 +213,9 @@ def render_collector(collector: Collector) -> bytes:
 
 class SnapshotCache:
     """The rendered snapshot families of this process, kept while the stats and the minute are the same (the
-    per-queue numbers only change when the stats job runs, every ``STATS_INTERVAL_MS``, and the per-minute rates
-    when a minute ends): a scraper polling every second re-renders the per-queue families once per stats run,
-    not once per scrape."""
+    per-queue numbers only change when the stats job runs, every ``STATS_INTERVAL_MS``, and the per-minute
+    rates when a minute ends): a scraper polling every second re-renders the per-queue families once per stats
+    run, not once per scrape."""
 
     def __init__(self) -> None:
         self.key: str | None = None

@@ -3,11 +3,11 @@
 Queen's API calls this a "migration"; here it is the schema copy, apart from the schema migrations the broker
 applies to its own database (``store/migrate.py``). The routes are ``server/routes/schema_copy.py``.
 
-The copy is PostgreSQL's own: ``pg_dump --format=custom --schema=<schema>`` of the broker's database piped into
-``pg_restore --single-transaction --exit-on-error`` on the target, so the target either gets the whole schema or
-nothing. The binaries are those shipped with the ``pgserver`` wheel (PostgreSQL 16, able to dump servers up to
-16), else the first ``pg_dump``/``pg_restore`` on ``PATH``. A target that already has the schema is refused:
-a copy never overwrites data.
+The copy is PostgreSQL's own: ``pg_dump --format=custom --schema=<schema>`` of the broker's database piped
+into ``pg_restore --single-transaction --exit-on-error`` on the target, so the target either gets the whole
+schema or nothing. The binaries are those shipped with the ``pgserver`` wheel (PostgreSQL 16, able to dump
+servers up to 16), else the first ``pg_dump``/``pg_restore`` on ``PATH``. A target that already has the schema
+is refused: a copy never overwrites data.
 
 State is PostgreSQL's, so every worker of every instance answers the same status: ``queen.system_state`` key
 ``migration`` holds ``{status: idle|running|completed|failed, startedAt, finishedAt, target: {host, port,
@@ -250,7 +250,8 @@ class SchemaCopy:
     async def validate(self, target: Target) -> dict[str, Any]:
         """Rows per table of the schema, here and on the target: ``{success, tables: [{table, source, target,
         match, dataExcluded}]}``; ``success`` when every table whose data was copied has as many rows there.
-        Counts are exact (``count(*)``), taken while the broker may still write: validate after writes stop."""
+        Counts are exact (``count(*)``), taken while the broker may still write: validate after writes
+        stop."""
         try:
             connection = await target.connect()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:

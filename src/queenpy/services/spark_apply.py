@@ -1,9 +1,10 @@
 """Pipelined Spark sink commits: apply the recorded micro-batches after the commit has answered.
 
-A pipelined commit (``POST /api/v1/spark/commit`` with ``"mode": "pipelined"``) records the micro-batch and its
-task tokens in one short transaction and answers; Spark then starts the next micro-batch while this process
-moves the batch's staged rows into ``queen.messages`` (``queen.spark_apply_pending_v2``, one transaction under
-the query's advisory lock). The same procedure runs, so nothing is applied twice or out of order, when:
+A pipelined commit (``POST /api/v1/spark/commit`` with ``"mode": "pipelined"``) records the micro-batch and
+its task tokens in one short transaction and answers; Spark then starts the next micro-batch while this
+process moves the batch's staged rows into ``queen.messages`` (``queen.spark_apply_pending_v2``, one
+transaction under the query's advisory lock). The same procedure runs, so nothing is applied twice or out of
+order, when:
 
 - the query's next commit arrives (it applies the query's pending batches first, waiting for a running apply);
 - ``POST /api/v1/spark/flush`` asks for it (a caller that needs the rows visible now);
@@ -37,7 +38,8 @@ SWEEP_INTERVAL_S = 60.0
 class PendingApplier:
     """Applies one process's pipelined sink batches in the background (one task per query at a time).
 
-    ``announce`` gets the ``(queue, partition)`` pairs that received messages (long polls waiting on them wake).
+    ``announce`` gets the ``(queue, partition)`` pairs that received messages (long polls waiting on them
+    wake).
     """
 
     def __init__(self, database: Database, announce: Callable[[set[tuple[str, str]]], None]) -> None:
@@ -52,7 +54,8 @@ class PendingApplier:
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_loop())
 
     async def stop(self) -> None:
-        """Cancel the sweep and the running applies (a cancelled apply rolls back; the next sweep redoes it)."""
+        """Cancel the sweep and the running applies (a cancelled apply rolls back; the next sweep redoes
+        it)."""
         tasks = [t for t in (self._sweeper, *self._running.values()) if t is not None]
         for task in tasks:
             task.cancel()

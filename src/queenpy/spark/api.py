@@ -7,10 +7,11 @@ its Python workers across tasks and micro-batches, and making a client per task 
 builds one even for http URLs) and a TCP connection each time: a third of the workers' CPU in the profile of
 the 1 KB queue-to-queue copy (py-spy, 100 tasks per micro-batch), before tasks were grouped.
 
-Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, ``rows``: a chunk is keyed by its task token
-and first row number, so a repeated POST stages nothing twice, and ``push``: its rows carry transaction ids) are retried on connection errors and 5xx
-answers with exponential backoff (about 30 s in total); the version 1 ``stage`` is never retried, because a
-second POST of the same items under the same token would stage them twice.
+Idempotent calls (reads, ``cursor``, ``commit``, ``abort``, ``flush``, ``rows``: a chunk is keyed by its task
+token and first row number, so a repeated POST stages nothing twice, and ``push``: its rows carry transaction
+ids) are retried on connection errors and 5xx answers with exponential backoff (about 30 s in total); the
+version 1 ``stage`` is never retried, because a second POST of the same items under the same token would stage
+them twice.
 
 Errors raised: :class:`queenpy.errors.InvalidRequest` (400), ``AuthenticationError`` (401),
 ``PermissionDenied`` (403), ``NotFound`` (404), ``DatabaseUnavailable`` (broker unreachable or 5xx after the
@@ -71,9 +72,9 @@ def shared_client(url: str, token: str | None, timeout_s: float) -> httpx.Client
 
 @dataclass(frozen=True)
 class PartitionHead:
-    """One partition of ``GET /api/v1/spark/offsets``: its newest offset, the group's cursor (or None), and its
-    earliest offset: offsets at or below it may have been removed by retention or eviction (0 from a broker
-    that does not report it)."""
+    """One partition of ``GET /api/v1/spark/offsets``: its newest offset, the group's cursor (or None), and
+    its earliest offset: offsets at or below it may have been removed by retention or eviction (0 from a
+    broker that does not report it)."""
 
     partition_id: str
     partition: str
@@ -84,8 +85,8 @@ class PartitionHead:
 
 @dataclass(frozen=True)
 class CommitResult:
-    """``POST /api/v1/spark/commit``: messages pushed, whether the batch had been committed before, and whether it
-    waits to be applied (pipelined)."""
+    """``POST /api/v1/spark/commit``: messages pushed, whether the batch had been committed before, and
+    whether it waits to be applied (pipelined)."""
 
     duplicate: bool
     pushed: int
@@ -94,8 +95,9 @@ class CommitResult:
 
 @dataclass(frozen=True)
 class PushResult:
-    """``POST /api/v1/spark/push``: messages stored, rows skipped as stored already, whether the micro-batch was
-    recorded as committed before (nothing pushed), and whether the broker let a stale replay push (``stale``)."""
+    """``POST /api/v1/spark/push``: messages stored, rows skipped as stored already, whether the micro-batch
+    was recorded as committed before (nothing pushed), and whether the broker let a stale replay push
+    (``stale``)."""
 
     committed: bool
     pushed: int
@@ -129,7 +131,8 @@ class SparkBroker:
     # -- endpoints ------------------------------------------------------------------------------------------
 
     def offsets(self, queue: str, consumer_group: str | None = None) -> list[PartitionHead]:
-        """Heads (and the group's cursors) of every partition of ``queue``, sorted by partitionId; [] if unknown."""
+        """Heads (and the group's cursors) of every partition of ``queue``, sorted by partitionId; [] if
+        unknown."""
         params = {"queue": queue}
         if consumer_group:
             params["consumerGroup"] = consumer_group
@@ -146,23 +149,27 @@ class SparkBroker:
         ]
 
     def messages(self, partition_id: str, after: int, upto: int, limit: int) -> dict[str, Any]:
-        """Messages ``after < offset <= upto`` of one partition, in offset order, at most ``limit`` (no lease).
+        """Messages ``after < offset <= upto`` of one partition, in offset order, at most ``limit`` (no
+        lease).
 
-        Returns the page ``{"partitionId", "partition", "queue", "messages": [{"offset", "id", "transactionId",
-        "data", "createdAt", "traceId", "producerSub"}]}``.
+        Returns the page
+        ``{"partitionId", "partition", "queue", "messages": [{"offset", "id", "transactionId", "data",
+        "createdAt", "traceId", "producerSub"}]}``.
         """
         params = {"partitionId": partition_id, "after": str(after), "upto": str(upto), "limit": str(limit)}
         page: dict[str, Any] = self._call("GET", "/api/v1/spark/messages", params=params)
         return page
 
     def read(self, ranges: Sequence[tuple[str, int, int]]) -> list[dict[str, Any]]:
-        """Messages of several ranges ``(partitionId, after, upto)`` in one call (``POST /api/v1/spark/read``).
+        """Messages of several ranges ``(partitionId, after, upto)`` in one call
+        (``POST /api/v1/spark/read``).
 
         Returns one block per range whose partition exists, in request order: ``{"index", "partitionId",
-        "partition", "queue", "offsets", "transactionIds", "createdAtUs", "traceIds", "producerSubs"}`` and the
-        payloads as ``"dataBytes"`` (each one's length in bytes) plus ``"blob"`` (a ``memoryview`` of them all,
-        concatenated in block order, shared by the blocks), or, from a broker without the binary answer, as
-        ``"data"`` (JSON texts). The lists are parallel and in offset order. The ranges may span 100,000 offsets.
+        "partition", "queue", "offsets", "transactionIds", "createdAtUs", "traceIds",
+        "producerSubs"}`` and the payloads as ``"dataBytes"`` (each one's length in bytes) plus ``"blob"`` (a
+        ``memoryview`` of them all, concatenated in block order, shared by the blocks), or, from a broker
+        without the binary answer, as ``"data"`` (JSON texts). The lists are parallel and in offset order. The
+        ranges may span 100,000 offsets.
         """
         body = self._call(
             "POST",
@@ -186,8 +193,8 @@ class SparkBroker:
         self, query_id: str, batch_id: int, token: str, first: int, queue: str, columns: Mapping[str, Any]
     ) -> int:
         """Stage rows ``first + 1 ..`` of task ``token`` as columns (``POST /api/v1/spark/rows``): ``columns``
-        has ``data`` (JSON text or None per row) and optionally ``partitions``, ``transactionIds``, ``traceIds``.
-        Returns the rows staged. Retried safely (a chunk is keyed by token and first row)."""
+        has ``data`` (JSON text or None per row) and optionally ``partitions``, ``transactionIds``,
+        ``traceIds``. Returns the rows staged. Retried safely (a chunk is keyed by token and first row)."""
         body = self._call(
             "POST",
             "/api/v1/spark/rows",
@@ -200,11 +207,11 @@ class SparkBroker:
         self, query_id: str, batch_id: int, task: int, token: str, queue: str, columns: Mapping[str, Any],
         payloads: bytes | memoryview, *, stale_ok: bool = False,
     ) -> PushResult:
-        """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into ``queue``
-        (``POST /api/v1/spark/push``, binary body): ``columns`` has ``partitions`` (distinct names),
+        """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into
+        ``queue`` (``POST /api/v1/spark/push``, binary body): ``columns`` has ``partitions`` (distinct names),
         ``partitionIndexes`` (one per row, into ``partitions``), ``transactionIds``, ``dataBytes`` (each
-        payload's length in bytes, -1 for none) and optionally ``traceIds``; ``payloads`` the UTF-8 JSON texts,
-        concatenated. Retried safely (a row whose transaction id is stored is skipped).
+        payload's length in bytes, -1 for none) and optionally ``traceIds``; ``payloads`` the UTF-8 JSON
+        texts, concatenated. Retried safely (a row whose transaction id is stored is skipped).
 
         Raises:
             InvalidRequest: a bad row, or a replay older than the queue keeps transaction ids and not
@@ -219,7 +226,8 @@ class SparkBroker:
                           int(body.get("duplicates", 0)), bool(body.get("stale", False)))
 
     def commit_direct(self, query_id: str, batch_id: int) -> CommitResult:
-        """Record micro-batch ``(query_id, batch_id)`` whose tasks pushed directly, once (``duplicate`` after)."""
+        """Record micro-batch ``(query_id, batch_id)`` whose tasks pushed directly, once (``duplicate``
+        after)."""
         body = self._call("POST", "/api/v1/spark/commit",
                           json={"queryId": query_id, "batchId": batch_id, "mode": "direct"})
         return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
@@ -234,7 +242,8 @@ class SparkBroker:
         return int(body.get("partitionsUpdated", 0))
 
     def stage(self, query_id: str, batch_id: int, token: str, items: Sequence[Mapping[str, Any]]) -> int:
-        """Stage push items for micro-batch ``(query_id, batch_id)`` under ``token``; returns the count staged.
+        """Stage push items for micro-batch ``(query_id, batch_id)`` under ``token``; returns the count
+        staged.
 
         Not retried (see the module docstring).
         """

@@ -72,7 +72,8 @@ class QueueOffset:
     partitions: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON-able dict Spark stores: ``{"v": 1, "queue": q, "p": {...}}`` with sorted partition keys."""
+        """The JSON-able dict Spark stores: ``{"v": 1, "queue": q, "p": {...}}`` with sorted partition
+        keys."""
         return {
             "v": OFFSET_VERSION,
             "queue": self.queue,
@@ -84,7 +85,8 @@ class QueueOffset:
         """Parse a stored offset (dict or JSON text).
 
         Raises:
-            ValueError: unknown version, a different ``queue`` than expected, or a non-integer/negative offset.
+            ValueError: unknown version, a different ``queue`` than expected, or a non-integer/negative
+                offset.
         """
         data = json.loads(value) if isinstance(value, str) else value
         if not isinstance(data, Mapping) or data.get("v") != OFFSET_VERSION:
@@ -184,9 +186,9 @@ def resolve_starting_offsets(
     cursors: Mapping[str, int | None] | None = None,
     earliests: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
-    """The initial offset map for ``spec`` given the partitions' current ``heads``, the group's ``cursors`` and
-    the partitions' ``earliests`` (offsets at or below them may have been removed by retention or eviction, so
-    ``earliest`` starts there and reads no gap; absent: 0).
+    """The initial offset map for ``spec`` given the partitions' current ``heads``, the group's ``cursors``
+    and the partitions' ``earliests`` (offsets at or below them may have been removed by retention or
+    eviction, so ``earliest`` starts there and reads no gap; absent: 0).
 
     Returns ``{partitionId: offset}`` over the known partitions (values clamped to ``[0, head]``); partitions
     appearing later start at 0 (a gap there is data loss, as with Kafka's new partitions).
@@ -215,7 +217,8 @@ def resolve_starting_offsets(
 
 
 def backlog(start: Mapping[str, int], heads: Mapping[str, int]) -> dict[str, int]:
-    """Messages waiting per partition: ``max(0, head - start)`` (partitions missing from ``start`` are at 0)."""
+    """Messages waiting per partition: ``max(0, head - start)`` (partitions missing from ``start`` are at
+    0)."""
     return {pid: max(0, int(head) - int(start.get(pid, 0))) for pid, head in heads.items()}
 
 
@@ -240,8 +243,9 @@ def admit(start: Mapping[str, int], heads: Mapping[str, int], max_messages: int 
     Returns:
         ``{partitionId: end}`` covering every partition of ``start`` and ``heads``; ``end >= start`` always,
         and ``sum(end - start) == min(max_messages, total backlog)``. Each partition gets
-        ``floor(budget * backlog_p / total)``; the messages left over by rounding go one each to the partitions
-        with the largest remainders (ties: smaller partitionId first), never above a partition's backlog.
+        ``floor(budget * backlog_p / total)``; the messages left over by rounding go one each to the
+        partitions with the largest remainders (ties: smaller partitionId first), never above a partition's
+        backlog.
     """
     waiting = backlog(start, heads)
     total = sum(waiting.values())
@@ -294,19 +298,19 @@ def split_ranges(
 
 
 def plan_tasks(ranges: Iterable[OffsetRange], tasks: int) -> list[list[OffsetRange]]:
-    """Group the ranges of a micro-batch into at most ``tasks`` Spark tasks of about equal message counts, each
-    partition's ranges whole in one task (in offset order).
+    """Group the ranges of a micro-batch into at most ``tasks`` Spark tasks of about equal message counts,
+    each partition's ranges whole in one task (in offset order).
 
     One task per partition range made 100 tasks for a micro-batch over 100 partitions, each paying Spark's
     per-task cost (scheduling, a Python worker round trip, one HTTP request each way): 20,000 messages of
     1 KB took 20 s on two cores. Two tasks read and write the same messages in well under a second.
 
     A partition is never split over tasks: the rows of one source partition then reach the sink in offset
-    order from one task, so a direct sink (tasks push concurrently) keeps each partition's order in a copy. The
-    partitions go largest first to the task with the fewest messages so far (ties: the earlier task), and each
-    task reads its partitions in the given order; a partition bigger than a fair share makes a bigger task.
-    Deterministic in its arguments (a replayed micro-batch is planned alike). Returns the non-empty tasks in
-    order of their first partition; ``[]`` when there is nothing to read.
+    order from one task, so a direct sink (tasks push concurrently) keeps each partition's order in a copy.
+    The partitions go largest first to the task with the fewest messages so far (ties: the earlier task), and
+    each task reads its partitions in the given order; a partition bigger than a fair share makes a bigger
+    task. Deterministic in its arguments (a replayed micro-batch is planned alike). Returns the non-empty
+    tasks in order of their first partition; ``[]`` when there is nothing to read.
     """
     import heapq
 
@@ -356,7 +360,8 @@ def _fill(ranges: Iterable[OffsetRange], size: int) -> list[list[OffsetRange]]:
 
 
 def missing_offsets(after: int, upto: int, offsets: Iterable[int]) -> list[tuple[int, int]]:
-    """Gaps in a range read: the inclusive ``(first, last)`` offset runs of ``(after, upto]`` not in ``offsets``.
+    """Gaps in a range read: the inclusive ``(first, last)`` offset runs of ``(after, upto]`` not in
+    ``offsets``.
 
     ``offsets`` must be increasing (the broker returns offset order).
     """
@@ -372,7 +377,8 @@ def missing_offsets(after: int, upto: int, offsets: Iterable[int]) -> list[tuple
 
 
 def lag(end: Mapping[str, Any] | None, heads: Mapping[str, Any] | None) -> int:
-    """Messages not yet read: ``sum(max(0, head - end))`` over two queen offsets (dicts as Spark reports them).
+    """Messages not yet read: ``sum(max(0, head - end))`` over two queen offsets (dicts as Spark reports
+    them).
 
     Accepts full queen offsets (``{"v": 1, "p": {...}}``), plain maps, or JSON text of either; a missing or
     unparsable side counts as empty.

@@ -38,23 +38,25 @@ stageBatchBytes        4 MiB                most payload bytes per such request 
                                             backslashes add up to as much again, so keep it below half the
                                             broker's HTTP_MAX_BODY_BYTES, 10 MiB by default)
 commit                 direct               ``direct``: each task pushes its rows with transaction ids derived
-                                            from the query, the batch and each row's identity, and the broker's
-                                            dedupe makes a replay store nothing twice; the commit records the
-                                            batch. Rows are visible as the tasks push them. Needs a stable
-                                            identity per row (source columns ``partitionId`` and ``offset``,
-                                            ``idColumns`` or ``transactionIdColumn``), else the query commits
-                                            staged and says so once in the log. ``staged`` (or ``sync``): tasks
-                                            stage their rows and the commit moves a micro-batch into the queue
-                                            in one transaction: visible all at once when Spark's commit returns.
-                                            ``pipelined``: staged, and the broker moves the rows after the commit
-                                            answered, while Spark runs the next batch (exactly once, in batch
-                                            order; after a query ends, ``flush_sink`` waits for the rest)
+                                            from the query, the batch and each row's identity, and the
+                                            broker's dedupe makes a replay store nothing twice; the commit
+                                            records the batch. Rows are visible as the tasks push them. Needs
+                                            a stable identity per row (source columns ``partitionId`` and
+                                            ``offset``, ``idColumns`` or ``transactionIdColumn``), else the
+                                            query commits staged and says so once in the log. ``staged`` (or
+                                            ``sync``): tasks stage their rows and the commit moves a
+                                            micro-batch into the queue in one transaction: visible all at once
+                                            when Spark's commit returns. ``pipelined``: staged, and the broker
+                                            moves the rows after the commit answered, while Spark runs the
+                                            next batch (exactly once, in batch order; after a query ends,
+                                            ``flush_sink`` waits for the rest)
 idColumns              none                 direct commits: comma-separated columns whose values identify an
                                             output row across replays (e.g. ``window,key`` of a windowed
                                             aggregation in append mode); the batch id is always part of the id
-staleReplay            fail                 direct commits: a task replayed longer after its first attempt than
-                                            the target queue keeps transaction ids (its retention) ``fail``s,
-                                            or pushes anyway with a warning (``warn``: at-least-once)
+staleReplay            fail                 direct commits: a task replayed longer after its first attempt
+                                            than the target queue keeps transaction ids (its retention)
+                                            ``fail``s, or pushes anyway with a warning (``warn``:
+                                            at-least-once)
 ====================== ==================== =============================================================
 """
 

@@ -1,4 +1,5 @@
-"""Progress lines for streaming queries: rows/s, batch id and lag per queue (``queenpy spark run`` shows them).
+"""Progress lines for streaming queries: rows/s, batch id and lag per queue (``queenpy spark run`` shows
+them).
 
 One line per micro-batch that read rows, plus one per query start, idle transition and end::
 

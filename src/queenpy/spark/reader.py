@@ -1,11 +1,12 @@
-"""Readers of the ``queen`` source: streaming (:class:`QueenStreamReader`) and batch (:class:`QueenBatchReader`).
+"""Readers of the ``queen`` source: streaming (:class:`QueenStreamReader`) and batch
+(:class:`QueenBatchReader`).
 
 Where each method runs (SPARK-NOTES.md section 3): ``initialOffset``, ``latestOffset``, ``partitions`` and
 ``commit`` run in one long-lived driver-side Python process per query run, on one reader instance; ``read``
 runs in executor Python workers on a *pickled copy* made at planning time, so it sees the options only.
 
-Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before running
-it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
+Exactly-once reading: Spark writes each micro-batch's ``(start, end)`` offsets to its checkpoint before
+running it and replays exactly that range after a crash; ``read`` fetches ``(after, upto]`` by offset with
 ``GET /api/v1/spark/messages``, which takes no lease and is deterministic because offsets are gap-free and
 visible in commit order. A micro-batch's ranges over all partitions are packed into a few tasks of about equal
 size, each partition whole in one task (:func:`offsets.plan_tasks`: ``minTasks``, by default the driver host's
@@ -20,9 +21,10 @@ offsets at or below every consumer group's cursor, and a query's group cursor ne
 has not finished, so a query with a ``consumerGroup`` never meets a gap made by completed retention, across
 restarts too. ``earliest`` starts at the partition's earliest offset (``/spark/offsets``: what retention and
 eviction removed lies at or below it). Gaps that remain are data loss for the query: ``retentionSeconds`` or
-``maxWaitTimeSeconds`` deleting messages it had not read, a query without ``consumerGroup`` (no cursor protects
-it) or a checkpoint behind its group's cursor falling behind completed retention, or messages deleted by hand;
-``failOnDataLoss`` (default true) fails the batch with :class:`DataLossError`, false skips them with a warning.
+``maxWaitTimeSeconds`` deleting messages it had not read, a query without ``consumerGroup`` (no cursor
+protects it) or a checkpoint behind its group's cursor falling behind completed retention, or messages deleted
+by hand; ``failOnDataLoss`` (default true) fails the batch with :class:`DataLossError`, false skips them with
+a warning.
 """
 
 from __future__ import annotations
@@ -90,8 +92,8 @@ def _partitions_of(ranges: list[OffsetRange], options: SourceOptions) -> list[In
 def read_range(
     broker: SparkBroker, part: QueenInputPartition, *, page_size: int, fail_on_data_loss: bool
 ) -> Iterator[pa.RecordBatch]:
-    """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch per request,
-    in range and offset order.
+    """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch per
+    request, in range and offset order.
 
     Raises:
         DataLossError: offsets are missing inside a range and ``fail_on_data_loss`` is set (otherwise the gap
@@ -150,7 +152,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest_heads: dict[str, int] | None = None
         self._cursor: dict[str, int] = {}  # what this run last wrote to the group's cursor
 
-    # -- driver side ------------------------------------------------------------------------------------------
+    # -- driver side -----------------------------------------------------------------------------------------
 
     def initialOffset(self) -> dict[str, Any]:
         """Fresh checkpoint only: ``startingOffsets`` resolved against the heads and the group's cursors.
@@ -185,8 +187,9 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """End of the next micro-batch: one ``/spark/offsets`` call, then :func:`offsets.admit`.
 
         ``start`` is the end of the last micro-batch, which Spark has finished (sink committed, commit log
-        written) before it asks for the next one, so it is also a safe consumer-group cursor: advancing it here
-        keeps the broker's lag current (``commit(end)`` alone lags a batch, and never comes for the last one).
+        written) before it asks for the next one, so it is also a safe consumer-group cursor: advancing it
+        here keeps the broker's lag current (``commit(end)`` alone lags a batch, and never comes for the last
+        one).
         """
         begin = QueueOffset.from_json(start, self.options.queue).partitions
         self._advance_cursor(begin)
@@ -234,7 +237,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def stop(self) -> None:
         self.broker.close()
 
-    # -- executor side ----------------------------------------------------------------------------------------
+    # -- executor side ---------------------------------------------------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Messages of one range as Arrow record batches (see :func:`read_range`)."""
@@ -242,10 +245,10 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class QueenBatchReader(DataSourceReader):
-    """``spark.read.format("queen")``: the messages between ``startingOffsets`` (default earliest, or the group's
-    cursor when ``consumerGroup`` is set) and ``endingOffsets`` (default ``latest``: the heads at planning time;
-    a JSON ``{partitionId: n}`` ends the named partitions at ``n`` and the others at their head). Reading does not
-    move the group's cursor."""
+    """``spark.read.format("queen")``: the messages between ``startingOffsets`` (default earliest, or the
+    group's cursor when ``consumerGroup`` is set) and ``endingOffsets`` (default ``latest``: the heads at
+    planning time; a JSON ``{partitionId: n}`` ends the named partitions at ``n`` and the others at their
+    head). Reading does not move the group's cursor."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options

@@ -3,8 +3,8 @@
 :func:`prepare_environment` must run before the JVM starts (the environment is frozen at JVM start): it points
 the Python workers at this interpreter (``PYSPARK_PYTHON``), binds to loopback for local masters, quiets
 Spark's logs with a log4j2 configuration in a ``SPARK_CONF_DIR`` of our own, and (for a pip-installed pyspark)
-points ``SPARK_HOME`` at :func:`compiled_spark_home`. :func:`get_session` returns the active session if there is
-one (``queenpy spark run`` builds it before running a pipeline script), else builds one with
+points ``SPARK_HOME`` at :func:`compiled_spark_home`. :func:`get_session` returns the active session if there
+is one (``queenpy spark run`` builds it before running a pipeline script), else builds one with
 :func:`build_session`.
 
 Why the ``SPARK_HOME`` shim: Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's
@@ -66,8 +66,8 @@ def prepare_environment(master: str = DEFAULT_MASTER, *, quiet: bool = True) -> 
     """Set the process environment Spark's JVM and Python workers inherit. Call before the first session.
 
     Sets ``PYSPARK_PYTHON`` and ``PYSPARK_DRIVER_PYTHON`` to this interpreter (unless set), ``SPARK_LOCAL_IP``
-    to 127.0.0.1 for local masters, ``SPARK_HOME`` to :func:`compiled_spark_home` (unless ``SPARK_HOME`` is set,
-    ``PYSPARK_PYTHON`` is another interpreter, or ``QUEENPY_SPARK_HOME_SHIM=0``), and, with ``quiet``,
+    to 127.0.0.1 for local masters, ``SPARK_HOME`` to :func:`compiled_spark_home` (unless ``SPARK_HOME`` is
+    set, ``PYSPARK_PYTHON`` is another interpreter, or ``QUEENPY_SPARK_HOME_SHIM=0``), and, with ``quiet``,
     ``SPARK_CONF_DIR`` to a directory holding :data:`LOG4J2_PROPERTIES` (unless ``SPARK_CONF_DIR`` is set).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -94,14 +94,15 @@ def _scratch() -> Path:
 
 
 def compiled_spark_home() -> Path | None:
-    """A ``SPARK_HOME`` for the pip-installed pyspark without its ``python/lib`` zips, or None if pyspark is not
-    pip-installed here (then ``SPARK_HOME`` must stay what the user has).
+    """A ``SPARK_HOME`` for the pip-installed pyspark without its ``python/lib`` zips, or None if pyspark is
+    not pip-installed here (then ``SPARK_HOME`` must stay what the user has).
 
-    The directory (``$TMPDIR/queenpy-spark-conf-<uid>/spark-home-<hash of the pyspark path>``) holds a symbolic
-    link to every top-level entry of the pyspark package (``bin``, ``jars``, ``sbin``...) except ``python``, so
-    ``spark-submit`` and the JVM are the package's own while the workers' ``PYTHONPATH`` names a zip that does not
-    exist and ``import pyspark`` resolves to this interpreter's compiled copy (see the module docstring). Built
-    in a fresh directory and renamed into place, so concurrent processes never see a partial one.
+    The directory (``$TMPDIR/queenpy-spark-conf-<uid>/spark-home-<hash of the pyspark path>``) holds a
+    symbolic link to every top-level entry of the pyspark package (``bin``, ``jars``, ``sbin``...) except
+    ``python``, so ``spark-submit`` and the JVM are the package's own while the workers' ``PYTHONPATH`` names
+    a zip that does not exist and ``import pyspark`` resolves to this interpreter's compiled copy (see the
+    module docstring). Built in a fresh directory and renamed into place, so concurrent processes never see a
+    partial one.
     """
     import hashlib
     import importlib.util
@@ -144,8 +145,8 @@ def build_session(
         config: extra Spark settings, applied last (they win).
         quiet: Spark logs at ERROR only (see :func:`prepare_environment`).
 
-    Local masters bind to 127.0.0.1; shuffles use as many partitions as local cores; the UI and console progress
-    bars are off; state stores use RocksDB; queries share the cores with the FAIR scheduler.
+    Local masters bind to 127.0.0.1; shuffles use as many partitions as local cores; the UI and console
+    progress bars are off; state stores use RocksDB; queries share the cores with the FAIR scheduler.
     """
     master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
     prepare_environment(master, quiet=quiet)
@@ -158,7 +159,8 @@ def build_session(
         "spark.sql.shuffle.partitions": str(min(cores, 8) if _is_local(master) else 16),
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.stopTimeout": "30s",
-        "spark.sql.streaming.stateStore.providerClass": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        "spark.sql.streaming.stateStore.providerClass": (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"),
         "spark.scheduler.mode": "FAIR",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",
@@ -182,7 +184,8 @@ def build_session(
 
 
 def get_session(app_name: str = "queenpy", **kwargs: Any) -> SparkSession:
-    """The active SparkSession (e.g. the one ``queenpy spark run`` made), else a new one from :func:`build_session`."""
+    """The active SparkSession (e.g. the one ``queenpy spark run`` made), else a new one from
+    :func:`build_session`."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()

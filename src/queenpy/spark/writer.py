@@ -1,4 +1,5 @@
-"""Writers of the ``queen`` sink: streaming (:class:`QueenStreamWriter`) and batch (:class:`QueenBatchWriter`).
+"""Writers of the ``queen`` sink: streaming (:class:`QueenStreamWriter`) and batch
+(:class:`QueenBatchWriter`).
 
 Two commit modes (docs/spark.md, "Direct or staged"):
 
@@ -116,8 +117,8 @@ class CommitPlan:
     """How the micro-batches of a streaming query reach the queue: ``mode`` is ``direct``, ``sync`` (staged,
     applied by the commit) or ``pipelined`` (staged, applied after it); ``identity`` what a direct row's
     transaction id derives from (``source``: the columns ``partitionId`` and ``offset``; ``columns``:
-    ``idColumns``; ``given``: ``transactionIdColumn``; ``position``: the row's place in its task, staged only);
-    ``fallback`` why a direct request became staged, else None."""
+    ``idColumns``; ``given``: ``transactionIdColumn``; ``position``: the row's place in its task, staged
+    only); ``fallback`` why a direct request became staged, else None."""
 
     mode: str
     identity: str

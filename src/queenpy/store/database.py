@@ -164,10 +164,11 @@ class Database:
 
     async def listen(self, callbacks: Mapping[str, Callable[[str], None]],
                      on_connected: Callable[[], None] | None = None) -> None:
-        """LISTEN on each channel of ``callbacks`` on one dedicated connection; ``callbacks[channel](payload)``
-        runs per notification, except for notifications this process sent itself (:meth:`notify`): their
-        wake-ups happened in process already, and a second one would wake a second long poll for the same
-        messages. ``on_connected()`` runs once the channels are listened to, and again after each reconnect.
+        """LISTEN on each channel of ``callbacks`` on one dedicated connection;
+        ``callbacks[channel](payload)`` runs per notification, except for notifications this process sent
+        itself (:meth:`notify`): their wake-ups happened in process already, and a second one would wake a
+        second long poll for the same messages. ``on_connected()`` runs once the channels are listened to, and
+        again after each reconnect.
 
         If that connection dies (PostgreSQL restart, network), it is re-established in the background
         with a 1 s backoff; long polls fall back to their timer meanwhile.

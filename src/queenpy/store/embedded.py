@@ -77,7 +77,8 @@ class EmbeddedPostgres:
         self._configure(settings)
 
     def _configure(self, settings: Mapping[str, str]) -> None:
-        """``ALTER SYSTEM SET`` each of ``settings`` (names and values are ours, never a user's), then reload."""
+        """``ALTER SYSTEM SET`` each of ``settings`` (names and values are ours, never a user's), then
+        reload."""
         statements = "".join(f"ALTER SYSTEM SET {name} = '{value}';\n" for name, value in settings.items())
         self._server.psql(statements + "SELECT pg_reload_conf();\n")
 

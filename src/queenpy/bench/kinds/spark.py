@@ -20,12 +20,12 @@ staging table), no sink batch left pending, no direct task left uncommitted, and
 exception.
 
 ``spark-handoff`` uses the sink's staged commits (``commit=sync``); ``spark-handoff-pipelined`` the pipelined
-commits (the broker applies a micro-batch while Spark runs the next one), whose last micro-batch lands a moment
-after the query has ended: the window closes when it has; ``spark-handoff-direct`` the direct commits (the
-connector's default: each task pushes its rows, the commit records the batch), whose rows land while a batch
-runs, so its first micro-batch ends when the query's first batch record appears. CPU per message adds Spark's own (the JVM process tree:
-the JVM and its Python workers) to the broker's and PostgreSQL's; the scenario's ratio is also given to
-``push-100-1KB`` and ``handoff-tx`` of the same round when they ran.
+commits (the broker applies a micro-batch while Spark runs the next one), whose last micro-batch lands a
+moment after the query has ended: the window closes when it has; ``spark-handoff-direct`` the direct commits
+(the connector's default: each task pushes its rows, the commit records the batch), whose rows land while a
+batch runs, so its first micro-batch ends when the query's first batch record appears. CPU per message adds
+Spark's own (the JVM process tree: the JVM and its Python workers) to the broker's and PostgreSQL's; the
+scenario's ratio is also given to ``push-100-1KB`` and ``handoff-tx`` of the same round when they ran.
 
 ``spark-batch-read`` (mode ``read``) reads the same backlog with ``spark.read.format("queen")`` (earliest to
 latest) and counts it: the window is the read, valid when the count equals the backlog's messages.

@@ -38,9 +38,10 @@ _JSON_HEADERS = [(b"content-type", b"application/json"),
 
 
 class JsonResponse(Response):
-    """JSON bytes with CORS headers, as ``Response(body, media_type="application/json", headers=CORS_HEADERS)``
-    gives, with the headers encoded once per process instead of once per response (every hot route answers
-    with one; benchmarks/profiles/README.md)."""
+    """JSON bytes with CORS headers, as
+    ``Response(body, media_type="application/json", headers=CORS_HEADERS)`` gives, with the headers encoded
+    once per process instead of once per response (every hot route answers with one;
+    benchmarks/profiles/README.md)."""
 
     media_type = "application/json"
 

@@ -1,6 +1,6 @@
 """The Spark connector's routes (DESIGN.md section 11): offsets and range reads for the source; cursor
-commits; the direct sink's pushes and batch records; stage, commit and abort of the staged micro-batch sink, and
-flush of its pipelined commits (``services/spark_apply.py``).
+commits; the direct sink's pushes and batch records; stage, commit and abort of the staged micro-batch sink,
+and flush of its pipelined commits (``services/spark_apply.py``).
 
 Two data paths. Version 1 moves one JSON object per message (``GET /spark/messages``, ``POST /spark/stage``).
 Version 2 moves columns (``POST /spark/read``: several ranges per call; ``POST /spark/rows``: one task's rows
@@ -104,8 +104,8 @@ async def spark_read(request: Request) -> Response:
 
 
 async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos: list[int]) -> Response:
-    """``/spark/read`` with ``Accept: application/octet-stream``: a 4-byte big-endian length, that many bytes of
-    JSON header (the JSON answer's ranges with ``dataBytes``, each payload's length in bytes, instead of
+    """``/spark/read`` with ``Accept: application/octet-stream``: a 4-byte big-endian length, that many bytes
+    of JSON header (the JSON answer's ranges with ``dataBytes``, each payload's length in bytes, instead of
     ``data``), then every range's payloads, concatenated in order (UTF-8 JSON texts). The payloads pass
     through as bytes: no JSON string per message to escape here and unescape in the connector."""
     rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v3($1::uuid[], $2::bigint[], $3::bigint[])",
@@ -178,7 +178,8 @@ async def spark_rows(request: Request) -> Response:
     claims = getattr(request.state, "claims", None) or {}
     try:
         staged = await worker.database.fetchval(
-            "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], $9::text[], $10, $11)",
+            "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], "
+            "$9::text[], $10, $11)",
             key["queryId"], key["batchId"], token, first, queue, partitions, transaction_ids, trace_ids, data,
             claims.get("sub") or None, encrypted)
     except asyncpg.exceptions.DataError as exc:
@@ -187,15 +188,16 @@ async def spark_rows(request: Request) -> Response:
 
 
 async def spark_push(request: Request) -> Response:
-    """Push one direct write task's rows (``commit=direct``): ``{"queryId", "batchId", "task", "token", "queue",
-    "partitions": [name], "partitionIndexes": [int], "transactionIds": [str | null], "data": [JSON text | null],
-    "traceIds"?: [uuid | null], "staleOk"?: bool}``; ``partitionIndexes`` point into ``partitions`` (0-based),
-    one per row, as the other arrays. With ``Content-Type: application/octet-stream`` the body is a 4-byte
-    big-endian length, that many bytes of the same JSON object with ``dataBytes`` (each payload's length in
-    bytes, -1 for none) instead of ``data``, then the payloads' UTF-8 texts, concatenated: they pass through to
-    PostgreSQL as bytes (no JSON string per row to unescape here). Answers ``{"success", "committed", "stale",
-    "pushed", "duplicates"}`` (procedures/110_spark_rows.sql, spark_push_direct_v1); a row that is not JSON
-    text is a 400 and nothing of the request is stored."""
+    """Push one direct write task's rows (``commit=direct``):
+    ``{"queryId", "batchId", "task", "token", "queue", "partitions": [name], "partitionIndexes": [int],
+    "transactionIds": [str | null], "data": [JSON text | null], "traceIds"?: [uuid | null], "staleOk"?:
+    bool}``; ``partitionIndexes`` point into ``partitions`` (0-based), one per row, as the other arrays. With
+    ``Content-Type: application/octet-stream`` the body is a 4-byte big-endian length, that many bytes of the
+    same JSON object with ``dataBytes`` (each payload's length in bytes, -1 for none) instead of ``data``,
+    then the payloads' UTF-8 texts, concatenated: they pass through to PostgreSQL as bytes (no JSON string per
+    row to unescape here). Answers ``{"success", "committed", "stale", "pushed", "duplicates"}``
+    (procedures/110_spark_rows.sql, spark_push_direct_v1); a row that is not JSON text is a 400 and nothing of
+    the request is stored."""
     worker = worker_of(request)
     blob: bytes | None = None
     data: list[Any] = []
@@ -264,8 +266,8 @@ async def spark_push(request: Request) -> Response:
     try:
         if blob is not None:
             text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
-                "$9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
+                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
+                "$8::text[], $9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
                 key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
                 blob, body["dataBytes"], sub, stale_ok)
         else:
@@ -274,8 +276,8 @@ async def spark_push(request: Request) -> Response:
                 data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
                         for i, d in enumerate(data)]
             text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
-                "$9::uuid[], $10::text[], $11, $12, $13)::text",
+                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
+                "$8::text[], $9::uuid[], $10::text[], $11, $12, $13)::text",
                 key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
                 data, sub, encrypted, stale_ok)
     except asyncpg.exceptions.DataError as exc:

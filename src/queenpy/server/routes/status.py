@@ -55,7 +55,8 @@ async def status_queue(request: Request) -> Response:
 
 
 async def status_analytics(request: Request) -> Response:
-    """``GET /api/v1/status/analytics?interval=hour&from&to&queue&namespace&task`` (default: the last 24 h)."""
+    """``GET /api/v1/status/analytics?interval=hour&from&to&queue&namespace&task`` (default: the
+    last 24 h)."""
     interval = v.query_choice(request.query_params, "interval", _INTERVALS, default="hour") or "hour"
     start, end = v.query_window(request.query_params)
     end = end or datetime.now(UTC)
