@@ -60,8 +60,9 @@ Unavailable = (
     DatabaseUnavailable,
 )
 
-#: Seconds to wait for one connection attempt (each host of a multi-host URL): a host that died without
-#: refusing (a machine gone, not a process) must not hold a request for asyncpg's default 60 s.
+#: Seconds to wait for one connection attempt (all hosts of a multi-host URL together: asyncpg applies one
+#: timeout to the whole attempt): a host that died without refusing (a machine gone, not a process) must not
+#: hold a request for asyncpg's default 60 s.
 CONNECT_TIMEOUT_S = 5.0
 
 
