@@ -72,7 +72,90 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
-class PrivatePostgres:
+class _PostgresServer:
+    """What a primary and a standby share: the postmaster's pid, psql, pg_ctl as pgserver's system user, and
+    the crash-like kill. Subclasses set ``data_dir``, ``url``, ``system_user`` and ``running``."""
+
+    data_dir: Path
+    url: str
+    system_user: str | None
+    running: bool
+    _orphans: list[int]
+
+    @property
+    def pid(self) -> int | None:
+        """The postmaster's pid (first line of ``postmaster.pid``; a new one after :meth:`start`), None when
+        the server is not running."""
+        if not self.running:
+            return None
+        try:
+            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
+        except (OSError, ValueError):
+            return None
+
+
+    def database_url(self, name: str) -> str:
+        """URL of database ``name`` on this server."""
+        return self.url.replace("/postgres?", f"/{name}?", 1)
+
+
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run ``sql`` with ``psql`` on ``database`` (stops at the first error); returns psql's unaligned,
+        tuples-only output. Raises :class:`HarnessError` on failure."""
+        program = postgres_program("psql")
+        if program is None:
+            raise HarnessError("psql not found in the pgserver wheel nor on PATH")
+        done = subprocess.run([str(program), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                               "-d", self.database_url(database), "-c", sql],
+                              capture_output=True, text=True, check=False, timeout=120)
+        if done.returncode != 0:
+            raise HarnessError(f"psql failed ({done.returncode}) on {sql!r}: {done.stderr.strip()}")
+        return done.stdout
+
+
+    def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
+        from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
+
+        _commands.pg_ctl(args, pgdata=self.data_dir, user=self.system_user,  # type: ignore[attr-defined]
+                         timeout=timeout_s)
+
+
+    def _stop_fast(self) -> None:
+        """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL of
+        the postmaster and its children, so that no server outlives its owner."""
+        try:
+            self._pg_ctl(["-w", "-m", "fast", "stop"])
+        except subprocess.CalledProcessError:
+            if self.pid is not None:
+                with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                    self.kill_postmaster()
+        self.running = False
+
+    def kill_postmaster(self) -> int:
+        """``kill -9`` of the postmaster alone, as when its machine dies: no shutdown, no checkpoint, no last
+        WAL sent; its backends notice and exit by themselves (:meth:`stop` ends any left). Returns its pid.
+        Raises :class:`HarnessError` when it does not run."""
+        pid = self.pid
+        if pid is None:
+            raise HarnessError(f"no postmaster runs in {self.data_dir}")
+        try:
+            self._orphans = [child.pid for child in psutil.Process(pid).children()]
+        except psutil.NoSuchProcess:
+            self._orphans = []
+        os.kill(pid, signal.SIGKILL)
+        self.running = False
+        return pid
+
+
+    def _end_orphans(self) -> None:
+        for pid in self._orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._orphans = []
+
+
+
+class PrivatePostgres(_PostgresServer):
     """A PostgreSQL server owned by the caller: ``pgserver``'s binaries, data in ``data_dir`` (created by
     initdb when empty), listening on a Unix socket only (no TCP port), removed with its data by :meth:`stop`.
 
@@ -112,21 +195,6 @@ class PrivatePostgres:
             self.start()
             self.url = f"postgresql://postgres@{LOOPBACK}:{port}/postgres?sslmode=disable"
 
-    @property
-    def pid(self) -> int | None:
-        """The postmaster's pid (first line of ``postmaster.pid``; a new one after :meth:`start`), None when
-        the server is not running."""
-        if not self.running:
-            return None
-        try:
-            return int((self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0])
-        except (OSError, ValueError):
-            return None
-
-    def database_url(self, name: str) -> str:
-        """URL of database ``name`` on this server."""
-        return self.url.replace("/postgres?", f"/{name}?", 1)
-
     def create_database(self, name: str | None = None, template: str | None = None) -> str:
         """``CREATE DATABASE name [TEMPLATE template]`` (an empty database unless ``template``; the broker
         migrates an empty one on start); ``name`` defaults to ``db_<16 hex digits>``. Returns the name.
@@ -138,45 +206,11 @@ class PrivatePostgres:
         self.psql(statement)
         return name
 
-    def psql(self, sql: str, database: str = "postgres") -> str:
-        """Run ``sql`` with ``psql`` on ``database`` (stops at the first error); returns psql's unaligned,
-        tuples-only output. Raises :class:`HarnessError` on failure."""
-        program = postgres_program("psql")
-        if program is None:
-            raise HarnessError("psql not found in the pgserver wheel nor on PATH")
-        done = subprocess.run([str(program), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-                               "-d", self.database_url(database), "-c", sql],
-                              capture_output=True, text=True, check=False, timeout=120)
-        if done.returncode != 0:
-            raise HarnessError(f"psql failed ({done.returncode}) on {sql!r}: {done.stderr.strip()}")
-        return done.stdout
-
-    def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
-        from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
-
-        _commands.pg_ctl(args, pgdata=self.data_dir, user=self.system_user,  # type: ignore[attr-defined]
-                         timeout=timeout_s)
-
     def stop_immediate(self) -> None:
         """``pg_ctl stop -m immediate``: every PostgreSQL process ends at once, without a checkpoint (the
         crash-like stop); the next :meth:`start` runs crash recovery from the WAL."""
         self._pg_ctl(["-w", "-m", "immediate", "stop"])
         self.running = False
-
-    def kill_postmaster(self) -> int:
-        """``kill -9`` of the postmaster alone, as when its machine dies: no shutdown, no checkpoint, no last
-        WAL sent; its backends notice and exit by themselves (:meth:`stop` ends any left). Returns its pid.
-        Raises :class:`HarnessError` when it does not run."""
-        pid = self.pid
-        if pid is None:
-            raise HarnessError(f"no postmaster runs in {self.data_dir}")
-        try:
-            self._orphans = [child.pid for child in psutil.Process(pid).children()]
-        except psutil.NoSuchProcess:
-            self._orphans = []
-        os.kill(pid, signal.SIGKILL)
-        self.running = False
-        return pid
 
     def _listen_options(self) -> list[str]:
         host = LOOPBACK if self.port is not None else ""
@@ -189,20 +223,10 @@ class PrivatePostgres:
         self._pg_ctl(["-w", *self._listen_options(), "-l", str(self.data_dir / "log"), "start"], timeout_s=120)
         self.running = True
 
-    def _end_orphans(self) -> None:
-        for pid in self._orphans:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self._orphans = []
-
     def stop(self) -> None:
         """Stop the server (``pg_ctl stop -m fast``) and remove its data directory. Idempotent."""
         if self.running:
-            try:
-                self._pg_ctl(["-w", "-m", "fast", "stop"])
-            except subprocess.CalledProcessError:
-                pass
-            self.running = False
+            self._stop_fast()
         self._end_orphans()
         # stopped here (perhaps after a restart pgserver does not know of): pgserver only removes the data
         self._server._postmaster_info = None
@@ -216,7 +240,7 @@ class PrivatePostgres:
         self.stop()
 
 
-class StandbyPostgres:
+class StandbyPostgres(_PostgresServer):
     """A streaming-replication standby of ``primary`` on 127.0.0.1:``port``: ``pg_basebackup -R`` copies the
     primary's data directory and writes ``primary_conninfo`` and ``standby.signal``; it reports itself to the
     primary as ``name`` (``cluster_name``, the ``application_name`` of its WAL receiver), the name that
@@ -283,13 +307,6 @@ class StandbyPostgres:
             self.stop()
             raise
 
-    pid = PrivatePostgres.pid
-    psql = PrivatePostgres.psql
-    database_url = PrivatePostgres.database_url
-    _pg_ctl = PrivatePostgres._pg_ctl
-    _end_orphans = PrivatePostgres._end_orphans
-    kill_postmaster = PrivatePostgres.kill_postmaster
-
     def start(self) -> None:
         """Start it (a standby until promoted); returns once it accepts connections."""
         self._pg_ctl(["-w", "-o", f'-h "{LOOPBACK}"', "-o", f"-p {self.port}", "-o", f"-k {self.data_dir}",
@@ -304,9 +321,7 @@ class StandbyPostgres:
     def stop(self) -> None:
         """Stop it (``pg_ctl stop -m fast``) and remove its data directory. Idempotent."""
         if self.running:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                self._pg_ctl(["-w", "-m", "fast", "stop"])
-            self.running = False
+            self._stop_fast()
         self._end_orphans()
         shutil.rmtree(self.data_dir, ignore_errors=True)
 

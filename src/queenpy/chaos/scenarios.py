@@ -615,7 +615,8 @@ async def _failover_load(ctx: Context, result: Result, primary: PrivatePostgres,
                      for n in range(profile.consumers)]
         feeders = [Producer(handoff_ledger, urls[n:] + urls[:n], source, f"{run_id}-h{n}", batch=5,
                             rate=profile.handoff_rate / 2) for n in range(2)]
-        tasks = [asyncio.create_task(worker.run()) for worker in [*producers, *feeders, *consumers]]
+        loads: list[Producer | Consumer] = [*producers, *feeders, *consumers]
+        tasks = [asyncio.create_task(worker.run()) for worker in loads]
         workers = [asyncio.create_task(hand_off(urls[n % 2])) for n in range(4)]
         try:
             await asyncio.sleep(profile.warmup_s)

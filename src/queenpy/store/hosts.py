@@ -87,14 +87,14 @@ def url_hosts(url: str) -> list[tuple[str, int | None]]:
                                                                        else None))
                  for i, host in enumerate(hosts)]
     result: list[tuple[str, int | None]] = []
-    for host, port in pairs:
-        if not host:
+    for name, port_text in pairs:
+        if not name:
             continue
-        check_host(host)
-        if port is None or port == "":
-            result.append((host, None))
+        check_host(name)
+        if not port_text:
+            result.append((name, None))
             continue
-        if not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise ValueError(f"port {port!r} of host {host!r} is not a TCP port number (1-65535)")
-        result.append((host, int(port)))
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"port {port_text!r} of host {name!r} is not a TCP port number (1-65535)")
+        result.append((name, int(port_text)))
     return result
