@@ -93,11 +93,9 @@ class _PostgresServer:
         except (OSError, ValueError):
             return None
 
-
     def database_url(self, name: str) -> str:
         """URL of database ``name`` on this server."""
         return self.url.replace("/postgres?", f"/{name}?", 1)
-
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with ``psql`` on ``database`` (stops at the first error); returns psql's unaligned,
@@ -112,13 +110,11 @@ class _PostgresServer:
             raise HarnessError(f"psql failed ({done.returncode}) on {sql!r}: {done.stderr.strip()}")
         return done.stdout
 
-
     def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
         from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
 
         _commands.pg_ctl(args, pgdata=self.data_dir, user=self.system_user,  # type: ignore[attr-defined]
                          timeout=timeout_s)
-
 
     def _stop_fast(self) -> None:
         """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL of
@@ -146,13 +142,11 @@ class _PostgresServer:
         self.running = False
         return pid
 
-
     def _end_orphans(self) -> None:
         for pid in self._orphans:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self._orphans = []
-
 
 
 class PrivatePostgres(_PostgresServer):
