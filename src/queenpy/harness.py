@@ -6,6 +6,10 @@ broker, written once (STYLE.md item 25; psycopg's test fixtures are the model).
   ``queenpy serve`` embeds, :mod:`queenpy.store.embedded`), in a data directory of the caller's, on a Unix
   socket only; it can be stopped like a crash (``pg_ctl stop -m immediate``) and started again on the same
   socket, and it removes its data directory when stopped.
+- :class:`StandbyPostgres`: a streaming-replication standby of a :class:`PrivatePostgres` that listens on a
+  loopback TCP port (``pg_basebackup -R``), synchronous or not, which can be promoted (``pg_ctl promote``);
+  with :meth:`PrivatePostgres.kill_postmaster` (``kill -9`` of the primary's postmaster) it is the primary
+  failover of ``queenpy chaos``.
 - :class:`BrokerProcess`: ``python -m queenpy serve`` as a subprocess in its own session (supervisor and
   workers form one process group) on a fixed port, started with a deadline on ``GET /health``, stopped with
   a signal and a deadline, killed as a whole or one worker at a time, restarted on the same port.
@@ -18,7 +22,9 @@ when a process cannot start, exits or misses its deadline; the message carries t
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +41,7 @@ import psutil
 
 from queenpy.store.embedded import EMBEDDED_SETTINGS, EmbeddedPostgres, postgres_program
 
-__all__ = ["BrokerProcess", "HarnessError", "PrivatePostgres", "bound_socket", "free_port"]
+__all__ = ["BrokerProcess", "HarnessError", "PrivatePostgres", "StandbyPostgres", "bound_socket", "free_port"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -66,32 +72,15 @@ def free_port(host: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
-class PrivatePostgres:
-    """A PostgreSQL server owned by the caller: ``pgserver``'s binaries, data in ``data_dir`` (created by
-    initdb when empty), listening on a Unix socket only (no TCP port), removed with its data by :meth:`stop`.
+class _PostgresServer:
+    """What a primary and a standby share: the postmaster's pid, psql, pg_ctl as pgserver's system user, and
+    the crash-like kill. Subclasses set ``data_dir``, ``url``, ``system_user`` and ``running``."""
 
-    Args:
-        data_dir: its data directory (created if missing).
-        settings: server settings applied with ``ALTER SYSTEM`` and a reload once it runs (names and values
-            are the caller's, never a user's). The default is the embedded broker's
-            (:data:`queenpy.store.embedded.EMBEDDED_SETTINGS`, durability on); the tests turn fsync off.
-
-    Attributes:
-        url: URL of its ``postgres`` database, ``postgresql://postgres:@/postgres?host=<socket dir>``.
-        socket_dir: the directory of its Unix socket (the URL's ``host``).
-        running: False between :meth:`stop_immediate` and :meth:`start`, and after :meth:`stop`.
-
-    Raises:
-        subprocess.CalledProcessError: initdb or the start failed (from pgserver).
-    """
-
-    def __init__(self, data_dir: Path, settings: Mapping[str, str] = EMBEDDED_SETTINGS) -> None:
-        self.data_dir = data_dir
-        self._embedded = EmbeddedPostgres(data_dir, cleanup_mode="delete", settings=settings)
-        self._server: Any = self._embedded.server
-        self.url: str = self._embedded.url
-        self.socket_dir: str = self._embedded.socket_dir
-        self.running = True
+    data_dir: Path
+    url: str
+    system_user: str | None
+    running: bool
+    _orphans: list[int]
 
     @property
     def pid(self) -> int | None:
@@ -107,17 +96,6 @@ class PrivatePostgres:
     def database_url(self, name: str) -> str:
         """URL of database ``name`` on this server."""
         return self.url.replace("/postgres?", f"/{name}?", 1)
-
-    def create_database(self, name: str | None = None, template: str | None = None) -> str:
-        """``CREATE DATABASE name [TEMPLATE template]`` (an empty database unless ``template``; the broker
-        migrates an empty one on start); ``name`` defaults to ``db_<16 hex digits>``. Returns the name.
-
-        Run with PostgreSQL's own ``psql``, so it may be called from any thread, also one that runs an event
-        loop. Names are the caller's, never a user's. Raises :class:`HarnessError` with psql's message."""
-        name = name or f"db_{uuid.uuid4().hex[:16]}"
-        statement = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
-        self.psql(statement)
-        return name
 
     def psql(self, sql: str, database: str = "postgres") -> str:
         """Run ``sql`` with ``psql`` on ``database`` (stops at the first error); returns psql's unaligned,
@@ -136,7 +114,91 @@ class PrivatePostgres:
         from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
 
         _commands.pg_ctl(  # type: ignore[attr-defined]
-            args, pgdata=self.data_dir, user=self._server.system_user, timeout=timeout_s)
+            args, pgdata=self.data_dir, user=self.system_user, timeout=timeout_s)
+
+    def _stop_fast(self) -> None:
+        """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL of
+        the postmaster and its children, so that no server outlives its owner."""
+        try:
+            self._pg_ctl(["-w", "-m", "fast", "stop"])
+        except subprocess.CalledProcessError:
+            if self.pid is not None:
+                with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+                    self.kill_postmaster()
+        self.running = False
+
+    def kill_postmaster(self) -> int:
+        """``kill -9`` of the postmaster alone, as when its machine dies: no shutdown, no checkpoint, no last
+        WAL sent; its backends notice and exit by themselves (:meth:`stop` ends any left). Returns its pid.
+        Raises :class:`HarnessError` when it does not run."""
+        pid = self.pid
+        if pid is None:
+            raise HarnessError(f"no postmaster runs in {self.data_dir}")
+        try:
+            self._orphans = [child.pid for child in psutil.Process(pid).children()]
+        except psutil.NoSuchProcess:
+            self._orphans = []
+        os.kill(pid, signal.SIGKILL)
+        self.running = False
+        return pid
+
+    def _end_orphans(self) -> None:
+        for pid in self._orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._orphans = []
+
+
+class PrivatePostgres(_PostgresServer):
+    """A PostgreSQL server owned by the caller: ``pgserver``'s binaries, data in ``data_dir`` (created by
+    initdb when empty), listening on a Unix socket only (no TCP port), removed with its data by :meth:`stop`.
+
+    Args:
+        data_dir: its data directory (created if missing).
+        settings: server settings applied with ``ALTER SYSTEM`` and a reload once it runs (names and values
+            are the caller's, never a user's). The default is the embedded broker's
+            (:data:`queenpy.store.embedded.EMBEDDED_SETTINGS`, durability on); the tests turn fsync off.
+        port: also listen on this TCP port of 127.0.0.1 (a primary that a :class:`StandbyPostgres` streams
+            from, and that brokers reach by a multi-host URL); the server is restarted once to listen there.
+            None: the Unix socket only.
+
+    Attributes:
+        url: URL of its ``postgres`` database, ``postgresql://postgres:@/postgres?host=<socket dir>``, or
+            ``postgresql://postgres@127.0.0.1:<port>/postgres?sslmode=disable`` with a ``port``.
+        socket_dir: the directory of its Unix socket (the URL's ``host``).
+        running: False between :meth:`stop_immediate` and :meth:`start`, and after :meth:`stop`.
+
+    Raises:
+        subprocess.CalledProcessError: initdb or the start failed (from pgserver).
+    """
+
+    def __init__(self, data_dir: Path, settings: Mapping[str, str] = EMBEDDED_SETTINGS,
+                 port: int | None = None) -> None:
+        self.data_dir = data_dir
+        self._embedded = EmbeddedPostgres(data_dir, cleanup_mode="delete", settings=settings)
+        self._server: Any = self._embedded.server
+        self.system_user: str | None = self._server.system_user
+        self.url: str = self._embedded.url
+        self.socket_dir: str = self._embedded.socket_dir
+        self.port = port
+        self.running = True
+        self._orphans: list[int] = []  # backends of a killed postmaster, ended by stop()
+        if port is not None:
+            self._pg_ctl(["-w", "-m", "fast", "stop"])
+            self.running = False
+            self.start()
+            self.url = f"postgresql://postgres@{LOOPBACK}:{port}/postgres?sslmode=disable"
+
+    def create_database(self, name: str | None = None, template: str | None = None) -> str:
+        """``CREATE DATABASE name [TEMPLATE template]`` (an empty database unless ``template``; the broker
+        migrates an empty one on start); ``name`` defaults to ``db_<16 hex digits>``. Returns the name.
+
+        Run with PostgreSQL's own ``psql``, so it may be called from any thread, also one that runs an event
+        loop. Names are the caller's, never a user's. Raises :class:`HarnessError` with psql's message."""
+        name = name or f"db_{uuid.uuid4().hex[:16]}"
+        statement = f'CREATE DATABASE "{name}"' + (f' TEMPLATE "{template}"' if template else "")
+        self.psql(statement)
+        return name
 
     def stop_immediate(self) -> None:
         """``pg_ctl stop -m immediate``: every PostgreSQL process ends at once, without a checkpoint (the
@@ -144,25 +206,119 @@ class PrivatePostgres:
         self._pg_ctl(["-w", "-m", "immediate", "stop"])
         self.running = False
 
+    def _listen_options(self) -> list[str]:
+        host = LOOPBACK if self.port is not None else ""
+        options = ["-o", f'-h "{host}"', "-o", f"-k {self.socket_dir}"]
+        return options + (["-o", f"-p {self.port}"] if self.port is not None else [])
+
     def start(self) -> None:
         """Start the server again on the same socket directory (the URLs stay valid); returns once it accepts
         connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log:
         ``data_dir/log``)."""
-        self._pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.socket_dir}", "-l", str(self.data_dir / "log"),
-                      "start"], timeout_s=120)
+        self._pg_ctl(["-w", *self._listen_options(), "-l", str(self.data_dir / "log"), "start"], timeout_s=120)
         self.running = True
 
     def stop(self) -> None:
         """Stop the server (``pg_ctl stop -m fast``) and remove its data directory. Idempotent."""
         if self.running:
-            try:
-                self._pg_ctl(["-w", "-m", "fast", "stop"])
-            except subprocess.CalledProcessError:
-                pass
-            self.running = False
+            self._stop_fast()
+        self._end_orphans()
         # stopped here (perhaps after a restart pgserver does not know of): pgserver only removes the data
         self._server._postmaster_info = None
         self._server.cleanup()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.stop()
+
+
+class StandbyPostgres(_PostgresServer):
+    """A streaming-replication standby of ``primary`` on 127.0.0.1:``port``: ``pg_basebackup -R`` copies the
+    primary's data directory and writes ``primary_conninfo`` and ``standby.signal``; it reports itself to the
+    primary as ``name`` (``cluster_name``, the ``application_name`` of its WAL receiver), the name that
+    ``synchronous_standby_names`` lists. Same binaries and system user as the primary (pgserver's).
+
+    Args:
+        primary: a running :class:`PrivatePostgres` with a TCP ``port`` (replication connections are trusted
+            on loopback by pgserver's initdb).
+        data_dir: its data directory (must not exist yet; removed by :meth:`stop`).
+        port: its TCP port on 127.0.0.1.
+        name: its ``cluster_name``.
+        synchronous: list it in the primary's ``synchronous_standby_names`` (``synchronous_commit`` stays
+            ``on``: a commit returns once this standby has flushed its WAL); False: asynchronous.
+
+    Attributes:
+        url: ``postgresql://postgres@127.0.0.1:<port>/postgres?sslmode=disable``.
+
+    Raises:
+        HarnessError: the copy failed, or it did not start streaming within two minutes.
+    """
+
+    def __init__(self, primary: PrivatePostgres, data_dir: Path, port: int, name: str = "standby1",
+                 synchronous: bool = True) -> None:
+        if primary.port is None:
+            raise HarnessError("a standby streams over TCP: start the primary with a port")
+        from pgserver import _commands, utils
+
+        self.primary = primary
+        self.data_dir = data_dir
+        self.port = port
+        self.name = name
+        self.system_user = primary.system_user
+        self.url = f"postgresql://postgres@{LOOPBACK}:{port}/postgres?sslmode=disable"
+        self.running = False
+        self._orphans: list[int] = []
+        data_dir.mkdir(parents=True, mode=0o700)
+        utils.ensure_prefix_permissions(data_dir)
+        if self.system_user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(self.system_user)
+            os.chown(data_dir, entry.pw_uid, entry.pw_gid)
+        try:
+            _commands.pg_basebackup(  # type: ignore[attr-defined]
+                ["-D", str(data_dir), "-R", "-X", "stream", "-c", "fast", "-h", LOOPBACK, "-p", str(primary.port),
+                 "-U", "postgres"], user=self.system_user, timeout=300)
+        except subprocess.CalledProcessError as exc:
+            raise HarnessError(f"pg_basebackup failed: {exc}") from exc
+        with open(data_dir / "postgresql.auto.conf", "a") as conf:
+            conf.write(f"cluster_name = '{name}'\nhot_standby = on\n")
+        self.start()
+        try:
+            primary.psql(f"ALTER SYSTEM SET synchronous_standby_names = '{name if synchronous else ''}'")
+            primary.psql("SELECT pg_reload_conf()")
+            wanted = "sync" if synchronous else "async"
+            deadline = time.monotonic() + 120
+            while primary.psql(f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'"
+                               ).strip() != wanted:
+                if time.monotonic() > deadline:
+                    raise HarnessError(f"standby {name} is not streaming ({wanted}) after 120 s; "
+                                       f"{data_dir / 'log'}")
+                time.sleep(0.2)
+        except BaseException:
+            self.stop()
+            raise
+
+    def start(self) -> None:
+        """Start it (a standby until promoted); returns once it accepts connections."""
+        self._pg_ctl(["-w", "-o", f'-h "{LOOPBACK}"', "-o", f"-p {self.port}", "-o", f"-k {self.data_dir}",
+                      "-l", str(self.data_dir / "log"), "start"], timeout_s=120)
+        self.running = True
+
+    def promote(self) -> None:
+        """``pg_ctl promote``: it ends recovery and accepts writes; returns once it does. Raises
+        ``subprocess.CalledProcessError`` when pg_ctl fails."""
+        self._pg_ctl(["-w", "promote"], timeout_s=120)
+
+    def stop(self) -> None:
+        """Stop it (``pg_ctl stop -m fast``) and remove its data directory. Idempotent."""
+        if self.running:
+            self._stop_fast()
+        self._end_orphans()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self) -> Self:
         return self

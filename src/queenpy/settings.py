@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from queenpy.errors import ConfigurationError
+from queenpy.store.hosts import url_hosts
+
 __all__ = ["FusionSettings", "JwtSettings", "ServiceSettings", "Settings"]
 
 
@@ -238,6 +241,11 @@ class Settings:
         """Read the settings from ``env`` (default ``os.environ``); keyword arguments override."""
         env = os.environ if env is None else env
         database_url = env.get("DATABASE_URL") or _database_url_from_parts(env)
+        if database_url:
+            try:
+                url_hosts(database_url)  # libpq's multi-host form too; a bad host fails here, not at connect
+            except ValueError as exc:
+                raise ConfigurationError(f"DATABASE_URL (or PG_HOST/PG_PORT): {exc}") from exc
         cores = os.cpu_count() or 1
         values: dict[str, Any] = dict(  # noqa: C408 - keyword form, one line per setting
             host=env.get("HOST", "0.0.0.0"),

@@ -94,7 +94,8 @@ def test_an_unreachable_target_is_an_answer_not_an_error(http: httpx.Client, pg_
 
 
 @pytest.mark.parametrize(("change", "field"), [
-    ({"host": None}, "host"), ({"port": "http"}, "port"), ({"port": 70000}, "port"), ({"database": ""}, "database"),
+    ({"host": None}, "host"), ({"host": "\u0094"}, "host"), ({"host": "a b"}, "host"),
+    ({"host": "x" * 64 + ".example"}, "host"), ({"port": "http"}, "port"), ({"port": 70000}, "port"), ({"database": ""}, "database"),
     ({"ssl": "yes"}, "ssl"), ({"schema": "queen; DROP"}, "schema"), ({"excludeTableData": ["a b"]}, "excludeTableData"),
     ({"password": 5}, "password"),
 ])

@@ -48,6 +48,8 @@ class Profile:
     drain_s: float  # the drain ends when nothing more was delivered for this long (load.drain)
     buffer_kib: int  # size of the failover buffer's disk in buffer-unwritable
     buffer_outage_s: float
+    promote_after_s: float  # primary-failover: from the primary's kill to the standby's promotion
+    failover_after_s: float  # primary-failover: load kept on after the promotion
 
     @classmethod
     def of(cls, quick: bool) -> Profile:
@@ -55,11 +57,11 @@ class Profile:
             return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
                        rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, handoff_after_s=4,
                        drain_s=30,
-                       buffer_kib=64, buffer_outage_s=6)
+                       buffer_kib=64, buffer_outage_s=6, promote_after_s=3, failover_after_s=12)
         return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
                    rate=1000, handoff_rate=200, handoff_consumers=4, handoff_pause_ms=1, handoff_after_s=60,
                    drain_s=60,
-                   buffer_kib=4096, buffer_outage_s=25)
+                   buffer_kib=4096, buffer_outage_s=25, promote_after_s=8, failover_after_s=30)
 
 
 @dataclass

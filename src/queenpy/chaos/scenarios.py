@@ -33,6 +33,7 @@ from queenpy.chaos.core import (
 from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
 from queenpy.chaos.processes import BrokerProcess
 from queenpy.errors import QueenError
+from queenpy.harness import PrivatePostgres, StandbyPostgres, free_port
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -491,6 +492,234 @@ async def _unwritable(ctx: Context, result: Result, variant: str, mount_options:
                         f"{len(ledger.attempted - ledger.acknowledged)} refused")
 
 
+
+async def primary_failover(ctx: Context, result: Result) -> None:
+    """The PostgreSQL primary dies (``kill -9`` of its postmaster) under load and its synchronous standby is
+    promoted (``pg_ctl promote``) after a delay; two brokers reach both through libpq's multi-host URL with
+    ``target_session_attrs=read-write``. The full run then does it again with an asynchronous standby and
+    reports what that loses (the trade-off docs/reliability.md documents; not a failure)."""
+    await _failover_run(ctx, result, synchronous=True)
+    if not ctx.profile.quick:
+        part = Result(f"{result.name}-async")
+        await _failover_run(ctx, part, synchronous=False)
+        lost_stored = [text for text, _ in part.checks if text.startswith("every acknowledged id is stored")]
+        result.notes.append(
+            f"asynchronous standby: {part.acknowledged:,} acknowledged, {part.lost} lost, "
+            f"{part.unexpected_duplicates} duplicated, {part.redeliveries} redelivered; "
+            f"{'; '.join(lost_stored)}; recovery {part.recovery_s if part.recovery_s is None else round(part.recovery_s, 1)} s")
+        result.notes += [f"asynchronous: {text}{'' if ok else ' (NOT met: the trade-off)'}"
+                         for text, ok in part.checks]
+        result.notes += [f"asynchronous: {note}" for note in part.notes]
+
+
+async def _failover_run(ctx: Context, result: Result, *, synchronous: bool) -> None:
+    mode = "sync" if synchronous else "async"
+    primary = await asyncio.to_thread(PrivatePostgres, ctx.workdir / f"primary-{mode}", port=free_port())
+    standby: StandbyPostgres | None = None
+    try:
+        standby = await asyncio.to_thread(StandbyPostgres, primary, ctx.workdir / f"standby-{mode}", free_port(),
+                                          "standby1", synchronous)
+        await asyncio.to_thread(primary.create_database, "queen")
+        database = (f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/queen"
+                    "?sslmode=disable&target_session_attrs=read-write")
+        await _failover_load(ctx, result, primary, standby, database, synchronous)
+    finally:
+        if standby is not None:
+            await asyncio.to_thread(standby.stop)
+        await asyncio.to_thread(primary.stop)
+
+
+async def _failover_load(ctx: Context, result: Result, primary: PrivatePostgres, standby: StandbyPostgres,
+                         database: str, synchronous: bool) -> None:
+    profile = ctx.profile
+    env = {"STATS_INTERVAL_MS": "1000", "QUEEN_TRANSACTION_MAX_CONCURRENT": "1"}
+    first = BrokerProcess(database, ctx.workdir, f"{result.name}-{len(result.checks)}-1", workers=1, env=env)
+    second = BrokerProcess(database, ctx.workdir, f"{result.name}-{len(result.checks)}-2", workers=1, env=env)
+    urls = [first.url, second.url]
+    queue, source, target = f"chaos-{result.name}", f"chaos-{result.name}-a", f"chaos-{result.name}-b"
+    ledger, handoff_ledger = Ledger(), Ledger()
+    handed: set[str] = set()
+    refused: set[str] = set()
+    stopping = asyncio.Event()
+    probes: list[str] = []
+    moments: dict[str, float] = {}
+
+    async def hand_off(url: str) -> None:
+        client = transport([url])
+        params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
+        try:
+            while not stopping.is_set():
+                try:
+                    popped = await client.request("GET", f"/api/v1/pop/queue/{source}", params=params,
+                                                  read_timeout_s=15)
+                except QueenError:
+                    await asyncio.sleep(0.2)
+                    continue
+                messages = popped.get("messages") if isinstance(popped, dict) else None
+                if not messages:
+                    continue
+                handoff_ledger.record_delivery([m["transactionId"] for m in messages])
+                for m in messages:
+                    body = {"operations": [
+                        {"type": "ack", "transactionId": m["transactionId"], "partitionId": m["partitionId"],
+                         "leaseId": m["leaseId"], "status": "completed", "consumerGroup": "chaos"},
+                        {"type": "push", "items": [{"queue": target, "partition": m["partition"],
+                                                    "transactionId": f"h-{m['transactionId']}",
+                                                    "payload": {"source": m["transactionId"]}}]}],
+                        "requiredLeases": [m["leaseId"]]}
+                    for attempt in range(300):
+                        try:
+                            answer = await client.request("POST", "/api/v1/transaction", body=body,
+                                                          idempotent=False)
+                        except QueenError:
+                            answer = None  # 503 during the switch, or the answer was lost: send it again
+                        if isinstance(answer, dict) and answer.get("success") is True:
+                            handed.add(m["transactionId"])
+                            handoff_ledger.confirmed.add(m["transactionId"])
+                            break
+                        if isinstance(answer, dict) and "results" in answer:  # its own error: final
+                            if attempt:
+                                refused.add(m["transactionId"])  # committed before, or its lease ran out
+                            break
+                        await asyncio.sleep(0.2)
+        finally:
+            await client.aclose()
+
+    async def probe_outage() -> None:
+        """While no server accepts writes: a pop and an ack straight over HTTP, which must be 503s with
+        Retry-After, and a push, which must be answered `buffered`."""
+        async with httpx.AsyncClient(timeout=15) as client:
+            pop = await client.get(f"{first.url}/api/v1/pop/queue/{queue}", params={"consumerGroup": "probe"})
+            ack = await client.post(f"{first.url}/api/v1/ack", json={
+                "transactionId": "probe", "partitionId": "00000000-0000-0000-0000-000000000000",
+                "leaseId": "probe", "status": "completed"})
+            push = await client.post(f"{second.url}/api/v1/push", json={"items": [
+                {"queue": queue, "partition": "probe", "transactionId": f"probe-{uuid.uuid4().hex[:8]}",
+                 "payload": {}}]})
+        for name, answer in (("pop", pop), ("ack", ack)):
+            probes.append(f"{name} {answer.status_code} Retry-After={answer.headers.get('retry-after')}")
+        status = push.json()[0].get("status") if push.status_code in (200, 201) else push.status_code
+        probes.append(f"push {push.status_code} {status}")
+        result.check(f"during the switch: {', '.join(probes)} (pops and acks 503 with Retry-After, pushes "
+                     f"buffered)", pop.status_code == 503 and ack.status_code == 503
+                     and bool(pop.headers.get("retry-after")) and bool(ack.headers.get("retry-after"))
+                     and status == "buffered")
+
+    with brokers(first, second):
+        await configure_queue(first.url, queue, profile.lease_s)
+        await configure_queue(first.url, source, profile.lease_s)
+        run_id = uuid.uuid4().hex[:6]
+        producers = [Producer(ledger, urls[n % 2:] + urls[:n % 2], queue, f"{run_id}-{n}", batch=10,
+                              rate=profile.rate / 2 / profile.producers) for n in range(profile.producers)]
+        consumers = [Consumer(ledger, urls[n % 2:] + urls[:n % 2], queue, "chaos", batch=50)
+                     for n in range(profile.consumers)]
+        feeders = [Producer(handoff_ledger, urls[n:] + urls[:n], source, f"{run_id}-h{n}", batch=5,
+                            rate=profile.handoff_rate / 2) for n in range(2)]
+        loads: list[Producer | Consumer] = [*producers, *feeders, *consumers]
+        tasks = [asyncio.create_task(worker.run()) for worker in loads]
+        workers = [asyncio.create_task(hand_off(urls[n % 2])) for n in range(4)]
+        try:
+            await asyncio.sleep(profile.warmup_s)
+            moments["killed"] = time.monotonic()
+            await asyncio.to_thread(primary.kill_postmaster)
+            await asyncio.sleep(min(1.0, profile.promote_after_s / 2))
+            await probe_outage()
+            await asyncio.sleep(max(0.0, moments["killed"] + profile.promote_after_s - time.monotonic()))
+            await asyncio.to_thread(standby.promote)
+            moments["promoted"] = time.monotonic()
+            await asyncio.sleep(profile.failover_after_s)
+            for producer in [*producers, *feeders]:
+                producer.stop(give_up_s=profile.drain_s / 2)
+            await asyncio.gather(*tasks[:len(producers) + len(feeders)])
+            await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys())
+                        + len(handoff_ledger.acknowledged - handed - refused), profile.drain_s, 900)
+            await _check_reconnected(result, standby, [first, second], queue)
+        finally:
+            stopping.set()
+            for consumer in consumers:
+                consumer.stop()
+            for producer in [*producers, *feeders]:
+                producer.stop(give_up_s=0)
+            await asyncio.gather(*tasks, *workers, return_exceptions=True)
+    new_primary = standby.database_url("queen")
+    fill(result, ledger, await stored_ids(new_primary, queue))
+    pushed_at = Ledger.first_after(ledger.queued_at, moments["promoted"])
+    popped_at = Ledger.first_after(ledger.delivered_at, moments["promoted"])
+    if pushed_at is not None and popped_at is not None:
+        result.recovery_s = max(pushed_at, popped_at) - moments["killed"]
+    killed = moments["killed"]
+    result.notes.append(
+        f"from the kill: first push answered `queued` by the new primary after "
+        f"{'-' if pushed_at is None else f'{pushed_at - killed:.1f} s'}, first pop that delivered "
+        f"after {'-' if popped_at is None else f'{popped_at - killed:.1f} s'} (promotion at "
+        f"{moments['promoted'] - killed:.1f} s)")
+    result.check(f"pushes answered `buffered` while no primary was there: {len(ledger.buffered)} messages",
+                 len(ledger.buffered) > 0)
+    stored = await stored_ids(new_primary, queue)
+    replayed = [message_id for message_id in ledger.buffered if stored.get(message_id) == 1]
+    result.check(f"every buffered message stored exactly once on the new primary ({len(replayed)} of "
+                 f"{len(ledger.buffered)})", len(replayed) == len(ledger.buffered))
+    result.notes.append(f"redeliveries allowed (leases that expired on batches whose ack failed in the switch): "
+                        f"{ledger.redeliveries}; acked messages delivered again: {sum(ledger.unexpected.values())}")
+    in_target = await stored_ids(new_primary, target, key="m.payload->>'source'")
+    twice = {source_id: n for source_id, n in in_target.items() if n > 1}
+    missing = handoff_ledger.acknowledged - set(in_target)
+    result.unexpected_duplicates += len(twice) + sum(handoff_ledger.unexpected.values())
+    result.check(f"hand-off: {len(handoff_ledger.acknowledged)} acknowledged into A, {len(in_target)} in B, "
+                 f"{len(missing)} missing, {len(twice)} twice, {len(refused)} refused on a retry (committed "
+                 f"before the answer was lost, or their lease ran out and they came back)",
+                 not missing and not twice)
+    result.lost += len(missing)
+
+
+async def _check_reconnected(result: Result, standby: StandbyPostgres, processes: list[BrokerProcess],
+                             queue: str) -> None:
+    """After the promotion: each broker's /health names the new primary; LISTEN, the services' advisory locks
+    and the long-poll announcements work again on it."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        roles = [(await client.get(f"{process.url}/health")).json().get("postgres") or {}
+                 for process in processes]
+        result.check(f"/health names the new primary on both brokers ({[r.get('port') for r in roles]}, standby "
+                     f"port {standby.port}; synchronous_commit {roles[0].get('synchronousCommit')!r}, "
+                     f"synchronous_standby_names {roles[0].get('synchronousStandbyNames')!r})",
+                     all(r.get("port") == standby.port and r.get("inRecovery") is False for r in roles))
+        listening = int((await asyncio.to_thread(
+            standby.psql, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'", "queen")).strip())
+        deadline = time.monotonic() + 30
+        locks = 0
+        while time.monotonic() < deadline:  # the stats job's lock (737003), taken at its next run
+            locks = int((await asyncio.to_thread(
+                standby.psql, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.objid = 737003 AND a.application_name = 'queenpy-services'",
+                "queen")).strip())
+            if locks == 1:
+                break
+            await asyncio.sleep(0.5)
+        result.check(f"on the new primary: {listening} LISTEN connections (one per broker process), the stats "
+                     f"job's advisory lock held by {locks} process", listening >= len(processes) and locks == 1)
+        # a long poll parked on one broker, a push through the other: woken through NOTIFY, which the pushing
+        # broker sends only for queues announced by the other (the announcements were made again)
+        probe_queue = f"{queue}-wake"
+        await configure_queue(processes[0].url, probe_queue, 30)
+        waits = []
+        for n in range(5):
+            poll = asyncio.create_task(client.get(
+                f"{processes[1].url}/api/v1/pop/queue/{probe_queue}",
+                params={"wait": "true", "timeout": "8000", "autoAck": "true"}, timeout=15))
+            await asyncio.sleep(1.5)  # parked, and announced
+            sent = time.monotonic()
+            await client.post(f"{processes[0].url}/api/v1/push", json={"items": [
+                {"queue": probe_queue, "partition": "p", "payload": {"n": n}}]})
+            answer = await poll
+            if answer.status_code == 200 and answer.content:
+                waits.append(time.monotonic() - sent)
+        waits.sort()
+        median = waits[len(waits) // 2] if waits else None
+        result.check(f"a push on one broker wakes a long poll parked on the other: median "
+                     f"{'-' if median is None else f'{median * 1000:.0f} ms'} over {len(waits)} of 5 (under "
+                     f"500 ms: NOTIFY, not the 1 s poll timer)", median is not None and median < 0.5)
+
+
 SCENARIOS = [
     Scenario("kill-worker", "kill -9 of one broker worker under load (the supervisor restarts it)", kill_worker),
     Scenario("kill-broker", "kill -9 of the whole broker under load, then a restart", kill_broker),
@@ -504,4 +733,6 @@ SCENARIOS = [
              broker_failover),
     Scenario("longpoll-pg-restart", "PostgreSQL restarted while long polls are parked", longpoll_postgres_restart),
     Scenario("buffer-unwritable", "PostgreSQL down and the failover buffer full or read-only", buffer_unwritable),
+    Scenario("primary-failover", "kill -9 of the PostgreSQL primary under load, its synchronous standby promoted; "
+             "two brokers on a multi-host URL", primary_failover),
 ]

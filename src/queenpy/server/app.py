@@ -5,7 +5,10 @@ area of the API; the hot ones (``routes/messages.py``) are also found by a dict 
 Starlette's middleware (:mod:`queenpy.server.dispatch`). Here each is wrapped in authentication and the
 error mapping of API.md section 1.2:
 validation errors answer a real 400, authentication 401/403, and a database error 200 with
-``{"success": false, "error": ...}`` in the body (the original's asynchronous path, which clients depend on).
+``{"success": false, "error": ...}`` in the body (the original's asynchronous path, which clients depend on),
+except PostgreSQL being unreachable (:data:`queenpy.store.database.Unavailable`: down, restarting, a failover
+under way, a server gone read-only), which is a retryable ``503`` with ``Retry-After`` (pushes never see it:
+they go to the failover buffer).
 Unknown routes answer a JSON 404 and a known route with the wrong method a JSON 405; ``OPTIONS`` on any path
 is the CORS preflight (204).
 """
@@ -29,10 +32,17 @@ from queenpy.errors import InvalidRequest, QueenError
 from queenpy.server.auth import Authenticator, Level
 from queenpy.server.dispatch import BrokerApp, HotRoutes
 from queenpy.server.routes import endpoints, messages
-from queenpy.server.routes._base import CORS_HEADERS, Handler, error_response, json_response
+from queenpy.server.routes._base import (
+    CORS_HEADERS,
+    Handler,
+    error_response,
+    json_response,
+    unavailable_response,
+)
 from queenpy.server.routes.system import VERSION
 from queenpy.server.worker import Worker
 from queenpy.settings import Settings
+from queenpy.store.database import Unavailable
 
 __all__ = ["VERSION", "create_app"]
 
@@ -57,6 +67,10 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator, worker
             return await handler(request)
         except InvalidRequest as exc:
             return error_response(exc.message, 400)
+        except Unavailable as exc:
+            metrics.errors += 1
+            log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+            return unavailable_response(f"database unavailable, retry: {str(exc) or exc.__class__.__name__}")
         except QueenError as exc:
             if exc.http_status >= 500:
                 metrics.errors += 1

@@ -40,8 +40,16 @@ _MIGRATION_TARGET = {
         "ssl": {"type": "boolean"}, "schema": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]{0,62}$"},
         "excludeTableData": {"type": "array", "items": {"type": "string"}}}}
 _NO_ROUTE = _error("A path parameter holding '/' matches no route")
-_OVERLOADED = {"description": "This worker holds HTTP_MAX_CONNECTIONS connections (uvicorn's answer)",
-               "content": {"text/plain": {"schema": {"type": "string"}}}}
+_OVERLOADED = {"description": "PostgreSQL is unreachable now (a restart, or a failover to a standby under way): "
+                              "{success: false, error} with Retry-After, send it again (pushes are answered "
+                              "`buffered` instead); or this worker holds HTTP_MAX_CONNECTIONS connections "
+                              "(uvicorn's plain text)",
+               "headers": {"Retry-After": {"description": "seconds (the database case)",
+                                           "schema": {"type": "integer"}}},
+               "content": {"application/json": {"schema": {
+                   "type": "object", "required": ["error"],
+                   "properties": {"success": {"type": "boolean"}, "error": {"type": "string"}}}},
+                           "text/plain": {"schema": {"type": "string"}}}}
 
 # a queue, partition, group or transaction name (validation.check_name): 1..255 characters, no NUL
 _NAME = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[^\\x00]*$"}

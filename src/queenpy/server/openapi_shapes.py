@@ -199,7 +199,10 @@ _MIGRATION_STATE: dict[str, Any] = {  # Any: spread into obj(), whose nullable f
 RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/health"): obj(["status", "database"], status={"type": "string", "enum": ["healthy", "unhealthy"]},
                             database={"type": "string", "enum": ["connected", "disconnected"]}, server=STR,
-                            worker_id=INT, version=STR, pid=INT, queen=obj()),
+                            worker_id=INT, version=STR, pid=INT, queen=obj(),
+                            postgres=obj(["host", "port", "inRecovery", "synchronousCommit",
+                                          "synchronousStandbyNames"], nullable=True, host=nullable(STR), port=INT,
+                                         inRecovery=BOOL, synchronousCommit=STR, synchronousStandbyNames=STR)),
     ("get", "/metrics"): _or_failure(obj(["uptime", "worker_id", "fusion"], uptime=NUM, worker_id=INT, pid=INT,
                                          database=obj(), fusion=obj(), longPoll=obj())),
     ("get", "/openapi.json"): obj(["openapi", "info", "paths"], openapi=STR, info=obj(), paths=obj()),

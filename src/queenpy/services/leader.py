@@ -6,7 +6,9 @@ only while its process holds the job's lock. Each process keeps one dedicated co
 at most one process holds a job. When the holder dies (``kill -9``, a lost connection), PostgreSQL ends its
 session and drops the lock; the next loop of another process to try, at most one interval later, takes it.
 Before every run the holder checks that its lock connection is still alive; if not, it has lost every lock
-it held and tries again like the others.
+it held and tries again like the others. Behind a multi-host URL the lock connection goes, like every other,
+to the host that accepts writes: after a failover the locks are taken again on the new primary (the old
+primary's sessions, and their locks, died with it).
 
 Lock keys (bigint): 737001 retention (Queen's key for its retention service), 737002 eviction, 737003 stats;
 737000 is the migration lock.
@@ -53,7 +55,8 @@ class Leadership:
                     self.held.add(job)
                     return True
                 return False
-            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                    asyncpg.exceptions.TargetServerAttributeNotMatched) as exc:
                 if self.held:
                     log.warning("services: lost the lock connection, no longer running %s: %s",
                                 ", ".join(sorted(self.held)), exc)

@@ -34,6 +34,7 @@ import orjson
 from queenpy.errors import InvalidRequest
 from queenpy.store.database import Database
 from queenpy.store.embedded import postgres_program
+from queenpy.store.hosts import check_host
 
 __all__ = ["SchemaCopy", "SchemaCopyConflict", "Target", "parse_target"]
 
@@ -111,7 +112,12 @@ def parse_target(body: dict[str, Any]) -> Target:
     excluded = body.get("excludeTableData", [])
     if not isinstance(excluded, list) or not all(isinstance(t, str) and _IDENTIFIER.match(t) for t in excluded):
         raise InvalidRequest("excludeTableData must be an array of table names (plain identifiers)")
-    return Target(host=_text(body, "host"), port=port, database=_text(body, "database", limit=63),
+    host = _text(body, "host")
+    try:
+        check_host(host)  # before any resolver sees it: Python's idna codec raises UnicodeError
+    except ValueError as exc:
+        raise InvalidRequest(f"host: {exc}") from exc
+    return Target(host=host, port=port, database=_text(body, "database", limit=63),
                   user=_text(body, "user", limit=63), password=password, ssl=ssl, schema=schema,
                   exclude_table_data=tuple(excluded))
 

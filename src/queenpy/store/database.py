@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
+import orjson
 
 from queenpy.errors import DatabaseUnavailable
 
@@ -44,16 +45,25 @@ ConnectionErrors = (
     asyncpg.exceptions.CannotConnectNowError,
     asyncpg.exceptions.InterfaceError,
     asyncio.TimeoutError,
+    # a multi-host URL with target_session_attrs=read-write whose reachable hosts are all standbys (the
+    # primary died and no standby is promoted yet)
+    asyncpg.exceptions.TargetServerAttributeNotMatched,
 )
 
 # Errors meaning "PostgreSQL is not reachable" (as opposed to an SQL error): pushes go to the failover
-# buffer on these.
+# buffer on these; pops and acks are answered 503 with Retry-After (queenpy.server.app).
 Unavailable = (
     *ConnectionErrors,
     asyncpg.exceptions.OperatorInterventionError,  # admin shutdown, crash shutdown
     asyncpg.exceptions.ConnectionFailureError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError,  # the server went read-only (demoted to a standby)
     DatabaseUnavailable,
 )
+
+#: Seconds to wait for one connection attempt (all hosts of a multi-host URL together: asyncpg applies one
+#: timeout to the whole attempt): a host that died without refusing (a machine gone, not a process) must not
+#: hold a request for asyncpg's default 60 s.
+CONNECT_TIMEOUT_S = 5.0
 
 
 async def _keep_session(connection: asyncpg.Connection) -> None:
@@ -66,8 +76,15 @@ async def _keep_session(connection: asyncpg.Connection) -> None:
 class Database:
     """An asyncpg pool plus a dedicated LISTEN connection.
 
+    Behind libpq's multi-host URL (``postgresql://u@h1:5432,h2:5432/db?target_session_attrs=read-write``)
+    every new connection goes to the host that accepts writes: after a failover, connections to the old
+    primary fail (:data:`Unavailable`), the pool replaces them on the new one, and a server that went
+    read-only has every pooled connection expired (:meth:`call`). The LISTEN connection reconnects the same
+    way (:meth:`listen`).
+
     Args:
-        url: a libpq URL (``postgresql://user:pw@host:port/db`` or ``...?host=/socket/dir``).
+        url: a libpq URL (``postgresql://user:pw@host:port/db``, ``...?host=/socket/dir``, or several
+            ``host:port`` separated by commas).
         pool_size: most connections this process opens for requests.
         statement_timeout_ms: server-side ``statement_timeout`` of every pooled connection.
     """
@@ -89,6 +106,7 @@ class Database:
                 min_size=1,
                 max_size=self.pool_size,
                 reset=_keep_session,
+                timeout=CONNECT_TIMEOUT_S,
                 server_settings={
                     "statement_timeout": str(self.statement_timeout_ms),
                     "application_name": "queenpy",
@@ -124,16 +142,30 @@ class Database:
         ``procedure`` is a key of :data:`PROCEDURES` (names are never taken from users); KeyError otherwise.
         """
         statement = PROCEDURES[procedure]
-        async with self.pool.acquire() as connection:
-            result: str = await connection.fetchval(statement, payload)
+        try:
+            async with self.pool.acquire() as connection:
+                result: str = await connection.fetchval(statement, payload)
+        except asyncpg.exceptions.ReadOnlySQLTransactionError:
+            await self._expire()
+            raise
         return result
+
+    async def _expire(self) -> None:
+        """The server this pool reached went read-only (a primary demoted): replace every pooled connection
+        (new ones go to the host that accepts writes)."""
+        log.warning("PostgreSQL answered read-only: reconnecting the pool to the primary")
+        if self._pool is not None:
+            await self._pool.expire_connections()
+        if self._notifier is not None:
+            self._notifier.terminate()
+            self._notifier = None
 
     async def notify(self, notifications: list[tuple[str, str]]) -> None:
         """NOTIFY each ``(channel, payload)``, in one transaction on a dedicated connection that commits
         without waiting for the WAL flush (``synchronous_commit = off``: the notification carries no data
         that must survive a crash), so PostgreSQL's global notify lock is held only for an instant."""
         if self._notifier is None or self._notifier.is_closed():
-            self._notifier = await asyncpg.connect(self.url, server_settings={
+            self._notifier = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S, server_settings={
                 "synchronous_commit": "off", "application_name": "queenpy-notify"})
         await self._notifier.execute("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)",
                                      [channel for channel, _ in notifications],
@@ -141,13 +173,33 @@ class Database:
 
     async def fetchval(self, query: str, *args: Any) -> Any:
         """One value of a fixed query (queries live in the procedures; ``query`` is a call of one)."""
-        async with self.pool.acquire() as connection:
-            return await connection.fetchval(query, *args)
+        try:
+            async with self.pool.acquire() as connection:
+                return await connection.fetchval(query, *args)
+        except asyncpg.exceptions.ReadOnlySQLTransactionError:
+            await self._expire()
+            raise
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         """Rows of a fixed query."""
-        async with self.pool.acquire() as connection:
-            return list(await connection.fetch(query, *args))
+        try:
+            async with self.pool.acquire() as connection:
+                return list(await connection.fetch(query, *args))
+        except asyncpg.exceptions.ReadOnlySQLTransactionError:
+            await self._expire()
+            raise
+
+    async def server_role(self) -> dict[str, Any] | None:
+        """The server the pool reaches now (``queen.server_role_v1``): ``{host, port, inRecovery,
+        synchronousCommit, synchronousStandbyNames}`` (host None on a Unix socket); None when it cannot be
+        asked within 2 s."""
+        try:
+            async with self.pool.acquire(timeout=2) as connection:
+                text = await connection.fetchval("SELECT queen.server_role_v1()::text", timeout=2)
+        except Exception:  # noqa: BLE001 - unreachable, or an older schema: /health says so with a null
+            return None
+        role: dict[str, Any] = orjson.loads(text)
+        return role
 
     async def healthy(self) -> bool:
         """``SELECT 1`` works within 2 s."""
@@ -185,7 +237,7 @@ class Database:
                 self._relisten = asyncio.get_running_loop().create_task(_reconnect())
 
         async def _connect() -> None:
-            self._listener = await asyncpg.connect(self.url)
+            self._listener = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S)
             self._listener.add_termination_listener(_on_lost)
             for channel in callbacks:
                 await self._listener.add_listener(channel, _on_notify)
@@ -198,7 +250,7 @@ class Database:
                     await _connect()
                     log.info("LISTEN %s re-established", ", ".join(callbacks))
                     return
-                except ConnectionErrors as exc:
+                except (*Unavailable, asyncpg.PostgresError) as exc:
                     log.warning("LISTEN %s lost, retrying: %s", ", ".join(callbacks), exc)
                     await asyncio.sleep(1)
 

@@ -80,6 +80,18 @@ def error_response(message: str, status_code: int) -> Response:
     return JsonResponse(orjson.dumps({"error": message}), status_code)
 
 
+#: ``Retry-After`` of a 503 answered while PostgreSQL is unreachable (a restart, a failover): seconds.
+RETRY_AFTER_S = 1
+
+
+def unavailable_response(message: str) -> Response:
+    """``503 {"success": false, "error": message}`` with ``Retry-After``: PostgreSQL cannot be reached now
+    (down, restarting, or a failover to a standby under way); the same request may be sent again."""
+    response = JsonResponse(orjson.dumps({"success": False, "error": message}), 503)
+    response.raw_headers.append((b"retry-after", b"%d" % RETRY_AFTER_S))
+    return response
+
+
 def worker_of(request: Request) -> Worker:
     """This worker process's parts, which the app was composed with."""
     worker: Worker = request.app.state.worker

@@ -28,6 +28,9 @@ async def health(request: Request) -> Response:
         "database": "connected" if healthy else "disconnected",
         "server": "queenpy (Python Queen broker)", "worker_id": worker.worker_id, "version": VERSION,
         "pid": os.getpid(), "shared_state": shared_state(worker),
+        # the server the pool writes to now (behind a multi-host URL, the primary of the moment) and what a
+        # commit waits for: {host, port, inRecovery, synchronousCommit, synchronousStandbyNames}
+        "postgres": await worker.database.server_role() if healthy else None,
         "queen": {"worker_id": worker.worker_id, "status": "active"},
         "services": await worker.services.status() if healthy else {
             "enabled": bool(worker.services.jobs), "holder": worker.services.holder,
