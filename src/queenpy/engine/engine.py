@@ -36,7 +36,7 @@ _OPERATIONS = {
     "pop": "pop_v2",
     "ack": "ack_v2",
     "renew_lease": "renew_lease_v1",
-    "transaction": "transaction_v2",
+    "transaction": "transaction_v3",
 }
 
 

@@ -30,6 +30,7 @@ PROCEDURES: dict[str, str] = {
     "renew_lease_v1": "SELECT queen.renew_lease_v1($1::jsonb)::text",
     "transaction_v1": "SELECT queen.transaction_v1($1::jsonb)::text",
     "transaction_v2": "SELECT queen.transaction_v2($1::jsonb)::text",
+    "transaction_v3": "SELECT queen.transaction_v3($1::jsonb)::text",
     "configure_queue_v1": "SELECT queen.configure_queue_v1($1::jsonb)::text",
     "dlq_list_v1": "SELECT queen.dlq_list_v1($1::jsonb)::text",
     "trace_record_v1": "SELECT queen.trace_record_v1($1::jsonb)::text",
