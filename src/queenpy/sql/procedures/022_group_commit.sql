@@ -221,3 +221,144 @@ BEGIN
     RETURN queen.transaction_v2(p_transactions);
 END;
 $$;
+
+-- Fused wildcard pops, set-based per (queue, consumer group) (issue 40).
+--
+-- queen.pop_group_v1(requests jsonb) -> json: the same requests and answers as queen.pop_v2 (030_pop.sql), one
+-- result per request in request order. Wildcard pops of one queue that share consumer group, batch, autoAck
+-- and subscription (and claim one partition each, the default) are served together: one scan-floor step, one
+-- candidate scan for the whole group (queen.pop_candidates_v1, which leaves out partitions whose lease is live),
+-- then one statement that locks the consumer rows of the first candidates, at most one per pop, skipping rows
+-- that another pop holds (FOR UPDATE SKIP LOCKED: never waited for) and rows whose lease became live since the
+-- scan; each pop then claims its own partition with queen.claim_partition_v2 (cursor, lease, messages), so no
+-- partition is leased twice and each pop gets only its partition's messages. A partition the group meets for
+-- the first time (no consumer row yet) is claimed as pop_v2 does (claim_partition_v2's advisory lock). Pops the
+-- candidates could not serve while the scan was cut at its limit go through queen.pop_one_v2 one by one (a scan
+-- of their own), the others answer 'no_available_partition' as pop_v2 would. Pops of a named partition,
+-- namespace/task pops, pops of several partitions and queues with a window buffer go through pop_one_v2, the
+-- named partitions first (pop_v2's lock order).
+--
+-- queen.pop_v2 per wildcard pop: one candidate scan and about five claim attempts (most of them on a partition
+-- another in-flight pop held) per pop in the hand-off bench (pg_stat_user_functions; journal, "issue 40").
+CREATE OR REPLACE FUNCTION queen.pop_group_v1(p_requests jsonb)
+RETURNS json
+LANGUAGE plpgsql
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    r record;
+    g record;
+    c record;
+    v_results json[] := array_fill(NULL::json, ARRAY[jsonb_array_length(p_requests)]);
+    v_queue queen.queues%ROWTYPE;
+    v_mark queen.consumer_watermarks%ROWTYPE;
+    v_floor timestamptz;
+    v_limit integer;
+    v_scanned integer;
+    v_ids uuid[];
+    v_names text[];
+    v_locked uuid[];
+    v_existing uuid[];
+    v_next integer;
+    v_req jsonb;
+    v_lease text;
+    v_claim record;
+BEGIN
+    -- 1. everything but groupable wildcard pops, in pop_v2's order (named partitions first)
+    FOR r IN SELECT t.e, t.n FROM jsonb_array_elements(p_requests) WITH ORDINALITY t(e, n)
+             WHERE NOT (t.e->>'queue' IS NOT NULL AND t.e->>'partition' IS NULL
+                        AND coalesce((t.e->>'partitions')::integer, 1) <= 1 AND coalesce(t.e->>'leaseId', '') = '')
+             ORDER BY (t.e->>'queue' IS NULL OR t.e->>'partition' IS NULL), t.e->>'queue', t.e->>'partition',
+                      t.e->>'consumerGroup', t.n LOOP
+        v_results[r.n] := queen.pop_one_v2(r.e);
+    END LOOP;
+
+    -- 2. wildcard pops, one group per (queue, consumer group, batch, autoAck, subscription)
+    FOR g IN SELECT t.e->>'queue' AS queue, coalesce(t.e->>'consumerGroup', '__QUEUE_MODE__') AS consumer_group,
+                    greatest(coalesce((t.e->>'batch')::integer, 1), 1) AS batch,
+                    coalesce((t.e->>'autoAck')::boolean, false) AS auto_ack,
+                    coalesce(t.e->>'subscriptionMode', '') AS mode, coalesce(t.e->>'subscriptionFrom', '') AS "from",
+                    array_agg(t.n::int ORDER BY t.n) AS places
+             FROM jsonb_array_elements(p_requests) WITH ORDINALITY t(e, n)
+             WHERE t.e->>'queue' IS NOT NULL AND t.e->>'partition' IS NULL
+               AND coalesce((t.e->>'partitions')::integer, 1) <= 1 AND coalesce(t.e->>'leaseId', '') = ''
+             GROUP BY 1, 2, 3, 4, 5, 6
+             ORDER BY 1, 2 LOOP
+        SELECT * INTO v_queue FROM queen.queues WHERE name = g.queue;
+        IF NOT FOUND OR v_queue.window_buffer > 0 OR cardinality(g.places) = 1 THEN
+            FOREACH v_next IN ARRAY g.places LOOP
+                v_results[v_next] := queen.pop_one_v2(p_requests->(v_next - 1));
+            END LOOP;
+            CONTINUE;
+        END IF;
+
+        -- the scan floor, as pop_one_v2
+        SELECT * INTO v_mark FROM queen.consumer_watermarks
+        WHERE queue_name = v_queue.name AND consumer_group = g.consumer_group;
+        v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
+        IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
+           AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || g.consumer_group, 737)) THEN
+            v_floor := queen.advance_scan_floor_v1(v_queue, g.consumer_group, v_floor,
+                                                   v_mark.full_scan_at IS NULL
+                                                   OR v_mark.full_scan_at < now() - interval '60 seconds');
+        END IF;
+
+        -- one candidate scan for the group
+        v_limit := cardinality(g.places) * 2 + 8;
+        -- (no WITH ORDINALITY: it would keep the planner from inlining the scan; the aggregates read the
+        -- candidates in the scan's order)
+        SELECT array_agg(x.partition_id), array_agg(x.partition_name::text), count(*)
+        INTO v_ids, v_names, v_scanned
+        FROM (SELECT * FROM queen.pop_candidates_v1(v_queue.id, g.consumer_group, v_floor, v_limit)) x;
+
+        -- the consumer rows of the first free candidates, at most one per pop, locked without waiting
+        v_locked := ARRAY(
+            SELECT pc.partition_id
+            FROM unnest(v_ids) WITH ORDINALITY u(partition_id, o)
+            JOIN queen.partition_consumers pc
+              ON pc.partition_id = u.partition_id AND pc.consumer_group = g.consumer_group
+            WHERE pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now()
+            ORDER BY u.o
+            LIMIT cardinality(g.places)
+            FOR UPDATE OF pc SKIP LOCKED);
+        v_existing := ARRAY(
+            SELECT pc.partition_id FROM queen.partition_consumers pc
+            WHERE pc.partition_id = ANY (v_ids) AND pc.consumer_group = g.consumer_group);
+
+        -- each pop claims its own partition, in request order
+        v_next := 1;
+        FOR c IN SELECT u.partition_id, v_names[u.o] AS partition_name
+                 FROM unnest(v_ids) WITH ORDINALITY u(partition_id, o)
+                 WHERE u.partition_id = ANY (v_locked) OR NOT (u.partition_id = ANY (v_existing))
+                 ORDER BY u.o LOOP
+            EXIT WHEN v_next > cardinality(g.places);
+            v_req := p_requests->(g.places[v_next] - 1);
+            v_lease := CASE WHEN g.auto_ack THEN '' ELSE queen.uuid_v7()::text END;
+            v_claim := queen.claim_partition_v2(v_queue, c.partition_id, c.partition_name, g.consumer_group,
+                                                g.batch, g.auto_ack, v_lease, g.mode, g."from", false);
+            IF v_claim.o_count > 0 THEN
+                v_results[g.places[v_next]] := json_build_object(
+                    'index', (v_req->>'index')::integer, 'success', true, 'queue', v_queue.name,
+                    'partition', c.partition_name, 'partitionId', c.partition_id, 'leaseId', v_lease,
+                    'consumerGroup', g.consumer_group, 'partitionsClaimed', 1, 'messages', v_claim.o_messages);
+                v_next := v_next + 1;
+            END IF;
+        END LOOP;
+
+        -- the pops left: a scan of their own when this one was cut at its limit, else nothing to find
+        WHILE v_next <= cardinality(g.places) LOOP
+            v_req := p_requests->(g.places[v_next] - 1);
+            IF v_scanned >= v_limit THEN
+                v_results[g.places[v_next]] := queen.pop_one_v2(v_req);
+            ELSE
+                v_results[g.places[v_next]] := json_build_object(
+                    'index', (v_req->>'index')::integer, 'success', false, 'error', 'no_available_partition',
+                    'messages', '[]'::json);
+            END IF;
+            v_next := v_next + 1;
+        END LOOP;
+    END LOOP;
+    RETURN array_to_json(v_results);
+END;
+$$;
