@@ -233,8 +233,9 @@ $$;
 -- scan; each pop then claims its own partition with queen.claim_partition_v2 (cursor, lease, messages), so no
 -- partition is leased twice and each pop gets only its partition's messages. A partition the group meets for
 -- the first time (no consumer row yet) is claimed as pop_v2 does (claim_partition_v2's advisory lock). Pops the
--- candidates could not serve while the scan was cut at its limit go through queen.pop_one_v2 one by one (a scan
--- of their own), the others answer 'no_available_partition' as pop_v2 would. Pops of a named partition,
+-- candidates could not serve go through queen.pop_one_v2 one by one (a scan of their own) when the scan was cut
+-- at its limit or a locked row's claim found nothing; else the free rows are all taken and they answer
+-- 'no_available_partition' as pop_v2 would. Pops of a named partition,
 -- namespace/task pops, pops of several partitions and queues with a window buffer go through pop_one_v2, the
 -- named partitions first (pop_v2's lock order).
 --
@@ -346,10 +347,11 @@ BEGIN
             END IF;
         END LOOP;
 
-        -- the pops left: a scan of their own when this one was cut at its limit, else nothing to find
+        -- the pops left: a scan of their own when this one was cut at its limit or when every pop had a locked
+        -- row (a claim found nothing, so free candidates may remain); else the others hold the rest
         WHILE v_next <= cardinality(g.places) LOOP
             v_req := p_requests->(g.places[v_next] - 1);
-            IF v_scanned >= v_limit THEN
+            IF v_scanned >= v_limit OR cardinality(v_locked) >= cardinality(g.places) THEN
                 v_results[g.places[v_next]] := queen.pop_one_v2(v_req);
             ELSE
                 v_results[g.places[v_next]] := json_build_object(
