@@ -87,3 +87,19 @@ def test_mixed_requests_answer_as_pop_v2_in_request_order(db_url: str) -> None:
         assert sorted(r["success"] for r in wildcard) == [False, True, True]
         assert {r["partition"] for r in wildcard if r["success"]} == {"p1", "p2"}
         assert (results[6]["success"], results[6]["error"]) == (False, "partition_not_found")
+
+
+def test_a_pop_whose_locked_partition_had_nothing_ready_looks_further(db_url: str) -> None:
+    """Two pops lock the group's first two free partitions; the first one's messages are not ready yet (the
+    queue's delayed processing): the pop left over scans on its own and takes the third, as pop_v2 would."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        fill(conn, "late", partitions=3, per_partition=1)
+        conn.execute("INSERT INTO queen.partition_consumers (partition_id, consumer_group) SELECT p.id, %s "
+                     "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'late'",
+                     (GROUP,))
+        conn.execute("UPDATE queen.queues SET delayed_processing = 60 WHERE name = 'late'")
+        conn.execute("UPDATE queen.messages m SET created_at = m.created_at - interval '2 minutes' "
+                     "FROM queen.partitions p WHERE p.id = m.partition_id AND p.name IN ('p1', 'p2')")
+        results = call_procedure(conn, "pop_group_v1", [pop_request("late"), pop_request("late")])
+        assert [r["success"] for r in results] == [True, True]
+        assert sorted(r["partition"] for r in results) == ["p1", "p2"]
