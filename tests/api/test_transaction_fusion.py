@@ -51,11 +51,11 @@ def lock_consumer_rows(database_url: str, messages: list[dict[str, Any]]) -> psy
 
 
 def waiting_call(database_url: str, not_pid: int | None = None) -> Callable[[], int | None]:
-    """The pid of a broker backend running queen.transaction_v2 and waiting for a lock, if any."""
+    """The pid of a broker backend running queen.transaction_v3 (or v2) and waiting for a lock, if any."""
     def find() -> int | None:
         with psycopg.connect(database_url, autocommit=True) as conn:
             row = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'queenpy' "
-                               "AND query LIKE '%%transaction_v2%%' AND wait_event_type = 'Lock' "
+                               "AND query LIKE '%%transaction_v%%' AND wait_event_type = 'Lock' "
                                "AND pid IS DISTINCT FROM %s", (not_pid,)).fetchone()
         return None if row is None else int(row[0])
     return find

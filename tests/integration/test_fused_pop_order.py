@@ -1,4 +1,4 @@
-"""Lock order inside one fused pop call (queen.pop_v2, 030_pop.sql).
+"""Lock order inside one fused pop call (queen.pop_v2, 030_pop.sql; queen.pop_group_v1, 022_group_commit.sql).
 
 A fused call runs many clients' pops in one transaction. Pops of a named partition wait for the group's cursor
 row when another transaction holds it; wildcard pops skip such rows. pop_v2 runs the named pops first, in
@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 
 from helpers import call_procedure
 
@@ -22,7 +23,8 @@ def pop_request(partition: str | None) -> dict[str, Any]:
     return {"queue": "order", "partition": partition, "consumerGroup": GROUP, "batch": 1, "autoAck": False}
 
 
-def test_two_calls_mixing_wildcard_and_named_pops_do_not_deadlock(db_url: str) -> None:
+@pytest.mark.parametrize("procedure", ["pop_v1", "pop_group_v1"])
+def test_two_calls_mixing_wildcard_and_named_pops_do_not_deadlock(db_url: str, procedure: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         call_procedure(conn, "push_items_v1", [{"queue": "order", "partition": "A", "payload": 1},
                                                {"queue": "order", "partition": "B", "payload": 2}])
@@ -33,7 +35,7 @@ def test_two_calls_mixing_wildcard_and_named_pops_do_not_deadlock(db_url: str) -
 
             def fused() -> None:  # a wildcard pop (A is free) and a named pop of B, which `other` holds
                 try:
-                    box["result"] = call_procedure(conn, "pop_v1", [pop_request(None), pop_request("B")])
+                    box["result"] = call_procedure(conn, procedure, [pop_request(None), pop_request("B")])
                 except psycopg.Error as exc:
                     box["error"] = exc
 

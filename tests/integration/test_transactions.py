@@ -1,5 +1,6 @@
-"""Group commit of client transactions (``queen.transaction_v2``, 040_ack.sql), driven directly: several
-client transactions in one call, one PostgreSQL transaction, each all-or-nothing on its own."""
+"""Group commit of client transactions (``queen.transaction_v2``, 040_ack.sql, and ``queen.transaction_v3``,
+022_group_commit.sql, its set-based fast path), driven directly: several client transactions in one call, one
+PostgreSQL transaction, each all-or-nothing on its own. Every test runs against both procedures."""
 
 from __future__ import annotations
 
@@ -8,12 +9,22 @@ from typing import Any
 
 import orjson
 import psycopg
+import pytest
 
 from queenpy.engine.engine import transaction_result
 
 from helpers import call_procedure
 
 QUEUE_MODE = "__QUEUE_MODE__"
+PROCEDURE = "transaction_v2"
+
+
+@pytest.fixture(autouse=True, params=["transaction_v2", "transaction_v3"])
+def procedure(request: pytest.FixtureRequest) -> str:
+    """The group-commit procedure under test (module-wide, read by :func:`group`)."""
+    global PROCEDURE
+    PROCEDURE = request.param
+    return PROCEDURE
 
 
 def connect(url: str) -> psycopg.Connection[Any]:
@@ -45,7 +56,7 @@ def push_op(queue: str, *transaction_ids: str, partition: str = "Default") -> di
 
 def group(conn: psycopg.Connection[Any], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One fused call; the answers expanded as the broker does (and as transaction_results_v1 does)."""
-    row = conn.execute("SELECT queen.transaction_v2(%s::jsonb)::text", (orjson.dumps(members).decode(),)).fetchone()
+    row = conn.execute(f"SELECT queen.{PROCEDURE}(%s::jsonb)::text", (orjson.dumps(members).decode(),)).fetchone()
     assert row is not None
     answers = orjson.loads(row[0])
     assert len(answers) == len(members)
@@ -169,7 +180,7 @@ def test_groups_pushing_to_the_same_partitions_in_opposite_orders_do_not_deadloc
     def run(order: list[str], name: str) -> None:
         with connect(db_url) as conn:
             for n in range(25):
-                answers = call_procedure(conn, "transaction_v2", [
+                answers = call_procedure(conn, PROCEDURE, [
                     {"operations": [push_op("dst", f"{name}-{n}-{p}", partition=p)]} for p in order])
                 failures.extend(a for a in answers if not a["success"])
 
@@ -182,3 +193,70 @@ def test_groups_pushing_to_the_same_partitions_in_opposite_orders_do_not_deadloc
     assert failures == []
     with connect(db_url) as conn:
         assert len(stored(conn, "dst")) == 2 + 2 * 25 * 2
+
+
+def _writers(conn: psycopg.Connection[Any], queue: str) -> dict[str, str]:
+    """transactionId -> the (sub)transaction id that inserted it: one per member on transaction_v2's path,
+    one for the whole group on transaction_v3's set-based path."""
+    rows = conn.execute("SELECT m.transaction_id, m.xmin::text FROM queen.messages m JOIN queen.partitions p "
+                        "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s",
+                        (queue,)).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+@pytest.mark.parametrize("procedure", ["transaction_v3"], indirect=True)
+def test_v3_runs_a_good_group_set_based_and_a_group_with_a_bad_member_member_by_member(db_url: str,
+                                                                                          procedure: str) -> None:
+    """The recipe's hand-off, 1 ack + 1 push per member: a group of good members is applied by one set of
+    statements (every message written by the same transaction, no subtransaction per member) with the same
+    answers and state as member by member; one bad member sends the group member by member (one writer each)."""
+    with connect(db_url) as conn:
+        for p in range(6):
+            push(conn, "src", [{"p": p}, {"p": p, "n": 2}], partition=f"p{p}")
+        m = [pop(conn, "src", f"p{p}", batch=2) for p in range(6)]
+        good = group(conn, [{"operations": [ack_op(m[p][0]), ack_op(m[p][1]),
+                                            push_op("dst", f"g{p}", f"g{p}b", partition=f"q{p % 2}")],
+                             "requiredLeases": [m[p][0]["leaseId"]]} for p in range(3)])
+        assert [r["success"] for r in good] == [True, True, True]
+        assert [[(r["index"], r["type"], r["transactionId"]) for r in g["results"]] for g in good] == [
+            [(0, "ack", m[p][0]["transactionId"]), (1, "ack", m[p][1]["transactionId"]), (2, "push", f"g{p}"),
+             (3, "push", f"g{p}b")] for p in range(3)]
+        ids = {row[0] for row in conn.execute("SELECT id::text FROM queen.messages").fetchall()}
+        assert all(r["messageId"] in ids for g in good for r in g["results"][2:])
+        writers = _writers(conn, "dst")
+        assert len(set(writers.values())) == 1  # one transaction, no subtransaction per member
+        assert [cursor(conn, m[p][0]["partitionId"]) for p in range(3)] == [(2, None)] * 3
+        # arrival order inside a partition: q0 got g0, g0b, g2, g2b at consecutive offsets
+        assert conn.execute("SELECT string_agg(m.transaction_id, ',' ORDER BY m.seq) FROM queen.messages m "
+                            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q "
+                            "ON q.id = p.queue_id WHERE q.name = 'dst' AND p.name = 'q0'").fetchone() == (
+            "g0,g0b,g2,g2b",)
+
+        mixed = group(conn, [{"operations": [ack_op(m[3][0]), push_op("dst", "h3")]},
+                             {"operations": [ack_op(m[4][0]), push_op("dst", "g0", partition="q0")]},  # a duplicate
+                             {"operations": [ack_op(m[5][0]), push_op("dst", "h5")]}])
+        assert [r["success"] for r in mixed] == [True, False, True]
+        assert mixed[1]["error"] == "duplicate transactionId g0 in push"
+        writers = _writers(conn, "dst")
+        assert writers["h3"] != writers["h5"]  # member by member: a subtransaction each
+        assert cursor(conn, m[4][0]["partitionId"]) == (0, m[4][0]["leaseId"])
+        assert cursor(conn, m[3][0]["partitionId"]) == (1, m[3][0]["leaseId"])  # 1 of 2 acked: lease kept
+
+
+@pytest.mark.parametrize("procedure", ["transaction_v3"], indirect=True)
+def test_v3_declines_acks_it_cannot_apply_in_one_pass(db_url: str, procedure: str) -> None:
+    """A dead-lettering ack, an ack past the lease's batch and a required lease that is not live each send the
+    group member by member, with transaction_v2's answers."""
+    with connect(db_url) as conn:
+        for p in range(3):
+            push(conn, "src", [{"p": p}], partition=f"p{p}")
+        m = [pop(conn, "src", f"p{p}")[0] for p in range(3)]
+        results = group(conn, [{"operations": [ack_op(m[0], status="dlq"), push_op("dst", "x0")]},
+                               {"operations": [ack_op(m[1]), push_op("dst", "x1")],
+                                "requiredLeases": ["gone"]},
+                               {"operations": [ack_op(m[2]), push_op("dst", "x2")]}])
+        assert [r["success"] for r in results] == [True, False, True]
+        assert results[0]["results"][0]["dlq"] is True
+        assert conn.execute("SELECT count(*) FROM queen.dead_letter_queue").fetchone() == (1,)
+        writers = _writers(conn, "dst")
+        assert set(writers) == {"x0", "x2"} and writers["x0"] != writers["x2"]

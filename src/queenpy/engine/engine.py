@@ -33,10 +33,10 @@ _PAYLOAD_BYTES = 7000  # PostgreSQL caps a NOTIFY payload at 8000 bytes
 # operation type -> stored procedure (one JSONB batch in, one JSON array out)
 _OPERATIONS = {
     "push": "push_items_v3",
-    "pop": "pop_v2",
+    "pop": "pop_group_v1",
     "ack": "ack_v2",
     "renew_lease": "renew_lease_v1",
-    "transaction": "transaction_v2",
+    "transaction": "transaction_v3",
 }
 
 

@@ -27,10 +27,12 @@ log = logging.getLogger("queenpy.store")
 PROCEDURES: dict[str, str] = {
     "push_items_v3": "SELECT queen.push_items_v3($1::jsonb, false, false)",
     "pop_v2": "SELECT queen.pop_v2($1::jsonb)::text",
+    "pop_group_v1": "SELECT queen.pop_group_v1($1::jsonb)::text",
     "ack_v2": "SELECT queen.ack_v2($1::jsonb)::text",
     "renew_lease_v1": "SELECT queen.renew_lease_v1($1::jsonb)::text",
     "transaction_v1": "SELECT queen.transaction_v1($1::jsonb)::text",
     "transaction_v2": "SELECT queen.transaction_v2($1::jsonb)::text",
+    "transaction_v3": "SELECT queen.transaction_v3($1::jsonb)::text",
     "configure_queue_v1": "SELECT queen.configure_queue_v1($1::jsonb)::text",
     "dlq_list_v1": "SELECT queen.dlq_list_v1($1::jsonb)::text",
     "trace_record_v1": "SELECT queen.trace_record_v1($1::jsonb)::text",
