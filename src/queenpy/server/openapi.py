@@ -117,7 +117,10 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/messages"): ("Browse messages by time range, queue, partition, namespace, task, status", [
         _param("queue"), _param("partition"), _param("ns"), _param("namespace"), _param("task"),
         _param("status", schema={"type": "string", "enum": ["pending", "processing", "completed", "dead_letter"]}),
-        *_RANGE, *_PAGE], None),
+        *_RANGE, *_PAGE,
+        _param("cursor", schema={"type": "string", "format": "uuid",
+                                 "description": "keyset paging: the previous page's nextCursor (a message id)"})],
+        None),
     ("get", "/api/v1/messages/{partition_id}/{transaction_id}"): ("One message with its payload (decrypted)",
                                                                   _MESSAGE, None),
     ("delete", "/api/v1/messages/{partition_id}/{transaction_id}"): ("Delete one message", _MESSAGE, None),

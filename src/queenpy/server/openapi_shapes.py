@@ -314,8 +314,11 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/internal/api/inter-instance/stats"): _SHARED_STATE,
     ("post", "/internal/api/notify"): obj(["status"], status={"type": "string", "enum": ["ok"]}),
     ("get", "/api/v1/messages"): _or_failure(obj(
-        ["messages", "mode", "total", "pagination", "timeRange"], messages=array(_LISTED_MESSAGE),
-        mode=_MODE, total=INT, pagination=_PAGINATION, timeRange=_TIME_RANGE)),
+        ["messages", "mode", "total", "estimated", "nextCursor", "pagination", "timeRange"],
+        messages=array(_LISTED_MESSAGE), mode=_MODE, total=INT, pagination=_PAGINATION, timeRange=_TIME_RANGE,
+        # estimated: total is the planner's estimate of the window (more than 1,000 active partitions);
+        # nextCursor: pass it as ``cursor`` for the next page (keyset paging), null when there is no more
+        estimated=BOOL, nextCursor=nullable(UUID))),
     ("get", "/api/v1/messages/{partition_id}/{transaction_id}"): _or_failure(obj(  # or {"error": "Message not found"}
         ["id", "transactionId", "partitionId", "queuePath", "queue", "partition", "namespace", "task", "status",
          "offset", "payload", "isEncrypted", "traceId", "producerSub", "createdAt", "errorMessage", "retryCount",

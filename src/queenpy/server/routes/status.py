@@ -89,7 +89,7 @@ async def queue_messages(request: Request) -> Response:
               "limit": v.query_int(request.query_params, "limit", 50, minimum=1, maximum=10_000),
               "offset": v.query_int(request.query_params, "offset", 0, maximum=1_000_000)}
     page = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.messages_list_v1($1::jsonb)::text", orjson.dumps(params).decode()))
+        "SELECT queen.messages_list_v2($1::jsonb)::text", orjson.dumps(params).decode()))
     keys = ("id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status", "createdAt")
     return json_response([{key: message[key] for key in keys} for message in page["messages"]],
                          empty_as_body=True)
