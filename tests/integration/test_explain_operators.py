@@ -100,3 +100,25 @@ def test_a_narrow_filter_is_listed_from_its_partitions_with_an_exact_total(conn:
     assert len(set(ids + [m["id"] for m in rest["messages"]])) == 12
     assert listing(conn, queue="narrow", limit=5, offset=5)["messages"] == rest["messages"][:5]
     assert listing(conn, queue="narrow", partition="n1")["total"] == 4
+
+
+def test_the_consumer_group_list_reads_the_stats_of_a_wide_queue_and_the_cursors_of_a_narrow_one(
+        conn: psycopg.Connection[Any]) -> None:
+    conn.execute("""
+        INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq, last_consumed_at)
+        SELECT p.id, 'g', 1, now() FROM queen.partitions p""")  # every partition of both queues consumed by g
+    conn.execute("SELECT queen.stats_refresh_v1(true)")
+    query = ("SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+             "AND relname = 'partition_consumers'")
+    with conn.transaction():
+        before = conn.execute(query).fetchone()
+        row = conn.execute("SELECT queen.consumer_groups_list_v2()::text").fetchone()
+        after = conn.execute(query).fetchone()
+    assert row is not None and before is not None and after is not None
+    groups = {g["queueName"]: g for g in orjson.loads(row[0])}
+    assert groups["wide"]["members"] == PARTITIONS and groups["wide"]["estimated"] is True
+    assert groups["narrow"]["members"] == 3 and groups["narrow"]["estimated"] is False
+    assert groups["narrow"]["totalLag"] == 12 - 3
+    assert after[1] == before[1]  # no sequential scan of the cursors
+    assert after[2] - before[2] <= 10, (before, after)  # the narrow queue's 3 cursors, not the wide one's 20,000
+    conn.execute("DELETE FROM queen.partition_consumers WHERE consumer_group = 'g'")

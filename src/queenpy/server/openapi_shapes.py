@@ -240,7 +240,9 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/api/v1/consumer-groups"): _or_failure(array(obj(
         ["name", "queueName"], name=STR, topics=array(STR), queueName=STR, members=INT, partitionsWithLag=INT,
         totalLag=nullable(INT), maxTimeLag=nullable(NUM), state=STR, subscriptionMode=nullable(STR),
-        subscriptionTimestamp=nullable(STR), subscriptionCreatedAt=nullable(STR)), nullable=True)),
+        subscriptionTimestamp=nullable(STR), subscriptionCreatedAt=nullable(STR),
+        # true: the row is the stats job's sums (a queue of more than 1,000 partitions), seconds old
+        estimated=BOOL), nullable=True)),
     ("get", "/api/v1/consumer-groups/lagging"): _or_failure(array(obj(
         ["consumer_group", "queue_name", "partition_id"], consumer_group=STR, queue_name=STR, partition_name=STR,
         partition_id=UUID, worker_id=nullable(STR), offset_lag=INT, time_lag_seconds=NUM, lag_hours=NUM,
