@@ -122,3 +122,26 @@ def test_the_consumer_group_list_reads_the_stats_of_a_wide_queue_and_the_cursors
     assert after[1] == before[1]  # no sequential scan of the cursors
     assert after[2] - before[2] <= 10, (before, after)  # the narrow queue's 3 cursors, not the wide one's 20,000
     conn.execute("DELETE FROM queen.partition_consumers WHERE consumer_group = 'g'")
+
+
+@pytest.mark.parametrize("procedure", ["status_queue_v2", "resources_queue_v3"])
+def test_a_queue_s_partitions_page_by_name_cursor(conn: psycopg.Connection[Any], procedure: str) -> None:
+    seen: list[str] = []
+    cursor = None
+    for _ in range(4):
+        row = conn.execute(f"SELECT queen.{procedure}('narrow', 2, 0, %s)::text", (cursor,)).fetchone()
+        assert row is not None
+        page = orjson.loads(row[0])
+        seen += [p["name"] for p in page["partitions"]]
+        cursor = page["nextCursor"]
+        if cursor is None:
+            break
+    assert seen == ["n0", "n1", "n2"] and page["estimated"] is True
+    query = ("SELECT sum(idx_tup_fetch) FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+             "AND relname = 'partitions'")
+    with conn.transaction():
+        before = conn.execute(query).fetchone()
+        conn.execute(f"SELECT queen.{procedure}('wide', 50, 0, 'p5000')").fetchone()
+        after = conn.execute(query).fetchone()
+    assert before is not None and after is not None
+    assert int(after[0]) - int(before[0] or 0) <= 2 * 50 + 2  # the page (twice: rows and nextCursor), not the 5,000 before

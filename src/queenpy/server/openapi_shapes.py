@@ -227,7 +227,9 @@ RESULTS: dict[tuple[str, str], Schema] = {
         ["id", "name", "partitions"], id=UUID, name=STR, namespace=STR, task=STR, createdAt=TIME,
         options=_OPTIONS, totals=_COUNTS,
         partitions=array(obj(["id", "name"], id=UUID, name=STR, createdAt=TIME, stats=_COUNTS,
-                             oldestMessage=nullable(STR), newestMessage=nullable(STR))))),
+                             oldestMessage=nullable(STR), newestMessage=nullable(STR))),
+        # keyset paging: pass nextCursor as ``cursor`` (null: last page); totals are the stats job's
+        estimated=BOOL, nextCursor=nullable(STR))),
     ("delete", "/api/v1/resources/queues/{queue}"): _or_failure(obj(["deleted", "queue"], deleted=BOOL, queue=STR,
                                                                     existed=BOOL)),
     ("get", "/api/v1/dlq"): _or_failure(obj(["messages", "total"], total=INT, pagination=_PAGINATION,
@@ -422,7 +424,8 @@ RESULTS: dict[tuple[str, str], Schema] = {
         ["queues", "total", "pagination", "statsAge"], queues=array(_QUEUE_ROW), total=INT, pagination=_PAGINATION,
         statsAge=_STATS_AGE)),
     ("get", "/api/v1/status/queues/{queue}"): _or_failure(obj(  # or {"error": "Queue not found"}
-        ["queue", "partitions", "totals", "total", "pagination", "statsAge"],
+        ["queue", "partitions", "totals", "total", "pagination", "statsAge", "estimated", "nextCursor"],
+        estimated=BOOL, nextCursor=nullable(STR),  # keyset paging, as /api/v1/resources/queues/{queue}
         queue=obj(["id", "name", "namespace", "task", "priority", "createdAt", "config"], id=UUID, name=STR,
                   namespace=STR, task=STR, priority=INT, createdAt=TIME, config=obj(
                       ["leaseTime", "retryLimit", "retryDelay", "ttl", "maxQueueSize", "deadLetterQueue"],
