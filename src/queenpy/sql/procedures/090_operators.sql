@@ -262,16 +262,24 @@ DECLARE
     r record;
     v_result jsonb;
 BEGIN
-    SELECT count(*) INTO v_active FROM (
-        SELECT 1 FROM queen.queues q
-        CROSS JOIN LATERAL (
-            SELECT pt.id FROM queen.partitions pt
-            WHERE pt.queue_id = q.id AND pt.last_message_at >= v_from
-              AND (v_partition IS NULL OR pt.name = v_partition)
-            LIMIT 1001) x
+    IF v_partition IS NOT NULL THEN
+        -- one partition per queue at most, by the (queue_id, name) key: a statement of its own, so its
+        -- generic plan probes by name (an "IS NULL OR" condition cannot be an index condition)
+        SELECT count(*) INTO v_active FROM queen.queues q
+        JOIN queen.partitions pt ON pt.queue_id = q.id AND pt.name = v_partition
         WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
-          AND (v_task IS NULL OR q.task = v_task)
-        LIMIT 1001) s;
+          AND (v_task IS NULL OR q.task = v_task);
+    ELSE
+        SELECT count(*) INTO v_active FROM (
+            SELECT 1 FROM queen.queues q
+            CROSS JOIN LATERAL (
+                SELECT pt.id FROM queen.partitions pt
+                WHERE pt.queue_id = q.id AND pt.last_message_at >= v_from
+                LIMIT 1001) x
+            WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
+              AND (v_task IS NULL OR q.task = v_task)
+            LIMIT 1001) s;
+    END IF;
 
     IF v_active <= 1000 THEN
         WITH w AS MATERIALIZED (
@@ -284,8 +292,10 @@ BEGIN
             FROM queen.queues q
             CROSS JOIN LATERAL (
                 SELECT pt.* FROM queen.partitions pt
-                WHERE pt.queue_id = q.id AND pt.last_message_at >= v_from
-                  AND (v_partition IS NULL OR pt.name = v_partition)) pt
+                WHERE pt.queue_id = q.id AND pt.name = v_partition AND pt.last_message_at >= v_from
+                UNION ALL
+                SELECT pt.* FROM queen.partitions pt
+                WHERE v_partition IS NULL AND pt.queue_id = q.id AND pt.last_message_at >= v_from) pt
             JOIN queen.partition_consumption c ON c.partition_id = pt.id
             WHERE pt.created_at < v_to
               AND (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
