@@ -295,6 +295,22 @@ SCENARIOS: list[Scenario] = [
         mode="read",
         initial_rate=20_000,
     ),
+    # scale: ``partitions`` = the big queue's partitions (QUEENPY_SCALE_PARTITIONS overrides it), 10 messages of
+    # 200 B each and 10 consumer groups half-way; measured next to a queue of 100 (kinds/scale.py)
+    Scenario(
+        "scale-1m",
+        "scale",
+        "insert-10-1KB",
+        "one queue of 1,000,000 partitions x 10 stored messages (bulk SQL, checked against pushes): push "
+        "10 x 1 KB, wildcard pop + ack with 10 groups, cold partition pops, every operator route, retention "
+        "and partition cleanup under push, bytes on disk; each next to a queue of 100 partitions (only with "
+        "--only scale-1m)",
+        per_request=10,
+        payload_bytes=1024,
+        partitions=1_000_000,
+        groups=10,
+        default=False,
+    ),
 ]
 
 

@@ -97,6 +97,9 @@ _RANGE = [_param("from", schema=_TIME), _param("to", schema=_TIME)]
 _PAGE = [_param("limit", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
          _param("offset", schema=_INT)]
 _MESSAGE = [_param("partition_id", "path"), _param("transaction_id", "path")]
+# keyset paging of a queue's partitions: the previous page's nextCursor (a partition name)
+_PARTITION_CURSOR = _param("cursor", schema={
+    "type": "string", "description": "keyset paging: the previous page's nextCursor (a partition name)"})
 _ENABLED = {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}}
 
 
@@ -126,7 +129,10 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/messages"): ("Browse messages by time range, queue, partition, namespace, task, status", [
         _param("queue"), _param("partition"), _param("ns"), _param("namespace"), _param("task"),
         _param("status", schema={"type": "string", "enum": ["pending", "processing", "completed", "dead_letter"]}),
-        *_RANGE, *_PAGE], None),
+        *_RANGE, *_PAGE,
+        _param("cursor", schema={"type": "string", "format": "uuid",
+                                 "description": "keyset paging: the previous page's nextCursor (a message id)"})],
+        None),
     ("get", "/api/v1/messages/{partition_id}/{transaction_id}"): ("One message with its payload (decrypted)",
                                                                   _MESSAGE, None),
     ("delete", "/api/v1/messages/{partition_id}/{transaction_id}"): ("Delete one message", _MESSAGE, None),
@@ -178,7 +184,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/resources/queues"): ("List queues with their message counts (stats)", [
         _param("namespace"), _param("task"), *_PAGE], None),
     ("get", "/api/v1/resources/queues/{queue}"): ("Describe a queue and its partitions (stats)",
-                                                  [_param("queue", "path"), *_PAGE], None),
+                                                  [_param("queue", "path"), *_PAGE, _PARTITION_CURSOR], None),
     ("get", "/api/v1/resources/overview"): ("Counts, lag and throughput of the whole broker (stats)", [], None),
     ("get", "/api/v1/resources/namespaces"): ("Namespaces with their queues and counts", _PAGE, None),
     ("get", "/api/v1/resources/tasks"): ("Tasks with their queues and counts", _PAGE, None),
@@ -188,7 +194,7 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ("get", "/api/v1/status/queues"): ("Queues with their counts", [
         _param("namespace"), _param("ns"), _param("task"), *_PAGE], None),
     ("get", "/api/v1/status/queues/{queue}"): ("One queue: config, partitions, totals",
-                                               [_param("queue", "path"), *_PAGE], None),
+                                               [_param("queue", "path"), *_PAGE, _PARTITION_CURSOR], None),
     ("get", "/api/v1/status/analytics"): ("Messages created per minute, hour or day", [
         _param("interval", schema={"type": "string", "enum": ["minute", "hour", "day"]}), *_RANGE,
         _param("queue"), _param("namespace"), _param("ns"), _param("task")], None),

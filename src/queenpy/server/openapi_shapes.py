@@ -230,7 +230,9 @@ RESULTS: dict[tuple[str, str], Schema] = {
         ["id", "name", "partitions"], id=UUID, name=STR, namespace=STR, task=STR, createdAt=TIME,
         options=_OPTIONS, totals=_COUNTS,
         partitions=array(obj(["id", "name"], id=UUID, name=STR, createdAt=TIME, stats=_COUNTS,
-                             oldestMessage=nullable(STR), newestMessage=nullable(STR))))),
+                             oldestMessage=nullable(STR), newestMessage=nullable(STR))),
+        # keyset paging: pass nextCursor as ``cursor`` (null: last page); totals are the stats job's
+        estimated=BOOL, nextCursor=nullable(STR))),
     ("delete", "/api/v1/resources/queues/{queue}"): _or_failure(obj(["deleted", "queue"], deleted=BOOL, queue=STR,
                                                                     existed=BOOL)),
     ("get", "/api/v1/dlq"): _or_failure(obj(["messages", "total"], total=INT, pagination=_PAGINATION,
@@ -243,7 +245,9 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/api/v1/consumer-groups"): _or_failure(array(obj(
         ["name", "queueName"], name=STR, topics=array(STR), queueName=STR, members=INT, partitionsWithLag=INT,
         totalLag=nullable(INT), maxTimeLag=nullable(NUM), state=STR, subscriptionMode=nullable(STR),
-        subscriptionTimestamp=nullable(STR), subscriptionCreatedAt=nullable(STR)), nullable=True)),
+        subscriptionTimestamp=nullable(STR), subscriptionCreatedAt=nullable(STR),
+        # true: the row is the stats job's sums (a queue of more than 1,000 partitions), seconds old
+        estimated=BOOL), nullable=True)),
     ("get", "/api/v1/consumer-groups/lagging"): _or_failure(array(obj(
         ["consumer_group", "queue_name", "partition_id"], consumer_group=STR, queue_name=STR, partition_name=STR,
         partition_id=UUID, worker_id=nullable(STR), offset_lag=INT, time_lag_seconds=NUM, lag_hours=NUM,
@@ -317,8 +321,11 @@ RESULTS: dict[tuple[str, str], Schema] = {
     ("get", "/internal/api/inter-instance/stats"): _SHARED_STATE,
     ("post", "/internal/api/notify"): obj(["status"], status={"type": "string", "enum": ["ok"]}),
     ("get", "/api/v1/messages"): _or_failure(obj(
-        ["messages", "mode", "total", "pagination", "timeRange"], messages=array(_LISTED_MESSAGE),
-        mode=_MODE, total=INT, pagination=_PAGINATION, timeRange=_TIME_RANGE)),
+        ["messages", "mode", "total", "estimated", "nextCursor", "pagination", "timeRange"],
+        messages=array(_LISTED_MESSAGE), mode=_MODE, total=INT, pagination=_PAGINATION, timeRange=_TIME_RANGE,
+        # estimated: total is the planner's estimate of the window (more than 1,000 active partitions);
+        # nextCursor: pass it as ``cursor`` for the next page (keyset paging), null when there is no more
+        estimated=BOOL, nextCursor=nullable(UUID))),
     ("get", "/api/v1/messages/{partition_id}/{transaction_id}"): _or_failure(obj(  # or {"error": "Message not found"}
         ["id", "transactionId", "partitionId", "queuePath", "queue", "partition", "namespace", "task", "status",
          "offset", "payload", "isEncrypted", "traceId", "producerSub", "createdAt", "errorMessage", "retryCount",
@@ -420,7 +427,8 @@ RESULTS: dict[tuple[str, str], Schema] = {
         ["queues", "total", "pagination", "statsAge"], queues=array(_QUEUE_ROW), total=INT, pagination=_PAGINATION,
         statsAge=_STATS_AGE)),
     ("get", "/api/v1/status/queues/{queue}"): _or_failure(obj(  # or {"error": "Queue not found"}
-        ["queue", "partitions", "totals", "total", "pagination", "statsAge"],
+        ["queue", "partitions", "totals", "total", "pagination", "statsAge", "estimated", "nextCursor"],
+        estimated=BOOL, nextCursor=nullable(STR),  # keyset paging, as /api/v1/resources/queues/{queue}
         queue=obj(["id", "name", "namespace", "task", "priority", "createdAt", "config"], id=UUID, name=STR,
                   namespace=STR, task=STR, priority=INT, createdAt=TIME, config=obj(
                       ["leaseTime", "retryLimit", "retryDelay", "ttl", "maxQueueSize", "deadLetterQueue"],

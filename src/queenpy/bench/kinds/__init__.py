@@ -10,7 +10,7 @@ A new kind: a module here with its ``KIND``, one line in :data:`KINDS`, and its 
 from __future__ import annotations
 
 from queenpy.bench.core import Kind
-from queenpy.bench.kinds import consume, keepup, operators, push, soak, spark, streams
+from queenpy.bench.kinds import consume, keepup, operators, push, scale, soak, spark, streams
 
 __all__ = ["KINDS"]
 
@@ -24,5 +24,6 @@ KINDS: dict[str, Kind] = {
         operators.KIND,
         streams.KIND,
         spark.KIND,
+        scale.KIND,
     )
 }

@@ -331,16 +331,29 @@ document.addEventListener("alpine:init", () => {
       const f = this.filter;
       return this.list.run(() => QC.get(QC.url("/api/v1/messages", {
         queue: f.queue, partition: f.partition, status: f.status, from: QC.isoFromLocal(f.from),
-        to: QC.isoFromLocal(f.to), limit: this.page.limit, offset: this.page.offset })));
+        to: QC.isoFromLocal(f.to), limit: this.page.limit,
+        cursor: this.cursors[this.cursors.length - 1] || "" })));
     },
+    /* keyset paging: `cursors` holds the cursor of each page up to this one (the first page has none); the
+       broker's nextCursor leads on, and `total` may be the planner's estimate ("estimated": true) */
+    cursors: [null],
     rows() { return this.list.data?.messages || []; },
     total() { return this.list.data?.total ?? this.rows().length; },
+    estimated() { return Boolean(this.list.data?.estimated); },
+    hasNext() { return Boolean(this.list.data?.nextCursor); },
     refilter() {
       this.page.offset = 0;
+      this.cursors = [null];
       history.replaceState(null, "", QC.href("messages", [], { ...this.filter }));
       this.load();
     },
-    move(delta) { this.page.offset = Math.max(0, this.page.offset + delta * this.page.limit); this.load(); },
+    move(delta) {
+      if (delta > 0 && this.hasNext()) this.cursors.push(this.list.data.nextCursor);
+      else if (delta < 0 && this.cursors.length > 1) this.cursors.pop();
+      else return;
+      this.page.offset = (this.cursors.length - 1) * this.page.limit;
+      this.load();
+    },
   }));
 
   Alpine.data("message", () => ({

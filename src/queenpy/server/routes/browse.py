@@ -24,7 +24,10 @@ def _message_key(request: Request) -> tuple[str, str]:
 
 
 async def messages_list(request: Request) -> Response:
-    """``GET /api/v1/messages?queue&partition&ns&task&status&from&to&limit=200&offset=0``."""
+    """``GET /api/v1/messages?queue&partition&ns&task&status&from&to&limit=200&offset=0&cursor``: newest first
+    by message id; ``cursor`` (a message id, the previous page's ``nextCursor``) lists what comes after it.
+    ``total`` is exact, or the planner's estimate flagged ``"estimated": true`` when the window spans more than
+    1,000 active partitions (queen.messages_list_v2)."""
     q = request.query_params
     start, end = v.query_window(q)
     params: dict[str, Any] = {
@@ -34,9 +37,10 @@ async def messages_list(request: Request) -> Response:
         "from": start.isoformat() if start else None, "to": end.isoformat() if end else None,
         "limit": v.query_int(q, "limit", 200, minimum=1, maximum=10_000),
         "offset": v.query_int(q, "offset", 0, maximum=1_000_000),
+        "cursor": v.check_uuid(q["cursor"], "query parameter cursor") if q.get("cursor") else None,
     }
     text = await worker_of(request).database.fetchval(
-        "SELECT queen.messages_list_v1($1::jsonb)::text",
+        "SELECT queen.messages_list_v2($1::jsonb)::text",
         orjson.dumps({k: value for k, value in params.items() if value is not None}).decode())
     return json_response(text.encode(), empty_as_body=True)
 

@@ -26,7 +26,7 @@ __all__ = ["ENDPOINTS"]
 
 async def groups_list(request: Request) -> Response:
     return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.consumer_groups_list_v1()::text")).encode(), empty_as_body=True)
+        "SELECT queen.consumer_groups_list_v2()::text")).encode(), empty_as_body=True)
 
 
 async def groups_lagging(request: Request) -> Response:

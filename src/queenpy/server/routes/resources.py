@@ -37,7 +37,9 @@ async def queues(request: Request) -> Response:
 async def queue(request: Request) -> Response:
     name = v.check_name(request.path_params["queue"], "queue")
     limit, offset = page_params(request)
-    return await _call(request, "SELECT queen.resources_queue_v2($1, $2, $3)::text", name, limit, offset)
+    after = v.query_name(request.query_params, "cursor")  # keyset paging: the previous page's nextCursor
+    return await _call(request, "SELECT queen.resources_queue_v3($1, $2, $3, $4)::text", name, limit, offset,
+                       after)
 
 
 async def namespaces(request: Request) -> Response:

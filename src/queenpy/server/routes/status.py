@@ -51,7 +51,9 @@ async def status_queues(request: Request) -> Response:
 async def status_queue(request: Request) -> Response:
     name = v.check_name(request.path_params["queue"], "queue")
     limit, offset = page_params(request)
-    return await _call(request, "SELECT queen.status_queue_v1($1, $2, $3)::text", name, limit, offset)
+    after = v.query_name(request.query_params, "cursor")  # keyset paging: the previous page's nextCursor
+    return await _call(request, "SELECT queen.status_queue_v2($1, $2, $3, $4)::text", name, limit, offset,
+                       after)
 
 
 async def status_analytics(request: Request) -> Response:
@@ -90,7 +92,7 @@ async def queue_messages(request: Request) -> Response:
               "limit": v.query_int(request.query_params, "limit", 50, minimum=1, maximum=10_000),
               "offset": v.query_int(request.query_params, "offset", 0, maximum=1_000_000)}
     page = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.messages_list_v1($1::jsonb)::text", orjson.dumps(params).decode()))
+        "SELECT queen.messages_list_v2($1::jsonb)::text", orjson.dumps(params).decode()))
     keys = ("id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status", "createdAt")
     return json_response([{key: message[key] for key in keys} for message in page["messages"]],
                          empty_as_body=True)

@@ -159,6 +159,64 @@ LANGUAGE sql STABLE AS $$
                        ORDER BY md.partition_name LIMIT 1) md ON true
 $$;
 
+-- GET /api/v1/consumer-groups without reading every cursor: a queue of up to 1,000 partitions (counted by
+-- at most 1,001 probes of its partitions) is summed live from its cursors, as v1; a larger queue's groups
+-- come from queen.queue_group_stats, the stats job's per-(queue, group) sums (seconds old), each such row
+-- flagged "estimated": true. v1 read every (partition, group) row of every queue, O(partitions x groups).
+CREATE OR REPLACE FUNCTION queen.consumer_groups_list_v2()
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+SET enable_hashjoin = off  -- a narrow queue's cursors by probes from its partitions, not a hash of them all
+SET enable_mergejoin = off
+AS $$
+    WITH qs AS (
+        SELECT q.id, q.name,
+               (SELECT count(*) FROM (SELECT 1 FROM queen.partitions p WHERE p.queue_id = q.id LIMIT 1001) x)
+                   AS partitions
+        FROM queen.queues q
+    ), live AS (
+        SELECT c.consumer_group, qs.name AS queue_name, count(*) AS members,
+               count(*) FILTER (WHERE c.last_seq > c.last_consumed_seq) AS partitions_with_lag,
+               sum(greatest(c.last_seq - c.last_consumed_seq, 0)) AS total_lag,
+               coalesce(max(extract(epoch FROM now() - (
+                   SELECT m.created_at FROM queen.messages m
+                   WHERE m.partition_id = c.partition_id AND m.seq > c.last_consumed_seq
+                   ORDER BY m.seq LIMIT 1))), 0)::bigint AS max_time_lag,
+               bool_or(c.last_consumed_at IS NOT NULL) AS consumed, false AS estimated
+        FROM qs CROSS JOIN LATERAL (
+            -- per queue, gated by its size: a wide queue's partitions are not joined at all
+            SELECT pc.consumer_group, pc.partition_id, pc.last_consumed_seq, pc.last_consumed_at, pt.last_seq
+            FROM queen.partitions pt
+            CROSS JOIN LATERAL (SELECT pc.* FROM queen.partition_consumers pc
+                                WHERE pc.partition_id = pt.id OFFSET 0) pc
+            WHERE pt.queue_id = qs.id AND qs.partitions <= 1000 OFFSET 0) c  -- OFFSET 0: not flattened
+        GROUP BY c.consumer_group, qs.name
+    ), counted AS (
+        SELECT g.consumer_group, qs.name AS queue_name, g.partitions::bigint AS members,
+               g.partitions_with_lag::bigint AS partitions_with_lag, g.offset_lag::numeric AS total_lag,
+               coalesce(extract(epoch FROM now() - g.oldest_unconsumed_at), 0)::bigint AS max_time_lag,
+               g.last_consumed_at IS NOT NULL AS consumed, true AS estimated
+        FROM qs JOIN queen.queue_group_stats g ON g.queue_id = qs.id
+        WHERE qs.partitions > 1000
+    ), per_group AS (
+        SELECT * FROM live UNION ALL SELECT * FROM counted
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object(
+        'name', g.consumer_group, 'topics', jsonb_build_array(g.queue_name), 'queueName', g.queue_name,
+        'members', g.members, 'partitionsWithLag', g.partitions_with_lag, 'totalLag', g.total_lag,
+        'maxTimeLag', g.max_time_lag,
+        'state', CASE WHEN g.max_time_lag > 300 THEN 'Lagging' WHEN g.consumed THEN 'Stable' ELSE 'Dead' END,
+        'subscriptionMode', md.subscription_mode,
+        'subscriptionTimestamp', queen.iso_ms(md.subscription_timestamp),
+        'subscriptionCreatedAt', queen.iso_ms(md.created_at), 'estimated', g.estimated)
+        ORDER BY g.consumer_group, g.queue_name), '[]'::jsonb)
+    FROM per_group g
+    LEFT JOIN LATERAL (SELECT * FROM queen.consumer_groups_metadata md
+                       WHERE md.consumer_group = g.consumer_group AND md.queue_name = g.queue_name
+                       ORDER BY md.partition_name LIMIT 1) md ON true
+$$;
+
 CREATE OR REPLACE FUNCTION queen.consumer_group_detail_v1(p_group text)
 RETURNS jsonb
 LANGUAGE sql STABLE AS $$

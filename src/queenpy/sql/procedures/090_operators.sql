@@ -185,6 +185,209 @@ LANGUAGE sql STABLE AS $$
     FROM params
 $$;
 
+-- The smallest UUIDv7 of millisecond floor(ts): every message created at or after ts has an id at or above it
+-- (a message id's millisecond is its created_at's, or later: queen.message_id_base_v1).
+CREATE OR REPLACE FUNCTION queen.uuid_v7_floor_v1(ts timestamptz) RETURNS uuid
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT (lpad(to_hex(greatest(floor(extract(epoch FROM ts) * 1000), 0)::bigint), 12, '0')
+            || '00000000000000000000')::uuid
+$$;
+
+-- One listed message of GET /api/v1/messages (API.md 10.2), given its partition's consumption c.
+CREATE OR REPLACE FUNCTION queen.listed_message_v1(p_id uuid, p_transaction_id text, p_trace_id uuid,
+    p_producer_sub text, p_created_at timestamptz, p_seq bigint, p_partition_id uuid, p_partition_name text,
+    p_queue_name text, p_namespace text, p_task text, p_priority integer, p_status text,
+    c queen.partition_consumption)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object(
+        'id', p_id, 'transactionId', p_transaction_id, 'partitionId', p_partition_id,
+        'queuePath', p_queue_name || '/' || p_partition_name, 'queue', p_queue_name, 'partition', p_partition_name,
+        'namespace', p_namespace, 'task', p_task, 'status', p_status,
+        'queueStatus', CASE WHEN c.has_queue_mode THEN p_status END,
+        'busStatus', jsonb_build_object(
+            'consumedBy', (SELECT count(*) FROM queen.partition_consumers g
+                           WHERE g.partition_id = p_partition_id
+                             AND g.consumer_group <> '__QUEUE_MODE__' AND g.last_consumed_seq >= p_seq),
+            'totalGroups', c.bus_groups),
+        'traceId', p_trace_id, 'producerSub', p_producer_sub, 'queuePriority', p_priority, 'offset', p_seq,
+        'createdAt', queen.iso_ms(p_created_at),
+        'leaseExpiresAt', CASE WHEN p_status = 'processing' THEN queen.iso_ms(c.qm_lease_expires_at) END)
+$$;
+
+-- GET /api/v1/messages, with keyset paging. Input as messages_list_v1 plus "cursor" (a message id: list the
+-- messages with a smaller id). Newest first by message id (UUIDv7: its millisecond, then within a partition
+-- its offset). Two plans, chosen by probing how many partitions of the filter had a message in the window
+-- (at most 1,001 index probes, through partitions_queue_last_message_idx queue by queue):
+-- * up to 1,000 ("partitions"): each one's window is an offset range (binary search, as v1), merged; the
+--   total is exact;
+-- * more ("walk"): the primary key is walked backwards from the window's end (or the cursor), each message's
+--   partition looked up by id; at most 5,000 messages are read per call, so a rare filter answers a short
+--   page whose nextCursor continues the walk. The total is the planner's estimate of the messages in the
+--   window (before filters), flagged "estimated": true, and "mode" is that of the listed messages'
+--   partitions. Neither plan reads every partition.
+-- Returns v1's shape plus "nextCursor" (null: no more) and "estimated".
+CREATE OR REPLACE FUNCTION queen.messages_list_v2(p jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET enable_sort = off
+AS $$
+DECLARE
+    v_from timestamptz := coalesce((p->>'from')::timestamptz, now() - interval '1 hour');
+    v_to timestamptz := date_trunc('minute', coalesce((p->>'to')::timestamptz, now())) + interval '1 minute';
+    v_lim integer := coalesce((p->>'limit')::int, 200);
+    v_off integer := coalesce((p->>'offset')::int, 0);
+    v_status text := p->>'status';
+    v_cursor uuid := (p->>'cursor')::uuid;
+    v_queue text := p->>'queue';
+    v_partition text := p->>'partition';
+    v_namespace text := p->>'namespace';
+    v_task text := p->>'task';
+    v_budget constant integer := 5000;
+    v_active integer;
+    v_lo uuid;
+    v_hi uuid;
+    v_plan jsonb;
+    v_total bigint;
+    v_rows jsonb[] := '{}';
+    v_ids uuid[] := '{}';
+    v_partition_ids uuid[] := '{}';
+    v_skipped integer := 0;
+    v_scanned integer := 0;
+    v_last uuid;
+    v_next uuid;
+    v_c queen.partition_consumption;
+    v_state text;
+    r record;
+    v_result jsonb;
+BEGIN
+    IF v_partition IS NOT NULL THEN
+        -- one partition per queue at most, by the (queue_id, name) key: a statement of its own, so its
+        -- generic plan probes by name (an "IS NULL OR" condition cannot be an index condition)
+        SELECT count(*) INTO v_active FROM queen.queues q
+        JOIN queen.partitions pt ON pt.queue_id = q.id AND pt.name = v_partition
+        WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
+          AND (v_task IS NULL OR q.task = v_task);
+    ELSE
+        SELECT count(*) INTO v_active FROM (
+            SELECT 1 FROM queen.queues q
+            CROSS JOIN LATERAL (
+                SELECT pt.id FROM queen.partitions pt
+                WHERE pt.queue_id = q.id AND pt.last_message_at >= v_from
+                LIMIT 1001) x
+            WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
+              AND (v_task IS NULL OR q.task = v_task)
+            LIMIT 1001) s;
+    END IF;
+
+    IF v_active <= 1000 THEN
+        WITH w AS MATERIALIZED (
+            SELECT pt.id AS partition_id, pt.name AS partition_name, q.name AS queue_name, q.namespace, q.task,
+                   q.priority, c,
+                   CASE WHEN pt.created_at >= v_from THEN 0
+                        ELSE queen.partition_seq_at_v1(pt.id, v_from, pt.last_seq) END AS lo,
+                   CASE WHEN pt.last_message_at < v_to THEN pt.last_seq + 1
+                        ELSE queen.partition_seq_at_v1(pt.id, v_to, pt.last_seq) END AS hi
+            FROM queen.queues q
+            CROSS JOIN LATERAL (
+                SELECT pt.* FROM queen.partitions pt
+                WHERE pt.queue_id = q.id AND pt.name = v_partition AND pt.last_message_at >= v_from
+                UNION ALL
+                SELECT pt.* FROM queen.partitions pt
+                WHERE v_partition IS NULL AND pt.queue_id = q.id AND pt.last_message_at >= v_from) pt
+            JOIN queen.partition_consumption c ON c.partition_id = pt.id
+            WHERE pt.created_at < v_to
+              AND (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
+              AND (v_task IS NULL OR q.task = v_task)
+        ), candidates AS (
+            SELECT w.*, m.id, m.transaction_id, m.trace_id, m.producer_sub, m.created_at, m.seq,
+                   queen.message_status_v1(m.id, m.seq, w.c) AS status
+            FROM w CROSS JOIN LATERAL (
+                SELECT m.* FROM queen.messages m
+                WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
+                  AND (v_cursor IS NULL OR m.id < v_cursor)
+                  AND (v_status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = v_status)
+                ORDER BY m.seq DESC
+                LIMIT v_off + v_lim) m
+        ), page AS (
+            SELECT * FROM candidates ORDER BY id DESC LIMIT v_lim OFFSET v_off
+        )
+        SELECT coalesce(array_agg(queen.listed_message_v1(page.id, page.transaction_id, page.trace_id,
+                   page.producer_sub, page.created_at, page.seq, page.partition_id, page.partition_name,
+                   page.queue_name, page.namespace, page.task, page.priority, page.status, page.c)
+                   ORDER BY page.id DESC), '{}'),
+               coalesce(array_agg(page.id ORDER BY page.id DESC), '{}'),
+               (SELECT coalesce(sum(t.n), 0) FROM w CROSS JOIN LATERAL (
+                    SELECT count(*) AS n FROM queen.messages m
+                    WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
+                      AND (v_status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = v_status)) t),
+               (SELECT coalesce(array_agg(w.partition_id), '{}') FROM w)
+        INTO v_rows, v_ids, v_total, v_partition_ids
+        FROM page;
+        IF cardinality(v_ids) = v_lim THEN
+            v_next := v_ids[v_lim];
+        END IF;
+        v_result := jsonb_build_object('total', v_total, 'estimated', false);
+    ELSE
+        v_lo := queen.uuid_v7_floor_v1(v_from);
+        v_hi := queen.uuid_v7_floor_v1(v_to);
+        EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM queen.messages WHERE id >= %L::uuid AND id < %L::uuid',
+                       v_lo, v_hi) INTO v_plan;
+        v_total := (v_plan->0->'Plan'->>'Plan Rows')::bigint;
+        IF v_cursor IS NOT NULL AND v_cursor < v_hi THEN
+            v_hi := v_cursor;
+        END IF;
+        FOR r IN
+            SELECT m.id, m.transaction_id, m.trace_id, m.producer_sub, m.created_at, m.seq, m.partition_id,
+                   x.partition_name, x.queue_name, x.namespace, x.task, x.priority,
+                   (v_queue IS NULL OR x.queue_name = v_queue) AND (v_partition IS NULL OR x.partition_name = v_partition)
+                   AND (v_namespace IS NULL OR x.namespace = v_namespace) AND (v_task IS NULL OR x.task = v_task)
+                   AND m.created_at >= v_from AND m.created_at < v_to AS matches
+            FROM queen.messages m
+            CROSS JOIN LATERAL (
+                SELECT pt.name AS partition_name, q.name AS queue_name, q.namespace, q.task, q.priority
+                FROM queen.partitions pt JOIN queen.queues q ON q.id = pt.queue_id
+                WHERE pt.id = m.partition_id) x
+            WHERE m.id >= v_lo AND m.id < v_hi
+            ORDER BY m.id DESC
+            LIMIT v_budget
+        LOOP
+            v_scanned := v_scanned + 1;
+            v_last := r.id;
+            CONTINUE WHEN NOT r.matches;
+            SELECT c.* INTO v_c FROM queen.partition_consumption c WHERE c.partition_id = r.partition_id;
+            v_state := queen.message_status_v1(r.id, r.seq, v_c);
+            CONTINUE WHEN v_status IS NOT NULL AND v_state <> v_status;
+            IF v_skipped < v_off THEN
+                v_skipped := v_skipped + 1;
+                CONTINUE;
+            END IF;
+            v_rows := v_rows || queen.listed_message_v1(r.id, r.transaction_id, r.trace_id, r.producer_sub,
+                r.created_at, r.seq, r.partition_id, r.partition_name, r.queue_name, r.namespace, r.task,
+                r.priority, v_state, v_c);
+            v_ids := v_ids || r.id;
+            v_partition_ids := v_partition_ids || r.partition_id;
+            EXIT WHEN cardinality(v_ids) = v_lim;
+        END LOOP;
+        IF cardinality(v_ids) = v_lim THEN
+            v_next := v_ids[v_lim];
+        ELSIF v_scanned = v_budget THEN
+            v_next := v_last;  -- the read stopped before the window's start: continue from there
+        END IF;
+        v_result := jsonb_build_object('total', greatest(v_total, cardinality(v_ids) + v_off), 'estimated', true);
+    END IF;
+
+    RETURN v_result || jsonb_build_object(
+        'messages', to_jsonb(v_rows),
+        'mode', queen.consumption_mode_v1(v_partition_ids),
+        'nextCursor', v_next,
+        'pagination', jsonb_build_object('limit', v_lim, 'offset', v_off),
+        'timeRange', jsonb_build_object('from', queen.iso_ms(v_from),
+                                        'to', queen.iso_ms(least(v_to, '9999-12-31 23:59:59.999+00'))));
+END;
+$$;
+
 -- GET /api/v1/messages/:partitionId/:transactionId (API.md 10.2); the payload as stored (the server
 -- decrypts it). {"error": "Message not found"} when there is none.
 CREATE OR REPLACE FUNCTION queen.message_get_v1(p_partition_id uuid, p_transaction_id text)

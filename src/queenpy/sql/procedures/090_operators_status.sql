@@ -85,6 +85,42 @@ LANGUAGE sql STABLE AS $$
     LEFT JOIN queen.queue_stats s ON s.queue_id = q.id
 $$;
 
+-- v2 with keyset paging, as queen.status_queue_v2: p_after, nextCursor, estimated (totals from the stats tables).
+CREATE OR REPLACE FUNCTION queen.resources_queue_v3(p_queue text, p_limit integer, p_offset integer, p_after text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+-- the page is read in name order from the (queue_id, name) index, never sorted out of the whole queue
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+    SELECT CASE WHEN q.id IS NULL THEN jsonb_build_object('error', 'Queue not found') ELSE
+        jsonb_build_object('id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
+            'createdAt', queen.iso_ms(q.created_at), 'options', queen.queue_options_json(q),
+            'partitions', coalesce((SELECT jsonb_agg(jsonb_build_object('id', pt.id, 'name', pt.name,
+                    'createdAt', queen.iso_ms(pt.created_at), 'offset', pt.last_seq,
+                    'stats', queen.partition_messages_stats_v1(ps),
+                    'oldestMessage', queen.iso_ms(ps.oldest_at), 'newestMessage', queen.iso_ms(ps.newest_at))
+                    ORDER BY pt.name)
+                FROM (SELECT * FROM queen.partitions WHERE queue_id = q.id
+                        AND name > coalesce(p_after, '') ORDER BY name
+                      LIMIT p_limit OFFSET p_offset) pt
+                LEFT JOIN queen.partition_stats ps ON ps.partition_id = pt.id), '[]'::jsonb),
+            'totals', queen.stat_messages_v1(s),
+            'total', coalesce(s.partitions, 0),
+            'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset),
+            'estimated', true,
+            'nextCursor', (SELECT CASE WHEN count(*) = p_limit THEN (array_agg(x.name::text ORDER BY x.name))[p_limit] END
+                           FROM (SELECT name FROM queen.partitions WHERE queue_id = q.id
+                                   AND name > coalesce(p_after, '') ORDER BY name
+                                 LIMIT p_limit OFFSET p_offset) x),
+            'statsAge', queen.stats_age_v1())
+        END
+    FROM (SELECT 1) one
+    LEFT JOIN queen.queues q ON q.name = p_queue
+    LEFT JOIN queen.queue_stats s ON s.queue_id = q.id
+$$;
+
 -- GET /api/v1/resources/namespaces or /tasks (p_by 'namespace' | 'task'): {"namespaces"|"tasks": [{namespace |
 -- task, queues, partitions, messages: {total, pending, processing}}], total, pagination}.
 CREATE OR REPLACE FUNCTION queen.resources_groups_v1(p_by text, p_limit integer, p_offset integer)
@@ -211,6 +247,59 @@ LANGUAGE sql STABLE AS $$
                 'deletedTotal', coalesce(s.deleted_total, 0)),
             'total', coalesce(s.partitions, 0),
             'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset),
+            'statsAge', queen.stats_age_v1())
+        END
+    FROM (SELECT 1) one
+    LEFT JOIN queen.queues q ON q.name = p_queue
+    LEFT JOIN queen.queue_stats s ON s.queue_id = q.id
+$$;
+
+-- v1 with keyset paging: p_after (a partition name, the previous page's nextCursor) lists the partitions whose
+-- name sorts after it, one probe of the (queue_id, name) index whatever the depth; nextCursor is the page's last
+-- name when the page is full, else null. totals and total come from the stats tables (estimated: true).
+CREATE OR REPLACE FUNCTION queen.status_queue_v2(p_queue text, p_limit integer, p_offset integer, p_after text)
+RETURNS jsonb
+LANGUAGE sql STABLE
+-- the page is read in name order from the (queue_id, name) index, never sorted out of the whole queue
+SET enable_sort = off
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+AS $$
+    SELECT CASE WHEN q.id IS NULL THEN jsonb_build_object('error', 'Queue not found') ELSE
+        jsonb_build_object(
+            'queue', jsonb_build_object('id', q.id, 'name', q.name, 'namespace', q.namespace, 'task', q.task,
+                'priority', q.priority, 'createdAt', queen.iso_ms(q.created_at),
+                'config', jsonb_build_object('leaseTime', q.lease_time, 'retryLimit', q.retry_limit,
+                    'retryDelay', q.retry_delay, 'ttl', q.ttl, 'maxQueueSize', q.max_queue_size,
+                    'deadLetterQueue', q.dead_letter_queue)),
+            'partitions', coalesce((SELECT jsonb_agg(jsonb_build_object('id', pt.id, 'name', pt.name,
+                    'createdAt', queen.iso_ms(pt.created_at), 'messages', queen.partition_messages_stats_v1(ps),
+                    'stats', jsonb_build_object('offset', pt.last_seq, 'consumerGroups', coalesce(ps.consumer_groups, 0),
+                        'consumedTotal', coalesce(ps.consumed_total, 0),
+                        'deletedTotal', coalesce(ps.messages_deleted, 0),
+                        'lagSeconds', coalesce(round(extract(epoch FROM now() - ps.oldest_unconsumed_at)::numeric, 3), 0)),
+                    'cursor', jsonb_build_object('totalConsumed', coalesce(qm.total_messages_consumed, 0),
+                        'batchesConsumed', coalesce(qm.total_batches_consumed, 0), 'offset', qm.last_consumed_seq),
+                    'lastActivity', queen.iso_ms(pt.last_activity),
+                    'oldestMessage', queen.iso_ms(ps.oldest_at), 'newestMessage', queen.iso_ms(ps.newest_at))
+                    ORDER BY pt.name)
+                FROM (SELECT * FROM queen.partitions WHERE queue_id = q.id
+                        AND name > coalesce(p_after, '') ORDER BY name
+                      LIMIT p_limit OFFSET p_offset) pt
+                LEFT JOIN queen.partition_stats ps ON ps.partition_id = pt.id
+                LEFT JOIN queen.partition_consumers qm
+                       ON qm.partition_id = pt.id AND qm.consumer_group = '__QUEUE_MODE__'), '[]'::jsonb),
+            'totals', jsonb_build_object('messages', queen.stat_messages_v1(s),
+                'partitions', coalesce(s.partitions, 0), 'consumerGroups', coalesce(s.consumer_groups, 0),
+                'ingestedTotal', coalesce(s.ingested_total, 0), 'consumedTotal', coalesce(s.consumed_total, 0),
+                'deletedTotal', coalesce(s.deleted_total, 0)),
+            'total', coalesce(s.partitions, 0),
+            'pagination', jsonb_build_object('limit', p_limit, 'offset', p_offset),
+            'estimated', true,
+            'nextCursor', (SELECT CASE WHEN count(*) = p_limit THEN (array_agg(x.name::text ORDER BY x.name))[p_limit] END
+                           FROM (SELECT name FROM queen.partitions WHERE queue_id = q.id
+                                   AND name > coalesce(p_after, '') ORDER BY name
+                                 LIMIT p_limit OFFSET p_offset) x),
             'statsAge', queen.stats_age_v1())
         END
     FROM (SELECT 1) one

@@ -1,0 +1,508 @@
+"""Scale: one queue with ``scenario.partitions`` partitions (1,000,000 for ``scale-1m``) of ``STORED`` messages
+each, and the hot path, the operators' routes, retention and storage measured there, each next to the same
+figure on a queue of ``BASE_PARTITIONS`` partitions measured first in the same run (issue 44).
+
+The partition count is the scenario's, or ``QUEENPY_SCALE_PARTITIONS`` when set (a smaller run: 100,000, or
+a few thousand in the test that proves the kind works).
+
+Steps of a round:
+
+1. **disk**: the run needs about ``BYTES_PER_PARTITION`` per partition (heap, indexes, WAL headroom); on the
+   embedded PostgreSQL the free space of its directory is checked first and the scenario is skipped with
+   what it needs when short. An external server's disk is not visible from here: its need is printed only.
+2. **seed check**: a reference queue is made by real pushes, pops and acks through the broker; a twin of it
+   is seeded by the bulk SQL below; the two are compared table by table (rows per partition in every table
+   with a ``partition_id``, partition rows, message ids, cursors, consumer group metadata, the stats job's
+   rows). A difference fails the round before anything is measured.
+3. **base**: a queue of 100 partitions, seeded by the same SQL with a deep backlog (its groups must not run
+   dry in a window), then push, wildcard pop + ack, cold partition pops and every operator route, measured.
+4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
+   ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest within the last hour), the
+   cursors of ``GROUPS`` consumer groups half-way; then ANALYZE and one full stats run.
+5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.
+6. **at scale**: the same measurements as 3 on the big queue.
+7. **retention and cleanup**: retention (one hour) deletes the oldest message of every partition (1/``STORED``
+   of the messages); then ``CLEANUP_PARTITIONS`` empty partitions idle for 40 days are removed by the
+   partition cleanup. Each runs while wrk pushes to the big queue: time, WAL bytes, and the push rate during
+   it over the rate at scale.
+
+The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
+(the slowest route's max at scale) in ``scale`` of each run and of the median.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import threading
+import time
+from typing import Any
+
+import httpx
+
+from queenpy.bench.catalog import Options, Scenario, payload
+from queenpy.bench.core import Context, Kind, ScenarioSkipped
+from queenpy.bench.load import measured_window
+from queenpy.bench.postgres import Sql
+from queenpy.bench.report import number
+from queenpy.bench.wrk import render_script
+
+__all__ = ["KIND", "report_lines", "run"]
+
+STORED = 10  # messages per partition
+PAYLOAD_BYTES = 200
+GROUPS = 10
+BASE_PARTITIONS = 100
+BASE_STORED = 2000  # the base queue's backlog: 1,000 unconsumed per partition and group
+SEED_CHUNK = 50_000
+CLEANUP_PARTITIONS = 100_000
+COLD_POPS = 100
+ROUTE_REQUESTS = 5
+#: heap, indexes and WAL headroom per partition of 10 messages of 200 B and 10 cursors; measured runs
+#: write their figures under ``storage``
+BYTES_PER_PARTITION = 12_000
+
+# The bulk seed: partitions $3 .. $4 of queue $1 named $2 || n, each with $5 messages of payload $6, the
+# first one created at $7, the others at $8 + seq milliseconds (ids are UUIDv7 of their creation time, so
+# they grow with the offsets as the push procedure makes them; transaction ids are the ids' text, as a push
+# without client transaction ids stores them); then cursors of groups $9 at offset $10.
+_MESSAGE_AT = "CASE WHEN s = 1 THEN $7::timestamptz ELSE $8::timestamptz + s * interval '1 ms' END"
+_MESSAGE_ID = (
+    "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') || '7' || substr(h, 1, 3) || '8'"
+    " || substr(h, 4, 15))::uuid"
+)
+SEED = f"""
+WITH parts AS (
+    INSERT INTO queen.partitions (queue_id, name, created_at, last_activity, last_seq, last_message_id,
+                                  last_message_at)
+    SELECT $1::uuid, $2 || g, $7::timestamptz, x.at, $5::int, x.id, x.at
+    FROM generate_series($3::int, $4::int) g
+    CROSS JOIN LATERAL (SELECT {_MESSAGE_AT.replace("s = 1", "$5::int = 1").replace("s *", "$5::int *")} AS at,
+                               md5(g::text || '-' || $5::int) AS h) y
+    CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) x
+    RETURNING id, name
+), messages AS (
+    INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
+    SELECT m.id, m.id::text, parts.id, s, $6::jsonb, m.at
+    FROM parts CROSS JOIN generate_series(1, $5::int) s
+    CROSS JOIN LATERAL (SELECT {_MESSAGE_AT} AS at, md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
+    CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) m
+    ORDER BY parts.id, s
+    RETURNING partition_id, seq, id, created_at
+)
+INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq, last_consumed_id,
+    last_consumed_created_at, total_messages_consumed, total_batches_consumed, last_consumed_at, batch_size,
+    acked_count, created_at)
+SELECT m.partition_id, grp, m.seq, m.id, m.created_at, m.seq, 1, m.created_at, 0, 0, m.created_at
+FROM messages m CROSS JOIN unnest($9::text[]) grp
+WHERE m.seq = $10::int
+"""
+# the queue as a first push creates it (queen.create_partitions_v1): no Default partition (configure makes one)
+CREATE_QUEUE = """
+INSERT INTO queen.queues (name, namespace, task)
+VALUES ($1::text, queen.default_namespace($1::text), queen.default_task($1::text)) ON CONFLICT (name) DO NOTHING
+"""
+EMPTY_PARTITIONS = """
+INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
+SELECT $1::uuid, 'idle-' || g, now() - interval '40 days', now() - interval '40 days'
+FROM generate_series(1, $2::int) g
+"""
+# tables with a partition_id column: rows per partition are compared between the pushed and seeded twins
+PARTITION_TABLES = """
+SELECT c.table_name FROM information_schema.columns c JOIN information_schema.tables t
+  ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE'
+WHERE c.table_schema = 'queen' AND c.column_name = 'partition_id' ORDER BY 1
+"""
+ROUTES = [
+    "/api/v1/status",
+    "/api/v1/status/queues",
+    "/api/v1/status/queues/{queue}",
+    "/api/v1/resources/queues",
+    "/api/v1/resources/queues/{queue}",
+    "/api/v1/resources/overview",
+    "/api/v1/messages?limit=50",
+    "/api/v1/messages?limit=50&queue={queue}",
+    "/api/v1/messages?limit=50&queue={queue}&status=pending",
+    "/api/v1/messages?limit=50&queue={queue}&partition=p7",
+    "/api/v1/status/analytics",
+    "/api/v1/analytics/queue-lag",
+    "/api/v1/analytics/queue-ops",
+    "/api/v1/consumer-groups",
+    "/api/v1/consumer-groups/g0",
+    "/api/v1/dlq?limit=50",
+    "/metrics/prometheus",
+]
+
+
+def partitions_of(scenario: Scenario) -> int:
+    """The run's partition count: ``QUEENPY_SCALE_PARTITIONS`` when set, else the scenario's."""
+    raw = os.environ.get("QUEENPY_SCALE_PARTITIONS", "")
+    return int(raw) if raw.strip() else scenario.partitions
+
+
+def _ms(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2) if ordered else 0.0
+
+
+def _check_disk(context: Context, partitions: int) -> dict[str, Any]:
+    need = partitions * BYTES_PER_PARTITION
+    facts: dict[str, Any] = {"need_bytes": need}
+    directory = getattr(context.pg, "data_dir", None) or context.workdir
+    if context.pg.pid is None:
+        context.log(f"  scale: needs about {need / 1e9:.1f} GB on the PostgreSQL server (not checked: external)")
+        facts["checked"] = False
+        return facts
+    free = shutil.disk_usage(directory).free
+    facts.update(checked=True, free_bytes=free)
+    context.log(f"  scale: needs about {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free")
+    if free < need:
+        raise ScenarioSkipped(f"needs about {need / 1e9:.1f} GB of free disk, {free / 1e9:.1f} GB free")
+    return facts
+
+
+def _queue_id(context: Context, queue: str) -> str:
+    context.sql.execute(CREATE_QUEUE, queue)
+    return str(context.sql.fetchval("SELECT id FROM queen.queues WHERE name = $1", queue))
+
+
+def _seed(context: Context, queue: str, partitions: int, stored: int,
+          prefix: str = "p") -> float:
+    """Seed ``queue`` by SQL (see SEED); returns the seconds it took."""
+    started = time.monotonic()
+    queue_id = _queue_id(context, queue)
+    groups = [f"g{n}" for n in range(GROUPS)]
+    body = payload(PAYLOAD_BYTES)
+    old = context.sql.fetchval("SELECT now() - interval '2 hours'")
+    recent = context.sql.fetchval("SELECT now() - interval '30 minutes'")
+    for lo in range(0, partitions, SEED_CHUNK):
+        hi = min(partitions, lo + SEED_CHUNK) - 1
+        context.sql.execute(SEED, queue_id, prefix, lo, hi, stored, body, old, recent, groups, stored // 2)
+        if partitions > SEED_CHUNK:
+            context.log(f"  seeded {hi + 1:,} of {partitions:,} partitions ({time.monotonic() - started:.0f} s)")
+    return time.monotonic() - started
+
+
+def _fingerprint(context: Context, queue: str) -> dict[str, Any]:
+    """What pushes, pops and acks leave in the tables for ``queue``, without names, ids and times."""
+    tables = [row[0] for row in context.sql.fetch(PARTITION_TABLES)]
+    per_table = {}
+    for table in tables:
+        per_table[table] = [int(row[0]) for row in context.sql.fetch(
+            f"SELECT count(t.partition_id) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            f"LEFT JOIN queen.{table} t ON t.partition_id = p.id WHERE q.name = $1 GROUP BY p.id ORDER BY 1",
+            queue)]
+    partitions = [dict(row) for row in context.sql.fetch("""
+        SELECT p.last_seq, p.last_message_id = (array_agg(m.id ORDER BY m.seq DESC))[1] AS last_id_ok, p.last_message_at = max(m.created_at)
+                   AS last_at_ok, count(m.id) AS messages, min(m.seq) AS first_seq,
+               bool_and(m.transaction_id = m.id::text) AS transaction_ids_are_ids,
+               bool_and(m.trace_id IS NULL AND m.producer_sub IS NULL AND NOT m.is_encrypted) AS plain,
+               bool_and(substr(m.id::text, 15, 1) = '7') AS uuid_v7,
+               bool_and(left(replace(m.id::text, '-', ''), 12)
+                        = lpad(to_hex((extract(epoch FROM m.created_at) * 1000)::bigint), 12, '0')) AS ids_timed,
+               p.created_at <= min(m.created_at) AS created_first
+        FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
+        LEFT JOIN queen.messages m ON m.partition_id = p.id
+        WHERE q.name = $1 GROUP BY p.id ORDER BY p.name""", queue)]
+    cursors = [dict(row) for row in context.sql.fetch("""
+        SELECT c.consumer_group, c.last_consumed_seq, c.last_consumed_id = m.id AS id_ok,
+               c.last_consumed_created_at = m.created_at AS at_ok, c.total_messages_consumed,
+               c.lease_expires_at IS NULL AS no_lease, c.acked_count, c.batch_retry_count,
+               c.retry_available_at IS NULL AS no_retry, c.worker_id IS NULL AS no_worker,
+               c.message_batch IS NULL AS no_batch, c.last_consumed_at IS NOT NULL AS consumed_at_set
+        FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id
+        LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = c.last_consumed_seq
+        WHERE q.name = $1 ORDER BY p.name, c.consumer_group""", queue)]
+    metadata = [dict(row) for row in context.sql.fetch(
+        "SELECT consumer_group, partition_name, namespace, task, subscription_mode FROM "
+        "queen.consumer_groups_metadata WHERE queue_name = $1 ORDER BY 1, 2", queue)]
+    stats = [dict(row) for row in context.sql.fetch("""
+        SELECT s.last_seq, s.depth, s.unconsumed, s.pending, s.completed, s.consumer_groups, s.min_cursor_seq
+        FROM queen.partition_stats s JOIN queen.partitions p ON p.id = s.partition_id
+        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.name""", queue)]
+    return {"rows_per_partition": per_table, "partitions": partitions, "cursors": cursors,
+            "groups": metadata, "stats": stats}
+
+
+def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, Any]:
+    """Pushed and seeded twins of 3 partitions compared (see the module docstring); returns the differences
+    (empty: the seed makes what pushes make)."""
+    pushed, seeded = f"{prefix}ref-pushed", f"{prefix}ref-seeded"
+    for n in range(3):
+        for _ in range(STORED):  # one push per message, as producers do
+            items = [{"queue": pushed, "partition": f"p{n}", "payload": {"pad": "x" * (PAYLOAD_BYTES - 12)}}]
+            answer = http.post("/api/v1/push", json={"items": items}).json()
+            assert answer[0]["status"] == "queued", answer
+        for g in range(GROUPS):
+            popped = http.get(f"/api/v1/pop/queue/{pushed}/partition/p{n}",
+                              params={"batch": STORED // 2, "wait": "false", "consumerGroup": f"g{g}"}).json()
+            acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
+                     "status": "completed"} for m in popped["messages"]]
+            http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": f"g{g}"})
+    _seed(context, seeded, 3, STORED)
+    context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
+    mine, theirs = _fingerprint(context, seeded), _fingerprint(context, pushed)
+    return {key: {"seeded": mine[key], "pushed": theirs[key]} for key in mine if mine[key] != theirs[key]}
+
+
+def _route_timings(url: str, queue: str) -> dict[str, Any]:
+    timings: dict[str, Any] = {}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for template in ROUTES:
+            route = template.format(queue=queue)
+            seconds, statuses, size = [], set(), 0
+            for _ in range(ROUTE_REQUESTS):
+                started = time.perf_counter()
+                response = client.get(route)
+                seconds.append(time.perf_counter() - started)
+                statuses.add(response.status_code)
+                size = len(response.content)
+            timings[template] = {"p50_ms": _ms(seconds, 0.5), "max_ms": _ms(seconds, 1.0), "bytes": size,
+                                 "status": sorted(statuses)}
+    return timings
+
+
+def _cold_pops(url: str, queue: str, partitions: int) -> dict[str, Any]:
+    """Partition-specific pops (batch 1, no wait) of a new group on ``COLD_POPS`` partitions spread over the
+    queue: none of them was read by this group, and at scale almost none is in PostgreSQL's cache."""
+    step = max(1, partitions // COLD_POPS)
+    seconds = []
+    empty = 0
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for n in range(0, min(partitions, step * COLD_POPS), step):
+            started = time.perf_counter()
+            answer = client.get(f"/api/v1/pop/queue/{queue}/partition/p{n}",
+                                params={"batch": 1, "wait": "false", "consumerGroup": "cold", "autoAck": "true"})
+            seconds.append(time.perf_counter() - started)
+            empty += not (answer.content and answer.json().get("messages"))
+    return {"pops": len(seconds), "empty": empty, "p50_ms": _ms(seconds, 0.5), "p99_ms": _ms(seconds, 0.99)}
+
+
+def _hot_path(context: Context, run: dict[str, Any], queue: str, partitions: int, label: str,
+              fill: bool = False) -> dict[str, Any]:
+    """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack with the 10 groups."""
+    push_script = render_script("push", {
+        "queue": queue, "partitions": partitions, "per_request": 10, "payload": payload(1024),
+        "seed": 4242, "rate_per_thread": 0, "transaction_ids": True}, context.workdir)
+    rows = lambda: int(context.sql.fetchval(
+        "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+        "ON q.id = p.queue_id WHERE q.name = $1", queue))
+    pushed = measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push")
+    messages = pushed.after - pushed.before
+    window = pushed.window
+    push = {
+        "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
+        "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
+        "postgres_us_per_msg": round((window.end.postgres_s - window.start.postgres_s) / messages * 1e6, 1)
+        if messages and window.end is not None and window.start.postgres_ticks is not None else None,
+    }
+    groups = [f"g{n}" for n in range(GROUPS)]
+    pop_script = render_script("consume", {
+        "queue": queue, "groups": groups, "batch": 10, "mode": "ack", "timeout_ms": 0, "target": "",
+        "payload": payload(40)}, context.workdir)
+    consumed = lambda: int(context.sql.fetchval(
+        "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
+        "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = $1 AND c.consumer_group = ANY ($2::text[])", queue, groups))
+    popped = measured_window(context, run, pop_script, 50, consumed, 2, label=f"{label} pop")
+    counters = popped.wrk.result.counters
+    pops = counters.get("pops", 0)
+    pop = {
+        "msg_per_s": round((popped.after - popped.before) / max(1e-9, popped.window.seconds), 1),
+        "empty_pop_share": round(counters.get("empty_pops", 0) / pops, 4) if pops else None,
+        "p99_ms": round(popped.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
+    }
+    if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the push window's
+        context.fill_window(run, messages, window, [pushed.wrk], pushed.wrk)
+    return {"push": push, "pop": pop, "cold_pop": _cold_pops(context.broker_url, queue, partitions),
+            "routes": _route_timings(context.broker_url, queue)}
+
+
+def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
+    """Bytes on disk of the tables a partition's messages and cursors live in: heap, each index, TOAST."""
+    messages = int(context.sql.fetchval("SELECT count(*) FROM queen.messages"))
+    total_partitions = int(context.sql.fetchval("SELECT count(*) FROM queen.partitions"))
+    relations: dict[str, Any] = {}
+    for table in ("messages", "partitions", "partition_consumers", "partition_stats", "partition_counters"):
+        row = context.sql.fetchrow(
+            "SELECT pg_relation_size(c.oid) AS heap, coalesce(pg_total_relation_size(c.reltoastrelid), 0) AS toast "
+            "FROM pg_class c WHERE c.oid = ('queen.' || $1)::regclass", table)
+        indexes = {r[0]: int(r[1]) for r in context.sql.fetch(
+            "SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index i "
+            "WHERE i.indrelid = ('queen.' || $1)::regclass ORDER BY 1", table)}
+        relations[table] = {"heap": int(row["heap"]), "toast": int(row["toast"]), "indexes": indexes}
+    per_message = {"heap": relations["messages"]["heap"] / max(1, messages),
+                   "toast": relations["messages"]["toast"] / max(1, messages),
+                   **{name: size / max(1, messages) for name, size in relations["messages"]["indexes"].items()}}
+    per_partition = {
+        f"{table}.{part}": size / max(1, total_partitions)
+        for table in ("partitions", "partition_consumers", "partition_stats", "partition_counters")
+        for part, size in [("heap", relations[table]["heap"]), *relations[table]["indexes"].items()]
+    }
+    index_bytes = sum(relations["messages"]["indexes"].values())
+    return {
+        "messages": messages, "partitions": total_partitions, "payload_bytes": PAYLOAD_BYTES,
+        "relations": relations,
+        "per_message_bytes": {k: round(v, 1) for k, v in per_message.items()},
+        "per_partition_bytes": {k: round(v, 1) for k, v in per_partition.items()},
+        "messages_index_to_heap": round(index_bytes / max(1, relations["messages"]["heap"]), 3),
+    }
+
+
+def _while_pushing(context: Context, run: dict[str, Any], queue: str, partitions: int, label: str,
+                   work: Any) -> dict[str, Any]:
+    """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue`` for one window:
+    the work's time and WAL bytes, and the push rate meanwhile."""
+    result: dict[str, Any] = {}
+
+    def drive() -> None:
+        sql = Sql(context.pg.url)
+        try:
+            wal = lambda: int(sql.fetchval(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"))
+            before, started = wal(), time.monotonic()
+            result["detail"] = work(sql)
+            result["seconds"] = round(time.monotonic() - started, 2)
+            result["wal_bytes"] = wal() - before
+        except Exception as exc:  # noqa: BLE001 (reported in the run, not raised from a thread)
+            result["error"] = repr(exc)
+        finally:
+            sql.close()
+
+    script = render_script("push", {
+        "queue": queue, "partitions": partitions, "per_request": 10, "payload": payload(1024),
+        "seed": 777, "rate_per_thread": 0, "transaction_ids": True}, context.workdir)
+    rows = lambda: int(context.sql.fetchval(
+        "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+        "ON q.id = p.queue_id WHERE q.name = $1", queue))
+    thread = threading.Thread(target=drive, name=f"scale-{label}")
+    thread.start()
+    pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
+    result["push_msg_per_s"] = round((pushed.after - pushed.before) / max(1e-9, pushed.window.seconds), 1)
+    thread.join()
+    result["finished_inside_window"] = "seconds" in result and result["seconds"] <= pushed.window.seconds
+    if "error" in result:
+        run["problems"].append(f"{label}: {result['error']}")
+    return result
+
+
+def _retention(sql: Sql, queue_id: str) -> dict[str, Any]:
+    """One retention pass over the queue, step after step (as the retention job runs it)."""
+    run_at = sql.fetchval("SELECT now()")
+    after, inclusive, deleted, steps = "", True, 0, 0
+    while True:
+        step = _json(sql.fetchval("SELECT queen.retention_step_v1('retention', $1::uuid, '{}'::text[], $2, $3, "
+                                  "500, 10000, $4)::text", queue_id, after, inclusive, run_at))
+        steps += 1
+        deleted += int(step["deleted"])
+        if step["next"] is None:
+            return {"deleted": deleted, "steps": steps}
+        after, inclusive = step["next"], bool(step["inclusive"])
+
+
+def _cleanup(sql: Sql) -> dict[str, Any]:
+    removed = steps = 0
+    while True:
+        step = _json(sql.fetchval("SELECT queen.partition_cleanup_v1($1, 1000)::text", 30 * 86400.0))
+        steps += 1
+        removed += int(step["partitions"])
+        if int(step["partitions"]) < 1000:
+            return {"partitions": removed, "steps": steps}
+
+
+def _json(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
+def _ratio(at_scale: float | None, base: float | None) -> float | None:
+    return round(at_scale / base, 3) if at_scale is not None and base else None
+
+
+def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
+    """See the module docstring."""
+    result = context.new_run(scenario, round_no)
+    partitions = partitions_of(scenario)
+    prefix = f"{context.queue_prefix}{scenario.name}-r{round_no}-"
+    figures: dict[str, Any] = {"partitions": partitions, "stored_per_partition": STORED, "groups": GROUPS}
+    result["scale"] = figures
+    figures["disk"] = _check_disk(context, partitions)
+    with httpx.Client(base_url=context.broker_url, timeout=60) as http:
+        differences = _check_seed(context, http, prefix)
+        figures["seed_check"] = "equal" if not differences else differences
+        if differences:
+            result["problems"].append(f"the bulk seed differs from what pushes make: {sorted(differences)}")
+            result["valid"] = False
+            return result
+        base_queue, big_queue = f"{prefix}base", f"{prefix}big"
+        context.created_queues.update({base_queue, big_queue, f"{prefix}ref-pushed", f"{prefix}ref-seeded"})
+        _seed(context, base_queue, BASE_PARTITIONS, BASE_STORED)
+        context.sql.execute("ANALYZE")
+        context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
+        figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
+        context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
+        figures["seed_s"] = round(_seed(context, big_queue, partitions, STORED), 1)
+        started = time.monotonic()
+        context.sql.execute("ANALYZE")
+        context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
+        figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
+        figures["storage"] = _storage(context, big_queue, partitions)
+        figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
+        queue_id = _queue_id(context, big_queue)
+        http.post("/api/v1/configure", json={"queue": big_queue, "options": {
+            "retentionEnabled": True, "retentionSeconds": 3600}}).raise_for_status()
+        figures["retention"] = _while_pushing(context, result, big_queue, partitions, "retention",
+                                              lambda sql: _retention(sql, queue_id))
+        http.post("/api/v1/configure", json={"queue": big_queue, "options": {
+            "retentionEnabled": False, "retentionSeconds": 0}}).raise_for_status()
+        context.sql.execute(EMPTY_PARTITIONS, queue_id, min(CLEANUP_PARTITIONS, partitions))
+        figures["cleanup"] = _while_pushing(context, result, big_queue, partitions, "cleanup", _cleanup)
+    base, at_scale = figures["base"], figures["at_scale"]
+    figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
+    figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
+    figures["route_max_ms"] = max(t["max_ms"] for t in at_scale["routes"].values())
+    figures["retention_push_ratio"] = _ratio(figures["retention"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"])
+    figures["cleanup_push_ratio"] = _ratio(figures["cleanup"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"])
+    for name, timing in at_scale["routes"].items():
+        if timing["status"] != [200]:
+            result["problems"].append(f"{name} answered {timing['status']}")
+    return result
+
+
+def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over the rounds of push_ratio, pop_ratio and route_max_ms."""
+    keys = ("push_ratio", "pop_ratio", "route_max_ms", "retention_push_ratio", "cleanup_push_ratio")
+    out: dict[str, Any] = {}
+    for key in keys:
+        values = [r["scale"][key] for r in measured if r.get("scale", {}).get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    return {"scale": out}
+
+
+def report_lines(entry: dict[str, Any]) -> list[str]:
+    lines = []
+    for run_ in entry["runs"]:
+        figures = run_.get("scale") or {}
+        if "at_scale" not in figures:
+            continue
+        base, big = figures["base"], figures["at_scale"]
+        lines.append(
+            f"{entry['scenario']} round {run_['round']} at {figures['partitions']:,} partitions: push "
+            f"{number(big['push']['msg_per_s'])} msg/s vs {number(base['push']['msg_per_s'])} at "
+            f"{BASE_PARTITIONS} ({figures['push_ratio']}); pop {number(big['pop']['msg_per_s'])} vs "
+            f"{number(base['pop']['msg_per_s'])} ({figures['pop_ratio']}); slowest route max "
+            f"{figures['route_max_ms']} ms")
+        for route, timing in big["routes"].items():
+            lines.append(f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms")
+    return lines
+
+
+def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
+    windows = 6 * (options.warmup + options.seconds + 3)
+    return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
+
+
+KIND = Kind("scale", run, summarize=summarize, report_lines=report_lines, planned_s=_planned)
