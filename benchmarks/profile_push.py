@@ -34,16 +34,24 @@ from queenpy.bench.wrk import render_script, run_wrk
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=None, help="the SVG to write (none: no profile, only the CPU)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="the SVG to write (none: no profile, only the CPU)"
+    )
     parser.add_argument("--per-request", type=int, default=1, help="messages per push request")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds sampled")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--connections", type=int, default=50)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
-    parser.add_argument("--requests-per-s", type=int, default=0,
-                        help="pace wrk to this many requests per second (0: as fast as the broker answers)")
+    parser.add_argument(
+        "--requests-per-s",
+        type=int,
+        default=0,
+        help="pace wrk to this many requests per second (0: as fast as the broker answers)",
+    )
     parser.add_argument("--native", action="store_true", help="py-spy --native (C frames too)")
     parser.add_argument("--server", default=None, help="QUEENPY_HTTP_SERVER of the broker")
     parser.add_argument("-e", "--env", action="append", default=[], help="NAME=VALUE for the broker")
@@ -67,17 +75,41 @@ def main() -> None:
         sql.close()
         script = render_script(
             "push",
-            {"queue": queue, "partitions": 100, "per_request": args.per_request, "payload": payload(40),
-             "seed": 17, "rate_per_thread": args.requests_per_s / 2},
+            {
+                "queue": queue,
+                "partitions": 100,
+                "per_request": args.per_request,
+                "payload": payload(40),
+                "seed": 17,
+                "rate_per_thread": args.requests_per_s / 2,
+            },
             workdir,
         )
         run_wrk(broker.url, script, args.connections, args.warmup)
         worker = psutil.Process(broker.pid).children()[0].pid
-        profiler = None if args.out is None else subprocess.Popen(
-            [str(py_spy), "record", "--pid", str(worker), "--rate", str(args.rate), "--duration",
-             str(round(args.seconds)), "--gil", "--format", "flamegraph", "--output", str(args.out),
-             *(["--native"] if args.native else ["--nonblocking"])],
-            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        profiler = (
+            None
+            if args.out is None
+            else subprocess.Popen(
+                [
+                    str(py_spy),
+                    "record",
+                    "--pid",
+                    str(worker),
+                    "--rate",
+                    str(args.rate),
+                    "--duration",
+                    str(round(args.seconds)),
+                    "--gil",
+                    "--format",
+                    "flamegraph",
+                    "--output",
+                    str(args.out),
+                    *(["--native"] if args.native else ["--nonblocking"]),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.STDOUT,
+            )
         )
         tree = [psutil.Process(broker.pid), *psutil.Process(broker.pid).children(recursive=True)]
         times0 = [process.cpu_times() for process in tree]
@@ -96,10 +128,12 @@ def main() -> None:
         other = (machine1.busy_s - machine0.busy_s - broker_s - wrk.cpu_s) / total if total else 0.0
         if args.out is not None:
             print(f"{args.out}: worker {worker}, {args.seconds:g} s sampled at {args.rate}/s")
-        print(f"requests {requests:,} in {wall:.1f} s ({requests / wall:,.0f}/s), p99 "
-              f"{wrk.result.latency_us.get(99.0, 0) / 1000:.1f} ms; broker CPU {broker_s:.2f} s = "
-              f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); "
-              f"others (PostgreSQL included) used {other * 100:.0f}% of the cores")
+        print(
+            f"requests {requests:,} in {wall:.1f} s ({requests / wall:,.0f}/s), p99 "
+            f"{wrk.result.latency_us.get(99.0, 0) / 1000:.1f} ms; broker CPU {broker_s:.2f} s = "
+            f"{broker_s / requests * 1e6:.1f} µs/request ({system_s / broker_s * 100:.0f}% in the kernel); "
+            f"others (PostgreSQL included) used {other * 100:.0f}% of the cores"
+        )
     finally:
         if broker is not None:
             broker.stop()

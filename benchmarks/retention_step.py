@@ -26,34 +26,54 @@ from psycopg.types.json import Jsonb
 QUEUE = "retention-micro"
 
 
-def prepare(conn: psycopg.Connection[tuple[object, ...]], partitions: int, messages: int) -> tuple[object, object]:
+def prepare(
+    conn: psycopg.Connection[tuple[object, ...]], partitions: int, messages: int
+) -> tuple[object, object]:
     """The queue, its partitions and ``messages`` messages in each, all consumed; message ``s`` of a partition
     was created ``s`` ms after the returned base time (an hour ago). Returns (queue id, base time)."""
     conn.execute("DELETE FROM queen.queues WHERE name = %s", (QUEUE,))
-    conn.execute("SELECT queen.configure_queue_v1(%s)",
-                 (Jsonb({"queue": QUEUE, "options": {"completedRetentionSeconds": 1}}),))
+    conn.execute(
+        "SELECT queen.configure_queue_v1(%s)",
+        (Jsonb({"queue": QUEUE, "options": {"completedRetentionSeconds": 1}}),),
+    )
     row = conn.execute("SELECT id FROM queen.queues WHERE name = %s", (QUEUE,)).fetchone()
     assert row is not None
     queue_id = row[0]
     base = conn.execute("SELECT now() - interval '1 hour'").fetchone()[0]  # type: ignore[index]
-    conn.execute("INSERT INTO queen.partitions (queue_id, name) SELECT %s, 'p' || lpad(i::text, 5, '0') "
-                 "FROM generate_series(1, %s) i ON CONFLICT DO NOTHING", (queue_id, partitions))
-    conn.execute("""
+    conn.execute(
+        "INSERT INTO queen.partitions (queue_id, name) SELECT %s, 'p' || lpad(i::text, 5, '0') "
+        "FROM generate_series(1, %s) i ON CONFLICT DO NOTHING",
+        (queue_id, partitions),
+    )
+    conn.execute(
+        """
         INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
         SELECT gen_random_uuid(), gen_random_uuid()::text, p.id, s, '{"n": 1}',
                %s::timestamptz + s * interval '1 ms'
         FROM queen.partitions p, generate_series(1, %s) s WHERE p.queue_id = %s AND p.name LIKE 'p%%'""",
-                 (base, messages, queue_id))
-    conn.execute("UPDATE queen.partitions SET last_seq = %s WHERE queue_id = %s AND name LIKE 'p%%'",
-                 (messages, queue_id))
-    conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) "
-                 "SELECT id, %s FROM queen.partitions WHERE queue_id = %s AND name LIKE 'p%%'", (messages, queue_id))
+        (base, messages, queue_id),
+    )
+    conn.execute(
+        "UPDATE queen.partitions SET last_seq = %s WHERE queue_id = %s AND name LIKE 'p%%'",
+        (messages, queue_id),
+    )
+    conn.execute(
+        "INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) "
+        "SELECT id, %s FROM queen.partitions WHERE queue_id = %s AND name LIKE 'p%%'",
+        (messages, queue_id),
+    )
     conn.execute("VACUUM ANALYZE queen.messages")
     return queue_id, base
 
 
-def run(conn: psycopg.Connection[tuple[object, ...]], queue_id: object, base: object, rounds: int,
-        per_round: int, batch: int) -> tuple[int, float]:
+def run(
+    conn: psycopg.Connection[tuple[object, ...]],
+    queue_id: object,
+    base: object,
+    rounds: int,
+    per_round: int,
+    batch: int,
+) -> tuple[int, float]:
     """``rounds`` retention runs; (messages deleted, seconds)."""
     deleted = 0
     started = time.perf_counter()
@@ -65,7 +85,8 @@ def run(conn: psycopg.Connection[tuple[object, ...]], queue_id: object, base: ob
             row = conn.execute(
                 "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', %s, %s, 500, "
                 "%s, %s::timestamptz + %s * interval '1 ms')",
-                (queue_id, after, inclusive, batch, base, run_at_ms)).fetchone()
+                (queue_id, after, inclusive, batch, base, run_at_ms),
+            ).fetchone()
             assert row is not None
             step = cast(dict[str, Any], row[0])
             deleted += int(step["deleted"])
@@ -88,8 +109,10 @@ def main() -> None:
         for _ in range(args.repeat):
             queue_id, base = prepare(conn, args.partitions, args.rounds * args.per_round)
             deleted, seconds = run(conn, queue_id, base, args.rounds, args.per_round, args.batch)
-            print(f"{deleted:,} deleted in {seconds * 1000:,.0f} ms: "
-                  f"{seconds / max(deleted, 1) * 1e6:.2f} µs per deleted message")
+            print(
+                f"{deleted:,} deleted in {seconds * 1000:,.0f} ms: "
+                f"{seconds / max(deleted, 1) * 1e6:.2f} µs per deleted message"
+            )
         conn.execute("DELETE FROM queen.queues WHERE name = %s", (QUEUE,))
 
 

@@ -47,15 +47,22 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", flush=True)
 
 
-def push(url: str, queue: str, messages: int, partitions: int, size: int, per_request: int = 100,
-         clients: int = 8) -> float:
+def push(
+    url: str, queue: str, messages: int, partitions: int, size: int, per_request: int = 100, clients: int = 8
+) -> float:
     filler = "x" * max(0, size - 40)
 
     async def pusher(worker: int, client: httpx.AsyncClient) -> None:
         for lo in range(worker * per_request, messages, clients * per_request):
-            items = [{"queue": queue, "partition": f"p{(i // per_request) % partitions}",
-                      "transactionId": f"m-{i}", "payload": {"i": i, "text": filler}}
-                     for i in range(lo, min(lo + per_request, messages))]
+            items = [
+                {
+                    "queue": queue,
+                    "partition": f"p{(i // per_request) % partitions}",
+                    "transactionId": f"m-{i}",
+                    "payload": {"i": i, "text": filler},
+                }
+                for i in range(lo, min(lo + per_request, messages))
+            ]
             (await client.post("/api/v1/push", json={"items": items})).raise_for_status()
 
     async def main() -> None:
@@ -96,8 +103,10 @@ class Meter:
         self.jvm, self.postmaster, self.broker = jvm, postmaster, broker
 
     def snapshot(self) -> dict[str, Any]:
-        snap: dict[str, Any] = {"pg": procfs.tree_cpu_s([self.postmaster]),
-                                "broker": procfs.tree_ticks(self.broker, kind_of)}
+        snap: dict[str, Any] = {
+            "pg": procfs.tree_cpu_s([self.postmaster]),
+            "broker": procfs.tree_ticks(self.broker, kind_of),
+        }
         if self.jvm is not None:
             snap["spark"] = procfs.tree_ticks(self.jvm, kind_of)
         return snap
@@ -105,8 +114,10 @@ class Meter:
     @staticmethod
     def delta(start: dict[str, Any], end: dict[str, Any]) -> dict[str, float]:
         broker = procfs.cpu_by_kind_s(start["broker"], end["broker"])
-        out = {"pg": end["pg"] - start["pg"],
-               "broker": sum(v for k, v in broker.items() if k not in ("postgres",))}
+        out = {
+            "pg": end["pg"] - start["pg"],
+            "broker": sum(v for k, v in broker.items() if k not in ("postgres",)),
+        }
         if "spark" in start:
             spark = procfs.cpu_by_kind_s(start["spark"], end["spark"])
             out["jvm"] = spark.get("jvm", 0.0)
@@ -120,14 +131,33 @@ def postmaster_of(data_dir: Path) -> int:
     return int((data_dir / "postmaster.pid").read_text().split()[0])
 
 
-def copy(spark: Any, url: str, source: str, target: str, per_trigger: int, commit: str, options: dict[str, str],
-         columns: list[str], checkpoint: Path) -> tuple[float, Any]:
-    rows = (spark.readStream.format("queen").option("url", url).option("queue", source)
-            .option("maxMessagesPerTrigger", str(per_trigger)).load())
+def copy(
+    spark: Any,
+    url: str,
+    source: str,
+    target: str,
+    per_trigger: int,
+    commit: str,
+    options: dict[str, str],
+    columns: list[str],
+    checkpoint: Path,
+) -> tuple[float, Any]:
+    rows = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", str(per_trigger))
+        .load()
+    )
     if columns:
         rows = rows.select(*columns)
-    writer = (rows.writeStream.format("queen").option("url", url).option("queue", target).option("commit", commit)
-              .option("checkpointLocation", str(checkpoint)))
+    writer = (
+        rows.writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("commit", commit)
+        .option("checkpointLocation", str(checkpoint))
+    )
     for key, value in options.items():
         writer = writer.option(key, value)
     started = time.monotonic()
@@ -163,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=100)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--max-per-trigger", type=int, default=20_000)
-    parser.add_argument("--commit", default="direct", help="the sink's commit option (direct, staged, pipelined)")
+    parser.add_argument(
+        "--commit", default="direct", help="the sink's commit option (direct, staged, pipelined)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
@@ -186,8 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         seconds = push(url, source, args.messages, args.partitions, args.size)
         used = meter.delta(before, meter.snapshot())
         per = {k: v / args.messages * 1e6 for k, v in used.items()}
-        log(f"push (100 per request, 8 clients): {args.messages / seconds:,.0f} msg/s; µs/msg "
-            f"PostgreSQL {per['pg']:.1f}, broker {per['broker']:.1f}")
+        log(
+            f"push (100 per request, 8 clients): {args.messages / seconds:,.0f} msg/s; µs/msg "
+            f"PostgreSQL {per['pg']:.1f}, broker {per['broker']:.1f}"
+        )
 
         from queenpy.spark.session import build_session
 
@@ -197,8 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         meter.jvm = jvm
         warm = f"cost.warm.{run_id}"
         push(url, warm, 20 * args.partitions, args.partitions, args.size)
-        copy(spark, url, warm, warm + ".out", 10 * args.partitions, args.commit, sink_options, columns,
-             tmp / "ck-warm")
+        copy(
+            spark,
+            url,
+            warm,
+            warm + ".out",
+            10 * args.partitions,
+            args.commit,
+            sink_options,
+            columns,
+            tmp / "ck-warm",
+        )
         log("warm-up copy done")
         rows = []
         for n in range(1, args.repeats + 1):
@@ -209,14 +252,39 @@ def main(argv: list[str] | None = None) -> int:
                 out = Path(args.py_spy)
                 out.mkdir(parents=True, exist_ok=True)
                 for pid in python_children(jvm):
-                    spies.append(subprocess.Popen(
-                        [spy_bin, "record", "--pid", str(pid), "--subprocesses", "--format", "raw", "--rate",
-                         "200", "--nonblocking", "-o", str(out / f"workers-{pid}.txt")],
-                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    spies.append(
+                        subprocess.Popen(
+                            [
+                                spy_bin,
+                                "record",
+                                "--pid",
+                                str(pid),
+                                "--subprocesses",
+                                "--format",
+                                "raw",
+                                "--rate",
+                                "200",
+                                "--nonblocking",
+                                "-o",
+                                str(out / f"workers-{pid}.txt"),
+                            ],
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL,
+                        )
+                    )
                 time.sleep(1.0)
             before = meter.snapshot()
-            elapsed, query = copy(spark, url, source, target, args.max_per_trigger, args.commit, sink_options,
-                                  columns, tmp / f"ck-{n}")
+            elapsed, query = copy(
+                spark,
+                url,
+                source,
+                target,
+                args.max_per_trigger,
+                args.commit,
+                sink_options,
+                columns,
+                tmp / f"ck-{n}",
+            )
             used = meter.delta(before, meter.snapshot())
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
@@ -226,12 +294,20 @@ def main(argv: list[str] | None = None) -> int:
             batches = [p for p in query.recentProgress if p.numInputRows]
             first_s = batches[0].durationMs.get("triggerExecution", 0) / 1000 if batches else float("nan")
             rows.append({"msg_per_s": args.messages / elapsed, **per})
-            log(f"copy {n} ({args.commit}): {copied:,}/{args.messages:,} in {elapsed:.1f} s = "
+            log(
+                f"copy {n} ({args.commit}): {copied:,}/{args.messages:,} in {elapsed:.1f} s = "
                 f"{args.messages / elapsed:,.0f} msg/s, first micro-batch {first_s:.2f} s; µs/msg JVM "
                 f"{per['jvm']:.1f}, Python {per['python']:.1f}, PostgreSQL {per['pg']:.1f}, "
-                f"broker {per['broker']:.1f}")
-            log("  Python by process: " + ", ".join(f"{k.removeprefix('python:')} {v:.1f}" for k, v in per.items()
-                                                   if k.startswith("python:") or k == "exited"))
+                f"broker {per['broker']:.1f}"
+            )
+            log(
+                "  Python by process: "
+                + ", ".join(
+                    f"{k.removeprefix('python:')} {v:.1f}"
+                    for k, v in per.items()
+                    if k.startswith("python:") or k == "exited"
+                )
+            )
             if copied != args.messages:
                 log("the target does not hold the source's messages")
                 return 1
@@ -239,7 +315,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n| {args.commit}, {args.repeats} copies | median | min | max |\n|---|---|---|---|")
             for key in ("msg_per_s", "jvm", "python", "pg", "broker"):
                 values = [r[key] for r in rows]
-                print(f"| {key} | {statistics.median(values):,.1f} | {min(values):,.1f} | {max(values):,.1f} |")
+                print(
+                    f"| {key} | {statistics.median(values):,.1f} | {min(values):,.1f} | {max(values):,.1f} |"
+                )
         if args.py_spy:
             print("\nSpark's Python processes, self time by function (py-spy, copy 1, idle time left out):")
             for name, share in top_functions(sorted(Path(args.py_spy).glob("workers-*.txt"))):

@@ -62,17 +62,40 @@ def timed(conn: psycopg.Connection[Any], sql: str, arg: Any) -> float:
 def leased_acks(conn: psycopg.Connection[Any], partition: str, n: int, payload: str) -> list[dict[str, Any]]:
     items = [{"queue": "src", "partition": partition, "payload": {"p": payload}} for _ in range(n)]
     call(conn, "SELECT queen.push_items_v3(%s::jsonb, false, false)", items)
-    popped = orjson.loads(call(conn, "SELECT queen.pop_v1(%s::jsonb)::text", [
-        {"index": 0, "queue": "src", "partition": partition, "consumerGroup": "__QUEUE_MODE__", "batch": n,
-         "autoAck": False}]))[0]["messages"]
+    popped = orjson.loads(
+        call(
+            conn,
+            "SELECT queen.pop_v1(%s::jsonb)::text",
+            [
+                {
+                    "index": 0,
+                    "queue": "src",
+                    "partition": partition,
+                    "consumerGroup": "__QUEUE_MODE__",
+                    "batch": n,
+                    "autoAck": False,
+                }
+            ],
+        )
+    )[0]["messages"]
     assert len(popped) == n
-    return [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
-             "leaseId": m["leaseId"], "consumerGroup": "__QUEUE_MODE__"} for m in popped]
+    return [
+        {
+            "transactionId": m["transactionId"],
+            "partitionId": m["partitionId"],
+            "status": "completed",
+            "leaseId": m["leaseId"],
+            "consumerGroup": "__QUEUE_MODE__",
+        }
+        for m in popped
+    ]
 
 
 def pushes(partition: str, n: int, payload: str) -> list[dict[str, Any]]:
-    return [{"queue": "dst", "partition": partition, "payload": {"p": payload}, "transactionId": uuid.uuid4().hex}
-            for _ in range(n)]
+    return [
+        {"queue": "dst", "partition": partition, "payload": {"p": payload}, "transactionId": uuid.uuid4().hex}
+        for _ in range(n)
+    ]
 
 
 def spread(samples: list[float]) -> str:
@@ -82,8 +105,12 @@ def spread(samples: list[float]) -> str:
 
 def load_before(conn: psycopg.Connection[Any], revision: str) -> None:
     """``queen.transaction_v1`` as it was at ``revision``, created as ``queen.transaction_before``."""
-    text = subprocess.run(["git", "show", f"{revision}:src/queenpy/sql/procedures/040_ack.sql"], check=True,
-                          capture_output=True, text=True).stdout
+    text = subprocess.run(
+        ["git", "show", f"{revision}:src/queenpy/sql/procedures/040_ack.sql"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     match = re.search(r"CREATE OR REPLACE FUNCTION queen\.transaction_v1\(.*?\n\$\$;", text, re.DOTALL)
     assert match, "no transaction_v1 in that revision"
     conn.execute(match.group(0).replace("queen.transaction_v1(", "queen.transaction_before("))
@@ -107,9 +134,12 @@ def main() -> None:
             conn.execute(TIMED)
             if args.before:
                 load_before(conn, args.before)
-            samples: dict[str, list[float]] = {"transaction_v2 (100 acks + 100 pushes)": [],
-                                               "push_items_v3 (100)": [], "ack_v2 (100)": [],
-                                               "push_items_v3 + ack_v2": []}
+            samples: dict[str, list[float]] = {
+                "transaction_v2 (100 acks + 100 pushes)": [],
+                "push_items_v3 (100)": [],
+                "ack_v2 (100)": [],
+                "push_items_v3 + ack_v2": [],
+            }
             if args.before:
                 samples[f"transaction_v1 at {args.before}"] = []
             for rep in range(args.repetitions):
@@ -120,70 +150,114 @@ def main() -> None:
                 runs = {
                     "transaction_v2 (100 acks + 100 pushes)": (
                         "SELECT queen.transaction_v2($1)",
-                        [{"operations": [{"type": "ack", **a} for a in tx_acks]
-                          + [{"type": "push", "items": pushes(partition, 100, payload)}]}]),
-                    "push_items_v3 (100)": ("SELECT queen.push_items_v3($1, false, false)",
-                                            pushes(partition, 100, payload)),
-                    "ack_v2 (100)": ("SELECT queen.ack_v2($1)", [{**a, "index": i} for i, a in enumerate(plain_acks)]),
+                        [
+                            {
+                                "operations": [{"type": "ack", **a} for a in tx_acks]
+                                + [{"type": "push", "items": pushes(partition, 100, payload)}]
+                            }
+                        ],
+                    ),
+                    "push_items_v3 (100)": (
+                        "SELECT queen.push_items_v3($1, false, false)",
+                        pushes(partition, 100, payload),
+                    ),
+                    "ack_v2 (100)": (
+                        "SELECT queen.ack_v2($1)",
+                        [{**a, "index": i} for i, a in enumerate(plain_acks)],
+                    ),
                 }
                 if args.before:
                     runs[f"transaction_v1 at {args.before}"] = (
                         "SELECT queen.transaction_before($1)",
-                        {"operations": [{"type": "ack", **a} for a in before_acks]
-                         + [{"type": "push", "items": pushes(partition, 100, payload)}]})
+                        {
+                            "operations": [{"type": "ack", **a} for a in before_acks]
+                            + [{"type": "push", "items": pushes(partition, 100, payload)}]
+                        },
+                    )
                 names = list(runs)
-                for name in names[rep % len(names):] + names[:rep % len(names)]:
+                for name in names[rep % len(names) :] + names[: rep % len(names)]:
                     sql, arg = runs[name]
                     samples[name].append(timed(conn, sql, arg))
-                samples["push_items_v3 + ack_v2"].append(samples["push_items_v3 (100)"][-1]
-                                                         + samples["ack_v2 (100)"][-1])
+                samples["push_items_v3 + ack_v2"].append(
+                    samples["push_items_v3 (100)"][-1] + samples["ack_v2 (100)"][-1]
+                )
             for name, values in samples.items():
                 print(f"{name:42s} {spread(values)}")
-            ratios = [t / s for t, s in zip(samples["transaction_v2 (100 acks + 100 pushes)"],
-                                            samples["push_items_v3 + ack_v2"])]
-            print(f"{'ratio transaction / (push + ack)':42s} median {statistics.median(ratios):.2f}   p10-p90 "
-                  f"{statistics.quantiles(ratios, n=10)[0]:.2f} - {statistics.quantiles(ratios, n=10)[-1]:.2f}")
+            ratios = [
+                t / s
+                for t, s in zip(
+                    samples["transaction_v2 (100 acks + 100 pushes)"], samples["push_items_v3 + ack_v2"]
+                )
+            ]
+            print(
+                f"{'ratio transaction / (push + ack)':42s} median {statistics.median(ratios):.2f}   p10-p90 "
+                f"{statistics.quantiles(ratios, n=10)[0]:.2f} - {statistics.quantiles(ratios, n=10)[-1]:.2f}"
+            )
 
             # group commit: 50 client transactions of 1 ack + 1 push, fused or one call each
-            group_samples: dict[str, list[float]] = {"group of 50, one target partition": [],
-                                                     "group of 50, 50 target partitions": [],
-                                                     "50 calls of one": []}
+            group_samples: dict[str, list[float]] = {
+                "group of 50, one target partition": [],
+                "group of 50, 50 target partitions": [],
+                "50 calls of one": [],
+            }
             for rep in range(max(1, args.repetitions // 10)):
                 for name, values in group_samples.items():
                     acks = leased_acks(conn, f"g{rep}", 50, payload)
                     conn.execute("UPDATE queen.partition_consumers SET batch_size = 1")  # each ack ends it
-                    members = [{"operations": [{"type": "ack", **{k: v for k, v in a.items() if k != 'leaseId'}},
-                                               {"type": "push", "items": pushes(
-                                                   "one" if "one target" in name else f"t{k}", 1, payload)}]}
-                               for k, a in enumerate(acks)]
+                    members = [
+                        {
+                            "operations": [
+                                {"type": "ack", **{k: v for k, v in a.items() if k != "leaseId"}},
+                                {
+                                    "type": "push",
+                                    "items": pushes("one" if "one target" in name else f"t{k}", 1, payload),
+                                },
+                            ]
+                        }
+                        for k, a in enumerate(acks)
+                    ]
                     if name == "50 calls of one":
-                        values.append(sum(timed(conn, "SELECT queen.transaction_v2($1)", [m]) for m in members) / 50)
+                        values.append(
+                            sum(timed(conn, "SELECT queen.transaction_v2($1)", [m]) for m in members) / 50
+                        )
                     else:
                         values.append(timed(conn, "SELECT queen.transaction_v2($1)", members) / 50)
             for name, values in group_samples.items():
-                print(f"{name + ' (per transaction)':42s} median {statistics.median(values):8.0f} us   "
-                      f"min-max {min(values):7.0f} - {max(values):7.0f}")
+                print(
+                    f"{name + ' (per transaction)':42s} median {statistics.median(values):8.0f} us   "
+                    f"min-max {min(values):7.0f} - {max(values):7.0f}"
+                )
 
             # MultiXacts: members of one group that lock the same row (one consumer row acked under one lease,
             # one target partition) each lock a version another subtransaction of the group made
             for size in (20, 60):
                 acks = leased_acks(conn, f"m{size}", size, payload)
-                members = [{"operations": [{"type": "ack", **a},
-                                           {"type": "push", "items": pushes("shared", 1, payload)}],
-                            "requiredLeases": [a["leaseId"]]} for a in acks]
+                members = [
+                    {
+                        "operations": [
+                            {"type": "ack", **a},
+                            {"type": "push", "items": pushes("shared", 1, payload)},
+                        ],
+                        "requiredLeases": [a["leaseId"]],
+                    }
+                    for a in acks
+                ]
                 before = multixact_counters(conn)
                 call(conn, "SELECT queen.transaction_v2(%s::jsonb)::text", members)
                 after = multixact_counters(conn)
-                print(f"group of {size} on one consumer row and one target partition: {after[0] - before[0]} "
-                      f"MultiXacts, {after[1] - before[1]} MultiXact members")
+                print(
+                    f"group of {size} on one consumer row and one target partition: {after[0] - before[0]} "
+                    f"MultiXacts, {after[1] - before[1]} MultiXact members"
+                )
         server.cleanup()
 
 
 def multixact_counters(conn: psycopg.Connection[Any]) -> tuple[int, int]:
     """PostgreSQL's next MultiXact id and member offset, as of a checkpoint taken now."""
     conn.execute("CHECKPOINT")
-    row = conn.execute("SELECT next_multixact_id::text::bigint, next_multi_offset::text::bigint "
-                       "FROM pg_control_checkpoint()").fetchone()
+    row = conn.execute(
+        "SELECT next_multixact_id::text::bigint, next_multi_offset::text::bigint FROM pg_control_checkpoint()"
+    ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 

@@ -31,25 +31,46 @@ def main() -> None:
         while time.monotonic() < end:
             for queue in QUEUES:
                 count = random.randint(5, 40) if queue in ("orders", "payments") else random.randint(1, 8)
-                items = [{"queue": queue, "partition": f"p{random.randint(0, 3)}",
-                          "payload": {"id": pushed + i, "amount": random.randint(1, 500)}} for i in range(count)]
+                items = [
+                    {
+                        "queue": queue,
+                        "partition": f"p{random.randint(0, 3)}",
+                        "payload": {"id": pushed + i, "amount": random.randint(1, 500)},
+                    }
+                    for i in range(count)
+                ]
                 client.post("/api/v1/push", json={"items": items}).raise_for_status()
                 pushed += count
             for queue, group in CONSUMERS:
-                answer = client.get(f"/api/v1/pop/queue/{queue}",
-                                    params={"batch": 20, "wait": "false", "consumerGroup": group})
+                answer = client.get(
+                    f"/api/v1/pop/queue/{queue}",
+                    params={"batch": 20, "wait": "false", "consumerGroup": group},
+                )
                 messages: list[dict[str, Any]] = answer.json().get("messages", []) if answer.content else []
                 for message in messages:
                     failed = random.random() < 0.03
-                    client.post("/api/v1/ack", json={
-                        "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-                        "consumerGroup": group, "status": "dlq" if failed else "completed",
-                        "error": "card declined" if failed else None}).raise_for_status()
+                    client.post(
+                        "/api/v1/ack",
+                        json={
+                            "transactionId": message["transactionId"],
+                            "partitionId": message["partitionId"],
+                            "consumerGroup": group,
+                            "status": "dlq" if failed else "completed",
+                            "error": "card declined" if failed else None,
+                        },
+                    ).raise_for_status()
                     if random.random() < 0.1:
-                        client.post("/api/v1/traces", json={
-                            "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-                            "consumerGroup": group, "eventType": "step", "data": {"stage": "charged"},
-                            "traceNames": ["checkout"]}).raise_for_status()
+                        client.post(
+                            "/api/v1/traces",
+                            json={
+                                "transactionId": message["transactionId"],
+                                "partitionId": message["partitionId"],
+                                "consumerGroup": group,
+                                "eventType": "step",
+                                "data": {"stage": "charged"},
+                                "traceNames": ["checkout"],
+                            },
+                        ).raise_for_status()
             time.sleep(0.5)
     print(f"pushed {pushed} messages")
 

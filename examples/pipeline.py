@@ -117,7 +117,10 @@ async def produce(q: AsyncQueen, queue: str, messages: int, chats: int) -> tuple
         poisoned += poison
         chat = f"chat-{n % chats}"
         by_chat.setdefault(chat, []).append(
-            {"data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison}, "transactionId": f"msg-{n}"}
+            {
+                "data": {"n": n, "chat": chat, "text": f"hello {n}", "poison": poison},
+                "transactionId": f"msg-{n}",
+            }
         )
     queued = 0
     for chat, items in by_chat.items():

@@ -30,40 +30,81 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def run_window_count(spark: SparkSession, url: str, source: str, sink: str, checkpoint: str | None = None,
-                     max_per_trigger: int = 400) -> list[Window]:
+def run_window_count(
+    spark: SparkSession,
+    url: str,
+    source: str,
+    sink: str,
+    checkpoint: str | None = None,
+    max_per_trigger: int = 400,
+) -> list[Window]:
     """Run the windowed query over everything in ``source`` (availableNow), return the windows in ``sink``."""
     from pyspark.sql import functions as F
 
-    events = (spark.readStream.format("queen").option("url", url).option("queue", source)
-              .option("maxMessagesPerTrigger", str(max_per_trigger)).load())
+    events = (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", str(max_per_trigger))
+        .load()
+    )
     event = F.from_json("data", "key STRING, tsMs BIGINT").alias("e")
-    counts = (events.select(event).select("e.key", F.timestamp_millis("e.tsMs").alias("eventTime"))
-              .withWatermark("eventTime", "2 minutes")
-              .groupBy(F.window("eventTime", "1 minute"), "key")
-              .count())
-    out = counts.select(F.to_json(F.struct(
-        "key", F.unix_millis("window.start").alias("windowStartMs"),
-        F.unix_millis("window.end").alias("windowEndMs"), "count")).alias("data"), F.col("key").alias("partition"))
-    query = (out.writeStream.format("queen").option("url", url).option("queue", sink)
-             .option("checkpointLocation", checkpoint or tempfile.mkdtemp(prefix="queenpy-window-count-"))
-             .outputMode("append").trigger(availableNow=True).start())
+    counts = (
+        events.select(event)
+        .select("e.key", F.timestamp_millis("e.tsMs").alias("eventTime"))
+        .withWatermark("eventTime", "2 minutes")
+        .groupBy(F.window("eventTime", "1 minute"), "key")
+        .count()
+    )
+    out = counts.select(
+        F.to_json(
+            F.struct(
+                "key",
+                F.unix_millis("window.start").alias("windowStartMs"),
+                F.unix_millis("window.end").alias("windowEndMs"),
+                "count",
+            )
+        ).alias("data"),
+        F.col("key").alias("partition"),
+    )
+    query = (
+        out.writeStream.format("queen")
+        .option("url", url)
+        .option("queue", sink)
+        .option("checkpointLocation", checkpoint or tempfile.mkdtemp(prefix="queenpy-window-count-"))
+        .outputMode("append")
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         query.awaitTermination()
     finally:
         query.stop()
     if query.exception() is not None:
         raise RuntimeError(f"window count failed: {query.exception()}")
-    rows = (spark.read.format("queen").option("url", url).option("queue", sink).load()
-            .select(F.from_json("data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, count BIGINT")
-                    .alias("w")).select("w.*").collect())
+    rows = (
+        spark.read.format("queen")
+        .option("url", url)
+        .option("queue", sink)
+        .load()
+        .select(
+            F.from_json("data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, count BIGINT").alias(
+                "w"
+            )
+        )
+        .select("w.*")
+        .collect()
+    )
     return sorted((r.key, r.windowStartMs, r.windowEndMs, r["count"]) for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL)",
+    )
     parser.add_argument("--events", type=int, default=2000, help="demo events")
     args = parser.parse_args(argv)
     try:

@@ -88,9 +88,9 @@ class WindowsResult:
 
     @property
     def ok(self) -> bool:
-        return (sorted(self.late_spark) == sorted(self.late_python)
-                and all(self.duplicates(k) == 0 and sorted(self.spark[k]) == sorted(self.python[k])
-                        for k in self.spark))
+        return sorted(self.late_spark) == sorted(self.late_python) and all(
+            self.duplicates(k) == 0 and sorted(self.spark[k]) == sorted(self.python[k]) for k in self.spark
+        )
 
 
 def make_readings(events: int, keys: int, seed: int) -> dict[str, list[Reading]]:
@@ -108,9 +108,14 @@ def make_readings(events: int, keys: int, seed: int) -> dict[str, list[Reading]]
     by_key: dict[str, list[Reading]] = {}
     for k in range(keys):
         key = f"sensor-{k}"
-        items = [{"key": key, "value": rng.randint(-50, 100),
-                  "tsMs": stamp + 100 * k - (LATE_BY_MS if i > per_key // 4 and i % LATE_EVERY == 0 else 0)}
-                 for i, stamp in enumerate(stamps)]
+        items = [
+            {
+                "key": key,
+                "value": rng.randint(-50, 100),
+                "tsMs": stamp + 100 * k - (LATE_BY_MS if i > per_key // 4 and i % LATE_EVERY == 0 else 0),
+            }
+            for i, stamp in enumerate(stamps)
+        ]
         items.append({"key": key, "value": 0, "tsMs": at + LATE_BY_MS, "flush": True})
         by_key[key] = items
     return by_key
@@ -126,7 +131,7 @@ def micro_batches(readings: dict[str, list[Reading]], budget: int) -> list[list[
     batches = []
     while start != heads:
         end = admit(start, heads, budget)
-        batches.append([r for key in sorted(readings) for r in readings[key][start[key]:end[key]]])
+        batches.append([r for key in sorted(readings) for r in readings[key][start[key] : end[key]]])
         start = end
     return batches
 
@@ -140,7 +145,11 @@ def python_late(batches: list[list[Reading]]) -> list[tuple[str, int, int]]:
     seen: int | None = None  # the largest event time of batches 0..N-2 while batch N is read
     for n, batch in enumerate(batches):
         watermark = None if seen is None else seen - WATERMARK_MS
-        late += [(r["key"], r["tsMs"], r["value"]) for r in batch if watermark is not None and r["tsMs"] <= watermark]
+        late += [
+            (r["key"], r["tsMs"], r["value"])
+            for r in batch
+            if watermark is not None and r["tsMs"] <= watermark
+        ]
         if n >= 1:
             top = max(r["tsMs"] for r in batches[n - 1])
             seen = top if seen is None else max(seen, top)
@@ -151,8 +160,12 @@ def behind_but_on_time(batches: list[list[Reading]]) -> int:
     """Readings LATE_BY_MS behind their neighbours that Spark still aggregates (they arrive in micro-batch 0
     or 1, before any watermark applies to late rows)."""
     late = set(python_late(batches))
-    return sum(1 for batch in batches for r in batch
-               if r["tsMs"] < BASE_MS and (r["key"], r["tsMs"], r["value"]) not in late)
+    return sum(
+        1
+        for batch in batches
+        for r in batch
+        if r["tsMs"] < BASE_MS and (r["key"], r["tsMs"], r["value"]) not in late
+    )
 
 
 def python_windows(kind: str, readings: list[Reading]) -> list[Window]:
@@ -207,10 +220,15 @@ READING_SCHEMA = "key STRING, value BIGINT, tsMs BIGINT, flush BOOLEAN"
 def _source(spark: SparkSession, url: str, queue: str, budget: int) -> DataFrame:
     from pyspark.sql import functions as F
 
-    return (spark.readStream.format("queen").option("url", url).option("queue", queue)
-            .option("maxMessagesPerTrigger", str(budget)).load()
-            .select(F.from_json("data", READING_SCHEMA).alias("r"))
-            .select("r.*", F.timestamp_millis(F.col("r.tsMs")).alias("eventTime")))
+    return (
+        spark.readStream.format("queen")
+        .option("url", url)
+        .option("queue", queue)
+        .option("maxMessagesPerTrigger", str(budget))
+        .load()
+        .select(F.from_json("data", READING_SCHEMA).alias("r"))
+        .select("r.*", F.timestamp_millis(F.col("r.tsMs")).alias("eventTime"))
+    )
 
 
 def _await(query: Any, what: str) -> None:
@@ -222,7 +240,9 @@ def _await(query: Any, what: str) -> None:
         raise RuntimeError(f"{what} query failed: {query.exception()}")
 
 
-def route_late(spark: SparkSession, url: str, source: str, late_queue: str, budget: int, checkpoint: str) -> None:
+def route_late(
+    spark: SparkSession, url: str, source: str, late_queue: str, budget: int, checkpoint: str
+) -> None:
     """The ``late`` query (see the module docstring)."""
     from pyspark.sql import functions as F
 
@@ -238,25 +258,43 @@ def route_late(spark: SparkSession, url: str, source: str, late_queue: str, budg
         watermark_seen = int(before.read_text()) if before.exists() else None
         if watermark_seen is not None:
             late = batch.where(F.col("tsMs") <= watermark_seen - WATERMARK_MS)
-            (late.select(F.to_json(F.struct("key", "value", "tsMs")).alias("data"), F.col("key").alias("partition"))
-             .write.format("queen").option("url", url).option("queue", late_queue)
-             .option("writeId", f"{late_queue}-{batch_id}").mode("append").save())
+            (
+                late.select(
+                    F.to_json(F.struct("key", "value", "tsMs")).alias("data"), F.col("key").alias("partition")
+                )
+                .write.format("queen")
+                .option("url", url)
+                .option("queue", late_queue)
+                .option("writeId", f"{late_queue}-{batch_id}")
+                .mode("append")
+                .save()
+            )
         top = batch.agg(F.max("tsMs")).first()
-        newest = max(v for v in (seen, top[0] if top else None) if v is not None) if (
-            seen is not None or (top and top[0] is not None)) else None
+        newest = (
+            max(v for v in (seen, top[0] if top else None) if v is not None)
+            if (seen is not None or (top and top[0] is not None))
+            else None
+        )
         if newest is not None:
             mark = marks / str(batch_id)
             partial = mark.with_suffix(".tmp")
             partial.write_text(str(newest))
             partial.replace(mark)  # atomic: a replay of this batch recomputes the same value
 
-    query = (_source(spark, url, source, budget).writeStream.foreachBatch(handle)
-             .option("checkpointLocation", checkpoint).queryName("late").trigger(availableNow=True).start())
+    query = (
+        _source(spark, url, source, budget)
+        .writeStream.foreachBatch(handle)
+        .option("checkpointLocation", checkpoint)
+        .queryName("late")
+        .trigger(availableNow=True)
+        .start()
+    )
     _await(query, "late")
 
 
-def aggregate(spark: SparkSession, url: str, kind: str, source: str, target: str, budget: int,
-              checkpoint: str) -> None:
+def aggregate(
+    spark: SparkSession, url: str, kind: str, source: str, target: str, budget: int, checkpoint: str
+) -> None:
     """One windowed query of ``kind`` (tumbling | sliding | session), appending closed windows to
     ``target``."""
     from pyspark.sql import functions as F
@@ -270,33 +308,65 @@ def aggregate(spark: SparkSession, url: str, kind: str, source: str, target: str
         window = F.session_window("eventTime", "3 minutes")
     else:
         raise ValueError(f"unknown window kind {kind!r}; known: {', '.join(KINDS)}")
-    totals = readings.groupBy(window.alias("w"), "key").agg(F.sum("value").alias("total"),
-                                                            F.count(F.lit(1)).alias("count"))
+    totals = readings.groupBy(window.alias("w"), "key").agg(
+        F.sum("value").alias("total"), F.count(F.lit(1)).alias("count")
+    )
     out = totals.select(
-        F.to_json(F.struct("key", F.unix_millis(F.col("w.start")).alias("windowStartMs"),
-                           F.unix_millis(F.col("w.end")).alias("windowEndMs"), "total", "count")).alias("data"),
+        F.to_json(
+            F.struct(
+                "key",
+                F.unix_millis(F.col("w.start")).alias("windowStartMs"),
+                F.unix_millis(F.col("w.end")).alias("windowEndMs"),
+                "total",
+                "count",
+            )
+        ).alias("data"),
         F.col("key").alias("partition"),
     )
-    query = (out.writeStream.format("queen").option("url", url).option("queue", target)
-             .option("checkpointLocation", checkpoint).outputMode("append").queryName(kind)
-             .trigger(availableNow=True).start())
+    query = (
+        out.writeStream.format("queen")
+        .option("url", url)
+        .option("queue", target)
+        .option("checkpointLocation", checkpoint)
+        .outputMode("append")
+        .queryName(kind)
+        .trigger(availableNow=True)
+        .start()
+    )
     _await(query, kind)
 
 
 def read_windows(spark: SparkSession, url: str, queue: str) -> list[Window]:
     from pyspark.sql import functions as F
 
-    rows = (spark.read.format("queen").option("url", url).option("queue", queue).load()
-            .select(F.from_json("data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, total BIGINT, "
-                                "count BIGINT").alias("w")).select("w.*").collect())
+    rows = (
+        spark.read.format("queen")
+        .option("url", url)
+        .option("queue", queue)
+        .load()
+        .select(
+            F.from_json(
+                "data", "key STRING, windowStartMs BIGINT, windowEndMs BIGINT, total BIGINT, count BIGINT"
+            ).alias("w")
+        )
+        .select("w.*")
+        .collect()
+    )
     return [(r.key, r.windowStartMs, r.windowEndMs, r.total, r["count"]) for r in rows]
 
 
 def read_late(spark: SparkSession, url: str, queue: str) -> list[tuple[str, int, int]]:
     from pyspark.sql import functions as F
 
-    rows = (spark.read.format("queen").option("url", url).option("queue", queue).load()
-            .select(F.from_json("data", READING_SCHEMA).alias("r")).select("r.*").collect())
+    rows = (
+        spark.read.format("queen")
+        .option("url", url)
+        .option("queue", queue)
+        .load()
+        .select(F.from_json("data", READING_SCHEMA).alias("r"))
+        .select("r.*")
+        .collect()
+    )
     return [(r.key, r.tsMs, r.value) for r in rows]
 
 
@@ -314,8 +384,9 @@ class Prepared:
     behind: int = 0  # readings LATE_BY_MS behind that are on time all the same (micro-batches 0 and 1)
 
 
-def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per_trigger: int = 400,
-            seed: int = 11) -> Prepared:
+def prepare(
+    url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per_trigger: int = 400, seed: int = 11
+) -> Prepared:
     """Produce the readings and compute in Python the micro-batches, the late readings and the on-time
     ones."""
     source = f"sensor.readings{suffix}"
@@ -332,25 +403,37 @@ def prepare(url: str, suffix: str, *, events: int = 3000, keys: int = 4, max_per
                 late_keys[key] -= 1
             elif not r.get("flush"):
                 on_time.append(r)
-    return Prepared(url, suffix, source, max_per_trigger, produced, on_time, late, behind_but_on_time(batches))
+    return Prepared(
+        url, suffix, source, max_per_trigger, produced, on_time, late, behind_but_on_time(batches)
+    )
 
 
-def run_windows(spark: SparkSession, prepared: Prepared, kinds: tuple[str, ...] = KINDS, *,
-                checkpoint: str | None = None, route: bool = True) -> WindowsResult:
+def run_windows(
+    spark: SparkSession,
+    prepared: Prepared,
+    kinds: tuple[str, ...] = KINDS,
+    *,
+    checkpoint: str | None = None,
+    route: bool = True,
+) -> WindowsResult:
     """Run the late router (unless ``route`` is false) and the windowed queries of ``kinds``; read back."""
     base = checkpoint or tempfile.mkdtemp(prefix="queenpy-windows-")
     url, suffix = prepared.url, prepared.suffix
     result = WindowsResult(prepared.produced, late_python=prepared.late)
     if route:
         late_queue = f"sensor.late{suffix}"
-        httpx.post(f"{url}/api/v1/configure", json={"queue": late_queue, "options": {}}, timeout=30).raise_for_status()
+        httpx.post(
+            f"{url}/api/v1/configure", json={"queue": late_queue, "options": {}}, timeout=30
+        ).raise_for_status()
         route_late(spark, url, prepared.source, late_queue, prepared.budget, os.path.join(base, "late"))
         result.late_spark = read_late(spark, url, late_queue)
     else:
         result.late_spark = list(prepared.late)
     for kind in kinds:
         target = f"sensor.{kind}{suffix}"
-        httpx.post(f"{url}/api/v1/configure", json={"queue": target, "options": {}}, timeout=30).raise_for_status()
+        httpx.post(
+            f"{url}/api/v1/configure", json={"queue": target, "options": {}}, timeout=30
+        ).raise_for_status()
         aggregate(spark, url, kind, prepared.source, target, prepared.budget, os.path.join(base, kind))
         result.spark[kind] = read_windows(spark, url, target)
         result.python[kind] = python_windows(kind, prepared.on_time)
@@ -360,10 +443,16 @@ def run_windows(spark: SparkSession, prepared: Prepared, kinds: tuple[str, ...] 
 def main(argv: list[str] | None = None) -> int:
     """Command line: run, print the comparison, exit 0 only if Spark's output equals Python's."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL)")
-    parser.add_argument("--suffix", default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
-                        help="appended to the queue names (default: random)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL)",
+    )
+    parser.add_argument(
+        "--suffix",
+        default=os.environ.get("QUEEN_PIPELINE_SUFFIX") or f".{uuid.uuid4().hex[:8]}",
+        help="appended to the queue names (default: random)",
+    )
     parser.add_argument("--events", type=int, default=3000)
     parser.add_argument("--keys", type=int, default=4)
     parser.add_argument("--max-per-trigger", type=int, default=400)
@@ -383,14 +472,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: broker {args.url} unreachable: {exc}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    prepared = prepare(args.url, args.suffix, events=args.events, keys=args.keys,
-                       max_per_trigger=args.max_per_trigger)
+    prepared = prepare(
+        args.url, args.suffix, events=args.events, keys=args.keys, max_per_trigger=args.max_per_trigger
+    )
     result = run_windows(get_session("spark-windows"), prepared, kinds, checkpoint=args.checkpoint)
     print(f"readings: {result.readings} ({args.keys} keys + 1 flush each)")
     print(f"late readings: {len(result.late_spark)} in the late queue, {len(result.late_python)} from python")
     for kind in kinds:
-        print(f"{kind} windows: {len(result.spark[kind])} from spark, {len(result.python[kind])} from python, "
-              f"duplicates: {result.duplicates(kind)}")
+        print(
+            f"{kind} windows: {len(result.spark[kind])} from spark, {len(result.python[kind])} from python, "
+            f"duplicates: {result.duplicates(kind)}"
+        )
     print(f"elapsed: {time.monotonic() - started:.1f} s")
     if not result.ok:
         for kind in kinds:

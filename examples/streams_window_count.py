@@ -31,14 +31,23 @@ def window_count(queen: Any, source: str, sink: str) -> Any:
     """The pipeline: a ``queen.Stream`` (``queen`` is a ``queen.Queen`` client)."""
     from queen import Stream
 
-    return (Stream.from_(queen.queue(source))
-            .key_by(lambda message: message["data"]["key"])
-            .window_tumbling(seconds=WINDOW_MS // 1000, event_time=lambda message: message["data"]["tsMs"],
-                             idle_flush_ms=1000)
-            .aggregate({"count": lambda event: 1})
-            .map(lambda counted, ctx: {"key": ctx["key"], "windowStartMs": ctx["windowStart"],
-                                       "windowEndMs": ctx["windowEnd"], "count": counted["count"]})
-            .to(queen.queue(sink)))
+    return (
+        Stream.from_(queen.queue(source))
+        .key_by(lambda message: message["data"]["key"])
+        .window_tumbling(
+            seconds=WINDOW_MS // 1000, event_time=lambda message: message["data"]["tsMs"], idle_flush_ms=1000
+        )
+        .aggregate({"count": lambda event: 1})
+        .map(
+            lambda counted, ctx: {
+                "key": ctx["key"],
+                "windowStartMs": ctx["windowStart"],
+                "windowEndMs": ctx["windowEnd"],
+                "count": counted["count"],
+            }
+        )
+        .to(queen.queue(sink))
+    )
 
 
 async def read_windows(queen: Any, sink: str) -> list[Window]:
@@ -49,13 +58,16 @@ async def read_windows(queen: Any, sink: str) -> list[Window]:
         messages = await queen.queue(sink).group(group).batch(1000).wait(False).pop()
         if not messages:
             return sorted(found)
-        found += [(m["data"]["key"], m["data"]["windowStartMs"], m["data"]["windowEndMs"], m["data"]["count"])
-                  for m in messages]
+        found += [
+            (m["data"]["key"], m["data"]["windowStartMs"], m["data"]["windowEndMs"], m["data"]["count"])
+            for m in messages
+        ]
         await queen.ack(messages, True, {"group": group})
 
 
-async def run_window_count(url: str, source: str, sink: str, query_id: str, events: int,
-                           timeout_s: float = 120.0) -> list[Window]:
+async def run_window_count(
+    url: str, source: str, sink: str, query_id: str, events: int, timeout_s: float = 120.0
+) -> list[Window]:
     """Run the job until it has processed ``events`` source messages, stop it, return the sink's windows."""
     from queen import Queen
 
@@ -86,8 +98,11 @@ async def run_forever(url: str, source: str, sink: str, query_id: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
-                        help="broker URL (env QUEEN_URL)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("QUEEN_URL", "http://localhost:6632"),
+        help="broker URL (env QUEEN_URL)",
+    )
     parser.add_argument("--source", help="an existing queue to count (default: push demo events)")
     parser.add_argument("--sink", help="queue of the results (default: <source>.counts)")
     parser.add_argument("--query-id", default="window-count", help="the query's durable name")

@@ -20,7 +20,9 @@ BASE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 Window = tuple[str, int, int, int]  # key, windowStartMs, windowEndMs, count
 
 
-def make_events(events: int = 2000, keys: int = 4, minutes: int = 6, seed: int = 7) -> dict[str, list[dict[str, Any]]]:
+def make_events(
+    events: int = 2000, keys: int = 4, minutes: int = 6, seed: int = 7
+) -> dict[str, list[dict[str, Any]]]:
     """Events by key, each key's list in event-time order, ending with its flush event."""
     rng = random.Random(seed)
     by_key: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -35,8 +37,12 @@ def make_events(events: int = 2000, keys: int = 4, minutes: int = 6, seed: int =
 
 def expected_windows(events: dict[str, list[dict[str, Any]]]) -> list[Window]:
     """The windows every engine must emit, computed in plain Python."""
-    counts = Counter((e["key"], e["tsMs"] - e["tsMs"] % WINDOW_MS) for items in events.values() for e in items
-                     if not e.get("flush"))
+    counts = Counter(
+        (e["key"], e["tsMs"] - e["tsMs"] % WINDOW_MS)
+        for items in events.values()
+        for e in items
+        if not e.get("flush")
+    )
     return sorted((key, start, start + WINDOW_MS, n) for (key, start), n in counts.items())
 
 
@@ -45,8 +51,10 @@ def produce(url: str, queue: str, events: dict[str, list[dict[str, Any]]]) -> in
     with httpx.Client(base_url=url, timeout=60) as client:
         for key, items in events.items():
             for lo in range(0, len(items), 1000):
-                chunk = [{"queue": queue, "partition": key, "payload": e, "transactionId": f"{key}-{lo + i}"}
-                         for i, e in enumerate(items[lo:lo + 1000])]
+                chunk = [
+                    {"queue": queue, "partition": key, "payload": e, "transactionId": f"{key}-{lo + i}"}
+                    for i, e in enumerate(items[lo : lo + 1000])
+                ]
                 client.post("/api/v1/push", json={"items": chunk}).raise_for_status()
     return sum(len(items) for items in events.values())
 

@@ -80,18 +80,26 @@ def db_url(new_database: Callable[[], str]) -> str:
     return new_database()
 
 
-def launch_broker(database_url: str, tmp_dir: Path, workers: int = 2,
-                  extra_env: dict[str, str] | None = None) -> BrokerProcess:
+def launch_broker(
+    database_url: str, tmp_dir: Path, workers: int = 2, extra_env: dict[str, str] | None = None
+) -> BrokerProcess:
     """A healthy ``queenpy serve`` on ``database_url`` with ``workers`` workers; its log and failover buffer
     are ``tmp_dir/broker-<port>.log`` and ``tmp_dir/buffers-<port>``."""
     port = free_port()
-    broker = BrokerProcess(database_url, tmp_dir / f"broker-{port}.log", workers=workers, port=port,
-                           env={"FILE_BUFFER_DIR": str(tmp_dir / f"buffers-{port}"), **(extra_env or {})})
+    broker = BrokerProcess(
+        database_url,
+        tmp_dir / f"broker-{port}.log",
+        workers=workers,
+        port=port,
+        env={"FILE_BUFFER_DIR": str(tmp_dir / f"buffers-{port}"), **(extra_env or {})},
+    )
     return broker.start(timeout_s=60)
 
 
 @pytest.fixture(scope="session")
-def broker(pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def broker(
+    pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     """One broker for the whole session (tests use unique queue names)."""
     url = pg_server.url(pg_server.create_database(template_db))
     process = launch_broker(url, tmp_path_factory.mktemp("broker"))
@@ -100,12 +108,16 @@ def broker(pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempP
 
 
 @pytest.fixture(scope="session")
-def metrics_broker(pg_server: PgServer, template_db: str,
-                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+def metrics_broker(
+    pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
     """A broker for the operators' metrics tests: rows of queen.system_metrics etc. every 0.2 s."""
     url = pg_server.url(pg_server.create_database(template_db))
-    process = launch_broker(url, tmp_path_factory.mktemp("metrics-broker"), extra_env={
-        "METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"})
+    process = launch_broker(
+        url,
+        tmp_path_factory.mktemp("metrics-broker"),
+        extra_env={"METRICS_SAMPLE_INTERVAL_MS": "100", "METRICS_AGGREGATE_INTERVAL_S": "0.2"},
+    )
     yield process
     process.stop()
 

@@ -17,8 +17,15 @@ import psycopg
 
 from queenpy.harness import free_port
 
-__all__ = ["call_procedure", "closed_port_url", "free_port", "official_client", "run_queenpy", "unique",
-           "wait_until"]
+__all__ = [
+    "call_procedure",
+    "closed_port_url",
+    "free_port",
+    "official_client",
+    "run_queenpy",
+    "unique",
+    "wait_until",
+]
 
 
 def closed_port_url() -> str:
@@ -26,8 +33,12 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
 
 
-def wait_until(predicate: Callable[[], Any], timeout_s: float = 30.0, interval_s: float = 0.05,
-               message: str = "condition") -> Any:
+def wait_until(
+    predicate: Callable[[], Any],
+    timeout_s: float = 30.0,
+    interval_s: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll ``predicate`` until it returns a truthy value or the deadline passes (then fail)."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -48,13 +59,21 @@ def call_procedure(conn: psycopg.Connection[Any], procedure: str, payload: Any) 
     """``SELECT queen.<procedure>(payload::jsonb)`` with items numbered by ``index`` when a list."""
     if isinstance(payload, list):
         payload = [{**item, "index": i} for i, item in enumerate(payload)]
-    row = conn.execute(f"SELECT queen.{procedure}(%s::jsonb)::text", (orjson.dumps(payload).decode(),)).fetchone()
+    row = conn.execute(
+        f"SELECT queen.{procedure}(%s::jsonb)::text", (orjson.dumps(payload).decode(),)
+    ).fetchone()
     assert row is not None
     return orjson.loads(row[0])
 
 
-def run_queenpy(broker: Any | None, *args: str, stdin: str | None = None, env: dict[str, str] | None = None,
-                check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def run_queenpy(
+    broker: Any | None,
+    *args: str,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    check: bool = True,
+    timeout_s: float = 120,
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m queenpy ARGS`` as a user would, with ``QUEEN_URL`` pointing at ``broker`` (no other
     ``QUEEN_*`` variable of the test process leaks in). ``check``: fail the test on a non-zero exit."""
     environment = {key: value for key, value in os.environ.items() if not key.startswith("QUEEN_")}
@@ -62,11 +81,20 @@ def run_queenpy(broker: Any | None, *args: str, stdin: str | None = None, env: d
     if broker is not None:
         environment["QUEEN_URL"] = broker.url
     environment.update(env or {})
-    done = subprocess.run([sys.executable, "-m", "queenpy", *args], check=False, input=stdin,
-                          capture_output=True, text=True, env=environment, timeout=timeout_s)
+    done = subprocess.run(
+        [sys.executable, "-m", "queenpy", *args],
+        check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=timeout_s,
+    )
     if check:
-        assert done.returncode == 0, (f"queenpy {' '.join(args)}: exit {done.returncode}\n"
-                                      f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}")
+        assert done.returncode == 0, (
+            f"queenpy {' '.join(args)}: exit {done.returncode}\n"
+            f"stdout: {done.stdout[-3000:]}\nstderr: {done.stderr[-3000:]}"
+        )
     return done
 
 

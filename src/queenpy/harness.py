@@ -103,9 +103,25 @@ class _PostgresServer:
         program = postgres_program("psql")
         if program is None:
             raise HarnessError("psql not found in the pgserver wheel nor on PATH")
-        done = subprocess.run([str(program), "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1",
-                               "-d", self.database_url(database), "-c", sql],
-                              capture_output=True, text=True, check=False, timeout=120)
+        done = subprocess.run(
+            [
+                str(program),
+                "-X",
+                "-q",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                self.database_url(database),
+                "-c",
+                sql,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         if done.returncode != 0:
             raise HarnessError(f"psql failed ({done.returncode}) on {sql!r}: {done.stderr.strip()}")
         return done.stdout
@@ -114,11 +130,12 @@ class _PostgresServer:
         from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
 
         _commands.pg_ctl(  # type: ignore[attr-defined]
-            args, pgdata=self.data_dir, user=self.system_user, timeout=timeout_s)
+            args, pgdata=self.data_dir, user=self.system_user, timeout=timeout_s
+        )
 
     def _stop_fast(self) -> None:
-        """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL of
-        the postmaster and its children, so that no server outlives its owner."""
+        """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL
+        of the postmaster and its children, so that no server outlives its owner."""
         try:
             self._pg_ctl(["-w", "-m", "fast", "stop"])
         except subprocess.CalledProcessError:
@@ -172,8 +189,9 @@ class PrivatePostgres(_PostgresServer):
         subprocess.CalledProcessError: initdb or the start failed (from pgserver).
     """
 
-    def __init__(self, data_dir: Path, settings: Mapping[str, str] = EMBEDDED_SETTINGS,
-                 port: int | None = None) -> None:
+    def __init__(
+        self, data_dir: Path, settings: Mapping[str, str] = EMBEDDED_SETTINGS, port: int | None = None
+    ) -> None:
         self.data_dir = data_dir
         self._embedded = EmbeddedPostgres(data_dir, cleanup_mode="delete", settings=settings)
         self._server: Any = self._embedded.server
@@ -215,7 +233,9 @@ class PrivatePostgres(_PostgresServer):
         """Start the server again on the same socket directory (the URLs stay valid); returns once it accepts
         connections. Raises ``subprocess.CalledProcessError`` when pg_ctl fails (its log:
         ``data_dir/log``)."""
-        self._pg_ctl(["-w", *self._listen_options(), "-l", str(self.data_dir / "log"), "start"], timeout_s=120)
+        self._pg_ctl(
+            ["-w", *self._listen_options(), "-l", str(self.data_dir / "log"), "start"], timeout_s=120
+        )
         self.running = True
 
     def stop(self) -> None:
@@ -230,8 +250,9 @@ class PrivatePostgres(_PostgresServer):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.stop()
 
 
@@ -257,8 +278,14 @@ class StandbyPostgres(_PostgresServer):
         HarnessError: the copy failed, or it did not start streaming within two minutes.
     """
 
-    def __init__(self, primary: PrivatePostgres, data_dir: Path, port: int, name: str = "standby1",
-                 synchronous: bool = True) -> None:
+    def __init__(
+        self,
+        primary: PrivatePostgres,
+        data_dir: Path,
+        port: int,
+        name: str = "standby1",
+        synchronous: bool = True,
+    ) -> None:
         if primary.port is None:
             raise HarnessError("a standby streams over TCP: start the primary with a port")
         from pgserver import _commands, utils
@@ -280,8 +307,24 @@ class StandbyPostgres(_PostgresServer):
             os.chown(data_dir, entry.pw_uid, entry.pw_gid)
         try:
             _commands.pg_basebackup(  # type: ignore[attr-defined]
-                ["-D", str(data_dir), "-R", "-X", "stream", "-c", "fast", "-h", LOOPBACK, "-p", str(primary.port),
-                 "-U", "postgres"], user=self.system_user, timeout=300)
+                [
+                    "-D",
+                    str(data_dir),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                    "-h",
+                    LOOPBACK,
+                    "-p",
+                    str(primary.port),
+                    "-U",
+                    "postgres",
+                ],
+                user=self.system_user,
+                timeout=300,
+            )
         except subprocess.CalledProcessError as exc:
             raise HarnessError(f"pg_basebackup failed: {exc}") from exc
         with open(data_dir / "postgresql.auto.conf", "a") as conf:
@@ -292,11 +335,16 @@ class StandbyPostgres(_PostgresServer):
             primary.psql("SELECT pg_reload_conf()")
             wanted = "sync" if synchronous else "async"
             deadline = time.monotonic() + 120
-            while primary.psql(f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'"
-                               ).strip() != wanted:
+            while (
+                primary.psql(
+                    f"SELECT sync_state FROM pg_stat_replication WHERE application_name = '{name}'"
+                ).strip()
+                != wanted
+            ):
                 if time.monotonic() > deadline:
-                    raise HarnessError(f"standby {name} is not streaming ({wanted}) after 120 s; "
-                                       f"{data_dir / 'log'}")
+                    raise HarnessError(
+                        f"standby {name} is not streaming ({wanted}) after 120 s; {data_dir / 'log'}"
+                    )
                 time.sleep(0.2)
         except BaseException:
             self.stop()
@@ -304,8 +352,21 @@ class StandbyPostgres(_PostgresServer):
 
     def start(self) -> None:
         """Start it (a standby until promoted); returns once it accepts connections."""
-        self._pg_ctl(["-w", "-o", f'-h "{LOOPBACK}"', "-o", f"-p {self.port}", "-o", f"-k {self.data_dir}",
-                      "-l", str(self.data_dir / "log"), "start"], timeout_s=120)
+        self._pg_ctl(
+            [
+                "-w",
+                "-o",
+                f'-h "{LOOPBACK}"',
+                "-o",
+                f"-p {self.port}",
+                "-o",
+                f"-k {self.data_dir}",
+                "-l",
+                str(self.data_dir / "log"),
+                "start",
+            ],
+            timeout_s=120,
+        )
         self.running = True
 
     def promote(self) -> None:
@@ -323,8 +384,9 @@ class StandbyPostgres(_PostgresServer):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.stop()
 
 
@@ -355,17 +417,28 @@ class BrokerProcess:
         starts: how many times it was started.
     """
 
-    def __init__(self, database_url: str | None, log_path: Path, *, workers: int | None = 2,
-                 env: Mapping[str, str] | None = None, port: int | None = None,
-                 file_size_limit_bytes: int | None = None, python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        database_url: str | None,
+        log_path: Path,
+        *,
+        workers: int | None = 2,
+        env: Mapping[str, str] | None = None,
+        port: int | None = None,
+        file_size_limit_bytes: int | None = None,
+        python: str = sys.executable,
+    ) -> None:
         self.database_url = database_url
         self.log_path = log_path
         self.workers = workers
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
         self.env = dict(env or {})
-        inherited = {key: value for key, value in os.environ.items()
-                     if database_url is not None or not (key == "DATABASE_URL" or key.startswith("PG_"))}
+        inherited = {
+            key: value
+            for key, value in os.environ.items()
+            if database_url is not None or not (key == "DATABASE_URL" or key.startswith("PG_"))
+        }
         self.environment = {**inherited, "HOST": LOOPBACK, "PORT": str(self.port)}
         if database_url is not None:
             self.environment["DATABASE_URL"] = database_url
@@ -384,16 +457,27 @@ class BrokerProcess:
         # the new process sets the limit itself before it becomes the broker (no preexec_fn: brokers are
         # started from threads)
         limit = self.file_size_limit_bytes
-        return [self.python, "-c", ("import os, resource, sys; "
+        return [
+            self.python,
+            "-c",
+            (
+                "import os, resource, sys; "
                 f"resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit})); "
-                f"os.execv(sys.executable, {serve!r})")]
+                f"os.execv(sys.executable, {serve!r})"
+            ),
+        ]
 
     def launch(self) -> None:
         """Start the process and return at once (:meth:`wait_ready` waits for it)."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(self._command(), env=self.environment, stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                self._command(),
+                env=self.environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.starts += 1
 
     def start(self, timeout_s: float = 90.0) -> Self:
@@ -410,7 +494,9 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 code = None if self.process is None else self.process.returncode
-                raise HarnessError(f"the broker on {self.url} exited ({code}); {self.log_path}:\n{self.log_tail()}")
+                raise HarnessError(
+                    f"the broker on {self.url} exited ({code}); {self.log_path}:\n{self.log_tail()}"
+                )
             if self.workers is None or len(self.worker_pids()) == self.workers:
                 try:
                     if httpx.get(self.url + "/health", timeout=2).status_code == 200:
@@ -418,8 +504,10 @@ class BrokerProcess:
                 except httpx.HTTPError:
                     pass
             time.sleep(0.1)
-        raise HarnessError(f"the broker on {self.url} did not become healthy in {timeout_s:.0f} s; "
-                           f"{self.log_path}:\n{self.log_tail()}")
+        raise HarnessError(
+            f"the broker on {self.url} did not become healthy in {timeout_s:.0f} s; "
+            f"{self.log_path}:\n{self.log_tail()}"
+        )
 
     @property
     def pid(self) -> int:
@@ -492,6 +580,7 @@ class BrokerProcess:
     def __enter__(self) -> Self:
         return self if self.running() else self.start()
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self.stop()

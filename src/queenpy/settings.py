@@ -55,8 +55,9 @@ class FusionSettings:
     max_batch_bytes: int = 0
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str], op: str, batch: int, concurrent: int,
-                 batch_bytes: int = 0) -> FusionSettings:
+    def from_env(
+        cls, env: Mapping[str, str], op: str, batch: int, concurrent: int, batch_bytes: int = 0
+    ) -> FusionSettings:
         prefix = f"QUEEN_{op.upper()}_"
         return cls(
             max_batch_size=max(1, _int(env, prefix + "MAX_BATCH_SIZE", batch)),
@@ -106,7 +107,8 @@ class JwtSettings:
             issuer=opt("JWT_ISSUER"),
             audience=opt("JWT_AUDIENCE"),
             clock_skew_s=skew,
-            skip_paths=tuple(p.strip() for p in skip.split(",") if p.strip()) if skip is not None
+            skip_paths=tuple(p.strip() for p in skip.split(",") if p.strip())
+            if skip is not None
             else cls.skip_paths,
             roles_claim=env.get("JWT_ROLES_CLAIM", "role"),
             roles_array_claim=env.get("JWT_ROLES_ARRAY_CLAIM", "roles"),

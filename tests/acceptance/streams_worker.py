@@ -27,8 +27,13 @@ def slow(delay_s: float) -> Any:
 
 
 def window_record(aggregate: dict[str, Any], ctx: dict[str, Any]) -> dict[str, Any]:
-    return {"key": ctx["key"], "start": ctx["windowStart"], "end": ctx["windowEnd"],
-            "count": aggregate["count"], "sum": aggregate["sum"]}
+    return {
+        "key": ctx["key"],
+        "start": ctx["windowStart"],
+        "end": ctx["windowEnd"],
+        "count": aggregate["count"],
+        "sum": aggregate["sum"],
+    }
 
 
 async def main() -> None:
@@ -39,14 +44,17 @@ async def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=15)
     args = parser.parse_args()
     queen = Queen(args.url)
-    stream = (Stream.from_(queen.queue(args.source))
-              .map(slow(args.delay_ms / 1000))
-              .key_by(lambda message: message["data"]["k"])
-              .window_tumbling(seconds=WINDOW_S, event_time=lambda message: message["data"]["ts"],
-                               idle_flush_ms=500)
-              .aggregate({"count": lambda value: 1, "sum": lambda value: value["x"]})
-              .map(window_record)
-              .to(queen.queue(args.sink)))
+    stream = (
+        Stream.from_(queen.queue(args.source))
+        .map(slow(args.delay_ms / 1000))
+        .key_by(lambda message: message["data"]["k"])
+        .window_tumbling(
+            seconds=WINDOW_S, event_time=lambda message: message["data"]["ts"], idle_flush_ms=500
+        )
+        .aggregate({"count": lambda value: 1, "sum": lambda value: value["x"]})
+        .map(window_record)
+        .to(queen.queue(args.sink))
+    )
     await stream.run(query_id=args.query_id, url=args.url, batch_size=args.batch_size, max_wait_millis=200)
     print("running", flush=True)
     await asyncio.Event().wait()  # until killed

@@ -134,20 +134,49 @@ def test_configure_then_queues_list_and_describe(broker: Any) -> None:
 
 def test_configure_retention_options_and_queues_shows_them_with_the_depth(broker: Any) -> None:
     queue = unique("cli-retention")
-    configured = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--completed-retention-s",
-                                    "60", "--max-wait-time-s", "90", "--max-size", "5", "--json").stdout)["options"]
-    assert (configured["retentionSeconds"], configured["completedRetentionSeconds"],
-            configured["maxWaitTimeSeconds"], configured["maxSize"], configured["retentionEnabled"]) == (
-        3600, 60, 90, 5, True)
+    configured = json.loads(
+        queenpy(
+            broker,
+            "configure",
+            "-q",
+            queue,
+            "--retention-s",
+            "3600",
+            "--completed-retention-s",
+            "60",
+            "--max-wait-time-s",
+            "90",
+            "--max-size",
+            "5",
+            "--json",
+        ).stdout
+    )["options"]
+    assert (
+        configured["retentionSeconds"],
+        configured["completedRetentionSeconds"],
+        configured["maxWaitTimeSeconds"],
+        configured["maxSize"],
+        configured["retentionEnabled"],
+    ) == (3600, 60, 90, 5, True)
     queenpy(broker, "push", "-q", queue, "1", "2")
     httpx.post(f"{broker.url}/api/v1/stats/refresh", timeout=60)  # counts come from the stats job
     [row] = [r for r in json.loads(queenpy(broker, "queues", "--json").stdout) if r["name"] == queue]
     assert row["messages"]["total"] == 2 and row["options"]["maxWaitTimeSeconds"] == 90
     line = next(line for line in queenpy(broker, "queues").stdout.splitlines() if queue in line)
-    assert [cell.strip() for cell in line.strip("│ ").split("│")][4:] == ["2", "2", "0", "1 h", "1 min", "90 s",
-                                                                         "5"]
-    off = json.loads(queenpy(broker, "configure", "-q", queue, "--retention-s", "3600", "--no-retention-enabled",
-                             "--json").stdout)["options"]
+    assert [cell.strip() for cell in line.strip("│ ").split("│")][4:] == [
+        "2",
+        "2",
+        "0",
+        "1 h",
+        "1 min",
+        "90 s",
+        "5",
+    ]
+    off = json.loads(
+        queenpy(
+            broker, "configure", "-q", queue, "--retention-s", "3600", "--no-retention-enabled", "--json"
+        ).stdout
+    )["options"]
     assert (off["retentionSeconds"], off["retentionEnabled"]) == (3600, False)
 
 
@@ -203,7 +232,10 @@ def test_errors_are_one_line_unless_verbose() -> None:
     url = closed_port_url()
     short = queenpy(None, "pop", "-q", "x", "--url", url, check=False)
     assert short.returncode == 1 and short.stdout == ""
-    assert short.stderr.strip().startswith(f"error: cannot reach broker {url}") and "Traceback" not in short.stderr
+    assert (
+        short.stderr.strip().startswith(f"error: cannot reach broker {url}")
+        and "Traceback" not in short.stderr
+    )
     assert "DatabaseUnavailable" not in short.stderr  # a sentence, not an exception class
     assert len(short.stderr.strip().splitlines()) == 1
     verbose = queenpy(None, "pop", "-q", "x", "--url", url, "-v", check=False)
@@ -213,7 +245,10 @@ def test_errors_are_one_line_unless_verbose() -> None:
 def test_seek_without_a_target_says_what_to_give(broker: Any) -> None:
     done = queenpy(broker, "groups", "seek", unique("g"), "-q", unique("q"), check=False)
     assert done.returncode == 2
-    assert done.stderr.strip() == "error: give where to move the cursors: --to-end or --timestamp ISO-TIME (one of them)"
+    assert (
+        done.stderr.strip()
+        == "error: give where to move the cursors: --to-end or --timestamp ISO-TIME (one of them)"
+    )
 
 
 def test_version_and_pop_json(broker: Any) -> None:

@@ -13,16 +13,29 @@ from helpers import run_queenpy, unique
 
 def test_messages_ls_show_rm_retry(broker: Any) -> None:
     queue = unique("cli-msg")
-    items = [{"queue": queue, "partition": "p", "payload": {"n": n}, "transactionId": f"t{n}"} for n in range(3)]
+    items = [
+        {"queue": queue, "partition": "p", "payload": {"n": n}, "transactionId": f"t{n}"} for n in range(3)
+    ]
     with httpx.Client(base_url=broker.url, timeout=30) as http:
         partition_id = http.post("/api/v1/push", json={"items": items}).json()[0]["partition_id"]
         popped = http.get(f"/api/v1/pop/queue/{queue}", params={"batch": 1}).json()["messages"][0]
-        http.post("/api/v1/ack", json={"transactionId": popped["transactionId"], "partitionId": partition_id,
-                                       "leaseId": popped["leaseId"], "status": "dlq", "error": "bad"})
+        http.post(
+            "/api/v1/ack",
+            json={
+                "transactionId": popped["transactionId"],
+                "partitionId": partition_id,
+                "leaseId": popped["leaseId"],
+                "status": "dlq",
+                "error": "bad",
+            },
+        )
     listed = json.loads(run_queenpy(broker, "messages", "ls", "-q", queue, "--json").stdout)
     assert listed["total"] == 3
     assert [(m["transactionId"], m["status"]) for m in listed["messages"]] == [
-        ("t2", "pending"), ("t1", "pending"), ("t0", "dead_letter")]
+        ("t2", "pending"),
+        ("t1", "pending"),
+        ("t0", "dead_letter"),
+    ]
     table = run_queenpy(broker, "messages", "ls", "-q", queue, "--status", "dead_letter").stdout
     assert "t0" in table and "t1" not in table
     shown = json.loads(run_queenpy(broker, "messages", "show", partition_id, "t0", "--json").stdout)
@@ -46,10 +59,14 @@ def test_maintenance_on_off(db_url: str, start_broker: Callable[..., Any]) -> No
     assert json.loads(run_queenpy(broker, "maintenance", "on", "--json").stdout)["maintenanceMode"] is True
     # the group's options reach its subcommand, as everywhere
     assert json.loads(run_queenpy(broker, "maintenance", "--json", "on").stdout)["maintenanceMode"] is True
-    assert json.loads(run_queenpy(broker, "maintenance", "on", "--pop", "--json").stdout)["popMaintenanceMode"]
+    assert json.loads(run_queenpy(broker, "maintenance", "on", "--pop", "--json").stdout)[
+        "popMaintenanceMode"
+    ]
     assert "True" in run_queenpy(broker, "maintenance").stdout
     with httpx.Client(base_url=broker.url, timeout=30) as http:
-        answer = http.post("/api/v1/push", json={"items": [{"queue": "cli-m", "payload": 1, "transactionId": "a"}]})
+        answer = http.post(
+            "/api/v1/push", json={"items": [{"queue": "cli-m", "payload": 1, "transactionId": "a"}]}
+        )
         assert answer.status_code == 201 and answer.json()[0]["status"] == "buffered"
         assert http.get("/api/v1/pop/queue/cli-m").status_code == 204
     assert json.loads(run_queenpy(broker, "maintenance", "off", "--json").stdout)["maintenanceMode"] is False

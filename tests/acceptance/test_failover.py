@@ -33,8 +33,9 @@ def own_postgres(tmp_path: Path) -> Any:
     server.cleanup()
 
 
-def test_buffered_pushes_survive_a_database_outage_and_a_kill(own_postgres: Any, tmp_path: Path,
-                                                              start_broker: Callable[..., BrokerProcess]) -> None:
+def test_buffered_pushes_survive_a_database_outage_and_a_kill(
+    own_postgres: Any, tmp_path: Path, start_broker: Callable[..., BrokerProcess]
+) -> None:
     import pgserver
 
     data, server = own_postgres
@@ -45,8 +46,11 @@ def test_buffered_pushes_survive_a_database_outage_and_a_kill(own_postgres: Any,
     queue = unique("failover")
 
     def push(n: int, **extra: Any) -> dict[str, Any]:
-        return httpx.post(f"{broker.url}/api/v1/push", json={"items": [
-            {"queue": queue, "partition": f"p{n % 2}", "payload": {"n": n}, **extra}]}, timeout=30).json()[0]
+        return httpx.post(
+            f"{broker.url}/api/v1/push",
+            json={"items": [{"queue": queue, "partition": f"p{n % 2}", "payload": {"n": n}, **extra}]},
+            timeout=30,
+        ).json()[0]
 
     assert push(0, transactionId="tx-0")["status"] == "queued"
     server.cleanup()  # PostgreSQL stops
@@ -63,15 +67,21 @@ def test_buffered_pushes_survive_a_database_outage_and_a_kill(own_postgres: Any,
 
     def stored() -> list[int]:
         with psycopg.connect(own_postgres_restarted.get_uri()) as conn:
-            rows = conn.execute("SELECT (m.payload->>'n')::int FROM queen.messages m JOIN queen.partitions p "
-                                "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-                                "WHERE q.name = %s ORDER BY 1", (queue,)).fetchall()
+            rows = conn.execute(
+                "SELECT (m.payload->>'n')::int FROM queen.messages m JOIN queen.partitions p "
+                "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+                "WHERE q.name = %s ORDER BY 1",
+                (queue,),
+            ).fetchall()
         return [r[0] for r in rows]
 
     wait_until(lambda: stored() == list(range(11)), timeout_s=30, message="buffered pushes replayed")
     # the drained file is deleted after the replay's commit, so it may outlive the rows by a moment
-    wait_until(lambda: not [p for p in buffers.iterdir() if p.name.startswith("failover_")], timeout_s=10,
-               message="drained buffer files deleted")
+    wait_until(
+        lambda: not [p for p in buffers.iterdir() if p.name.startswith("failover_")],
+        timeout_s=10,
+        message="drained buffer files deleted",
+    )
     assert stored() == list(range(11))  # once, not again
     assert httpx.get(f"{second.url}/api/v1/status/buffers").json()["dbHealthy"] is True
     server.cleanup()

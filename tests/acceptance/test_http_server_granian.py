@@ -23,8 +23,9 @@ def test_the_broker_under_granian_serves_the_api_and_its_body_limit(
     db_url: str, start_broker: Callable[..., BrokerProcess]
 ) -> None:
     pytest.importorskip("granian", reason="granian is not installed (pip install 'queenpy[granian]')")
-    broker = start_broker(db_url, workers=2, extra_env={"QUEENPY_HTTP_SERVER": "granian",
-                                                        "HTTP_MAX_BODY_BYTES": "100000"})
+    broker = start_broker(
+        db_url, workers=2, extra_env={"QUEENPY_HTTP_SERVER": "granian", "HTTP_MAX_BODY_BYTES": "100000"}
+    )
     queue = unique("granian")
     with httpx.Client(base_url=broker.url, timeout=30) as http:
         items = [{"queue": queue, "partition": "p", "payload": {"n": n}} for n in range(3)]
@@ -34,8 +35,15 @@ def test_the_broker_under_granian_serves_the_api_and_its_body_limit(
         popped = http.get(f"/api/v1/pop/queue/{queue}/partition/p", params={"batch": 3})
         messages = popped.json()["messages"]
         assert [m["data"] for m in messages] == [{"n": 0}, {"n": 1}, {"n": 2}]
-        acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-                 "status": "completed"} for m in messages]
+        acks = [
+            {
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m["leaseId"],
+                "status": "completed",
+            }
+            for m in messages
+        ]
         acked = http.post("/api/v1/ack/batch", json={"acknowledgments": acks})
         assert [r["success"] for r in acked.json()] == [True, True, True]
         bad = http.post("/api/v1/push", json={"items": [{"queue": queue, "partition": 5}]})
@@ -53,8 +61,18 @@ def test_the_broker_under_granian_serves_the_api_and_its_body_limit(
 
 
 def test_an_unknown_http_server_stops_the_broker_at_start() -> None:
-    env = {**os.environ, "QUEENPY_HTTP_SERVER": "hypercorn", "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x"}
-    done = subprocess.run([sys.executable, "-m", "queenpy", "serve"], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+    env = {
+        **os.environ,
+        "QUEENPY_HTTP_SERVER": "hypercorn",
+        "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/x",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "queenpy", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode != 0
     assert "QUEENPY_HTTP_SERVER must be one of uvicorn, granian" in done.stdout + done.stderr

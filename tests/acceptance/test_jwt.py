@@ -18,8 +18,9 @@ from helpers import unique
 SECRET = "test-secret-that-is-long-enough-for-hs256"
 
 
-def token(role: str | None = None, sub: str = "alice", key: Any = SECRET, algorithm: str = "HS256",
-          **claims: Any) -> str:
+def token(
+    role: str | None = None, sub: str = "alice", key: Any = SECRET, algorithm: str = "HS256", **claims: Any
+) -> str:
     payload: dict[str, Any] = {"sub": sub, "exp": int(time.time()) + 600, **claims}
     if role:
         payload["role"] = role
@@ -46,7 +47,9 @@ def test_levels_statuses_and_producer_sub(secured: BrokerProcess) -> None:
     assert (read_only.status_code, read_only.json()) == (403, {"error": "Insufficient permissions"})
     assert httpx.get(f"{url}/api/v1/dlq", headers=bearer(token("read-only"))).status_code == 200
 
-    pushed = httpx.post(f"{url}/api/v1/push", json=item, headers=bearer(token("read-write", sub="svc-orders")))
+    pushed = httpx.post(
+        f"{url}/api/v1/push", json=item, headers=bearer(token("read-write", sub="svc-orders"))
+    )
     assert pushed.json()[0]["status"] == "queued"
     popped = httpx.get(f"{url}/api/v1/pop/queue/{queue}", headers=bearer(token(roles=["read-write"]))).json()
     assert popped["messages"][0]["producerSub"] == "svc-orders"  # from the verified token, never the body
@@ -56,11 +59,14 @@ def test_levels_statuses_and_producer_sub(secured: BrokerProcess) -> None:
     assert httpx.delete(delete, headers=bearer(token("admin"))).json()["deleted"] is True
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: token("admin", exp=int(time.time()) - 3600), "Token has expired"),
-    (lambda: token("admin", key="another-secret-that-is-long-enough-xx"), "Invalid token signature"),
-    (lambda: "not-a-token", "Token decode error"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: token("admin", exp=int(time.time()) - 3600), "Token has expired"),
+        (lambda: token("admin", key="another-secret-that-is-long-enough-xx"), "Invalid token signature"),
+        (lambda: "not-a-token", "Token decode error"),
+    ],
+)
 def test_bad_tokens_are_401(secured: BrokerProcess, make: Callable[[], str], message: str) -> None:
     response = httpx.get(f"{secured.url}/api/v1/dlq", headers=bearer(make()))
     assert response.status_code == 401
@@ -69,10 +75,16 @@ def test_bad_tokens_are_401(secured: BrokerProcess, make: Callable[[], str], mes
 
 def test_eddsa_with_a_public_key(db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
     private = Ed25519PrivateKey.generate()
-    public_pem = private.public_key().public_bytes(serialization.Encoding.PEM,
-                                                   serialization.PublicFormat.SubjectPublicKeyInfo).decode()
-    broker = start_broker(db_url, workers=1, extra_env={"JWT_ENABLED": "true", "JWT_ALGORITHM": "EdDSA",
-                                                        "JWT_PUBLIC_KEY": public_pem})
+    public_pem = (
+        private.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+    broker = start_broker(
+        db_url,
+        workers=1,
+        extra_env={"JWT_ENABLED": "true", "JWT_ALGORITHM": "EdDSA", "JWT_PUBLIC_KEY": public_pem},
+    )
     good = token("read-only", key=private, algorithm="EdDSA")
     assert httpx.get(f"{broker.url}/api/v1/consumer-groups", headers=bearer(good)).status_code == 200
     hs = httpx.get(f"{broker.url}/api/v1/consumer-groups", headers=bearer(token("admin")))
@@ -86,7 +98,13 @@ def test_an_unusable_jwt_configuration_aborts_startup(db_url: str) -> None:
 
     env = {**os.environ, "DATABASE_URL": db_url, "JWT_ENABLED": "true", "PORT": "0"}
     env.pop("JWT_SECRET", None)
-    result = subprocess.run([sys.executable, "-m", "queenpy", "serve"], env=env, capture_output=True, text=True,
-                            timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "queenpy", "serve"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 1
     assert "error: JWT_ENABLED needs JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL" in result.stderr

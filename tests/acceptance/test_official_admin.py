@@ -43,14 +43,20 @@ async def test_messages_traces_groups_seek_and_maintenance(q: Queen, metrics_bro
     listed = await admin.list_messages(queue=queue)
     assert listed["total"] == 4
     assert {m["transactionId"]: m["status"] for m in listed["messages"]} == {
-        "t0": "completed", "t1": "dead_letter", "t2": "pending", "t3": "pending"}
+        "t0": "completed",
+        "t1": "dead_letter",
+        "t2": "pending",
+        "t3": "pending",
+    }
     partition_id = listed["messages"][0]["partitionId"]
     message = await admin.get_message(partition_id, "t1")
     assert message["payload"] == {"n": 1} and message["status"] == "dead_letter"
 
     retried = await admin.retry_message(partition_id, "t1")
     assert retried["success"] is True
-    assert [m["transactionId"] for m in await q.queue(queue).partition("p").batch(1).wait(False).pop()] == ["t1"]
+    assert [m["transactionId"] for m in await q.queue(queue).partition("p").batch(1).wait(False).pop()] == [
+        "t1"
+    ]
     moved = await admin.move_message_to_dlq(partition_id, "t2")  # the lease on t1 ends; t2 is next after it
     assert moved["success"] is True
     assert (await admin.get_message(partition_id, "t2"))["status"] == "dead_letter"
@@ -58,8 +64,15 @@ async def test_messages_traces_groups_seek_and_maintenance(q: Queen, metrics_bro
     assert deleted["success"] is True and deleted["message"] == "Message deleted successfully"
 
     async with httpx.AsyncClient(base_url=metrics_broker.url) as http:
-        traced = await http.post("/api/v1/traces", json={"transactionId": "t0", "partitionId": partition_id,
-                                                         "traceNames": ["admin-trace"], "data": {"step": 1}})
+        traced = await http.post(
+            "/api/v1/traces",
+            json={
+                "transactionId": "t0",
+                "partitionId": partition_id,
+                "traceNames": ["admin-trace"],
+                "data": {"step": 1},
+            },
+        )
         assert traced.json()["success"] is True
     assert (await admin.get_traces_for_message(partition_id, "t0"))["traces"][0]["data"] == {"step": 1}
     by_name = await admin.get_traces_by_name("admin-trace")
@@ -100,8 +113,10 @@ async def test_system_worker_and_postgres_metrics(q: Queen) -> None:
     await q.queue(queue).push([{"data": n} for n in range(3)])
     system = await until(admin.get_system_metrics, lambda r: len(r["replicas"]) == 2)
     assert system["series"] and system["series"][0]["memory"]["rssBytes"]["max"] > 0
-    workers = await until(admin.get_worker_metrics,
-                          lambda r: any(x["queueName"] == queue and x["pushMessages"] == 3 for x in r["queues"]))
+    workers = await until(
+        admin.get_worker_metrics,
+        lambda r: any(x["queueName"] == queue and x["pushMessages"] == 3 for x in r["queues"]),
+    )
     assert workers["summary"]["pushMessages"] >= 3
     stats = await admin.get_postgres_stats()
     assert stats["database"]["name"] and stats["tableSizes"]
@@ -139,18 +154,24 @@ async def test_stats_based_methods(q: Queen) -> None:
     queue_detail = await admin.get_queue_detail(queue)
     assert queue_detail["totals"]["messages"]["total"] == 8
     assert sum(p["cursor"]["totalConsumed"] for p in queue_detail["partitions"]) == 2
-    analytics = await admin.get_analytics(queue=queue, interval="minute", **{"from": status["timeRange"]["from"]})
+    analytics = await admin.get_analytics(
+        queue=queue, interval="minute", **{"from": status["timeRange"]["from"]}
+    )
     assert sum(point["messages"] for point in analytics["dataPoints"]) == 8
 
 
-async def test_no_consumer_group_answers_valid_json_that_the_client_reads(new_database: Any,
-                                                                          start_broker: Any) -> None:
+async def test_no_consumer_group_answers_valid_json_that_the_client_reads(
+    new_database: Any, start_broker: Any
+) -> None:
     """The original sends an empty body for these three (API.md 1.2); queenpy sends ``[]`` / ``{}``, which
     the official client reads as the same "nothing" (the JS tier checks its client likewise)."""
     broker = start_broker(new_database())
     async with httpx.AsyncClient(base_url=broker.url) as http:
-        for path, empty in (("/api/v1/consumer-groups", []), ("/api/v1/consumer-groups/lagging", []),
-                            ("/api/v1/consumer-groups/nobody", {})):
+        for path, empty in (
+            ("/api/v1/consumer-groups", []),
+            ("/api/v1/consumer-groups/lagging", []),
+            ("/api/v1/consumer-groups/nobody", {}),
+        ):
             answer = await http.get(path)
             assert answer.status_code == 200 and answer.headers["content-type"] == "application/json"
             assert answer.json() == empty, (path, answer.text)

@@ -41,7 +41,6 @@ async def eventually(
         await asyncio.sleep(0.05)
 
 
-
 @pytest.fixture
 async def http(broker: Any) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=broker.url, timeout=30) as client:

@@ -27,19 +27,37 @@ from queen import Queen
 
 MESSAGES = 100
 QUEUES = {"translate": "uc-pipeline.translate", "route": "uc-pipeline.route", "notify": "uc-pipeline.notify"}
-OPTIONS = {"leaseTime": 8, "retryLimit": 2, "deadLetterQueue": True, "dlqAfterMaxRetries": True,
-           "retentionEnabled": True, "retentionSeconds": 3600, "completedRetentionSeconds": 300}
+OPTIONS = {
+    "leaseTime": 8,
+    "retryLimit": 2,
+    "deadLetterQueue": True,
+    "dlqAfterMaxRetries": True,
+    "retentionEnabled": True,
+    "retentionSeconds": 3600,
+    "completedRetentionSeconds": 300,
+}
 
 
 async def test_queens_pipeline_by_its_stop_rule_with_the_official_python_client(
-        q: Queen, broker: Any) -> None:
+    q: Queen, broker: Any
+) -> None:
     for name in QUEUES.values():
         await q.queue(name).delete()
         await q.queue(name).config(OPTIONS).create()
     for idx in range(MESSAGES):
         chat_id = f"chat-{idx}"
-        await q.queue(QUEUES["translate"]).partition(chat_id).push(
-            [{"transactionId": chat_id, "data": {"chatId": chat_id, "idx": idx, "text": f"message {idx}"}}])
+        await (
+            q.queue(QUEUES["translate"])
+            .partition(chat_id)
+            .push(
+                [
+                    {
+                        "transactionId": chat_id,
+                        "data": {"chatId": chat_id, "idx": idx, "text": f"message {idx}"},
+                    }
+                ]
+            )
+        )
 
     counts: Counter[str] = Counter()
     stop = asyncio.Event()
@@ -51,25 +69,41 @@ async def test_queens_pipeline_by_its_stop_rule_with_the_official_python_client(
                 counts["translate attempts"] += 1
                 if data["idx"] % 7 == 0 and data["idx"] != 0:
                     raise RuntimeError(f"cannot translate message {data['idx']}")
-            await (q.transaction().ack(message, "completed", {"consumer_group": group})
-                   .queue(QUEUES[following]).partition(data["chatId"]).push([{"data": data}]).commit())
+            await (
+                q.transaction()
+                .ack(message, "completed", {"consumer_group": group})
+                .queue(QUEUES[following])
+                .partition(data["chatId"])
+                .push([{"data": data}])
+                .commit()
+            )
             counts[done] += 1
 
         async def on_error(message: dict[str, Any], error: Exception) -> None:
             counts[f"{stage} failures"] += 1
             await q.ack(message, False, {"group": group, "error": str(error)})
 
-        return (q.queue(QUEUES[stage]).group(group).batch(1).each().auto_ack(False)
-                .consume(handler, signal=stop).on_error(on_error))
+        return (
+            q.queue(QUEUES[stage])
+            .group(group)
+            .batch(1)
+            .each()
+            .auto_ack(False)
+            .consume(handler, signal=stop)
+            .on_error(on_error)
+        )
 
     async def notified(_message: dict[str, Any]) -> None:
         counts["notified"] += 1
 
     started = time.monotonic()
-    consumers = [asyncio.ensure_future(hand_off("translate", "route", "translator", "translated")),
-                 asyncio.ensure_future(hand_off("route", "notify", "router", "routed")),
-                 asyncio.ensure_future(q.queue(QUEUES["notify"]).group("notifier").batch(1).each()
-                                       .consume(notified, signal=stop))]
+    consumers = [
+        asyncio.ensure_future(hand_off("translate", "route", "translator", "translated")),
+        asyncio.ensure_future(hand_off("route", "notify", "router", "routed")),
+        asyncio.ensure_future(
+            q.queue(QUEUES["notify"]).group("notifier").batch(1).each().consume(notified, signal=stop)
+        ),
+    ]
     at_stop: dict[str, Any] = {}
     try:
         while time.monotonic() - started < 120 and not at_stop:
@@ -77,8 +111,9 @@ async def test_queens_pipeline_by_its_stop_rule_with_the_official_python_client(
             if counts["notified"] >= MESSAGES - 14:
                 at_stop = dict(counts)
                 async with httpx.AsyncClient(base_url=broker.url) as http:
-                    dlq = (await http.get("/api/v1/dlq", params={"queue": QUEUES["translate"],
-                                                                  "limit": 500})).json()
+                    dlq = (
+                        await http.get("/api/v1/dlq", params={"queue": QUEUES["translate"], "limit": 500})
+                    ).json()
                 at_stop["dlq"] = dlq["total"]
     finally:
         stop.set()

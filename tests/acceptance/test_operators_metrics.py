@@ -36,8 +36,11 @@ def scrape(http: httpx.Client) -> dict[str, list[Any]]:
 
 
 def value(families: dict[str, list[Any]], name: str, **labels: str) -> float:
-    matches = [s.value for s in families[name] if s.name == name
-               and all(s.labels.get(k) == v for k, v in labels.items())]
+    matches = [
+        s.value
+        for s in families[name]
+        if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())
+    ]
     assert len(matches) == 1, (name, labels, families.get(name))
     return float(matches[0])
 
@@ -45,18 +48,35 @@ def value(families: dict[str, list[Any]], name: str, **labels: str) -> float:
 def fill(http: httpx.Client, queue: str) -> None:
     """10 messages in 2 partitions; queue mode consumes 4 (acks 3), group g consumes 10, 1 goes to the DLQ."""
     for partition in ("a", "b"):
-        items = [{"queue": queue, "partition": partition, "payload": {"n": n}, "transactionId": f"{partition}{n}"}
-                 for n in range(5)]
+        items = [
+            {"queue": queue, "partition": partition, "payload": {"n": n}, "transactionId": f"{partition}{n}"}
+            for n in range(5)
+        ]
         assert {r["status"] for r in http.post("/api/v1/push", json={"items": items}).json()} == {"queued"}
     popped = http.get(f"/api/v1/pop/queue/{queue}/partition/a", params={"batch": 4}).json()["messages"]
-    acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-             "status": "completed"} for m in popped[:3]]
+    acks = [
+        {
+            "transactionId": m["transactionId"],
+            "partitionId": m["partitionId"],
+            "leaseId": m["leaseId"],
+            "status": "completed",
+        }
+        for m in popped[:3]
+    ]
     assert all(r["success"] for r in http.post("/api/v1/ack/batch", json={"acknowledgments": acks}).json())
     for partition in ("a", "b"):
-        got = http.get(f"/api/v1/pop/queue/{queue}/partition/{partition}",
-                       params={"batch": 5, "consumerGroup": "g"}).json()["messages"]
-        acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-                 "status": "dlq" if m["transactionId"] == "b4" else "completed"} for m in got]
+        got = http.get(
+            f"/api/v1/pop/queue/{queue}/partition/{partition}", params={"batch": 5, "consumerGroup": "g"}
+        ).json()["messages"]
+        acks = [
+            {
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m["leaseId"],
+                "status": "dlq" if m["transactionId"] == "b4" else "completed",
+            }
+            for m in got
+        ]
         body = {"acknowledgments": acks, "consumerGroup": "g"}
         assert all(r["success"] for r in http.post("/api/v1/ack/batch", json=body).json())
 
@@ -75,23 +95,37 @@ def test_the_exposition_parses_and_counts_what_was_done(http: httpx.Client) -> N
     assert value(families, "queen_dlq_depth_by_queue", queue=queue) == 1
     assert value(families, "queen_consumer_group_lag_messages", queue=queue, group="g") == 0
     assert value(families, "queen_consumer_group_lag_messages", queue=queue, group="__QUEUE_MODE__") == 2
-    assert value(families, "queen_consumer_group_partitions_lagging", queue=queue, group="__QUEUE_MODE__") == 1
+    assert (
+        value(families, "queen_consumer_group_partitions_lagging", queue=queue, group="__QUEUE_MODE__") == 1
+    )
     oldest = value(families, "queen_queue_oldest_unconsumed_timestamp_seconds", queue=queue)
     assert 0 < time.time() - oldest < 120
-    assert value(families, "queen_consumer_group_oldest_unconsumed_timestamp_seconds", queue=queue,
-                 group="__QUEUE_MODE__") == oldest
+    assert (
+        value(
+            families,
+            "queen_consumer_group_oldest_unconsumed_timestamp_seconds",
+            queue=queue,
+            group="__QUEUE_MODE__",
+        )
+        == oldest
+    )
     assert value(families, "queen_maintenance_mode_enabled") == 0
     assert value(families, "queen_file_buffer_db_healthy") == 1
 
     def pushes_timed(families: dict[str, Any]) -> float:
-        return sum(s.value for s in families["queen_http_request_duration_seconds"]
-                   if s.name.endswith("_count") and s.labels == {"method": "POST", "route": "/api/v1/push"})
+        return sum(
+            s.value
+            for s in families["queen_http_request_duration_seconds"]
+            if s.name.endswith("_count") and s.labels == {"method": "POST", "route": "/api/v1/push"}
+        )
 
     # a worker adds its request-path histograms to the shared ones at each sample (services/prometheus.py),
     # so the other worker's pushes show up within a sample interval
     wait_until(lambda: pushes_timed(scrape(http)) >= 2, message="push latency histogram")
-    wait_until(lambda: {s.labels["op"] for s in scrape(http)["queen_fusion_batch_size"]}
-               >= {"push", "pop", "ack"}, message="fusion histograms")
+    wait_until(
+        lambda: {s.labels["op"] for s in scrape(http)["queen_fusion_batch_size"]} >= {"push", "pop", "ack"},
+        message="fusion histograms",
+    )
     wait_until(lambda: value(scrape(http), "queen_messages_pushed_total") >= 10, message="pushed counter")
     workers = {s.labels["pid"] for s in scrape(http)["queen_worker_resident_memory_bytes"]}
     assert len(workers) == 2, "both workers' gauges, whichever worker answered"
@@ -101,8 +135,11 @@ def test_the_exposition_parses_and_counts_what_was_done(http: httpx.Client) -> N
 def test_the_maintenance_gauge_follows_the_switch(http: httpx.Client) -> None:
     http.post("/api/v1/system/maintenance/pop", json={"enabled": True})
     try:
-        wait_until(lambda: value(scrape(http), "queen_pop_maintenance_mode_enabled") == 1, timeout_s=5,
-                   message="pop maintenance gauge")
+        wait_until(
+            lambda: value(scrape(http), "queen_pop_maintenance_mode_enabled") == 1,
+            timeout_s=5,
+            message="pop maintenance gauge",
+        )
     finally:
         http.post("/api/v1/system/maintenance/pop", json={"enabled": False})
 
@@ -121,7 +158,9 @@ def test_queue_ops_and_lag_count_every_worker(http: httpx.Client) -> None:
     assert totals["popMessages"] == 14 and totals["popCount"] == 3 and totals["ackFailed"] == 1
     assert answer["bucketMinutes"] == 1 and answer["queues"][0]["queueName"] == queue
     lag = http.get("/api/v1/analytics/queue-lag", params={"queue": queue}).json()
-    assert sum(row["popCount"] for row in lag) == 3 and all(row["maxLagMs"] >= row["avgLagMs"] >= 0 for row in lag)
+    assert sum(row["popCount"] for row in lag) == 3 and all(
+        row["maxLagMs"] >= row["avgLagMs"] >= 0 for row in lag
+    )
 
 
 def test_system_and_worker_metrics_have_both_workers(http: httpx.Client) -> None:
@@ -135,7 +174,9 @@ def test_system_and_worker_metrics_have_both_workers(http: httpx.Client) -> None
     assert point["memory"]["rssBytes"]["max"] > 10_000_000 and point["database"]["poolSize"]["max"] >= 1
     assert point["cpu"]["percent"]["max"] >= point["cpu"]["percent"]["min"] >= 0
     workers = wait_until(lambda: both("worker-metrics", "workers"), timeout_s=10, message="two workers")
-    assert {"timeRange", "bucketMinutes", "pointCount", "timeSeries", "workers", "queues", "summary"} <= set(workers)
+    assert {"timeRange", "bucketMinutes", "pointCount", "timeSeries", "workers", "queues", "summary"} <= set(
+        workers
+    )
     assert workers["summary"]["requests"] >= 1 and workers["summary"]["workers"] == 2
     # whole counts, as documented (they were written and summed as floats: 12.0)
     assert all(type(w["requests"]) is int and type(w["errors"]) is int for w in workers["workers"])
@@ -159,8 +200,9 @@ def wait_for_a_parked_pop(http: httpx.Client, queue: str, message: str) -> None:
 def test_parked_long_polls_are_counted_per_queue(http: httpx.Client) -> None:
     queue = unique("parked")
     with httpx.Client(base_url=http.base_url, timeout=30) as other:
-        thread = threading.Thread(target=lambda: other.get(f"/api/v1/pop/queue/{queue}",
-                                                           params={"wait": "true", "timeout": 1500}))
+        thread = threading.Thread(
+            target=lambda: other.get(f"/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 1500})
+        )
         thread.start()
         wait_for_a_parked_pop(http, queue, "a parked long poll")
         thread.join()
@@ -171,14 +213,20 @@ def test_a_parked_namespace_long_poll_leaves_the_metrics_rows_written(http: http
     for queue None, and the worker's flush failed (queue_lag_metrics.queue_name is NOT NULL) for the rest of
     the minute: no row of any queue was written. Here a queue's parked pop is counted while one parks."""
     queue = unique("beside")
-    with httpx.Client(base_url=http.base_url, timeout=30) as other, \
-            httpx.Client(base_url=http.base_url, timeout=30) as third:
-        by_namespace = threading.Thread(target=lambda: other.get("/api/v1/pop", params={
-            "namespace": unique("nobody"), "wait": "true", "timeout": 4000}))
+    with (
+        httpx.Client(base_url=http.base_url, timeout=30) as other,
+        httpx.Client(base_url=http.base_url, timeout=30) as third,
+    ):
+        by_namespace = threading.Thread(
+            target=lambda: other.get(
+                "/api/v1/pop", params={"namespace": unique("nobody"), "wait": "true", "timeout": 4000}
+            )
+        )
         by_namespace.start()
         time.sleep(0.6)  # three samples with only the namespace pop parked
-        by_queue = threading.Thread(target=lambda: third.get(f"/api/v1/pop/queue/{queue}",
-                                                             params={"wait": "true", "timeout": 2000}))
+        by_queue = threading.Thread(
+            target=lambda: third.get(f"/api/v1/pop/queue/{queue}", params={"wait": "true", "timeout": 2000})
+        )
         by_queue.start()
         wait_for_a_parked_pop(http, queue, "the queue's parked long poll, beside a namespace one")
         by_queue.join()
@@ -189,9 +237,21 @@ def test_retention_and_postgres_stats_shapes(http: httpx.Client) -> None:
     retention = http.get("/api/v1/analytics/retention").json()
     assert retention["bucketMinutes"] == 15 and {"series", "totals", "timeRange"} <= set(retention)
     stats = http.get("/api/v1/analytics/postgres-stats").json()
-    assert {"timestamp", "database", "databaseCache", "tableCache", "indexCache", "cacheSummary", "deadTuples",
-            "hotUpdates", "activeQueries", "autovacuumStatus", "bufferConfig", "bufferUsage",
-            "tableSizes"} <= set(stats)
+    assert {
+        "timestamp",
+        "database",
+        "databaseCache",
+        "tableCache",
+        "indexCache",
+        "cacheSummary",
+        "deadTuples",
+        "hotUpdates",
+        "activeQueries",
+        "autovacuumStatus",
+        "bufferConfig",
+        "bufferUsage",
+        "tableSizes",
+    } <= set(stats)
     assert "messages" in {t["table"] for t in stats["tableSizes"]}
     assert stats["database"]["commits"] > 0
 
@@ -202,9 +262,15 @@ def test_the_grafana_dashboard_uses_served_series(http: httpx.Client) -> None:
     import re
     from pathlib import Path
 
-    dashboard = json.loads((Path(__file__).resolve().parents[2] / "docs" / "grafana-queenpy.json").read_text())
-    wanted = {name for panel in dashboard["panels"] for target in panel["targets"]
-              for name in re.findall(r"\bqueen_[a-z_]+", target["expr"])}
+    dashboard = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs" / "grafana-queenpy.json").read_text()
+    )
+    wanted = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"\bqueen_[a-z_]+", target["expr"])
+    }
     fill(http, unique("grafana"))
     served = set(scrape(http))
     assert len(wanted) >= 20 and sorted(wanted - served) == []

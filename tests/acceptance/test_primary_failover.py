@@ -23,8 +23,11 @@ from queenpy.harness import BrokerProcess, PrivatePostgres, StandbyPostgres, fre
 from helpers import unique, wait_until
 
 # a parked pop re-checks only every 20 s: one that returns a message within its 10 s was woken by a NOTIFY
-SLOW_POLL_TIMER = {"POP_WAIT_INITIAL_INTERVAL_MS": "20000", "POP_WAIT_MAX_INTERVAL_MS": "20000",
-                   "STATS_INTERVAL_MS": "500"}
+SLOW_POLL_TIMER = {
+    "POP_WAIT_INITIAL_INTERVAL_MS": "20000",
+    "POP_WAIT_MAX_INTERVAL_MS": "20000",
+    "STATS_INTERVAL_MS": "500",
+}
 
 
 @pytest.fixture
@@ -49,23 +52,31 @@ def count(server: PrivatePostgres | StandbyPostgres, sql: str) -> int:
     return int(server.psql(sql, "queen").strip())
 
 
-def test_brokers_follow_a_promoted_standby(pair: tuple[PrivatePostgres, StandbyPostgres],
-                                           start_broker: Callable[..., BrokerProcess]) -> None:
+def test_brokers_follow_a_promoted_standby(
+    pair: tuple[PrivatePostgres, StandbyPostgres], start_broker: Callable[..., BrokerProcess]
+) -> None:
     primary, standby = pair
-    url = (f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/queen"
-           "?sslmode=disable&target_session_attrs=read-write")
+    url = (
+        f"postgresql://postgres@127.0.0.1:{primary.port},127.0.0.1:{standby.port}/queen"
+        "?sslmode=disable&target_session_attrs=read-write"
+    )
     first = start_broker(url, workers=1, extra_env=SLOW_POLL_TIMER)
     second = start_broker(url, workers=1, extra_env=SLOW_POLL_TIMER)
     queue = unique("failover")
     http = httpx.Client(timeout=30)
 
     def push(broker: BrokerProcess, transaction_id: str) -> Any:
-        return http.post(f"{broker.url}/api/v1/push", json={"items": [
-            {"queue": queue, "partition": "p", "transactionId": transaction_id, "payload": {}}]}).json()[0]
+        return http.post(
+            f"{broker.url}/api/v1/push",
+            json={
+                "items": [{"queue": queue, "partition": "p", "transactionId": transaction_id, "payload": {}}]
+            },
+        ).json()[0]
 
     def pop(broker: BrokerProcess, batch: int) -> httpx.Response:
-        return http.get(f"{broker.url}/api/v1/pop/queue/{queue}", params={"consumerGroup": "g",
-                                                                          "batch": str(batch)})
+        return http.get(
+            f"{broker.url}/api/v1/pop/queue/{queue}", params={"consumerGroup": "g", "batch": str(batch)}
+        )
 
     # a short lease: a pop answered by a backend of the killed postmaster that had not noticed yet leases the
     # partition on the standby too, until the lease runs out
@@ -75,8 +86,15 @@ def test_brokers_follow_a_promoted_standby(pair: tuple[PrivatePostgres, StandbyP
     assert (health["synchronousCommit"], health["synchronousStandbyNames"]) == ("on", "standby1")
     assert [push(first, f"tx-{n}")["status"] for n in range(5)] == ["queued"] * 5
     popped = pop(first, 2).json()["messages"]
-    acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-             "status": "completed"} for m in popped]
+    acks = [
+        {
+            "transactionId": m["transactionId"],
+            "partitionId": m["partitionId"],
+            "leaseId": m["leaseId"],
+            "status": "completed",
+        }
+        for m in popped
+    ]
     answer = http.post(f"{first.url}/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": "g"})
     assert [item["success"] for item in answer.json()] == [True, True]
 
@@ -90,11 +108,18 @@ def test_brokers_follow_a_promoted_standby(pair: tuple[PrivatePostgres, StandbyP
 
     standby.promote()
     for broker in (first, second):
-        wait_until(lambda b=broker: (r := http.get(f"{b.url}/health")).status_code == 200
-                   and r.json()["postgres"]["port"] == standby.port, message="health on the new primary")
+        wait_until(
+            lambda b=broker: (
+                (r := http.get(f"{b.url}/health")).status_code == 200
+                and r.json()["postgres"]["port"] == standby.port
+            ),
+            message="health on the new primary",
+        )
     assert http.get(f"{first.url}/health").json()["postgres"]["inRecovery"] is False
-    wait_until(lambda: count(standby, "SELECT count(*) FROM queen.messages WHERE transaction_id = 'tx-during'")
-               == 1, message="the buffered push replayed on the new primary")
+    wait_until(
+        lambda: count(standby, "SELECT count(*) FROM queen.messages WHERE transaction_id = 'tx-during'") == 1,
+        message="the buffered push replayed on the new primary",
+    )
     assert push(first, "tx-during")["status"] == "duplicate"  # stored once: the replay is deduplicated
 
     # the two messages acked before the switch stay acked; the other three and the buffered one come (the ids
@@ -111,22 +136,37 @@ def test_brokers_follow_a_promoted_standby(pair: tuple[PrivatePostgres, StandbyP
     assert delivered == {"tx-2", "tx-3", "tx-4", "tx-during"}
 
     # LISTEN (one connection per broker process) and the stats job's advisory lock, on the new primary
-    wait_until(lambda: count(standby, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'") >= 2,
-               message="LISTEN on the new primary")
-    wait_until(lambda: count(standby, "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                                      "WHERE l.locktype = 'advisory' AND l.objid = 737003 "
-                                      "AND a.application_name = 'queenpy-services'") == 1,
-               message="the stats job's lock taken again on the new primary")
+    wait_until(
+        lambda: count(standby, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'") >= 2,
+        message="LISTEN on the new primary",
+    )
+    wait_until(
+        lambda: (
+            count(
+                standby,
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.objid = 737003 "
+                "AND a.application_name = 'queenpy-services'",
+            )
+            == 1
+        ),
+        message="the stats job's lock taken again on the new primary",
+    )
 
     # the long-poll announcements: a pop parked on the second broker is announced to the first, whose push
     # wakes it through NOTIFY (its own poll timer would not check again within the 10 s wait)
     empty = unique("wake")
     http.post(f"{first.url}/api/v1/configure", json={"queue": empty, "options": {}})
     with httpx.Client(timeout=30) as parked_client, concurrent.futures.ThreadPoolExecutor(1) as pool:
-        parked = pool.submit(parked_client.get, f"{second.url}/api/v1/pop/queue/{empty}",
-                             params={"wait": "true", "timeout": "10000"})
-        wait_until(lambda: http.get(f"{first.url}/metrics").json()["longPoll"]["remoteWaitingQueues"] >= 1,
-                   message="the parked pop announced to the other broker")
+        parked = pool.submit(
+            parked_client.get,
+            f"{second.url}/api/v1/pop/queue/{empty}",
+            params={"wait": "true", "timeout": "10000"},
+        )
+        wait_until(
+            lambda: http.get(f"{first.url}/metrics").json()["longPoll"]["remoteWaitingQueues"] >= 1,
+            message="the parked pop announced to the other broker",
+        )
         http.post(f"{first.url}/api/v1/push", json={"items": [{"queue": empty, "payload": {"x": 1}}]})
         answer = parked.result(timeout=20)
     assert answer.status_code == 200 and [m["data"] for m in answer.json()["messages"]] == [{"x": 1}]

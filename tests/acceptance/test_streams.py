@@ -37,7 +37,6 @@ WORKER = Path(__file__).with_name("streams_worker.py")
 SEP = "\u001f"
 
 
-
 @pytest.fixture
 def db(broker: BrokerProcess) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(broker.database_url, autocommit=True) as conn:
@@ -45,13 +44,19 @@ def db(broker: BrokerProcess) -> Iterator[psycopg.Connection[Any]]:
 
 
 @contextlib.asynccontextmanager
-async def running(stream: Stream, query_id: str, broker: BrokerProcess,
-                  **options: Any) -> AsyncIterator[tuple[Any, list[str]]]:
+async def running(
+    stream: Stream, query_id: str, broker: BrokerProcess, **options: Any
+) -> AsyncIterator[tuple[Any, list[str]]]:
     """``stream.run(...)`` with a short long-poll: (the runner, the cycle errors it reported; the SDK logs
     them and goes on). The runner is stopped on exit."""
     errors: list[str] = []
-    runner = await stream.run(query_id=query_id, url=broker.url, max_wait_millis=200,
-                              on_error=lambda err, ctx: errors.append(f"{ctx}: {err}"), **options)
+    runner = await stream.run(
+        query_id=query_id,
+        url=broker.url,
+        max_wait_millis=200,
+        on_error=lambda err, ctx: errors.append(f"{ctx}: {err}"),
+        **options,
+    )
     try:
         yield runner, errors
     finally:
@@ -71,9 +76,14 @@ async def eventually(probe: Callable[[], Any], what: str, deadline_s: float = DE
 
 def sink(db: psycopg.Connection[Any], queue: str) -> list[tuple[str, Any]]:
     """(partition name, payload) of every message of ``queue``, in partition then offset order."""
-    return [(row[0], row[1]) for row in db.execute(
-        "SELECT p.name, m.payload FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s ORDER BY p.name, m.seq", (queue,))]
+    return [
+        (row[0], row[1])
+        for row in db.execute(
+            "SELECT p.name, m.payload FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s ORDER BY p.name, m.seq",
+            (queue,),
+        )
+    ]
 
 
 def consumed(db: psycopg.Connection[Any], queue: str, group: str) -> bool:
@@ -82,22 +92,34 @@ def consumed(db: psycopg.Connection[Any], queue: str, group: str) -> bool:
         "SELECT count(*) FILTER (WHERE coalesce(c.last_consumed_seq, 0) < p.last_seq), count(*) "
         "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
         "LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = %s "
-        "WHERE q.name = %s", (group, queue)).fetchone()
+        "WHERE q.name = %s",
+        (group, queue),
+    ).fetchone()
     return row is not None and row[1] > 0 and row[0] == 0
 
 
 def state_keys(db: psycopg.Connection[Any], query_name: str) -> list[str]:
-    return [row[0] for row in db.execute(
-        "SELECT s.key FROM queen_streams.state s JOIN queen_streams.queries q ON q.id = s.query_id "
-        "WHERE q.name = %s ORDER BY s.key", (query_name,))]
+    return [
+        row[0]
+        for row in db.execute(
+            "SELECT s.key FROM queen_streams.state s JOIN queen_streams.queries q ON q.id = s.query_id "
+            "WHERE q.name = %s ORDER BY s.key",
+            (query_name,),
+        )
+    ]
 
 
 def created_ms(db: psycopg.Connection[Any], queue: str) -> list[int]:
     """Distinct ``created_at`` of a queue's messages, in epoch milliseconds as the SDK reads them."""
-    return [int(row[0]) for row in db.execute(
-        "SELECT DISTINCT floor(extract(epoch FROM m.created_at) * 1000) FROM queen.messages m "
-        "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-        "WHERE q.name = %s ORDER BY 1", (queue,))]
+    return [
+        int(row[0])
+        for row in db.execute(
+            "SELECT DISTINCT floor(extract(epoch FROM m.created_at) * 1000) FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = %s ORDER BY 1",
+            (queue,),
+        )
+    ]
 
 
 async def push(q: Queen, queue: str, records: list[Any], partition: str = "Default") -> None:
@@ -112,18 +134,24 @@ def window_record(value: Any, ctx: dict[str, Any]) -> dict[str, Any]:
 
 # -- stateless -----------------------------------------------------------------------------------------------
 
+
 async def test_a_stateless_map_and_filter_reach_the_sink_once_in_order(
-        q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
+    q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]
+) -> None:
     source, target, query = unique("src"), unique("sink"), unique("map")
     for partition in ("p1", "p2"):
         await push(q, source, [{"n": n, "p": partition} for n in range(12)], partition)
-    stream = (Stream.from_(q.queue(source))
-              .filter(lambda m: m["data"]["n"] % 3 != 0)
-              .map(lambda m: {"n": m["data"]["n"], "square": m["data"]["n"] ** 2, "from": m["data"]["p"]})
-              .to(q.queue(target)))
+    stream = (
+        Stream.from_(q.queue(source))
+        .filter(lambda m: m["data"]["n"] % 3 != 0)
+        .map(lambda m: {"n": m["data"]["n"], "square": m["data"]["n"] ** 2, "from": m["data"]["p"]})
+        .to(q.queue(target))
+    )
     async with running(stream, query, broker) as (_, errors):
-        await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 16,
-                         "the source consumed and 16 records in the sink")
+        await eventually(
+            lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 16,
+            "the source consumed and 16 records in the sink",
+        )
     expected = [(p, {"n": n, "square": n * n, "from": p}) for p in ("p1", "p2") for n in range(12) if n % 3]
     assert sink(db, target) == expected  # same partition names, source order, each once
     assert errors == []
@@ -131,6 +159,7 @@ async def test_a_stateless_map_and_filter_reach_the_sink_once_in_order(
 
 
 # -- windows -------------------------------------------------------------------------------------------------
+
 
 def window_starts(kind: str, ts: int) -> list[tuple[int, int]]:
     """(start, end) of the windows of one timestamp: the SDK's assignment, written out (sessions aside)."""
@@ -157,8 +186,18 @@ def event_time_window(stream: Stream, kind: str) -> Stream:
     return stream.window_session(gap=3, **event_time)
 
 
-EVENTS = [("a", 1_000, 1), ("b", 2_000, 10), ("a", 4_500, 2), ("a", 11_000, 4), ("b", 12_000, 20),
-          ("b", 15_000, 40), ("a", 25_000, 8), ("a", 70_000, 16), ("b", 130_500, 80), ("a", 131_000, 32)]
+EVENTS = [
+    ("a", 1_000, 1),
+    ("b", 2_000, 10),
+    ("a", 4_500, 2),
+    ("a", 11_000, 4),
+    ("b", 12_000, 20),
+    ("b", 15_000, 40),
+    ("a", 25_000, 8),
+    ("a", 70_000, 16),
+    ("b", 130_500, 80),
+    ("a", 131_000, 32),
+]
 
 
 def expected_event_time(kind: str) -> list[dict[str, Any]]:
@@ -180,13 +219,16 @@ def expected_event_time(kind: str) -> list[dict[str, Any]]:
         for key, ts, x in EVENTS:
             for start, end in window_starts(kind, BASE_MS + ts):
                 sums[(key, start, end)] = sums.get((key, start, end), 0) + x
-    return sorted(({"key": k, "start": s, "end": e, "value": v} for (k, s, e), v in sums.items()),
-                  key=lambda r: (r["key"], r["start"]))
+    return sorted(
+        ({"key": k, "start": s, "end": e, "value": v} for (k, s, e), v in sums.items()),
+        key=lambda r: (r["key"], r["start"]),
+    )
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "cron"])
 async def test_event_time_windows_reduce_to_exactly_the_expected_results(
-        kind: str, q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
+    kind: str, q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]
+) -> None:
     """Synthetic event times, one push, then a far-future event that moves the watermark past every window:
     each (key, window) is emitted once with the reduced sum. A late event (behind the watermark) is
     dropped."""
@@ -197,8 +239,10 @@ async def test_event_time_windows_reduce_to_exactly_the_expected_results(
     stream = stream.reduce(lambda acc, value: acc + value["x"], 0).map(window_record).to(q.queue(target))
     expected = expected_event_time(kind)
     async with running(stream, query, broker) as (runner, errors):
-        await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= len(expected),
-                         f"{len(expected)} windows in the sink")
+        await eventually(
+            lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= len(expected),
+            f"{len(expected)} windows in the sink",
+        )
         await push(q, source, [{"k": "a", "ts": BASE_MS + 1_500, "x": 1000}])  # late: dropped
         await eventually(lambda: consumed(db, source, f"streams.{query}"), "the late event consumed")
         late = 1 if kind == "session" else len(window_starts(kind, BASE_MS + 1_500))  # one per window it hit
@@ -222,8 +266,14 @@ def expected_processing_time(kind: str, created: int, records: list[dict[str, An
     for key in sorted({r["k"] for r in records}):
         xs = [r["x"] for r in records if r["k"] == key]
         for start, end in windows:
-            out.append({"key": key, "start": start, "end": end,
-                        "value": {"count": len(xs), "sum": sum(xs), "max": max(xs)}})
+            out.append(
+                {
+                    "key": key,
+                    "start": start,
+                    "end": end,
+                    "value": {"count": len(xs), "sum": sum(xs), "max": max(xs)},
+                }
+            )
     return out
 
 
@@ -239,14 +289,16 @@ def processing_time_window(stream: Stream, kind: str) -> Stream:
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session", "cron"])
 async def test_processing_time_windows_aggregate_what_arrived_together(
-        kind: str, q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
+    kind: str, q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]
+) -> None:
     """Processing time is the broker's ``createdAt``: two pushes, the second after the first one's windows
     were emitted, give separate windows, each closed by the idle-flush timer once the wall clock passes it."""
     source, target, query = unique("src"), unique("sink"), unique(f"pt-{kind}")
     stream = processing_time_window(Stream.from_(q.queue(source)).key_by(lambda m: m["data"]["k"]), kind)
     stream = stream.aggregate({"count": lambda v: 1, "sum": lambda v: v["x"], "max": lambda v: v["x"]})
-    stream = stream.map(lambda agg, ctx: window_record(
-        {name: agg[name] for name in ("count", "sum", "max")}, ctx)).to(q.queue(target))
+    stream = stream.map(
+        lambda agg, ctx: window_record({name: agg[name] for name in ("count", "sum", "max")}, ctx)
+    ).to(q.queue(target))
     first = [{"k": "a", "x": 1}, {"k": "b", "x": 10}, {"k": "a", "x": 5}, {"k": "a", "x": 3}]
     second = [{"k": "b", "x": 7}, {"k": "c", "x": 2}]
     async with running(stream, query, broker) as (_, errors):
@@ -266,37 +318,55 @@ async def test_processing_time_windows_aggregate_what_arrived_together(
 
 # -- gate ----------------------------------------------------------------------------------------------------
 
+
 async def test_the_token_bucket_gate_throttles_and_keeps_order(
-        q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
+    q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]
+) -> None:
     """Capacity 4, 4 tokens/s, 14 messages in one batch: the gate lets the first 4 through, acks them with
     the lease kept (``release_lease: false``), and the denied tail comes back when the 1 s lease expires.
     Everything passes in the end, once each, in source order; the bucket's state counts 14 allowed."""
     source, target, query = unique("src"), unique("sink"), unique("gate")
     await q.queue(source).config({"leaseTime": 1}).create()
     await push(q, source, [{"n": n} for n in range(14)], "p1")
-    stream = Stream.from_(q.queue(source)).gate(token_bucket_gate(capacity=4, refill_per_sec=4)).to(q.queue(target))
+    stream = (
+        Stream.from_(q.queue(source))
+        .gate(token_bucket_gate(capacity=4, refill_per_sec=4))
+        .to(q.queue(target))
+    )
     async with running(stream, query, broker) as (runner, errors):
-        await eventually(lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 14,
-                         "all 14 through the gate")
+        await eventually(
+            lambda: consumed(db, source, f"streams.{query}") and len(sink(db, target)) >= 14,
+            "all 14 through the gate",
+        )
         metrics = runner.metrics()
     assert sink(db, target) == [("p1", {"n": n}) for n in range(14)]
     assert metrics["gateAllowsTotal"] == 14 and metrics["gateDenialsTotal"] > 0
     assert errors == []
-    bucket = db.execute("SELECT s.value FROM queen_streams.state s JOIN queen_streams.queries q "
-                        "ON q.id = s.query_id WHERE q.name = %s", (query,)).fetchall()
+    bucket = db.execute(
+        "SELECT s.value FROM queen_streams.state s JOIN queen_streams.queries q "
+        "ON q.id = s.query_id WHERE q.name = %s",
+        (query,),
+    ).fetchall()
     assert len(bucket) == 1 and bucket[0][0]["allowedTotal"] == 14
 
 
 # -- config change -------------------------------------------------------------------------------------------
 
+
 def summing(q: Queen, source: str, target: str, seconds: int) -> Stream:
-    return (Stream.from_(q.queue(source)).key_by(lambda m: m["data"]["k"])
-            .window_tumbling(seconds=seconds, event_time=lambda m: m["data"]["ts"], idle_flush_ms=200)
-            .reduce(lambda acc, value: acc + value["x"], 0).map(window_record).to(q.queue(target)))
+    return (
+        Stream.from_(q.queue(source))
+        .key_by(lambda m: m["data"]["k"])
+        .window_tumbling(seconds=seconds, event_time=lambda m: m["data"]["ts"], idle_flush_ms=200)
+        .reduce(lambda acc, value: acc + value["x"], 0)
+        .map(window_record)
+        .to(q.queue(target))
+    )
 
 
 async def test_a_changed_operator_chain_is_refused_unless_reset_which_wipes_the_state(
-        q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]) -> None:
+    q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any]
+) -> None:
     source, target, query = unique("src"), unique("sink"), unique("cfg")
     group = f"streams.{query}"
     ten, twenty = summing(q, source, target, 10), summing(q, source, target, 20)
@@ -304,7 +374,9 @@ async def test_a_changed_operator_chain_is_refused_unless_reset_which_wipes_the_
     reported: list[str] = []
     async with running(ten, query, broker) as (_, errors):  # window [0, 10 s) of key a stays open
         reported += errors
-        await push(q, source, [{"k": "a", "ts": BASE_MS + 1_000, "x": 1}, {"k": "a", "ts": BASE_MS + 2_000, "x": 2}])
+        await push(
+            q, source, [{"k": "a", "ts": BASE_MS + 1_000, "x": 1}, {"k": "a", "ts": BASE_MS + 2_000, "x": 2}]
+        )
         await eventually(lambda: consumed(db, source, group), "the first events consumed")
     kept = state_keys(db, query)
     assert any(key.startswith(f"tumb:10{SEP}") for key in kept)
@@ -315,29 +387,48 @@ async def test_a_changed_operator_chain_is_refused_unless_reset_which_wipes_the_
 
     async with running(ten, query, broker) as (_, errors):  # the same chain again: the state is still there
         reported += errors
-        await push(q, source, [{"k": "a", "ts": BASE_MS + 3_000, "x": 4}, {"k": "z", "ts": BASE_MS + 100_000, "x": 0}])
-        await eventually(lambda: len(sink(db, target)) >= 1 and consumed(db, source, group), "window [0, 10 s)")
+        await push(
+            q,
+            source,
+            [{"k": "a", "ts": BASE_MS + 3_000, "x": 4}, {"k": "z", "ts": BASE_MS + 100_000, "x": 0}],
+        )
+        await eventually(
+            lambda: len(sink(db, target)) >= 1 and consumed(db, source, group), "window [0, 10 s)"
+        )
     assert [payload for _, payload in sink(db, target)] == [
-        {"key": "a", "start": BASE_MS, "end": BASE_MS + 10_000, "value": 7}]
+        {"key": "a", "start": BASE_MS, "end": BASE_MS + 10_000, "value": 7}
+    ]
     assert any(key.startswith(f"tumb:10{SEP}") and key.endswith(f"{SEP}z") for key in state_keys(db, query))
 
     async with running(twenty, query, broker, reset=True) as (_, errors):  # z's open 10 s window: wiped
         reported += errors
         assert not any(key.startswith(f"tumb:10{SEP}") for key in state_keys(db, query))
-        await push(q, source, [{"k": "a", "ts": BASE_MS + 121_000, "x": 16}, {"k": "z", "ts": BASE_MS + 300_000, "x": 0}])
-        await eventually(lambda: len(sink(db, target)) >= 2 and consumed(db, source, group), "window [120, 140 s)")
+        await push(
+            q,
+            source,
+            [{"k": "a", "ts": BASE_MS + 121_000, "x": 16}, {"k": "z", "ts": BASE_MS + 300_000, "x": 0}],
+        )
+        await eventually(
+            lambda: len(sink(db, target)) >= 2 and consumed(db, source, group), "window [120, 140 s)"
+        )
     assert [payload for _, payload in sink(db, target)] == [
         {"key": "a", "start": BASE_MS, "end": BASE_MS + 10_000, "value": 7},
-        {"key": "a", "start": BASE_MS + 120_000, "end": BASE_MS + 140_000, "value": 16}]
+        {"key": "a", "start": BASE_MS + 120_000, "end": BASE_MS + 140_000, "value": 16},
+    ]
     assert reported == []
 
 
 # -- recovery ------------------------------------------------------------------------------------------------
 
+
 def worker(broker: BrokerProcess, source: str, target: str, query: str, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
-        return subprocess.Popen([sys.executable, str(WORKER), broker.url, source, target, query],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), broker.url, source, target, query],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def expected_windows(events: dict[str, list[dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
@@ -350,8 +441,12 @@ def expected_windows(events: dict[str, list[dict[str, Any]]]) -> list[tuple[str,
         closing = max(r["ts"] for r in records)
         for (key, start), xs in windows.items():
             if start + 10_000 <= closing:
-                out.append((partition, {"key": key, "start": start, "end": start + 10_000, "count": len(xs),
-                                        "sum": sum(xs)}))
+                out.append(
+                    (
+                        partition,
+                        {"key": key, "start": start, "end": start + 10_000, "count": len(xs), "sum": sum(xs)},
+                    )
+                )
     return sorted(out, key=lambda row: (row[0], row[1]["key"], row[1]["start"]))
 
 
@@ -360,21 +455,27 @@ def by_window(rows: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def progress(db: psycopg.Connection[Any], query: str) -> int:
-    row = db.execute("SELECT coalesce(sum(total_messages_consumed), 0) FROM queen.partition_consumers "
-                     "WHERE consumer_group = %s", (f"streams.{query}",)).fetchone()
+    row = db.execute(
+        "SELECT coalesce(sum(total_messages_consumed), 0) FROM queen.partition_consumers "
+        "WHERE consumer_group = %s",
+        (f"streams.{query}",),
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
 async def test_a_runner_killed_mid_window_and_restarted_emits_every_window_once(
-        q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any], tmp_path: Path) -> None:
+    q: Queen, broker: BrokerProcess, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     """Two runner processes read the same source (each its own query and consumer group): one runs through,
     the other is SIGKILLed once about 40% of the source is consumed (windows already emitted, others half
     full in the state, a cycle usually in flight) and started again. Both sinks end up with exactly the
     windows computed from the input, each once."""
     source, query, reference = unique("src"), unique("crash"), unique("ref")
     await q.queue(source).config({"leaseTime": 1}).create()  # a killed runner's lease lapses quickly
-    events = {p: [{"k": "abc"[n % 3], "ts": BASE_MS + n * 700 + (i * 50), "x": n + 1} for n in range(40)]
-              for i, p in enumerate(("p1", "p2"))}
+    events = {
+        p: [{"k": "abc"[n % 3], "ts": BASE_MS + n * 700 + (i * 50), "x": n + 1} for n in range(40)]
+        for i, p in enumerate(("p1", "p2"))
+    }
     for partition, records in events.items():
         records.append({"k": "zz", "ts": CLOSE_MS, "x": 0})
         await push(q, source, records, partition)
@@ -385,34 +486,47 @@ async def test_a_runner_killed_mid_window_and_restarted_emits_every_window_once(
     crashing = worker(broker, source, f"{query}-sink", query, tmp_path / "crash.log")
     processes = [ref_process, crashing]
     try:
-        await eventually(lambda: progress(db, query) >= total * 0.4 and sink(db, f"{query}-sink"),
-                         "40% consumed and a window emitted")
+        await eventually(
+            lambda: progress(db, query) >= total * 0.4 and sink(db, f"{query}-sink"),
+            "40% consumed and a window emitted",
+        )
         os.killpg(crashing.pid, signal.SIGKILL)
         crashing.wait()
         before = progress(db, query)
         assert before < total  # killed mid-stream: windows still open in the state
         assert any(SEP in key for key in state_keys(db, query))
         emitted_before = len(sink(db, f"{query}-sink"))
-        print(f"killed at {before}/{total} consumed, {emitted_before}/{len(expected)} windows emitted, "
-              f"{len(state_keys(db, query))} state rows")
+        print(
+            f"killed at {before}/{total} consumed, {emitted_before}/{len(expected)} windows emitted, "
+            f"{len(state_keys(db, query))} state rows"
+        )
         assert 0 < emitted_before < len(expected)
 
         restarted = worker(broker, source, f"{query}-sink", query, tmp_path / "crash.log")
         processes.append(restarted)
         for name in (query, reference):
-            await eventually(lambda name=name: consumed(db, source, f"streams.{name}")
-                             and len(sink(db, f"{name}-sink")) >= len(expected), f"{name} finished", 60)
+            await eventually(
+                lambda name=name: (
+                    consumed(db, source, f"streams.{name}") and len(sink(db, f"{name}-sink")) >= len(expected)
+                ),
+                f"{name} finished",
+                60,
+            )
     finally:
         for process in processes:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-    crashed_run, reference_run = by_window(sink(db, f"{query}-sink")), by_window(sink(db, f"{reference}-sink"))
+    crashed_run, reference_run = (
+        by_window(sink(db, f"{query}-sink")),
+        by_window(sink(db, f"{reference}-sink")),
+    )
     assert crashed_run == expected, (tmp_path / "crash.log").read_text()[-3000:]
     assert reference_run == expected
 
 
 # -- the wire: levels, encryption, producerSub ---------------------------------------------------------------
+
 
 def test_levels_and_sink_payloads_as_sent(db_url: str, start_broker: Callable[..., BrokerProcess]) -> None:
     """API.md sections 13 and 19: state/get needs read-only, queries and cycle read-write; sink pushes store
@@ -420,11 +534,20 @@ def test_levels_and_sink_payloads_as_sent(db_url: str, start_broker: Callable[..
     import jwt
 
     secret = "test-secret-that-is-long-enough-for-hs256"
-    secured = start_broker(db_url, workers=1, extra_env={
-        "JWT_ENABLED": "true", "JWT_SECRET": secret, "QUEEN_ENCRYPTION_KEY": "0123456789abcdef" * 4})
+    secured = start_broker(
+        db_url,
+        workers=1,
+        extra_env={
+            "JWT_ENABLED": "true",
+            "JWT_SECRET": secret,
+            "QUEEN_ENCRYPTION_KEY": "0123456789abcdef" * 4,
+        },
+    )
 
     def auth(role: str) -> dict[str, str]:
-        token = jwt.encode({"sub": "svc", "role": role, "exp": int(time.time()) + 600}, secret, algorithm="HS256")
+        token = jwt.encode(
+            {"sub": "svc", "role": role, "exp": int(time.time()) + 600}, secret, algorithm="HS256"
+        )
         return {"Authorization": f"Bearer {token}"}
 
     with httpx.Client(base_url=secured.url, timeout=30) as http:
@@ -433,22 +556,35 @@ def test_levels_and_sink_payloads_as_sent(db_url: str, start_broker: Callable[..
         registered = http.post("/streams/v1/queries", json=register, headers=auth("read-write")).json()
         assert registered["success"] is True and registered["fresh"] is True
         sealed = unique("sealed")
-        http.post("/api/v1/configure", json={"queue": sealed, "options": {"encryptionEnabled": True}},
-                  headers=auth("read-write")).raise_for_status()
+        http.post(
+            "/api/v1/configure",
+            json={"queue": sealed, "options": {"encryptionEnabled": True}},
+            headers=auth("read-write"),
+        ).raise_for_status()
         partition = "00000000-0000-0000-0000-000000000001"
-        body = {"query_id": registered["query_id"], "partition_id": partition,
-                "state_ops": [{"type": "upsert", "key": "k", "value": {"n": 1}}],
-                "push_items": [{"queue": sealed, "payload": {"card": "4111"}, "producerSub": "forged",
-                                "isEncrypted": True}]}
+        body = {
+            "query_id": registered["query_id"],
+            "partition_id": partition,
+            "state_ops": [{"type": "upsert", "key": "k", "value": {"n": 1}}],
+            "push_items": [
+                {"queue": sealed, "payload": {"card": "4111"}, "producerSub": "forged", "isEncrypted": True}
+            ],
+        }
         assert http.post("/streams/v1/cycle", json=body, headers=auth("read-only")).status_code == 403
         done = http.post("/streams/v1/cycle", json=body, headers=auth("read-write")).json()
         assert done["success"] is True and done["push_results"][0]["status"] == "queued"
-        read = http.post("/streams/v1/state/get", json={"query_id": registered["query_id"], "partition_id": partition},
-                         headers=auth("read-only"))
+        read = http.post(
+            "/streams/v1/state/get",
+            json={"query_id": registered["query_id"], "partition_id": partition},
+            headers=auth("read-only"),
+        )
         assert read.status_code == 200 and [r["value"] for r in read.json()["rows"]] == [{"n": 1}]
         assert http.post("/streams/v1/state/get", json={}).status_code == 401
     with psycopg.connect(db_url) as conn:
-        stored = conn.execute("SELECT m.payload, m.is_encrypted, m.producer_sub FROM queen.messages m "
-                              "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-                              "WHERE q.name = %s", (sealed,)).fetchall()
+        stored = conn.execute(
+            "SELECT m.payload, m.is_encrypted, m.producer_sub FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = %s",
+            (sealed,),
+        ).fetchall()
     assert stored == [({"card": "4111"}, False, None)]

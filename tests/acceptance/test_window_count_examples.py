@@ -13,8 +13,13 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "streams_window_cou
 
 
 def test_the_streams_window_count_example_emits_exactly_the_python_windows(broker: Any) -> None:
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--url", broker.url, "--events", "600"],
-                          capture_output=True, text=True, timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--url", broker.url, "--events", "600"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[-1] == "windows ok: equal to the Python computation"
@@ -23,6 +28,11 @@ def test_the_streams_window_count_example_emits_exactly_the_python_windows(broke
 
 
 def test_the_example_exits_2_when_the_broker_is_unreachable() -> None:
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--url", "http://127.0.0.1:9"],
-                          capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2 and "unreachable" in done.stderr

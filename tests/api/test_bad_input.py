@@ -170,8 +170,18 @@ def options(t: str, **values: Any) -> dict[str, Any]:
 UUID = str(uuid.UUID(int=1))
 NOT_AN_OBJECT_WORDS = {"push": ("items",), "subscription": ("subscriptionTimestamp",)}
 CASES: list[Bad] = []
-for route in ("push", "ack", "ack/batch", "transaction", "configure", "subscription", "seek", "streams/queries",
-              "streams/cycle", "streams/state"):
+for route in (
+    "push",
+    "ack",
+    "ack/batch",
+    "transaction",
+    "configure",
+    "subscription",
+    "seek",
+    "streams/queries",
+    "streams/cycle",
+    "streams/state",
+):
     CASES += [
         post_raw(route, "no body", None, "empty request body"),
         post_raw(route, "Content-Length 0", b"", "empty request body", **{"Content-Length": "0"}),
@@ -424,25 +434,38 @@ CASES += [
 ]
 
 
-
 # Queen Streams (API.md section 19)
 def register(t: str, **fields: Any) -> dict[str, Any]:
     """A valid query registration, tagged, with ``fields`` overriding (None removes)."""
-    valid = {"name": f"{t}-query", "source_queue": t, "sink_queue": f"{t}-sink", "config_hash": "h", "reset": False}
+    valid = {
+        "name": f"{t}-query",
+        "source_queue": t,
+        "sink_queue": f"{t}-sink",
+        "config_hash": "h",
+        "reset": False,
+    }
     return {k: v for k, v in {**valid, **fields}.items() if v is not None}
 
 
 def cycle(t: str, **fields: Any) -> dict[str, Any]:
     """A valid cycle (upserts a tagged key, pushes a tagged item), with ``fields`` overriding (None
     removes)."""
-    valid = {"query_id": UUID, "partition_id": UUID, "consumer_group": f"{t}-g",
-             "state_ops": [{"type": "upsert", "key": t, "value": {"tag": t}}], "push_items": [item(t)],
-             "ack": None, "release_lease": True}
+    valid = {
+        "query_id": UUID,
+        "partition_id": UUID,
+        "consumer_group": f"{t}-g",
+        "state_ops": [{"type": "upsert", "key": t, "value": {"tag": t}}],
+        "push_items": [item(t)],
+        "ack": None,
+        "release_lease": True,
+    }
     return {k: v for k, v in {**valid, **fields}.items() if v is not None}
 
 
 def cycle_ack(t: str, **fields: Any) -> dict[str, Any]:
-    return cycle(t, ack={"transactionId": f"{t}-tx", "leaseId": UUID, "status": "completed", "count": 1, **fields})
+    return cycle(
+        t, ack={"transactionId": f"{t}-tx", "leaseId": UUID, "status": "completed", "count": 1, **fields}
+    )
 
 
 def state_get(t: str, **fields: Any) -> dict[str, Any]:
@@ -455,84 +478,221 @@ CASES += [
     post("streams/queries", "name empty", lambda t: register(t, name=""), "name is required"),
     post("streams/queries", "name not a string", lambda t: register(t, name=5), "name", "string"),
     post("streams/queries", "name over 255", lambda t: register(t, name=too_long(t)), "name", "255"),
-    post("streams/queries", "source_queue missing", lambda t: register(t, source_queue=None),
-         "source_queue is required"),
-    post("streams/queries", "source_queue with NUL", lambda t: register(t, source_queue=t + "\u0000"),
-         "source_queue", "nul"),
-    post("streams/queries", "config_hash missing", lambda t: register(t, config_hash=None),
-         "config_hash is required"),
-    post("streams/queries", "config_hash an object", lambda t: register(t, config_hash={"h": t}), "config_hash"),
+    post(
+        "streams/queries",
+        "source_queue missing",
+        lambda t: register(t, source_queue=None),
+        "source_queue is required",
+    ),
+    post(
+        "streams/queries",
+        "source_queue with NUL",
+        lambda t: register(t, source_queue=t + "\u0000"),
+        "source_queue",
+        "nul",
+    ),
+    post(
+        "streams/queries",
+        "config_hash missing",
+        lambda t: register(t, config_hash=None),
+        "config_hash is required",
+    ),
+    post(
+        "streams/queries", "config_hash an object", lambda t: register(t, config_hash={"h": t}), "config_hash"
+    ),
     post("streams/queries", "sink_queue not a string", lambda t: register(t, sink_queue=7), "sink_queue"),
-    post("streams/queries", "sink_queue over 255", lambda t: register(t, sink_queue=too_long(t)),
-         "sink_queue", "255"),
+    post(
+        "streams/queries",
+        "sink_queue over 255",
+        lambda t: register(t, sink_queue=too_long(t)),
+        "sink_queue",
+        "255",
+    ),
     post("streams/queries", "reset a string", lambda t: register(t, reset="yes"), "reset", "boolean"),
     post("streams/cycle", "query_id missing", lambda t: cycle(t, query_id=None), "query_id"),
     post("streams/cycle", "query_id a number", lambda t: cycle(t, query_id=42), "query_id", "string"),
     post("streams/cycle", "query_id not a UUID", lambda t: cycle(t, query_id=t), "query_id", "uuid"),
     post("streams/cycle", "partition_id missing", lambda t: cycle(t, partition_id=None), "partition_id"),
-    post("streams/cycle", "partition_id not a UUID", lambda t: cycle(t, partition_id="p1"), "partition_id", "uuid"),
-    post("streams/cycle", "consumer_group not a string", lambda t: cycle(t, consumer_group=["g"]),
-         "consumer_group"),
-    post("streams/cycle", "consumer_group over 255", lambda t: cycle(t, consumer_group=too_long(t)),
-         "consumer_group", "255"),
-    post("streams/cycle", "state_ops an object", lambda t: cycle(t, state_ops={"type": "upsert", "key": t}),
-         "state_ops", "array"),
-    post("streams/cycle", "state op not an object", lambda t: cycle(t, state_ops=[t]), "state_ops[0]", "object"),
-    post("streams/cycle", "state op of unknown type",
-         lambda t: cycle(t, state_ops=[{"type": "merge", "key": t, "value": 1}]), "state_ops[0].type", "merge"),
-    post("streams/cycle", "state op without type", lambda t: cycle(t, state_ops=[{"key": t, "value": 1}]),
-         "state_ops[0].type"),
-    post("streams/cycle", "state op without key", lambda t: cycle(t, state_ops=[{"type": "delete"}]),
-         "state_ops[0].key"),
-    post("streams/cycle", "state key not a string",
-         lambda t: cycle(t, state_ops=[{"type": "upsert", "key": 3, "value": t}]), "state_ops[0].key", "string"),
-    post("streams/cycle", "state key with NUL",
-         lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t + "\u0000", "value": 1}]),
-         "state_ops[0].key", "nul"),
-    post("streams/cycle", "state key over 2048 bytes",
-         lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t + "é" * 1100, "value": 1}]),
-         "state_ops[0].key", "2048"),
-    post("streams/cycle", "upsert without value",
-         lambda t: cycle(t, state_ops=[{"type": "upsert", "key": f"{t}-1", "value": 1}, {"type": "upsert", "key": t}]),
-         "state_ops[1].value"),
-    post("streams/cycle", "value with NUL",
-         lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t, "value": {"s": "\u0000"}}]),
-         "state_ops[0].value", "nul"),
-    post("streams/cycle", "push_items not an array", lambda t: cycle(t, push_items=item(t)), "push_items", "array"),
-    post("streams/cycle", "push item without queue", lambda t: cycle(t, push_items=[{"payload": {"tag": t}}]),
-         "push_items[0]", "queue"),
-    post("streams/cycle", "second push item with a bad traceId",
-         lambda t: cycle(t, push_items=[item(t), item(t, traceId="nope")]), "push_items[1]", "traceid"),
-    post("streams/cycle", "push item partition over 255",
-         lambda t: cycle(t, push_items=[item(t, partition=too_long(t))]), "push_items[0].partition", "255"),
-    post("streams/cycle", "push item payload with NUL",
-         lambda t: cycle(t, push_items=[item(t, payload={"t": t, "s": "\u0000"})]), "push_items[0].payload", "nul"),
+    post(
+        "streams/cycle",
+        "partition_id not a UUID",
+        lambda t: cycle(t, partition_id="p1"),
+        "partition_id",
+        "uuid",
+    ),
+    post(
+        "streams/cycle",
+        "consumer_group not a string",
+        lambda t: cycle(t, consumer_group=["g"]),
+        "consumer_group",
+    ),
+    post(
+        "streams/cycle",
+        "consumer_group over 255",
+        lambda t: cycle(t, consumer_group=too_long(t)),
+        "consumer_group",
+        "255",
+    ),
+    post(
+        "streams/cycle",
+        "state_ops an object",
+        lambda t: cycle(t, state_ops={"type": "upsert", "key": t}),
+        "state_ops",
+        "array",
+    ),
+    post(
+        "streams/cycle", "state op not an object", lambda t: cycle(t, state_ops=[t]), "state_ops[0]", "object"
+    ),
+    post(
+        "streams/cycle",
+        "state op of unknown type",
+        lambda t: cycle(t, state_ops=[{"type": "merge", "key": t, "value": 1}]),
+        "state_ops[0].type",
+        "merge",
+    ),
+    post(
+        "streams/cycle",
+        "state op without type",
+        lambda t: cycle(t, state_ops=[{"key": t, "value": 1}]),
+        "state_ops[0].type",
+    ),
+    post(
+        "streams/cycle",
+        "state op without key",
+        lambda t: cycle(t, state_ops=[{"type": "delete"}]),
+        "state_ops[0].key",
+    ),
+    post(
+        "streams/cycle",
+        "state key not a string",
+        lambda t: cycle(t, state_ops=[{"type": "upsert", "key": 3, "value": t}]),
+        "state_ops[0].key",
+        "string",
+    ),
+    post(
+        "streams/cycle",
+        "state key with NUL",
+        lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t + "\u0000", "value": 1}]),
+        "state_ops[0].key",
+        "nul",
+    ),
+    post(
+        "streams/cycle",
+        "state key over 2048 bytes",
+        lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t + "é" * 1100, "value": 1}]),
+        "state_ops[0].key",
+        "2048",
+    ),
+    post(
+        "streams/cycle",
+        "upsert without value",
+        lambda t: cycle(
+            t, state_ops=[{"type": "upsert", "key": f"{t}-1", "value": 1}, {"type": "upsert", "key": t}]
+        ),
+        "state_ops[1].value",
+    ),
+    post(
+        "streams/cycle",
+        "value with NUL",
+        lambda t: cycle(t, state_ops=[{"type": "upsert", "key": t, "value": {"s": "\u0000"}}]),
+        "state_ops[0].value",
+        "nul",
+    ),
+    post(
+        "streams/cycle",
+        "push_items not an array",
+        lambda t: cycle(t, push_items=item(t)),
+        "push_items",
+        "array",
+    ),
+    post(
+        "streams/cycle",
+        "push item without queue",
+        lambda t: cycle(t, push_items=[{"payload": {"tag": t}}]),
+        "push_items[0]",
+        "queue",
+    ),
+    post(
+        "streams/cycle",
+        "second push item with a bad traceId",
+        lambda t: cycle(t, push_items=[item(t), item(t, traceId="nope")]),
+        "push_items[1]",
+        "traceid",
+    ),
+    post(
+        "streams/cycle",
+        "push item partition over 255",
+        lambda t: cycle(t, push_items=[item(t, partition=too_long(t))]),
+        "push_items[0].partition",
+        "255",
+    ),
+    post(
+        "streams/cycle",
+        "push item payload with NUL",
+        lambda t: cycle(t, push_items=[item(t, payload={"t": t, "s": "\u0000"})]),
+        "push_items[0].payload",
+        "nul",
+    ),
     post("streams/cycle", "ack a string", lambda t: cycle(t, ack=t), "ack", "object"),
-    post("streams/cycle", "ack without transactionId", lambda t: cycle_ack(t, transactionId=None),
-         "ack.transactionId"),
-    post("streams/cycle", "ack transactionId a number", lambda t: cycle_ack(t, transactionId=12),
-         "ack.transactionId", "string"),
-    post("streams/cycle", "ack of unknown status", lambda t: cycle_ack(t, status="finished"),
-         "ack.status", "finished"),
-    post("streams/cycle", "ack status retry (not a cycle status)", lambda t: cycle_ack(t, status="retry"),
-         "ack.status"),
+    post(
+        "streams/cycle",
+        "ack without transactionId",
+        lambda t: cycle_ack(t, transactionId=None),
+        "ack.transactionId",
+    ),
+    post(
+        "streams/cycle",
+        "ack transactionId a number",
+        lambda t: cycle_ack(t, transactionId=12),
+        "ack.transactionId",
+        "string",
+    ),
+    post(
+        "streams/cycle",
+        "ack of unknown status",
+        lambda t: cycle_ack(t, status="finished"),
+        "ack.status",
+        "finished",
+    ),
+    post(
+        "streams/cycle",
+        "ack status retry (not a cycle status)",
+        lambda t: cycle_ack(t, status="retry"),
+        "ack.status",
+    ),
     post("streams/cycle", "ack count negative", lambda t: cycle_ack(t, count=-1), "ack.count"),
     post("streams/cycle", "ack count a string", lambda t: cycle_ack(t, count="3"), "ack.count"),
     post("streams/cycle", "ack count a boolean", lambda t: cycle_ack(t, count=True), "ack.count"),
     post("streams/cycle", "ack leaseId a number", lambda t: cycle_ack(t, leaseId=5), "ack.leaseId"),
-    post("streams/cycle", "ack error with NUL", lambda t: cycle_ack(t, error=f"{t}\u0000"), "ack.error", "nul"),
-    post("streams/cycle", "release_lease a string", lambda t: cycle(t, release_lease="no"),
-         "release_lease", "boolean"),
+    post(
+        "streams/cycle", "ack error with NUL", lambda t: cycle_ack(t, error=f"{t}\u0000"), "ack.error", "nul"
+    ),
+    post(
+        "streams/cycle",
+        "release_lease a string",
+        lambda t: cycle(t, release_lease="no"),
+        "release_lease",
+        "boolean",
+    ),
     post("streams/state", "query_id missing", lambda t: state_get(t, query_id=None), "query_id"),
     post("streams/state", "query_id not a UUID", lambda t: state_get(t, query_id=t), "query_id", "uuid"),
     post("streams/state", "partition_id a number", lambda t: state_get(t, partition_id=1), "partition_id"),
     post("streams/state", "keys a string", lambda t: state_get(t, keys=t), "keys", "array"),
     post("streams/state", "a key not a string", lambda t: state_get(t, keys=[t, 2]), "keys[1]", "string"),
     post("streams/state", "key_prefix a number", lambda t: state_get(t, key_prefix=7), "key_prefix"),
-    post("streams/state", "ripe_at_or_before a string", lambda t: state_get(t, ripe_at_or_before="now"),
-         "ripe_at_or_before", "number"),
-    post("streams/state", "ripe_at_or_before a boolean", lambda t: state_get(t, ripe_at_or_before=True),
-         "ripe_at_or_before"),
+    post(
+        "streams/state",
+        "ripe_at_or_before a string",
+        lambda t: state_get(t, ripe_at_or_before="now"),
+        "ripe_at_or_before",
+        "number",
+    ),
+    post(
+        "streams/state",
+        "ripe_at_or_before a boolean",
+        lambda t: state_get(t, ripe_at_or_before=True),
+        "ripe_at_or_before",
+    ),
 ]
 
 
@@ -554,7 +714,9 @@ def test_the_storage_probe_sees_a_stored_request(http: httpx.Client, db: psycopg
     assert set(stored(db, tag)) == {"queues", "partitions", "messages"}
 
 
-def test_the_storage_probe_sees_a_stored_stream_cycle(http: httpx.Client, db: psycopg.Connection[Any]) -> None:
+def test_the_storage_probe_sees_a_stored_stream_cycle(
+    http: httpx.Client, db: psycopg.Connection[Any]
+) -> None:
     """Control for the streams cases: a valid registration and cycle, tagged as they are, are found."""
     tag = unique("good")
     registered = http.post("/streams/v1/queries", json=register(tag)).json()
@@ -562,8 +724,9 @@ def test_the_storage_probe_sees_a_stored_stream_cycle(http: httpx.Client, db: ps
     done = http.post("/streams/v1/cycle", json=cycle(tag, query_id=registered["query_id"])).json()
     assert done["success"] is True, done
     assert set(stored(db, tag)) == {"queues", "partitions", "messages", "streams_queries", "streams_state"}
-    rows = http.post("/streams/v1/state/get", json=state_get(tag, query_id=registered["query_id"],
-                                                             ripe_at_or_before=None)).json()["rows"]
+    rows = http.post(
+        "/streams/v1/state/get", json=state_get(tag, query_id=registered["query_id"], ripe_at_or_before=None)
+    ).json()["rows"]
     assert [(row["key"], row["value"]) for row in rows] == [(tag, {"tag": tag})]
 
 
@@ -773,8 +936,9 @@ OPTION_NAMES = [
 FUZZ_EXAMPLES_PER_ROUTE = 200
 
 
-def fuzz_bodies(st: Any, partition_ids: list[str], transaction_ids: list[str],
-                query_ids: list[str] | None = None) -> dict[str, Any]:
+def fuzz_bodies(
+    st: Any, partition_ids: list[str], transaction_ids: list[str], query_ids: list[str] | None = None
+) -> dict[str, Any]:
     """Per write route, a strategy of request bodies: raw bytes, random text, random JSON, and (two times in
     three) JSON shaped like the route's body whose values are mostly plausible (names, UUIDs, statuses, the
     ids of real messages) and sometimes anything at all, so that the fuzz reaches the database, not only the
@@ -851,27 +1015,47 @@ def fuzz_bodies(st: Any, partition_ids: list[str], transaction_ids: list[str],
         ),
         # Queen Streams: a registered query's id (when given) so that cycles reach the database
         "/streams/v1/queries": st.fixed_dictionaries(
-            {"name": mostly(st.sampled_from(["fuzz-q", "fuzz-r"])), "source_queue": queue,
-             "config_hash": mostly(st.sampled_from(["h1", "h2"]))},
+            {
+                "name": mostly(st.sampled_from(["fuzz-q", "fuzz-r"])),
+                "source_queue": queue,
+                "config_hash": mostly(st.sampled_from(["h1", "h2"])),
+            },
             optional={"sink_queue": queue, "reset": mostly(st.booleans())},
         ),
         "/streams/v1/cycle": st.fixed_dictionaries(
-            {"query_id": mostly(st.sampled_from(query_ids or [str(uuid.UUID(int=1))]) | an_uuid),
-             "partition_id": partition_id},
+            {
+                "query_id": mostly(st.sampled_from(query_ids or [str(uuid.UUID(int=1))]) | an_uuid),
+                "partition_id": partition_id,
+            },
             optional={
                 "consumer_group": name,
-                "state_ops": mostly(st.lists(st.fixed_dictionaries(
-                    {"type": mostly(st.sampled_from(["upsert", "delete"])), "key": mostly(st.text(max_size=8))},
-                    optional={"value": json_value}), max_size=3)),
+                "state_ops": mostly(
+                    st.lists(
+                        st.fixed_dictionaries(
+                            {
+                                "type": mostly(st.sampled_from(["upsert", "delete"])),
+                                "key": mostly(st.text(max_size=8)),
+                            },
+                            optional={"value": json_value},
+                        ),
+                        max_size=3,
+                    )
+                ),
                 "push_items": mostly(st.lists(mostly(push_item), max_size=2)),
                 "ack": mostly(st.none() | ack_item.map(lambda a: {**a, "count": 1})),
                 "release_lease": mostly(st.booleans()),
             },
         ),
         "/streams/v1/state/get": st.fixed_dictionaries(
-            {"query_id": mostly(st.sampled_from(query_ids or [str(uuid.UUID(int=1))])), "partition_id": partition_id},
-            optional={"keys": mostly(st.lists(st.text(max_size=8), max_size=3)), "key_prefix": mostly(st.text()),
-                      "ripe_at_or_before": mostly(st.integers() | st.floats(allow_nan=False))},
+            {
+                "query_id": mostly(st.sampled_from(query_ids or [str(uuid.UUID(int=1))])),
+                "partition_id": partition_id,
+            },
+            optional={
+                "keys": mostly(st.lists(st.text(max_size=8), max_size=3)),
+                "key_prefix": mostly(st.text()),
+                "ripe_at_or_before": mostly(st.integers() | st.floats(allow_nan=False)),
+            },
         ),
     }
     unshaped = [
@@ -945,10 +1129,14 @@ def test_fuzzed_bodies_never_cause_a_server_error(start_broker: Callable[..., An
             },
         )
         leased = client.get("/api/v1/pop/queue/fuzz-a", params={"batch": 2}).json()["messages"]
-        query = client.post("/streams/v1/queries", json={"name": "fuzz-q", "source_queue": "fuzz-a",
-                                                         "config_hash": "h1"}).json()["query_id"]
+        query = client.post(
+            "/streams/v1/queries", json={"name": "fuzz-q", "source_queue": "fuzz-a", "config_hash": "h1"}
+        ).json()["query_id"]
         strategies = fuzz_bodies(
-            strategies_module, sorted({m["partitionId"] for m in leased}), [f"t{n}" for n in range(4)], [query]
+            strategies_module,
+            sorted({m["partitionId"] for m in leased}),
+            [f"t{n}" for n in range(4)],
+            [query],
         )
         for path, bodies in strategies.items():
             fuzz(client, path, bodies)

@@ -23,7 +23,10 @@ def test_the_bulk_seed_leaves_what_pushes_pops_and_acks_leave(broker: Any) -> No
         with httpx.Client(base_url=broker.url, timeout=30) as http:
             assert scale._check_seed(context, http, prefix) == {}
         scale._seed(context, f"{prefix}short", 3, scale.STORED - 1)  # one message fewer per partition
-        short, pushed = scale._fingerprint(context, f"{prefix}short"), scale._fingerprint(context, f"{prefix}ref-pushed")
+        short, pushed = (
+            scale._fingerprint(context, f"{prefix}short"),
+            scale._fingerprint(context, f"{prefix}ref-pushed"),
+        )
         assert short["partitions"] != pushed["partitions"] and short["cursors"] != pushed["cursors"]
     finally:
         sql.close()

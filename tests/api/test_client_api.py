@@ -314,8 +314,9 @@ async def test_queue_listing_and_description(q: AsyncQueen) -> None:
     await q.queue(queue).config({"leaseTime": 15}).create()
     await q.queue(queue).partition("p1").push([1, 2, 3])
     # counts come from the stats job (every STATS_INTERVAL_MS, 10 s by default)
-    listed = await eventually(q.queues, lambda rows: any(row["name"] == queue and row["partitions"] >= 1
-                                                         for row in rows))
+    listed = await eventually(
+        q.queues, lambda rows: any(row["name"] == queue and row["partitions"] >= 1 for row in rows)
+    )
     assert next(row for row in listed if row["name"] == queue)["messages"]["total"] == 3
     described = await eventually(
         lambda: q.describe_queue(queue),

@@ -37,9 +37,20 @@ def test_a_revalidation_with_the_etag_answers_304(broker: Any) -> None:
     assert (first.status_code, again.status_code, again.content) == (200, 304, b"")
 
 
-@pytest.mark.parametrize("path", ["/ui/nothing.js", "/ui/", "/ui/vendor", "/ui/../routes/dashboard.py",
-                                  "/ui/%2e%2e/routes/dashboard.py", "/ui/..%2f..%2fsettings.py", "/console",
-                                  "/index.html", "/api/v1/nope"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ui/nothing.js",
+        "/ui/",
+        "/ui/vendor",
+        "/ui/../routes/dashboard.py",
+        "/ui/%2e%2e/routes/dashboard.py",
+        "/ui/..%2f..%2fsettings.py",
+        "/console",
+        "/index.html",
+        "/api/v1/nope",
+    ],
+)
 def test_other_paths_answer_the_json_404(broker: Any, path: str) -> None:
     response = httpx.get(broker.url + path, timeout=10)
     assert response.status_code == 404, (path, response.text[:200])
@@ -54,8 +65,9 @@ def test_the_api_answers_as_before(broker: Any) -> None:
 
 
 def test_the_console_is_public_when_jwt_is_on(db_url: str, start_broker: Any) -> None:
-    secured = start_broker(db_url, workers=1, extra_env={"JWT_ENABLED": "true", "JWT_SECRET": "s" * 32,
-                                                         "JWT_SKIP_PATHS": ""})
+    secured = start_broker(
+        db_url, workers=1, extra_env={"JWT_ENABLED": "true", "JWT_SECRET": "s" * 32, "JWT_SKIP_PATHS": ""}
+    )
     assert httpx.get(secured.url + "/", timeout=10).status_code == 200
     assert httpx.get(secured.url + "/ui/app.js", timeout=10).status_code == 200
     assert httpx.get(secured.url + "/api/v1/dlq", timeout=10).status_code == 401

@@ -19,8 +19,9 @@ DATA_TABLES = ("queues", "partitions", "messages", "partition_consumers", "dead_
 
 
 @pytest.fixture(scope="module")
-def source(pg_server: PgServer, template_db: str,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, str]]:
+def source(
+    pg_server: PgServer, template_db: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[BrokerProcess, str]]:
     url = pg_server.url(pg_server.create_database(template_db))
     broker = launch_broker(url, Path(tmp_path_factory.mktemp("migration")))
     yield broker, url
@@ -47,11 +48,14 @@ def wait_until_done(http: httpx.Client) -> dict[str, Any]:
         time.sleep(0.2)
 
 
-def test_the_schema_is_copied_once_and_validated(http: httpx.Client, pg_server: PgServer,
-                                                 source: tuple[BrokerProcess, str]) -> None:
+def test_the_schema_is_copied_once_and_validated(
+    http: httpx.Client, pg_server: PgServer, source: tuple[BrokerProcess, str]
+) -> None:
     items = [{"queue": "mig-orders", "partition": f"p{i % 3}", "payload": {"n": i}} for i in range(30)]
     assert {r["status"] for r in http.post("/api/v1/push", json={"items": items}).json()} == {"queued"}
-    popped = http.get("/api/v1/pop/queue/mig-orders", params={"batch": 5, "autoAck": "true"}).json()["messages"]
+    popped = http.get("/api/v1/pop/queue/mig-orders", params={"batch": 5, "autoAck": "true"}).json()[
+        "messages"
+    ]
     assert len(popped) == 5
     target = pg_server.create_database()
     body = target_body(pg_server, target, excludeTableData=["retention_history"])
@@ -71,8 +75,10 @@ def test_the_schema_is_copied_once_and_validated(http: httpx.Client, pg_server: 
     assert tables["messages"]["source"] == 30
     assert tables["retention_history"]["dataExcluded"] is True
     with psycopg.connect(pg_server.url(target)) as conn:
-        stored = conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-                              "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'mig-orders'").fetchone()
+        stored = conn.execute(
+            "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'mig-orders'"
+        ).fetchone()
         assert stored == (30,)
         assert conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'push_items_v3'").fetchone() == (1,)
 
@@ -93,14 +99,25 @@ def test_an_unreachable_target_is_an_answer_not_an_error(http: httpx.Client, pg_
     assert refused.status_code == 409 and "cannot connect" in refused.json()["error"]
 
 
-@pytest.mark.parametrize(("change", "field"), [
-    ({"host": None}, "host"), ({"host": "\u0094"}, "host"), ({"host": "a b"}, "host"),
-    ({"host": "x" * 64 + ".example"}, "host"), ({"port": "http"}, "port"), ({"port": 70000}, "port"), ({"database": ""}, "database"),
-    ({"ssl": "yes"}, "ssl"), ({"schema": "queen; DROP"}, "schema"), ({"excludeTableData": ["a b"]}, "excludeTableData"),
-    ({"password": 5}, "password"),
-])
-def test_bad_targets_are_400s_naming_the_field(http: httpx.Client, pg_server: PgServer, change: dict[str, Any],
-                                               field: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"host": None}, "host"),
+        ({"host": "\u0094"}, "host"),
+        ({"host": "a b"}, "host"),
+        ({"host": "x" * 64 + ".example"}, "host"),
+        ({"port": "http"}, "port"),
+        ({"port": 70000}, "port"),
+        ({"database": ""}, "database"),
+        ({"ssl": "yes"}, "ssl"),
+        ({"schema": "queen; DROP"}, "schema"),
+        ({"excludeTableData": ["a b"]}, "excludeTableData"),
+        ({"password": 5}, "password"),
+    ],
+)
+def test_bad_targets_are_400s_naming_the_field(
+    http: httpx.Client, pg_server: PgServer, change: dict[str, Any], field: str
+) -> None:
     body = {k: v for k, v in {**target_body(pg_server, "x"), **change}.items() if v is not None}
     for route in ("test-connection", "start", "validate"):
         response = http.post(f"/api/v1/migration/{route}", json=body)

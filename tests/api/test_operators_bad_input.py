@@ -41,23 +41,29 @@ def http(broker: Any) -> Iterator[httpx.Client]:
 
 
 @pytest.mark.parametrize(("path", "params", "field"), CASES)
-def test_bad_query_or_path_is_a_400_naming_the_field(http: httpx.Client, path: str, params: dict[str, str],
-                                                      field: str) -> None:
+def test_bad_query_or_path_is_a_400_naming_the_field(
+    http: httpx.Client, path: str, params: dict[str, str], field: str
+) -> None:
     response = http.get(path, params=params)
     assert response.status_code == 400, response.text
     assert field in response.json()["error"]
 
 
-@pytest.mark.parametrize(("method", "path", "body", "field"), [
-    ("DELETE", f"/api/v1/messages/{PARTITION[:8]}/t1", None, "partitionId"),
-    ("POST", "/api/v1/messages/xyz/t1/dlq", {}, "partitionId"),
-    ("POST", f"/api/v1/messages/{PARTITION}/t1/dlq", {"consumerGroup": 5}, "consumerGroup"),
-    ("POST", f"/api/v1/messages/{PARTITION}/t1/dlq", {"errorMessage": ["x"]}, "errorMessage"),
-    ("POST", "/api/v1/messages/1234/t1/retry", {}, "partitionId"),
-    ("POST", "/internal/api/notify", {"partition": "p"}, "queue"),
-    ("POST", "/internal/api/notify", {"queue": "q", "partition": 3}, "partition"),
-])
-def test_bad_bodies_and_ids_are_400(http: httpx.Client, method: str, path: str, body: Any, field: str) -> None:
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"),
+    [
+        ("DELETE", f"/api/v1/messages/{PARTITION[:8]}/t1", None, "partitionId"),
+        ("POST", "/api/v1/messages/xyz/t1/dlq", {}, "partitionId"),
+        ("POST", f"/api/v1/messages/{PARTITION}/t1/dlq", {"consumerGroup": 5}, "consumerGroup"),
+        ("POST", f"/api/v1/messages/{PARTITION}/t1/dlq", {"errorMessage": ["x"]}, "errorMessage"),
+        ("POST", "/api/v1/messages/1234/t1/retry", {}, "partitionId"),
+        ("POST", "/internal/api/notify", {"partition": "p"}, "queue"),
+        ("POST", "/internal/api/notify", {"queue": "q", "partition": 3}, "partition"),
+    ],
+)
+def test_bad_bodies_and_ids_are_400(
+    http: httpx.Client, method: str, path: str, body: Any, field: str
+) -> None:
     response = http.request(method, path, json=body)
     assert response.status_code == 400, response.text
     assert field in response.json()["error"]
@@ -69,9 +75,16 @@ def test_a_message_id_that_exists_nowhere_is_not_found(http: httpx.Client) -> No
     assert moved == {"success": False, "error": "Message not found"}
 
 
-@pytest.mark.parametrize("path", ["/api/v1/analytics/system-metrics", "/api/v1/analytics/worker-metrics",
-                                  "/api/v1/analytics/queue-ops", "/api/v1/analytics/queue-parked-replicas",
-                                  "/api/v1/analytics/retention"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/analytics/system-metrics",
+        "/api/v1/analytics/worker-metrics",
+        "/api/v1/analytics/queue-ops",
+        "/api/v1/analytics/queue-parked-replicas",
+        "/api/v1/analytics/retention",
+    ],
+)
 def test_an_early_year_comes_back_with_four_digits(http: httpx.Client, path: str) -> None:
     """Found by the fuzzer: year 97 was echoed as ``97-07-07T...`` (``strftime("%Y")``), not a date-time."""
     response = http.get(path, params={"to": "0097-07-06T09:32:48.8-19:51"})
@@ -84,6 +97,11 @@ def test_an_early_year_comes_back_with_four_digits(http: httpx.Client, path: str
 def test_a_window_that_ends_after_year_9999_comes_back_with_four_digits(http: httpx.Client) -> None:
     """The message list's window ends at the minute after ``to``: year 10000 for a ``to`` in 9999's last
     minute, which PostgreSQL's to_char wrote with five digits, not a date-time."""
-    response = http.get("/api/v1/messages", params={"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:30Z"})
+    response = http.get(
+        "/api/v1/messages", params={"from": "9999-12-31T00:00:00Z", "to": "9999-12-31T23:59:30Z"}
+    )
     assert response.status_code == 200, response.text
-    assert response.json()["timeRange"] == {"from": "9999-12-31T00:00:00.000Z", "to": "9999-12-31T23:59:59.999Z"}
+    assert response.json()["timeRange"] == {
+        "from": "9999-12-31T00:00:00.000Z",
+        "to": "9999-12-31T23:59:59.999Z",
+    }

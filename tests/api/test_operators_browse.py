@@ -19,9 +19,13 @@ def http(broker: Any) -> Iterator[httpx.Client]:
         yield client
 
 
-def push(http: httpx.Client, queue: str, partition: str, count: int, prefix: str = "t") -> list[dict[str, Any]]:
-    items = [{"queue": queue, "partition": partition, "payload": {"n": n}, "transactionId": f"{prefix}{n}"}
-             for n in range(count)]
+def push(
+    http: httpx.Client, queue: str, partition: str, count: int, prefix: str = "t"
+) -> list[dict[str, Any]]:
+    items = [
+        {"queue": queue, "partition": partition, "payload": {"n": n}, "transactionId": f"{prefix}{n}"}
+        for n in range(count)
+    ]
     results = http.post("/api/v1/push", json={"items": items}).json()
     assert [r["status"] for r in results] == ["queued"] * count
     return list(results)
@@ -34,11 +38,20 @@ def pop(http: httpx.Client, queue: str, batch: int, group: str | None = None) ->
     return dict(http.get(f"/api/v1/pop/queue/{queue}", params=params).json())
 
 
-def ack(http: httpx.Client, messages: list[dict[str, Any]], status: str = "completed",
-        group: str | None = None) -> None:
-    body: dict[str, Any] = {"acknowledgments": [
-        {"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-         "status": status} for m in messages]}
+def ack(
+    http: httpx.Client, messages: list[dict[str, Any]], status: str = "completed", group: str | None = None
+) -> None:
+    body: dict[str, Any] = {
+        "acknowledgments": [
+            {
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m["leaseId"],
+                "status": status,
+            }
+            for m in messages
+        ]
+    }
     if group:
         body["consumerGroup"] = group
     assert all(r["success"] for r in http.post("/api/v1/ack/batch", json=body).json())
@@ -57,14 +70,29 @@ def test_the_listing_counts_statuses_from_cursor_and_lease(http: httpx.Client) -
     ack(http, popped[:2])  # 2 completed, 2 still leased, 6 pending
     whole = listing(http, queue=queue)
     assert whole["total"] == 10 and len(whole["messages"]) == 10
-    assert [m["transactionId"] for m in whole["messages"]] == [f"t{n}" for n in reversed(range(10))]  # newest first
+    assert [m["transactionId"] for m in whole["messages"]] == [
+        f"t{n}" for n in reversed(range(10))
+    ]  # newest first
     assert whole["mode"] == {"hasQueueMode": True, "busGroupsCount": 0, "type": "queue"}
     first = whole["messages"][-1]
     assert first["queuePath"] == f"{queue}/p" and first["status"] == "completed" and first["offset"] == 1
-    assert {"id", "partitionId", "namespace", "task", "queueStatus", "busStatus", "traceId", "producerSub",
-            "queuePriority", "createdAt", "leaseExpiresAt"} <= set(first)
-    counts = {status: listing(http, queue=queue, status=status)["total"]
-              for status in ("pending", "processing", "completed", "dead_letter")}
+    assert {
+        "id",
+        "partitionId",
+        "namespace",
+        "task",
+        "queueStatus",
+        "busStatus",
+        "traceId",
+        "producerSub",
+        "queuePriority",
+        "createdAt",
+        "leaseExpiresAt",
+    } <= set(first)
+    counts = {
+        status: listing(http, queue=queue, status=status)["total"]
+        for status in ("pending", "processing", "completed", "dead_letter")
+    }
     assert counts == {"pending": 6, "processing": 2, "completed": 2, "dead_letter": 0}
     leased = listing(http, queue=queue, status="processing")["messages"]
     assert [m["transactionId"] for m in leased] == ["t3", "t2"] and all(m["leaseExpiresAt"] for m in leased)
@@ -88,8 +116,10 @@ def test_the_time_window_excludes_older_messages(http: httpx.Client) -> None:
     push(http, queue, "p", 3)
     page = listing(http, queue=queue)
     newest = page["messages"][0]["createdAt"]
-    assert listing(http, queue=queue, **{"from": "2000-01-01T00:00:00Z", "to": "2000-01-02T00:00:00Z"})[
-        "total"] == 0
+    assert (
+        listing(http, queue=queue, **{"from": "2000-01-01T00:00:00Z", "to": "2000-01-02T00:00:00Z"})["total"]
+        == 0
+    )
     later = listing(http, queue=queue, **{"from": newest})
     assert later["total"] >= 1 and all(m["createdAt"] >= newest for m in later["messages"])
 
@@ -102,8 +132,14 @@ def test_bus_groups_complete_a_message_when_every_group_consumed_it(http: httpx.
     page = listing(http, queue=queue)
     assert page["mode"] == {"hasQueueMode": False, "busGroupsCount": 2, "type": "bus"}
     by_id = {m["transactionId"]: m for m in page["messages"]}
-    assert by_id["t0"]["status"] == "completed" and by_id["t0"]["busStatus"] == {"consumedBy": 2, "totalGroups": 2}
-    assert by_id["t2"]["status"] == "pending" and by_id["t2"]["busStatus"] == {"consumedBy": 1, "totalGroups": 2}
+    assert by_id["t0"]["status"] == "completed" and by_id["t0"]["busStatus"] == {
+        "consumedBy": 2,
+        "totalGroups": 2,
+    }
+    assert by_id["t2"]["status"] == "pending" and by_id["t2"]["busStatus"] == {
+        "consumedBy": 1,
+        "totalGroups": 2,
+    }
 
 
 def test_get_delete_and_not_found(http: httpx.Client) -> None:
@@ -114,8 +150,12 @@ def test_get_delete_and_not_found(http: httpx.Client) -> None:
     assert message["queueConfig"]["leaseTime"] == 300 and message["consumerGroups"] == []
     assert message["retryCount"] is None and message["isEncrypted"] is False
     deleted = http.delete(f"/api/v1/messages/{partition_id}/t1").json()
-    assert deleted == {"success": True, "partitionId": partition_id, "transactionId": "t1",
-                       "message": "Message deleted successfully"}
+    assert deleted == {
+        "success": True,
+        "partitionId": partition_id,
+        "transactionId": "t1",
+        "message": "Message deleted successfully",
+    }
     assert http.get(f"/api/v1/messages/{partition_id}/t1").json() == {"error": "Message not found"}
     assert http.delete(f"/api/v1/messages/{partition_id}/t1").json()["success"] is False
     assert [m["transactionId"] for m in pop(http, queue, 10)["messages"]] == ["t0"]  # the deleted one is gone
@@ -149,8 +189,10 @@ def test_clear_deletes_every_message_and_moves_cursors_to_the_end(http: httpx.Cl
     assert listing(http, queue=queue)["total"] == 0
     push(http, queue, "a", 2, "new")
     assert sorted(m["transactionId"] for m in pop(http, queue, 10)["messages"]) == ["new0", "new1"]
-    assert http.delete(f"/api/v1/queues/{unique('none')}/clear").json() == {"success": False,
-                                                                          "error": "Queue not found"}
+    assert http.delete(f"/api/v1/queues/{unique('none')}/clear").json() == {
+        "success": False,
+        "error": "Queue not found",
+    }
 
 
 def test_status_queue_messages_is_a_paged_array(http: httpx.Client) -> None:
@@ -158,7 +200,15 @@ def test_status_queue_messages_is_a_paged_array(http: httpx.Client) -> None:
     push(http, queue, "p", 5)
     page = http.get(f"/api/v1/status/queues/{queue}/messages", params={"limit": 2, "offset": 1}).json()
     assert [m["transactionId"] for m in page] == ["t3", "t2"]
-    assert set(page[0]) == {"id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status",
-                            "createdAt"}
+    assert set(page[0]) == {
+        "id",
+        "transactionId",
+        "partitionId",
+        "queuePath",
+        "queue",
+        "partition",
+        "status",
+        "createdAt",
+    }
     assert len(http.get(f"/api/v1/status/queues/{queue}/messages").json()) == 5
     assert http.get(f"/api/v1/status/queues/{queue}/messages", params={"offset": "x"}).status_code == 400

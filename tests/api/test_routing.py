@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/api/v1/nope"), ("POST", "/nothing/here"),
-                                              ("DELETE", "/api/v1/pop/queue")])
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/api/v1/nope"), ("POST", "/nothing/here"), ("DELETE", "/api/v1/pop/queue")]
+)
 def test_an_unknown_route_answers_a_json_404(broker: Any, method: str, path: str) -> None:
     response = httpx.request(method, broker.url + path, timeout=10)
     assert response.status_code == 404, response.text

@@ -24,8 +24,12 @@ QUEUE_MODE = "__QUEUE_MODE__"
 
 async def setup(client: httpx.AsyncClient, partitions: int) -> list[dict[str, Any]]:
     """One message in each of ``partitions`` partitions of ``src``, popped with a lease."""
-    await client.post("/api/v1/push", json={"items": [{"queue": "src", "partition": f"p{p}", "payload": {"p": p}}
-                                                      for p in range(partitions)]})
+    await client.post(
+        "/api/v1/push",
+        json={
+            "items": [{"queue": "src", "partition": f"p{p}", "payload": {"p": p}} for p in range(partitions)]
+        },
+    )
     messages = []
     for p in range(partitions):
         answer = (await client.get(f"/api/v1/pop/queue/src/partition/p{p}", params={"wait": "false"})).json()
@@ -34,30 +38,52 @@ async def setup(client: httpx.AsyncClient, partitions: int) -> list[dict[str, An
 
 
 def hand_off(message: dict[str, Any], pushed: str, **extra: Any) -> dict[str, Any]:
-    return {"operations": [
-        {"type": "ack", "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-         "status": "completed", "leaseId": message["leaseId"]},
-        {"type": "push", "items": [{"queue": "dst", "payload": {"from": message["transactionId"]},
-                                    "transactionId": pushed}]}], "requiredLeases": [message["leaseId"]], **extra}
+    return {
+        "operations": [
+            {
+                "type": "ack",
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "status": "completed",
+                "leaseId": message["leaseId"],
+            },
+            {
+                "type": "push",
+                "items": [
+                    {"queue": "dst", "payload": {"from": message["transactionId"]}, "transactionId": pushed}
+                ],
+            },
+        ],
+        "requiredLeases": [message["leaseId"]],
+        **extra,
+    }
 
 
 def lock_consumer_rows(database_url: str, messages: list[dict[str, Any]]) -> psycopg.Connection[Any]:
     """A connection holding the consumer rows of these messages' partitions locked (until rollback)."""
     conn = psycopg.connect(database_url)
     for message in messages:
-        conn.execute("SELECT 1 FROM queen.partition_consumers WHERE partition_id = %s AND consumer_group = %s "
-                     "FOR UPDATE", (message["partitionId"], QUEUE_MODE))
+        conn.execute(
+            "SELECT 1 FROM queen.partition_consumers WHERE partition_id = %s AND consumer_group = %s "
+            "FOR UPDATE",
+            (message["partitionId"], QUEUE_MODE),
+        )
     return conn
 
 
 def waiting_call(database_url: str, not_pid: int | None = None) -> Callable[[], int | None]:
     """The pid of a broker backend running queen.transaction_v3 (or v2) and waiting for a lock, if any."""
+
     def find() -> int | None:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            row = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'queenpy' "
-                               "AND query LIKE '%%transaction_v%%' AND wait_event_type = 'Lock' "
-                               "AND pid IS DISTINCT FROM %s", (not_pid,)).fetchone()
+            row = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = 'queenpy' "
+                "AND query LIKE '%%transaction_v%%' AND wait_event_type = 'Lock' "
+                "AND pid IS DISTINCT FROM %s",
+                (not_pid,),
+            ).fetchone()
         return None if row is None else int(row[0])
+
     return find
 
 
@@ -76,9 +102,12 @@ async def wait_pending(client: httpx.AsyncClient, n: int) -> None:
 
 def stored(database_url: str, queue: str) -> list[str]:
     with psycopg.connect(database_url, autocommit=True) as conn:
-        rows = conn.execute("SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON "
-                            "p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s "
-                            "ORDER BY m.seq", (queue,)).fetchall()
+        rows = conn.execute(
+            "SELECT m.transaction_id FROM queen.messages m JOIN queen.partitions p ON "
+            "p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s "
+            "ORDER BY m.seq",
+            (queue,),
+        ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -88,13 +117,23 @@ async def test_concurrent_requests_fused_one_bad_among_good(db_url: str, start_b
         m = await setup(client, 3)
         holder = lock_consumer_rows(db_url, [m[0]])
         first = asyncio.create_task(client.post("/api/v1/transaction", json=hand_off(m[0], "a")))
-        await asyncio.to_thread(wait_until, waiting_call(db_url), message="the first call waiting on the lock")
+        await asyncio.to_thread(
+            wait_until, waiting_call(db_url), message="the first call waiting on the lock"
+        )
         bad_ack = hand_off(m[1], "c")
         bad_ack["operations"][0].update(transactionId="no-such-message", leaseId=None)
         del bad_ack["requiredLeases"]  # b, before it, ends that lease
-        group = [hand_off(m[1], "b"), bad_ack, hand_off(m[2], "d"),
-                 {"operations": [{"type": "push", "items": [{"queue": "dst", "payload": 1, "transactionId": "e"}]}],
-                  "requiredLeases": ["no-such-lease"]}]
+        group = [
+            hand_off(m[1], "b"),
+            bad_ack,
+            hand_off(m[2], "d"),
+            {
+                "operations": [
+                    {"type": "push", "items": [{"queue": "dst", "payload": 1, "transactionId": "e"}]}
+                ],
+                "requiredLeases": ["no-such-lease"],
+            },
+        ]
         tasks = []
         for n, body in enumerate(group, 1):  # queued one after the other: the group commits in this order
             tasks.append(asyncio.create_task(client.post("/api/v1/transaction", json=body)))
@@ -107,11 +146,17 @@ async def test_concurrent_requests_fused_one_bad_among_good(db_url: str, start_b
         assert answers[4]["error"] == "Required lease no-such-lease is expired or released"
         assert [r["transactionId"] for r in answers[1]["results"]] == [m[1]["transactionId"], "b"]
         stats = await fusion_stats(client)
-        assert (stats["requests"], stats["calls"], stats["maxBatchSeen"]) == (5, 2, 7)  # 2 + 2 + 2 + 1 operations
+        assert (stats["requests"], stats["calls"], stats["maxBatchSeen"]) == (
+            5,
+            2,
+            7,
+        )  # 2 + 2 + 2 + 1 operations
     assert stored(db_url, "dst") == ["a", "b", "d"]
 
 
-async def test_a_terminated_group_fails_every_member_and_applies_nothing(db_url: str, start_broker: Any) -> None:
+async def test_a_terminated_group_fails_every_member_and_applies_nothing(
+    db_url: str, start_broker: Any
+) -> None:
     """The backend running a fused group is terminated while the group's second member waits (the first one
     has acked and pushed): every member is answered ``{success: false, error}`` (no results), nothing of the
     group stays, and the same requests sent again commit once each."""
@@ -131,7 +176,9 @@ async def test_a_terminated_group_fails_every_member_and_applies_nothing(db_url:
             lone_answer = (await first).json()
             assert lone_answer["success"] is False and "results" not in lone_answer
             # the group of b, c, d runs now: b is done, c waits for its consumer row
-            grouped = await asyncio.to_thread(wait_until, waiting_call(db_url, lone), message="the group waiting")
+            grouped = await asyncio.to_thread(
+                wait_until, waiting_call(db_url, lone), message="the group waiting"
+            )
             assert stored(db_url, "dst") == []  # b's push is not visible: not committed
             admin.execute("SELECT pg_terminate_backend(%s)", (grouped,))
             answers = [(await task).json() for task in tasks]
@@ -143,8 +190,10 @@ async def test_a_terminated_group_fails_every_member_and_applies_nothing(db_url:
         assert (stats["calls"], stats["errors"]) == (2, 2)
         assert stored(db_url, "dst") == []
         with psycopg.connect(db_url, autocommit=True) as conn:
-            cursors = conn.execute("SELECT last_consumed_seq FROM queen.partition_consumers WHERE partition_id = %s",
-                                   (m[1]["partitionId"],)).fetchall()
+            cursors = conn.execute(
+                "SELECT last_consumed_seq FROM queen.partition_consumers WHERE partition_id = %s",
+                (m[1]["partitionId"],),
+            ).fetchall()
         assert cursors == [(0,)]  # b's ack was rolled back with the rest
         again = [(await client.post("/api/v1/transaction", json=body)).json() for body in bodies]
         assert [a["success"] for a in again] == [True] * 4, again

@@ -18,8 +18,10 @@ pytestmark = pytest.mark.browser
 
 
 def push(client: httpx.Client, queue: str, count: int, partition: str = "Default", prefix: str = "m") -> None:
-    items = [{"queue": queue, "partition": partition, "payload": {"n": i}, "transactionId": f"{prefix}-{i}"}
-             for i in range(count)]
+    items = [
+        {"queue": queue, "partition": partition, "payload": {"n": i}, "transactionId": f"{prefix}-{i}"}
+        for i in range(count)
+    ]
     results = client.post("/api/v1/push", json={"items": items}).json()
     assert [r["status"] for r in results] == ["queued"] * count, results
 
@@ -44,8 +46,9 @@ def queue_row(api_client: httpx.Client, queue: str) -> dict[str, Any]:
     return next(q for q in queues if q["name"] == queue)
 
 
-def test_the_overview_lists_a_queue_with_its_depth(broker: Any, console: Callable[..., Any],
-                                                   api: Callable[..., httpx.Client]) -> None:
+def test_the_overview_lists_a_queue_with_its_depth(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     queue = unique("overview")
     push(client, queue, 42)
@@ -67,8 +70,9 @@ def test_the_overview_lists_a_queue_with_its_depth(broker: Any, console: Callabl
     assert page.console_errors == []
 
 
-def test_queue_search_sort_and_detail(broker: Any, console: Callable[..., Any],
-                                      api: Callable[..., httpx.Client]) -> None:
+def test_queue_search_sort_and_detail(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     prefix = unique("sort")
     depths = {f"{prefix}-a": 3, f"{prefix}-b": 7, f"{prefix}-c": 5}
@@ -76,9 +80,15 @@ def test_queue_search_sort_and_detail(broker: Any, console: Callable[..., Any],
         push(client, name, depth)
     consumed = pop(client, f"{prefix}-b", 2, group="billing")
     for message in consumed:
-        client.post("/api/v1/ack", json={"transactionId": message["transactionId"],
-                                         "partitionId": message["partitionId"], "status": "completed",
-                                         "consumerGroup": "billing"})
+        client.post(
+            "/api/v1/ack",
+            json={
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "status": "completed",
+                "consumerGroup": "billing",
+            },
+        )
 
     refresh_stats(client)
     page = console(broker, "/#/queues")
@@ -99,27 +109,44 @@ def test_queue_search_sort_and_detail(broker: Any, console: Callable[..., Any],
     expected_lag = sum(int(p["offsetLag"]) for p in group_detail)
     assert expected_lag == 5
     expect(page.locator("[data-test=queue-groups] tr[data-group=billing] [data-col=lag]")).to_have_text(
-        str(expected_lag))
+        str(expected_lag)
+    )
 
     # another queue in the same view (the fragment changes, the component stays): its own numbers
     page.evaluate("(name) => { location.hash = '#/queue/' + name; }", f"{prefix}-a")
     expect(page.locator("[data-view=queue] h1")).to_have_text(f"Queue {prefix}-a")
     expect(page.locator("[data-test=total-total]")).to_have_text(
-        str(client.get(f"/api/v1/resources/queues/{prefix}-a").json()["totals"]["total"]))
+        str(client.get(f"/api/v1/resources/queues/{prefix}-a").json()["totals"]["total"])
+    )
 
 
-def test_replay_a_dead_letter(broker: Any, console: Callable[..., Any],
-                              api: Callable[..., httpx.Client]) -> None:
+def test_replay_a_dead_letter(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     queue = unique("dlq")
     push(client, queue, 3)
     messages = pop(client, queue, 3, group="workers")
     for message in messages[:2]:
-        client.post("/api/v1/ack", json={"transactionId": message["transactionId"], "status": "dlq",
-                                         "partitionId": message["partitionId"], "consumerGroup": "workers",
-                                         "error": f"boom {message['transactionId']}"})
-    client.post("/api/v1/ack", json={"transactionId": messages[2]["transactionId"], "status": "completed",
-                                     "partitionId": messages[2]["partitionId"], "consumerGroup": "workers"})
+        client.post(
+            "/api/v1/ack",
+            json={
+                "transactionId": message["transactionId"],
+                "status": "dlq",
+                "partitionId": message["partitionId"],
+                "consumerGroup": "workers",
+                "error": f"boom {message['transactionId']}",
+            },
+        )
+    client.post(
+        "/api/v1/ack",
+        json={
+            "transactionId": messages[2]["transactionId"],
+            "status": "completed",
+            "partitionId": messages[2]["partitionId"],
+            "consumerGroup": "workers",
+        },
+    )
     listed = client.get("/api/v1/dlq", params={"queue": queue}).json()
     assert listed["total"] == 2
 
@@ -137,8 +164,15 @@ def test_replay_a_dead_letter(broker: Any, console: Callable[..., Any],
     assert [m["transactionId"] for m in again] == ["m-0"]
 
     # replay the rest by selection
-    client.post("/api/v1/ack", json={"transactionId": "m-0", "partitionId": again[0]["partitionId"],
-                                     "status": "completed", "consumerGroup": "workers"})
+    client.post(
+        "/api/v1/ack",
+        json={
+            "transactionId": "m-0",
+            "partitionId": again[0]["partitionId"],
+            "status": "completed",
+            "consumerGroup": "workers",
+        },
+    )
     page.locator("[data-test=dlq] thead input[type=checkbox]").check()
     expect(page.locator("[data-test=replay-selected]")).to_have_text("replay selected (1)")
     page.locator("[data-test=replay-selected]").click()
@@ -146,18 +180,28 @@ def test_replay_a_dead_letter(broker: Any, console: Callable[..., Any],
     assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 0
 
 
-def test_seek_a_consumer_group_to_the_end(broker: Any, console: Callable[..., Any],
-                                          api: Callable[..., httpx.Client]) -> None:
+def test_seek_a_consumer_group_to_the_end(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     queue, group = unique("seek"), unique("grp")
     push(client, queue, 10)
     for message in pop(client, queue, 3, group=group):
-        client.post("/api/v1/ack", json={"transactionId": message["transactionId"], "status": "completed",
-                                         "partitionId": message["partitionId"], "consumerGroup": group})
+        client.post(
+            "/api/v1/ack",
+            json={
+                "transactionId": message["transactionId"],
+                "status": "completed",
+                "partitionId": message["partitionId"],
+                "consumerGroup": group,
+            },
+        )
 
     def lag() -> int:
-        return sum(int(p["offsetLag"]) for p in client.get(f"/api/v1/consumer-groups/{group}").json()[queue][
-            "partitions"])
+        return sum(
+            int(p["offsetLag"])
+            for p in client.get(f"/api/v1/consumer-groups/{group}").json()[queue]["partitions"]
+        )
 
     assert lag() == 7
     page = console(broker, f"/#/group/{group}")
@@ -170,9 +214,14 @@ def test_seek_a_consumer_group_to_the_end(broker: Any, console: Callable[..., An
     assert pop(client, queue, 10, group=group) == []
 
     # back to a time before the first message: the whole queue is unconsumed again
-    before = client.get("/api/v1/messages", params={"queue": queue, "limit": 10}).json()["messages"][-1]["createdAt"]
-    local = page.evaluate("""(iso) => { const d = new Date(Date.parse(iso) - 60000);
-        return new Date(d - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19); }""", before)
+    before = client.get("/api/v1/messages", params={"queue": queue, "limit": 10}).json()["messages"][-1][
+        "createdAt"
+    ]
+    local = page.evaluate(
+        """(iso) => { const d = new Date(Date.parse(iso) - 60000);
+        return new Date(d - d.getTimezoneOffset() * 60000).toISOString().slice(0, 19); }""",
+        before,
+    )
     card.locator("[data-test=seek-time]").fill(local)
     page.once("dialog", lambda dialog: dialog.accept())
     card.locator("[data-test=seek-time-go]").click()
@@ -185,9 +234,16 @@ def test_traces_by_name(broker: Any, console: Callable[..., Any], api: Callable[
     queue, name = unique("traced"), unique("order")
     push(client, queue, 2)
     for message in pop(client, queue, 2):
-        client.post("/api/v1/traces", json={"transactionId": message["transactionId"],
-                                            "partitionId": message["partitionId"], "eventType": "step",
-                                            "data": {"seen": message["transactionId"]}, "traceNames": [name]})
+        client.post(
+            "/api/v1/traces",
+            json={
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "eventType": "step",
+                "data": {"seen": message["transactionId"]},
+                "traceNames": [name],
+            },
+        )
     traced = client.get(f"/api/v1/traces/by-name/{name}").json()
     assert traced["total"] == 2
 
@@ -195,13 +251,13 @@ def test_traces_by_name(broker: Any, console: Callable[..., Any], api: Callable[
     page.locator("[data-test=trace-names] a", has_text=name).click()
     rows = page.locator("[data-test=traces] tbody tr")
     expect(rows).to_have_count(2)
-    expect(rows.locator("td:nth-child(5)")).to_have_text(
-        [re.compile(r'"seen":"m-[01]"')] * 2)
+    expect(rows.locator("td:nth-child(5)")).to_have_text([re.compile(r'"seen":"m-[01]"')] * 2)
     expect(page).to_have_url(re.compile(f"#/traces/{name}$"))
 
 
-def test_system_shows_the_workers_numbers(broker: Any, console: Callable[..., Any],
-                                          api: Callable[..., httpx.Client]) -> None:
+def test_system_shows_the_workers_numbers(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     metrics = api(broker).get("/metrics").json()
     page = console(broker, "/#/system")
     rows = page.locator("[data-test=fusion] tbody tr td:first-child")
@@ -209,20 +265,37 @@ def test_system_shows_the_workers_numbers(broker: Any, console: Callable[..., An
     expect(page.locator("[data-test=pool-size]")).to_have_text(re.compile(r"^\d+$"))
 
 
-def test_browse_filter_open_and_delete_a_message(broker: Any, console: Callable[..., Any],
-                                                 api: Callable[..., httpx.Client]) -> None:
+def test_browse_filter_open_and_delete_a_message(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     queue = unique("browse")
     payload = {"order": {"id": 7, "lines": [{"sku": "a-1", "qty": 2}]}, "note": "é"}
-    items = [{"queue": queue, "partition": f"p{i % 2}", "payload": {**payload, "n": i}, "transactionId": f"t{i}"}
-             for i in range(3)]
+    items = [
+        {"queue": queue, "partition": f"p{i % 2}", "payload": {**payload, "n": i}, "transactionId": f"t{i}"}
+        for i in range(3)
+    ]
     assert all(r["status"] == "queued" for r in client.post("/api/v1/push", json={"items": items}).json())
     first = pop(client, queue, 1)[0]
-    client.post("/api/v1/ack", json={"transactionId": first["transactionId"], "partitionId": first["partitionId"],
-                                     "status": "completed"})
-    client.post("/api/v1/traces", json={"transactionId": "t2", "partitionId": client.get(
-        "/api/v1/messages", params={"queue": queue, "partition": "p0", "limit": 10}).json()["messages"][0][
-        "partitionId"], "data": {"step": "checked"}, "traceNames": ["browse-trace"]})
+    client.post(
+        "/api/v1/ack",
+        json={
+            "transactionId": first["transactionId"],
+            "partitionId": first["partitionId"],
+            "status": "completed",
+        },
+    )
+    client.post(
+        "/api/v1/traces",
+        json={
+            "transactionId": "t2",
+            "partitionId": client.get(
+                "/api/v1/messages", params={"queue": queue, "partition": "p0", "limit": 10}
+            ).json()["messages"][0]["partitionId"],
+            "data": {"step": "checked"},
+            "traceNames": ["browse-trace"],
+        },
+    )
     listed = client.get("/api/v1/messages", params={"queue": queue}).json()
     completed = client.get("/api/v1/messages", params={"queue": queue, "status": "completed"}).json()
     assert (listed["total"], completed["total"]) == (3, 1)
@@ -243,8 +316,9 @@ def test_browse_filter_open_and_delete_a_message(broker: Any, console: Callable[
     rows.filter(has_text="t2").locator("a").click()
     expect(page.locator("[data-view=message] h1")).to_have_text("Message t2")
     stored = client.get(f"/api/v1/messages/{listed['messages'][0]['partitionId']}/t2").json()
-    expect(page.locator("[data-test=payload]")).to_have_text(json.dumps(stored["payload"], indent=2,
-                                                                         ensure_ascii=False))
+    expect(page.locator("[data-test=payload]")).to_have_text(
+        json.dumps(stored["payload"], indent=2, ensure_ascii=False)
+    )
     expect(page.locator("[data-test=message-status]")).to_have_text(stored["status"])
     expect(page.locator("[data-test=message-traces] tbody tr")).to_have_count(1)
     expect(page.locator("[data-test=message-traces] tbody tr")).to_contain_text('"step":"checked"')
@@ -257,8 +331,12 @@ def test_browse_filter_open_and_delete_a_message(broker: Any, console: Callable[
     assert client.get("/api/v1/messages", params={"queue": queue}).json()["total"] == 2
 
 
-def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], console: Callable[..., Any],
-                            api: Callable[..., httpx.Client]) -> None:
+def test_toggle_maintenance(
+    db_url: str,
+    start_broker: Callable[..., Any],
+    console: Callable[..., Any],
+    api: Callable[..., httpx.Client],
+) -> None:
     own = start_broker(db_url, workers=2)  # its own broker: maintenance is global to a database
     client = api(own)
     queue = unique("maint")
@@ -270,15 +348,20 @@ def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], conso
     push_button.click()
     expect(push_button).to_have_text("push maintenance: ON (turn off)")
     assert client.get("/api/v1/system/maintenance").json()["maintenanceMode"] is True
-    pushed = client.post("/api/v1/push", json={"items": [{"queue": queue, "payload": 1, "transactionId": "b1"}]})
+    pushed = client.post(
+        "/api/v1/push", json={"items": [{"queue": queue, "payload": 1, "transactionId": "b1"}]}
+    )
     assert pushed.json()[0]["status"] == "buffered"
 
     page.once("dialog", lambda dialog: dialog.accept())
     push_button.click()
     expect(push_button).to_have_text("push maintenance: off (turn on)")
     assert client.get("/api/v1/system/maintenance").json()["maintenanceMode"] is False
-    wait_until(lambda: [m["transactionId"] for m in pop(client, queue, 10)] == ["b1"], timeout_s=30,
-               message="the buffered push replayed")
+    wait_until(
+        lambda: [m["transactionId"] for m in pop(client, queue, 10)] == ["b1"],
+        timeout_s=30,
+        message="the buffered push replayed",
+    )
 
     pop_button = page.locator("[data-test=maintenance-pop]")
     overview = console(own, "/")  # every page sees the switch through /health
@@ -296,22 +379,40 @@ def test_toggle_maintenance(db_url: str, start_broker: Callable[..., Any], conso
     assert client.get("/api/v1/system/maintenance/pop").json()["popMaintenanceMode"] is False
 
 
-def test_replay_from_the_message_view_and_delete_a_group(broker: Any, console: Callable[..., Any],
-                                                          api: Callable[..., httpx.Client]) -> None:
+def test_replay_from_the_message_view_and_delete_a_group(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     client = api(broker)
     queue, group = unique("msgdlq"), unique("grp")
     push(client, queue, 2)
     first, second = pop(client, queue, 2, group=group)
-    client.post("/api/v1/ack", json={"transactionId": "m-0", "partitionId": first["partitionId"], "status": "dlq",
-                                     "consumerGroup": group, "error": "poisoned"})
-    client.post("/api/v1/ack", json={"transactionId": "m-1", "partitionId": second["partitionId"],
-                                     "status": "completed", "consumerGroup": group})
+    client.post(
+        "/api/v1/ack",
+        json={
+            "transactionId": "m-0",
+            "partitionId": first["partitionId"],
+            "status": "dlq",
+            "consumerGroup": group,
+            "error": "poisoned",
+        },
+    )
+    client.post(
+        "/api/v1/ack",
+        json={
+            "transactionId": "m-1",
+            "partitionId": second["partitionId"],
+            "status": "completed",
+            "consumerGroup": group,
+        },
+    )
     assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 1
 
     page = console(broker, f"/#/message/{first['partitionId']}/m-0")
     expect(page.locator("[data-test=message-details]")).to_contain_text("poisoned")
     page.click("[data-test=retry]")
-    expect(page.locator("[data-test=toast]").first).to_have_text("message m-0 replayed from the dead-letter queue")
+    expect(page.locator("[data-test=toast]").first).to_have_text(
+        "message m-0 replayed from the dead-letter queue"
+    )
     assert client.get("/api/v1/dlq", params={"queue": queue}).json()["total"] == 0
     assert [m["transactionId"] for m in pop(client, queue, 10, group=group)] == ["m-0"]
 

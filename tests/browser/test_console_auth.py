@@ -20,7 +20,9 @@ SECRET = "console-test-secret-long-enough-for-hs256"
 
 
 def token(role: str) -> str:
-    return jwt.encode({"sub": "operator", "role": role, "exp": int(time.time()) + 600}, SECRET, algorithm="HS256")
+    return jwt.encode(
+        {"sub": "operator", "role": role, "exp": int(time.time()) + 600}, SECRET, algorithm="HS256"
+    )
 
 
 @pytest.fixture
@@ -31,12 +33,15 @@ def secured(db_url: str, start_broker: Callable[..., Any]) -> Any:
 def dead_letter(client: httpx.Client, queue: str) -> None:
     client.post("/api/v1/push", json={"items": [{"queue": queue, "payload": 1, "transactionId": "t1"}]})
     message = client.get(f"/api/v1/pop/queue/{queue}", params={"wait": "false"}).json()["messages"][0]
-    client.post("/api/v1/ack", json={"transactionId": "t1", "partitionId": message["partitionId"],
-                                     "status": "dlq", "error": "bad"})
+    client.post(
+        "/api/v1/ack",
+        json={"transactionId": "t1", "partitionId": message["partitionId"], "status": "dlq", "error": "bad"},
+    )
 
 
-def test_the_console_asks_for_a_token_and_keeps_to_its_role(secured: Any, console: Callable[..., Any],
-                                                           api: Callable[..., httpx.Client]) -> None:
+def test_the_console_asks_for_a_token_and_keeps_to_its_role(
+    secured: Any, console: Callable[..., Any], api: Callable[..., httpx.Client]
+) -> None:
     queue = unique("secured")
     dead_letter(api(secured, token("admin")), queue)
 
@@ -57,12 +62,15 @@ def test_the_console_asks_for_a_token_and_keeps_to_its_role(secured: Any, consol
     expect(replay).to_be_disabled()  # ...but may not replay it
     expect(replay).to_have_attribute("title", "needs the read-write role")
     # and the broker refuses the call the button would make, with the token the page holds
-    status = page.evaluate("""async (queue) => {
+    status = page.evaluate(
+        """async (queue) => {
         const m = (await QC.get(QC.url('/api/v1/dlq', {queue}))).messages[0];
         const r = await fetch(`/api/v1/messages/${m.partitionId}/${m.transactionId}/retry`, {method: 'POST',
             headers: {Authorization: 'Bearer ' + QC.token(), 'Content-Type': 'application/json'},
             body: '{}'});
-        return r.status; }""", queue)
+        return r.status; }""",
+        queue,
+    )
     assert status == 403
 
     page.click("header >> text=sign out")

@@ -21,14 +21,21 @@ RENDERED = """() => {
 }"""
 
 
-def test_first_render_of_the_overview_with_1000_queues(db_url: str, start_broker: Callable[..., Any],
-                                                      chromium: Any, api: Callable[..., httpx.Client],
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_first_render_of_the_overview_with_1000_queues(
+    db_url: str,
+    start_broker: Callable[..., Any],
+    chromium: Any,
+    api: Callable[..., httpx.Client],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     own = start_broker(db_url, workers=2)
     client = api(own)
     for start in range(0, QUEUES, 250):
-        items = [{"queue": f"scale-{i:04d}", "payload": {"i": i}} for i in range(start, start + 250)
-                 for _ in range(1 + i % 3)]
+        items = [
+            {"queue": f"scale-{i:04d}", "payload": {"i": i}}
+            for i in range(start, start + 250)
+            for _ in range(1 + i % 3)
+        ]
         assert all(r["status"] == "queued" for r in client.post("/api/v1/push", json={"items": items}).json())
     assert not client.post("/api/v1/stats/refresh").json().get("skipped")
     assert client.get("/api/v1/resources/overview").json()["queues"] == QUEUES
@@ -49,8 +56,13 @@ def test_first_render_of_the_overview_with_1000_queues(db_url: str, start_broker
                         status_api_start_ms: api ? api.startTime : null,
                         status_api_end_ms: api ? api.responseEnd : null};
             }""")
-            timings.append({"load": attempt + 1, "first_render_ms": round(rendered_ms, 1),
-                            **{key: None if value is None else round(value, 1) for key, value in steps.items()}})
+            timings.append(
+                {
+                    "load": attempt + 1,
+                    "first_render_ms": round(rendered_ms, 1),
+                    **{key: None if value is None else round(value, 1) for key, value in steps.items()},
+                }
+            )
         # the deepest queue leads (depth 3: i % 3 == 2), as the API says
         top = page.locator("[data-test=overview-queues] tbody tr").first
         expect(top).to_have_attribute("data-queue", deepest["name"])
@@ -58,5 +70,7 @@ def test_first_render_of_the_overview_with_1000_queues(db_url: str, start_broker
     finally:
         context.close()
     with capsys.disabled():
-        print(f"\nconsole first render with {QUEUES} queues (localhost, headless Chromium): "
-            f"{json.dumps(timings)}")
+        print(
+            f"\nconsole first render with {QUEUES} queues (localhost, headless Chromium): "
+            f"{json.dumps(timings)}"
+        )

@@ -30,41 +30,62 @@ from helpers import unique
 pytestmark = pytest.mark.browser
 
 PNG = b"\x89PNG\r\n\x1a\n"
-VIEWS = [("overview", "/", "[data-test=overview-queues] tbody tr"),
-         ("queues", "/#/queues", "[data-test=queues] tbody tr"),
-         ("queue", "/#/queue/{orders}", "[data-test=partitions] tbody tr"),
-         ("dlq", "/#/dlq", "[data-test=dlq] tbody tr"),
-         ("group", "/#/group/{group}", "[data-test=group-lag]"),
-         ("messages", "/#/messages?queue={orders}", "[data-test=messages] tbody tr"),
-         ("traces", "/#/traces/{trace}", "[data-test=traces] tbody tr"),
-         ("system", "/#/system", "[data-test=maintenance-push]:enabled")]
+VIEWS = [
+    ("overview", "/", "[data-test=overview-queues] tbody tr"),
+    ("queues", "/#/queues", "[data-test=queues] tbody tr"),
+    ("queue", "/#/queue/{orders}", "[data-test=partitions] tbody tr"),
+    ("dlq", "/#/dlq", "[data-test=dlq] tbody tr"),
+    ("group", "/#/group/{group}", "[data-test=group-lag]"),
+    ("messages", "/#/messages?queue={orders}", "[data-test=messages] tbody tr"),
+    ("traces", "/#/traces/{trace}", "[data-test=traces] tbody tr"),
+    ("system", "/#/system", "[data-test=maintenance-push]:enabled"),
+]
 
 
 def traffic(client: httpx.Client) -> dict[str, str]:
     """A few queues with depth, a consumer group with lag, dead letters and a named trace."""
     names = {"orders": unique("orders"), "group": unique("billing"), "trace": unique("checkout")}
-    for queue, partitions, count in [(names["orders"], 4, 120), (unique("payments"), 2, 64),
-                                     (unique("emails"), 1, 17), (unique("audit"), 3, 8)]:
-        items = [{"queue": queue, "partition": f"p{i % partitions}", "payload": {"id": i, "amount": i * 3}}
-                 for i in range(count)]
+    for queue, partitions, count in [
+        (names["orders"], 4, 120),
+        (unique("payments"), 2, 64),
+        (unique("emails"), 1, 17),
+        (unique("audit"), 3, 8),
+    ]:
+        items = [
+            {"queue": queue, "partition": f"p{i % partitions}", "payload": {"id": i, "amount": i * 3}}
+            for i in range(count)
+        ]
         client.post("/api/v1/push", json={"items": items}).raise_for_status()
-    popped = client.get(f"/api/v1/pop/queue/{names['orders']}/partition/p0",
-                        params={"batch": 10, "wait": "false", "consumerGroup": names["group"]}).json()["messages"]
+    popped = client.get(
+        f"/api/v1/pop/queue/{names['orders']}/partition/p0",
+        params={"batch": 10, "wait": "false", "consumerGroup": names["group"]},
+    ).json()["messages"]
     for index, message in enumerate(popped):
-        ack = {"transactionId": message["transactionId"], "partitionId": message["partitionId"],
-               "consumerGroup": names["group"], "status": "dlq" if index < 3 else "completed",
-               "error": "payment gateway timeout" if index < 3 else None}
+        ack = {
+            "transactionId": message["transactionId"],
+            "partitionId": message["partitionId"],
+            "consumerGroup": names["group"],
+            "status": "dlq" if index < 3 else "completed",
+            "error": "payment gateway timeout" if index < 3 else None,
+        }
         client.post("/api/v1/ack", json=ack).raise_for_status()
-        client.post("/api/v1/traces", json={"transactionId": message["transactionId"],
-                                            "partitionId": message["partitionId"], "eventType": "step",
-                                            "data": {"stage": "charged" if index >= 3 else "failed"},
-                                            "traceNames": [names["trace"]]}).raise_for_status()
+        client.post(
+            "/api/v1/traces",
+            json={
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "eventType": "step",
+                "data": {"stage": "charged" if index >= 3 else "failed"},
+                "traceNames": [names["trace"]],
+            },
+        ).raise_for_status()
     client.post("/api/v1/stats/refresh").raise_for_status()
     return names
 
 
-def test_screenshots_of_the_main_views(broker: Any, console: Callable[..., Any],
-                                       api: Callable[..., httpx.Client], tmp_path: Path) -> None:
+def test_screenshots_of_the_main_views(
+    broker: Any, console: Callable[..., Any], api: Callable[..., httpx.Client], tmp_path: Path
+) -> None:
     external = os.environ.get("QUEENPY_SCREENSHOTS_BROKER")
     if external:
         broker = SimpleNamespace(url=external.rstrip("/"))

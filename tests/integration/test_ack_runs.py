@@ -25,9 +25,9 @@ from helpers import call_procedure
 QUEUE_MODE = "__QUEUE_MODE__"
 STATE = {
     "consumers": "SELECT coalesce(jsonb_agg(to_jsonb(c) - 'id' - 'created_at' ORDER BY c.partition_id, "
-                 "c.consumer_group), '[]') FROM queen.partition_consumers c",
+    "c.consumer_group), '[]') FROM queen.partition_consumers c",
     "floors": "SELECT coalesce(jsonb_agg(to_jsonb(w) ORDER BY w.queue_name, w.consumer_group), '[]') "
-              "FROM queen.consumer_watermarks w",
+    "FROM queen.consumer_watermarks w",
     "dead_letters": "SELECT count(*) FROM queen.dead_letter_queue",
 }
 
@@ -39,21 +39,40 @@ def conn(db_url: str) -> Any:
 
 
 def push(conn: psycopg.Connection[Any], partition: str, count: int) -> None:
-    call_procedure(conn, "push_items_v1", [{"queue": "runs", "partition": partition, "payload": n}
-                                           for n in range(count)])
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "runs", "partition": partition, "payload": n} for n in range(count)]
+    )
 
 
-def pop(conn: psycopg.Connection[Any], partition: str, batch: int, group: str = QUEUE_MODE,
-        auto_ack: bool = False) -> list[dict[str, Any]]:
-    result = call_procedure(conn, "pop_v1", [{"queue": "runs", "partition": partition, "consumerGroup": group,
-                                              "batch": batch, "autoAck": auto_ack}])[0]
+def pop(
+    conn: psycopg.Connection[Any], partition: str, batch: int, group: str = QUEUE_MODE, auto_ack: bool = False
+) -> list[dict[str, Any]]:
+    result = call_procedure(
+        conn,
+        "pop_v1",
+        [
+            {
+                "queue": "runs",
+                "partition": partition,
+                "consumerGroup": group,
+                "batch": batch,
+                "autoAck": auto_ack,
+            }
+        ],
+    )[0]
     messages: list[dict[str, Any]] = result["messages"]
     return messages
 
 
 def item(message: dict[str, Any], group: str = QUEUE_MODE, **extra: Any) -> dict[str, Any]:
-    return {"transactionId": message["transactionId"], "partitionId": message["partitionId"],
-            "consumerGroup": group, "leaseId": message["leaseId"], "status": "completed", **extra}
+    return {
+        "transactionId": message["transactionId"],
+        "partitionId": message["partitionId"],
+        "consumerGroup": group,
+        "leaseId": message["leaseId"],
+        "status": "completed",
+        **extra,
+    }
 
 
 def state(conn: psycopg.Connection[Any]) -> dict[str, Any]:
@@ -62,24 +81,30 @@ def state(conn: psycopg.Connection[Any]) -> dict[str, Any]:
 
 def reference_order(conn: psycopg.Connection[Any], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def key(entry: dict[str, Any]) -> tuple[Any, ...]:
-        row = conn.execute("SELECT seq FROM queen.messages WHERE partition_id = %s AND transaction_id = %s",
-                           (entry["partitionId"], entry["transactionId"])).fetchone()
+        row = conn.execute(
+            "SELECT seq FROM queen.messages WHERE partition_id = %s AND transaction_id = %s",
+            (entry["partitionId"], entry["transactionId"]),
+        ).fetchone()
         seq = row[0] if row else float("inf")
         return entry["partitionId"], entry.get("consumerGroup") or QUEUE_MODE, seq, entry["index"]
+
     return sorted(items, key=key)
 
 
 def item_by_item_calls(conn: psycopg.Connection[Any]) -> int:
     """Calls of ack_one_v1 counted by this backend and not yet sent to the statistics (track_functions
     counts PL/pgSQL calls): compare two readings."""
-    row = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
-                       "WHERE schemaname = 'queen' AND funcname = 'ack_one_v1'").fetchone()
+    row = conn.execute(
+        "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+        "WHERE schemaname = 'queen' AND funcname = 'ack_one_v1'"
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
 
-def assert_same_as_item_by_item(conn: psycopg.Connection[Any], items: list[dict[str, Any]],
-                                one_pass: bool) -> list[dict[str, Any]]:
+def assert_same_as_item_by_item(
+    conn: psycopg.Connection[Any], items: list[dict[str, Any]], one_pass: bool
+) -> list[dict[str, Any]]:
     """Run both ways in one transaction; return the fused results after checking they match and that
     ``ack_v2`` took the one-pass path (``one_pass``) or went item by item."""
     numbered = [{**entry, "index": i} for i, entry in enumerate(items)]
@@ -91,15 +116,18 @@ def assert_same_as_item_by_item(conn: psycopg.Connection[Any], items: list[dict[
         row = conn.execute("SELECT queen.ack_v2(%s::jsonb)::text", (payload,)).fetchone()
         assert row is not None
         fused = ack_results(numbered, row[0])
-        in_sql = conn.execute("SELECT queen.ack_results_v1(%s::jsonb, %s::json)::text", (payload, row[0])).fetchone()
+        in_sql = conn.execute(
+            "SELECT queen.ack_results_v1(%s::jsonb, %s::json)::text", (payload, row[0])
+        ).fetchone()
         assert in_sql is not None and orjson.loads(in_sql[0]) == fused
         fused_state = state(conn)
         assert (item_by_item_calls(conn) == calls_before) is one_pass
         conn.execute("ROLLBACK TO SAVEPOINT before_ack")
         one_by_one = []
         for entry in reference_order(conn, numbered):
-            one = conn.execute("SELECT queen.ack_one_v1(%s::jsonb, 'ack')::text",
-                               (orjson.dumps(entry).decode(),)).fetchone()
+            one = conn.execute(
+                "SELECT queen.ack_one_v1(%s::jsonb, 'ack')::text", (orjson.dumps(entry).decode(),)
+            ).fetchone()
             assert one is not None
             one_by_one.append(orjson.loads(one[0]))
         reference_state = state(conn)
@@ -126,7 +154,9 @@ def test_part_of_a_leased_batch_keeps_the_lease(conn: psycopg.Connection[Any]) -
 def test_a_wrong_lease_fails_every_item(conn: psycopg.Connection[Any]) -> None:
     push(conn, "p", 3)
     batch = pop(conn, "p", 3)
-    results = assert_same_as_item_by_item(conn, [item(m, leaseId="not-the-lease") for m in batch], one_pass=True)
+    results = assert_same_as_item_by_item(
+        conn, [item(m, leaseId="not-the-lease") for m in batch], one_pass=True
+    )
     assert {r["error"] for r in results} == {"Invalid or expired lease"}
 
 
@@ -136,8 +166,9 @@ def test_more_items_than_the_lease_has_left(conn: psycopg.Connection[Any]) -> No
     call_procedure(conn, "ack_v1", [item(m) for m in first])
     second = pop(conn, "p", 3)
     # the three old ones again, under the new lease: three items more than it has left
-    results = assert_same_as_item_by_item(conn, [item({**m, "leaseId": second[0]["leaseId"]}) for m in first + second],
-                                          one_pass=False)
+    results = assert_same_as_item_by_item(
+        conn, [item({**m, "leaseId": second[0]["leaseId"]}) for m in first + second], one_pass=False
+    )
     assert [r["success"] for r in results].count(False) == 3
 
 
@@ -148,11 +179,14 @@ def test_acks_without_a_lease_id_while_a_lease_is_held(conn: psycopg.Connection[
     assert_same_as_item_by_item(conn, [item(m, leaseId="") for m in batch], one_pass=True)
 
 
-def test_acks_of_consumed_messages_move_the_cursor_back_and_drop_the_scan_floor(conn: psycopg.Connection[Any]
-                                                                                 ) -> None:
+def test_acks_of_consumed_messages_move_the_cursor_back_and_drop_the_scan_floor(
+    conn: psycopg.Connection[Any],
+) -> None:
     push(conn, "p", 8)
     delivered = pop(conn, "p", 8, auto_ack=True)
-    call_procedure(conn, "pop_v1", [{"queue": "runs", "consumerGroup": QUEUE_MODE, "batch": 1}])  # sets a floor
+    call_procedure(
+        conn, "pop_v1", [{"queue": "runs", "consumerGroup": QUEUE_MODE, "batch": 1}]
+    )  # sets a floor
     assert state(conn)["floors"] != []
     results = assert_same_as_item_by_item(conn, [item(m, leaseId="") for m in delivered[2:5]], one_pass=True)
     assert all(r["leaseReleased"] for r in results)
@@ -161,12 +195,16 @@ def test_acks_of_consumed_messages_move_the_cursor_back_and_drop_the_scan_floor(
 def test_runs_the_fast_path_does_not_take(conn: psycopg.Connection[Any]) -> None:
     push(conn, "p", 6)
     batch = pop(conn, "p", 6)
-    mixed = [item(m) for m in batch[:3]] + [item(batch[3], status="failed", error="boom"),
-                                           item(batch[4], status="retry")]
+    mixed = [item(m) for m in batch[:3]] + [
+        item(batch[3], status="failed", error="boom"),
+        item(batch[4], status="retry"),
+    ]
     assert_same_as_item_by_item(conn, mixed, one_pass=False)
     missing = [item(m) for m in batch[:3]] + [item({**batch[3], "transactionId": "no-such-message"})]
     assert_same_as_item_by_item(conn, missing, one_pass=False)
-    assert_same_as_item_by_item(conn, [item(m) for m in batch[:3]] + [item(batch[1])], one_pass=True)  # a duplicate
+    assert_same_as_item_by_item(
+        conn, [item(m) for m in batch[:3]] + [item(batch[1])], one_pass=True
+    )  # a duplicate
 
 
 def test_several_runs_each_in_offset_order(conn: psycopg.Connection[Any]) -> None:

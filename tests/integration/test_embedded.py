@@ -16,8 +16,10 @@ async def _settings(url: str) -> dict[str, tuple[str, str | None, bool]]:
     """name -> (setting, unit, pending_restart) for every name in EMBEDDED_SETTINGS."""
     connection = await asyncpg.connect(url)
     try:
-        rows = await connection.fetch("SELECT name, setting, unit, pending_restart FROM pg_settings "
-                                      "WHERE name = ANY($1::text[])", list(EMBEDDED_SETTINGS))
+        rows = await connection.fetch(
+            "SELECT name, setting, unit, pending_restart FROM pg_settings WHERE name = ANY($1::text[])",
+            list(EMBEDDED_SETTINGS),
+        )
         return {row["name"]: (row["setting"], row["unit"], row["pending_restart"]) for row in rows}
     finally:
         await connection.close()
@@ -25,14 +27,18 @@ async def _settings(url: str) -> dict[str, tuple[str, str | None, bool]]:
 
 def _applied(url: str, expected: dict[str, tuple[str, str | None, bool]]) -> None:
     """Wait for ``expected`` in a new session (the reload reaches the postmaster asynchronously)."""
-    wait_until(lambda: asyncio.run(_settings(url)) == expected, timeout_s=10,
-               message=f"{expected} in pg_settings")
+    wait_until(
+        lambda: asyncio.run(_settings(url)) == expected, timeout_s=10, message=f"{expected} in pg_settings"
+    )
 
 
 def test_embedded_server_runs_with_the_queue_settings_on_every_start(tmp_path: Path) -> None:
     data_dir = tmp_path / "pgdata"
-    expected = {"max_wal_size": ("4096", "MB", False), "wal_compression": ("pglz", None, False),
-                "autovacuum_naptime": ("10", "s", False)}
+    expected = {
+        "max_wal_size": ("4096", "MB", False),
+        "wal_compression": ("pglz", None, False),
+        "autovacuum_naptime": ("10", "s", False),
+    }
     assert set(EMBEDDED_SETTINGS) == set(expected)
     server = EmbeddedPostgres(data_dir, cleanup_mode="stop")
     try:

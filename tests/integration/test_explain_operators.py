@@ -27,10 +27,19 @@ def seeded(pg_server: Any, template_db: str) -> str:
     url = pg_server.url(pg_server.create_database(template_db))
     with psycopg.connect(url, autocommit=True) as conn:
         for start in range(0, PARTITIONS, 5000):
-            call_procedure(conn, "push_messages_v3", [{"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}
-                                                   for n in range(start, start + 5000)])
-        call_procedure(conn, "push_messages_v3", [{"queue": "narrow", "partition": f"n{n % 3}", "payload": {"n": n}}
-                                               for n in range(12)])
+            call_procedure(
+                conn,
+                "push_messages_v3",
+                [
+                    {"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}
+                    for n in range(start, start + 5000)
+                ],
+            )
+        call_procedure(
+            conn,
+            "push_messages_v3",
+            [{"queue": "narrow", "partition": f"n{n % 3}", "payload": {"n": n}} for n in range(12)],
+        )
         conn.execute("ANALYZE")
     return url
 
@@ -42,15 +51,20 @@ def conn(seeded: str) -> Any:
 
 
 def listing(conn: psycopg.Connection[Any], **params: Any) -> dict[str, Any]:
-    row = conn.execute("SELECT queen.messages_list_v2(%s::jsonb)::text", (orjson.dumps(params).decode(),)).fetchone()
+    row = conn.execute(
+        "SELECT queen.messages_list_v2(%s::jsonb)::text", (orjson.dumps(params).decode(),)
+    ).fetchone()
     assert row is not None
     return dict(orjson.loads(row[0]))
 
 
 def measure(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
-    """(sequential scans started, rows fetched through indexes), per table, of one call in its own transaction."""
-    query = ("SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
-             "AND relname = ANY (%s)")
+    """(sequential scans started, rows fetched through indexes), per table, of one call in its own
+    transaction."""
+    query = (
+        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+        "AND relname = ANY (%s)"
+    )
     with conn.transaction():
         before = {r[0]: (int(r[1]), int(r[2] or 0)) for r in conn.execute(query, (list(TABLES),)).fetchall()}
         conn.execute("SELECT queen.messages_list_v2(%s::jsonb)", (orjson.dumps(params).decode(),))
@@ -60,15 +74,26 @@ def measure(conn: psycopg.Connection[Any], params: dict[str, Any]) -> tuple[dict
     return {t: n for t, n in scans.items() if n}, {t: n for t, n in fetched.items() if n}
 
 
-@pytest.mark.parametrize("params", [{}, {"queue": "wide"}, {"namespace": "wide"}, {"status": "pending"},
-                                    {"queue": "wide", "partition": "p7"}],
-                         ids=["unfiltered", "queue", "namespace", "status", "partition"])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"queue": "wide"},
+        {"namespace": "wide"},
+        {"status": "pending"},
+        {"queue": "wide", "partition": "p7"},
+    ],
+    ids=["unfiltered", "queue", "namespace", "status", "partition"],
+)
 def test_a_page_of_the_message_list_reads_no_partition_it_does_not_list(
-        conn: psycopg.Connection[Any], params: dict[str, Any]) -> None:
+    conn: psycopg.Connection[Any], params: dict[str, Any]
+) -> None:
     conn.execute("SET plan_cache_mode = force_generic_plan")  # the plans a busy broker's sessions end up with
     listing(conn, limit=50, **params)  # plans made
     scans, fetched = measure(conn, {"limit": 50, **params})
-    scans.pop("queues", None)  # a generic plan may read the queues (a few rows each), never partitions or messages
+    scans.pop(
+        "queues", None
+    )  # a generic plan may read the queues (a few rows each), never partitions or messages
     assert scans == {}, scans
     # the probe that chooses the plan stops at 1,001 partitions; then the primary key's walk reads the 50
     # listed messages (and the narrow queue's 12 if they come first) with one partition probe and a few
@@ -96,7 +121,9 @@ def test_keyset_pages_walk_the_window_newest_first_without_gaps(conn: psycopg.Co
     assert seen == sorted(seen, reverse=True)  # newest first by message id (UUIDv7)
 
 
-def test_a_narrow_filter_is_listed_from_its_partitions_with_an_exact_total(conn: psycopg.Connection[Any]) -> None:
+def test_a_narrow_filter_is_listed_from_its_partitions_with_an_exact_total(
+    conn: psycopg.Connection[Any],
+) -> None:
     whole = listing(conn, queue="narrow", limit=5)
     assert whole["estimated"] is False and whole["total"] == 12
     ids = [m["id"] for m in whole["messages"]]
@@ -108,13 +135,17 @@ def test_a_narrow_filter_is_listed_from_its_partitions_with_an_exact_total(conn:
 
 
 def test_the_consumer_group_list_reads_the_stats_of_a_wide_queue_and_the_cursors_of_a_narrow_one(
-        conn: psycopg.Connection[Any]) -> None:
+    conn: psycopg.Connection[Any],
+) -> None:
     conn.execute("""
-        INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq, last_consumed_at)
+        INSERT INTO queen.partition_consumers
+            (partition_id, consumer_group, last_consumed_seq, last_consumed_at)
         SELECT p.id, 'g', 1, now() FROM queen.partitions p""")  # every partition of both queues consumed by g
     conn.execute("SELECT queen.stats_refresh_v1(true)")
-    query = ("SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
-             "AND relname = 'partition_consumers'")
+    query = (
+        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+        "AND relname = 'partition_consumers'"
+    )
     with conn.transaction():
         before = conn.execute(query).fetchone()
         row = conn.execute("SELECT queen.consumer_groups_list_v2()::text").fetchone()
@@ -125,7 +156,10 @@ def test_the_consumer_group_list_reads_the_stats_of_a_wide_queue_and_the_cursors
     assert groups["narrow"]["members"] == 3 and groups["narrow"]["estimated"] is False
     assert groups["narrow"]["totalLag"] == 12 - 3
     assert after[1] == before[1]  # no sequential scan of the cursors
-    assert after[2] - before[2] <= 10, (before, after)  # the narrow queue's 3 cursors, not the wide one's 20,000
+    assert after[2] - before[2] <= 10, (
+        before,
+        after,
+    )  # the narrow queue's 3 cursors, not the wide one's 20,000
     conn.execute("DELETE FROM queen.partition_consumers WHERE consumer_group = 'g'")
 
 
@@ -142,11 +176,15 @@ def test_a_queue_s_partitions_page_by_name_cursor(conn: psycopg.Connection[Any],
         if cursor is None:
             break
     assert seen == ["n0", "n1", "n2"] and page["estimated"] is True
-    query = ("SELECT sum(idx_tup_fetch) FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
-             "AND relname = 'partitions'")
+    query = (
+        "SELECT sum(idx_tup_fetch) FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
+        "AND relname = 'partitions'"
+    )
     with conn.transaction():
         before = conn.execute(query).fetchone()
         conn.execute(f"SELECT queen.{procedure}('wide', 50, 0, 'p5000')").fetchone()
         after = conn.execute(query).fetchone()
     assert before is not None and after is not None
-    assert int(after[0]) - int(before[0] or 0) <= 2 * 50 + 2  # the page (twice: rows and nextCursor), not the 5,000 before
+    assert (
+        int(after[0]) - int(before[0] or 0) <= 2 * 50 + 2
+    )  # the page (twice: rows and nextCursor), not the 5,000 before

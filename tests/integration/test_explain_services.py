@@ -16,8 +16,17 @@ import pytest
 
 from helpers import call_procedure
 
-TABLES = ("messages", "partitions", "partition_consumers", "dead_letter_queue", "replays", "message_traces",
-          "message_trace_names", "partition_counters", "retention_history")
+TABLES = (
+    "messages",
+    "partitions",
+    "partition_consumers",
+    "dead_letter_queue",
+    "replays",
+    "message_traces",
+    "message_trace_names",
+    "partition_counters",
+    "retention_history",
+)
 
 
 @pytest.fixture
@@ -27,13 +36,19 @@ def conn(db_url: str) -> Any:
 
 
 def table_reads(conn: psycopg.Connection[Any]) -> dict[str, tuple[int, int]]:
-    return {r[0]: (int(r[1]), int(r[2] or 0)) for r in conn.execute(
-        "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables "
-        "WHERE schemaname = 'queen' AND relname = ANY (%s)", (list(TABLES),)).fetchall()}
+    return {
+        r[0]: (int(r[1]), int(r[2] or 0))
+        for r in conn.execute(
+            "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables "
+            "WHERE schemaname = 'queen' AND relname = ANY (%s)",
+            (list(TABLES),),
+        ).fetchall()
+    }
 
 
-def measure(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]
-            ) -> tuple[int, dict[str, int], dict[str, int]]:
+def measure(
+    conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]
+) -> tuple[int, dict[str, int], dict[str, int]]:
     """(shared buffers touched, sequential scans started per table, rows fetched through indexes per table)
     of one call, run in a transaction of its own (a backend's statistics are read before and after it, in
     it)."""
@@ -54,23 +69,34 @@ def deep_partition(conn: psycopg.Connection[Any], queue: str, count: int, **opti
     in ten, and a dead letter and a replay elsewhere in the table: the tables a message delete cascades to are
     not empty."""
     call_procedure(conn, "configure_queue_v1", {"queue": queue, "options": options})
-    row = conn.execute("SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
-                       "WHERE q.name = %s", (queue,)).fetchone()
+    row = conn.execute(
+        "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s",
+        (queue,),
+    ).fetchone()
     assert row is not None
     partition = row[0]
-    conn.execute("""
+    conn.execute(
+        """
         INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
         SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '{"n": 1}',
                now() - interval '1 hour' + s * interval '1 us'
-        FROM generate_series(1, %s) s""", (partition, count))
-    conn.execute("UPDATE queen.partitions SET last_seq = %s, last_message_at = now() WHERE id = %s",
-                 (count, partition))
-    conn.execute("""
+        FROM generate_series(1, %s) s""",
+        (partition, count),
+    )
+    conn.execute(
+        "UPDATE queen.partitions SET last_seq = %s, last_message_at = now() WHERE id = %s", (count, partition)
+    )
+    conn.execute(
+        """
         INSERT INTO queen.message_traces (message_id, partition_id, transaction_id, data)
         SELECT m.id, m.partition_id, m.transaction_id, '{}' FROM queen.messages m
-        WHERE m.partition_id = %s AND m.seq %% 10 = 0""", (partition,))
-    conn.execute("INSERT INTO queen.message_trace_names (trace_id, trace_name) "
-                 "SELECT id, 'name' FROM queen.message_traces")
+        WHERE m.partition_id = %s AND m.seq %% 10 = 0""",
+        (partition,),
+    )
+    conn.execute(
+        "INSERT INTO queen.message_trace_names (trace_id, trace_name) "
+        "SELECT id, 'name' FROM queen.message_traces"
+    )
     conn.execute("ANALYZE")
     return partition
 
@@ -78,16 +104,24 @@ def deep_partition(conn: psycopg.Connection[Any], queue: str, count: int, **opti
 @pytest.mark.parametrize("generic", [False, True], ids=["custom-plan", "generic-plan"])
 @pytest.mark.parametrize("kind", ["retention", "completed_retention", "max_wait_time_eviction"])
 def test_a_retention_step_reads_and_deletes_a_bounded_batch_through_indexes(
-        conn: psycopg.Connection[Any], kind: str, generic: bool) -> None:
-    options = {"retention": {"retentionSeconds": 60}, "completed_retention": {"completedRetentionSeconds": 60},
-               "max_wait_time_eviction": {"maxWaitTimeSeconds": 60}}[kind]
+    conn: psycopg.Connection[Any], kind: str, generic: bool
+) -> None:
+    options = {
+        "retention": {"retentionSeconds": 60},
+        "completed_retention": {"completedRetentionSeconds": 60},
+        "max_wait_time_eviction": {"maxWaitTimeSeconds": 60},
+    }[kind]
     partition = deep_partition(conn, "deep", 100_000, **options)
     if kind == "completed_retention":  # queue mode consumed most of it; eviction: everything after the cursor
-        conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 90000)",
-                     (partition,))
+        conn.execute(
+            "INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 90000)",
+            (partition,),
+        )
     elif kind == "max_wait_time_eviction":
-        conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 10000)",
-                     (partition,))
+        conn.execute(
+            "INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 10000)",
+            (partition,),
+        )
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'deep'").fetchone()[0]  # type: ignore[index]
     groups = ["__QUEUE_MODE__"] if kind != "retention" else []
     conn.execute(f"SET plan_cache_mode = {'force_generic_plan' if generic else 'force_custom_plan'}")
@@ -101,9 +135,12 @@ def test_a_retention_step_reads_and_deletes_a_bounded_batch_through_indexes(
     # deletes cascade by index to the 10 traces of those messages (and one probe: does the table hold any?)
     assert fetched.get("messages", 0) <= 100 + 20, fetched
     assert fetched.get("message_traces", 0) <= 10 + 1 and fetched.get("message_trace_names", 0) <= 10, fetched
-    assert buffers < 30 * 100, buffers  # about 20 per deleted message: its page, its index entries, the cascades
-    deleted = conn.execute("SELECT messages_deleted FROM queen.partition_counters WHERE partition_id = %s",
-                           (partition,)).fetchone()
+    assert buffers < 30 * 100, (
+        buffers
+    )  # about 20 per deleted message: its page, its index entries, the cascades
+    deleted = conn.execute(
+        "SELECT messages_deleted FROM queen.partition_counters WHERE partition_id = %s", (partition,)
+    ).fetchone()
     assert deleted == (300,)
 
 
@@ -138,42 +175,61 @@ def test_trimming_reads_only_what_it_deletes(conn: psycopg.Connection[Any]) -> N
         SELECT 'x', 1, 'retention', now() - s * interval '1 second' FROM generate_series(1, 100000) s""")
     conn.execute("ANALYZE queen.retention_history")
     conn.execute("SELECT queen.trim_history_v1('-infinity', '-infinity', 1)")  # plans made (catalog reads)
-    buffers, scans, fetched = measure(conn, "SELECT queen.trim_history_v1(now() - interval '2 days', "
-                                      "now() - interval '2 days', 100)", ())
+    buffers, scans, fetched = measure(
+        conn, "SELECT queen.trim_history_v1(now() - interval '2 days', now() - interval '2 days', 100)", ()
+    )
     assert scans == {}, scans
-    assert buffers < 200 and sum(fetched.values()) <= 1, (buffers, fetched)  # nothing that old: a probe per index
-    buffers, scans, fetched = measure(conn, "SELECT queen.trim_history_v1(now() - interval '50000 seconds', "
-                                      "now() - interval '1 day', 100)", ())
+    assert buffers < 200 and sum(fetched.values()) <= 1, (
+        buffers,
+        fetched,
+    )  # nothing that old: a probe per index
+    buffers, scans, fetched = measure(
+        conn,
+        "SELECT queen.trim_history_v1(now() - interval '50000 seconds', now() - interval '1 day', 100)",
+        (),
+    )
     assert scans == {}, scans
     assert fetched == {"retention_history": 100}, fetched  # the 100 rows deleted, through the time index
     assert buffers < 1500, buffers  # their pages and index entries; the table spans over a thousand pages
 
 
 def test_a_completed_retention_step_reads_the_old_run_not_the_young_messages_behind_it(
-        conn: psycopg.Connection[Any]) -> None:
+    conn: psycopg.Connection[Any],
+) -> None:
     """The soak's case: everything is consumed, a short period, a run a second. The step finds where the old
     run ends by a binary search (queen.retention_run_end_v1) instead of reading every consumed message."""
     partition = deep_partition(conn, "young", 20_000, completedRetentionSeconds=60)
-    conn.execute("UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 100", (partition,))
-    conn.execute("INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 20000)",
-                 (partition,))
+    conn.execute(
+        "UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 100", (partition,)
+    )
+    conn.execute(
+        "INSERT INTO queen.partition_consumers (partition_id, last_consumed_seq) VALUES (%s, 20000)",
+        (partition,),
+    )
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'young'").fetchone()[0]  # type: ignore[index]
-    call = ("SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', '', true, 500, "
-            "1000, now())")
+    call = (
+        "SELECT queen.retention_step_v1('completed_retention', %s, '{__QUEUE_MODE__}', '', true, 500, "
+        "1000, now())"
+    )
     buffers, scans, fetched = measure(conn, call, (queue_id,))
     assert scans == {}, scans
-    assert conn.execute("SELECT min(seq) FROM queen.messages WHERE partition_id = %s", (partition,)).fetchone() == (101,)
+    assert conn.execute(
+        "SELECT min(seq) FROM queen.messages WHERE partition_id = %s", (partition,)
+    ).fetchone() == (101,)
     # the 100 old messages, and about log2(20,000) = 15 probes; not the 19,900 young ones (nor 1,000 of them)
     assert fetched.get("messages", 0) <= 100 + 20, fetched
     assert buffers < 30 * 100, buffers
 
 
-def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(conn: psycopg.Connection[Any]) -> None:
+def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(
+    conn: psycopg.Connection[Any],
+) -> None:
     """After retention deleted 50,000 messages, their index entries stay until a vacuum; the oldest-message
     probe of the stats job starts at the floor, so it never walks them (it did, in the soak: 350 ms a run)."""
     partition = deep_partition(conn, "floor", 60_000, retentionSeconds=60)
-    conn.execute("UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 50000",
-                 (partition,))
+    conn.execute(
+        "UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 50000", (partition,)
+    )
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'floor'").fetchone()[0]  # type: ignore[index]
     conn.execute("SELECT queen.stats_refresh_v1(true)")
     step = "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100000, now())"

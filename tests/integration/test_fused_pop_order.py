@@ -26,10 +26,18 @@ def pop_request(partition: str | None) -> dict[str, Any]:
 @pytest.mark.parametrize("procedure", ["pop_v1", "pop_group_v1"])
 def test_two_calls_mixing_wildcard_and_named_pops_do_not_deadlock(db_url: str, procedure: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        call_procedure(conn, "push_items_v1", [{"queue": "order", "partition": "A", "payload": 1},
-                                               {"queue": "order", "partition": "B", "payload": 2}])
+        call_procedure(
+            conn,
+            "push_items_v1",
+            [
+                {"queue": "order", "partition": "A", "payload": 1},
+                {"queue": "order", "partition": "B", "payload": 2},
+            ],
+        )
         with psycopg.connect(db_url) as other:  # its leases stay uncommitted until the end
-            assert [m["data"] for m in call_procedure(other, "pop_v1", [pop_request("B")])[0]["messages"]] == [2]
+            assert [
+                m["data"] for m in call_procedure(other, "pop_v1", [pop_request("B")])[0]["messages"]
+            ] == [2]
 
             box: dict[str, Any] = {}
 

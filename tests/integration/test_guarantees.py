@@ -24,42 +24,80 @@ def connect(url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(url, autocommit=True)
 
 
-def push(conn: psycopg.Connection[Any], queue: str, payloads: list[Any], partition: str = "Default",
-         **extra: Any) -> list[dict[str, Any]]:
+def push(
+    conn: psycopg.Connection[Any], queue: str, payloads: list[Any], partition: str = "Default", **extra: Any
+) -> list[dict[str, Any]]:
     items = [{"queue": queue, "partition": partition, "payload": p, **extra} for p in payloads]
     return call_procedure(conn, "push_items_v1", items)
 
 
-def pop(conn: psycopg.Connection[Any], queue: str, partition: str | None = None, group: str = QUEUE_MODE,
-        batch: int = 1, auto_ack: bool = False, **extra: Any) -> dict[str, Any]:
-    request = {"queue": queue, "partition": partition, "consumerGroup": group, "batch": batch,
-               "autoAck": auto_ack, **extra}
+def pop(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    partition: str | None = None,
+    group: str = QUEUE_MODE,
+    batch: int = 1,
+    auto_ack: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    request = {
+        "queue": queue,
+        "partition": partition,
+        "consumerGroup": group,
+        "batch": batch,
+        "autoAck": auto_ack,
+        **extra,
+    }
     return call_procedure(conn, "pop_v1", [request])[0]
 
 
-def ack(conn: psycopg.Connection[Any], message: dict[str, Any], status: str = "completed",
-        group: str = QUEUE_MODE, error: str | None = None) -> dict[str, Any]:
-    item = {"transactionId": message["transactionId"], "partitionId": message["partitionId"], "status": status,
-            "consumerGroup": group, "leaseId": message["leaseId"], "error": error}
+def ack(
+    conn: psycopg.Connection[Any],
+    message: dict[str, Any],
+    status: str = "completed",
+    group: str = QUEUE_MODE,
+    error: str | None = None,
+) -> dict[str, Any]:
+    item = {
+        "transactionId": message["transactionId"],
+        "partitionId": message["partitionId"],
+        "status": status,
+        "consumerGroup": group,
+        "leaseId": message["leaseId"],
+        "error": error,
+    }
     return call_procedure(conn, "ack_v1", [item])[0]
 
 
-def ack_all(conn: psycopg.Connection[Any], messages: list[dict[str, Any]], group: str = QUEUE_MODE
-            ) -> list[dict[str, Any]]:
-    items = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "status": "completed",
-              "consumerGroup": group, "leaseId": m["leaseId"]} for m in messages]
+def ack_all(
+    conn: psycopg.Connection[Any], messages: list[dict[str, Any]], group: str = QUEUE_MODE
+) -> list[dict[str, Any]]:
+    items = [
+        {
+            "transactionId": m["transactionId"],
+            "partitionId": m["partitionId"],
+            "status": "completed",
+            "consumerGroup": group,
+            "leaseId": m["leaseId"],
+        }
+        for m in messages
+    ]
     return call_procedure(conn, "ack_v1", items)
 
 
 def test_push_dedupes_by_partition_and_transaction_id(db_url: str) -> None:
     with connect(db_url) as conn:
         first = push(conn, "orders", [{"n": 1}], transactionId="t-1")
-        again = call_procedure(conn, "push_items_v1", [
-            {"queue": "orders", "payload": {"n": 2}, "transactionId": "t-1"},
-            {"queue": "orders", "payload": {"n": 3}, "transactionId": "t-2"},
-            {"queue": "orders", "payload": {"n": 4}, "transactionId": "t-2"},
-            {"queue": "orders", "partition": "other", "payload": {"n": 5}, "transactionId": "t-1"},
-        ])
+        again = call_procedure(
+            conn,
+            "push_items_v1",
+            [
+                {"queue": "orders", "payload": {"n": 2}, "transactionId": "t-1"},
+                {"queue": "orders", "payload": {"n": 3}, "transactionId": "t-2"},
+                {"queue": "orders", "payload": {"n": 4}, "transactionId": "t-2"},
+                {"queue": "orders", "partition": "other", "payload": {"n": 5}, "transactionId": "t-1"},
+            ],
+        )
         assert first[0]["status"] == "queued"
         assert [r["status"] for r in again] == ["duplicate", "queued", "duplicate", "queued"]
         assert again[0]["message_id"] == first[0]["message_id"]
@@ -102,8 +140,12 @@ def test_concurrent_pushers_one_partition_delivered_once_in_order(db_url: str) -
         try:
             with connect(db_url) as conn:
                 for b in range(batches):
-                    push(conn, "fifo", [{"producer": index, "n": b * per_batch + k} for k in range(per_batch)],
-                         partition="p0")
+                    push(
+                        conn,
+                        "fifo",
+                        [{"producer": index, "n": b * per_batch + k} for k in range(per_batch)],
+                        partition="p0",
+                    )
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
@@ -174,16 +216,31 @@ def test_concurrent_transactional_pushers_one_partition_delivered_once_in_order(
                 for c in range(calls):
                     group = []
                     for m in range(members):
-                        items = [{"queue": "txfifo", "partition": "p0", "payload": {"producer": index, "n": n + k},
-                                  "transactionId": f"{index}-{n + k}"} for k in range(per_member)]
+                        items = [
+                            {
+                                "queue": "txfifo",
+                                "partition": "p0",
+                                "payload": {"producer": index, "n": n + k},
+                                "transactionId": f"{index}-{n + k}",
+                            }
+                            for k in range(per_member)
+                        ]
                         if m == 1 and c % 3 == 0:  # a member that fails after its push: rolled back
-                            items.append({"queue": "txfifo", "partition": "p0", "payload": None,
-                                          "transactionId": f"{index}-{n}"})
+                            items.append(
+                                {
+                                    "queue": "txfifo",
+                                    "partition": "p0",
+                                    "payload": None,
+                                    "transactionId": f"{index}-{n}",
+                                }
+                            )
                         else:
                             n += per_member
                         group.append({"operations": [{"type": "push", "items": items}]})
                     answers = call_procedure(conn, "transaction_v2", group)
-                    assert [a["success"] for a in answers] == [not (m == 1 and c % 3 == 0) for m in range(members)]
+                    assert [a["success"] for a in answers] == [
+                        not (m == 1 and c % 3 == 0) for m in range(members)
+                    ]
                 committed[index] = n
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
@@ -211,7 +268,10 @@ def test_concurrent_transactional_pushers_one_partition_delivered_once_in_order(
     assert not reader.is_alive(), f"consumer got {len(received)} of {sum(committed.values())}"
     assert not errors, errors
     total = sum(committed.values())
-    assert total == producers * calls * (members - 1) * per_member + producers * (calls - calls // 3) * per_member
+    assert (
+        total
+        == producers * calls * (members - 1) * per_member + producers * (calls - calls // 3) * per_member
+    )
     assert [m["offset"] for m in received] == list(range(1, total + 1)), "out of order, twice or with gaps"
     per_producer: dict[int, list[int]] = defaultdict(list)
     for message in received:
@@ -280,8 +340,9 @@ def test_lease_blocks_same_group_not_other_groups(db_url: str) -> None:
 def test_failed_acks_retry_then_dead_letter_queue(db_url: str) -> None:
     """retryLimit=2: a poison message is delivered 3 times, then goes to the DLQ and the cursor moves on."""
     with connect(db_url) as conn:
-        call_procedure(conn, "configure_queue_v1", {"queue": "retry", "options": {"retryLimit": 2,
-                                                                                  "retryDelay": 0}})
+        call_procedure(
+            conn, "configure_queue_v1", {"queue": "retry", "options": {"retryLimit": 2, "retryDelay": 0}}
+        )
         push(conn, "retry", [{"n": "poison"}, {"n": "good"}])
         deliveries = 0
         while True:
@@ -308,7 +369,9 @@ def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_ur
     """As in Queen: the stored default retryDelay (1000 ms, still reported by configure) does not hold a
     failed batch back; only a retryDelay the queue's configure named does, until a configure without it."""
     with connect(db_url) as conn:
-        configured = call_procedure(conn, "configure_queue_v1", {"queue": "now", "options": {"retryLimit": 2}})
+        configured = call_procedure(
+            conn, "configure_queue_v1", {"queue": "now", "options": {"retryLimit": 2}}
+        )
         assert configured["options"]["retryDelay"] == 1000
         push(conn, "now", [{"n": 1}])
         message = pop(conn, "now", "Default")["messages"][0]
@@ -328,9 +391,19 @@ def test_failed_ack_is_redelivered_at_once_without_an_explicit_retry_delay(db_ur
         # the same through Queen's SQL API (ack_messages_v2, the batch acks' procedure); a transaction's
         # failed ack never retries: it dead-letters at once (API.md 20.12)
         message = pop(conn, "now", "Default", group="i")["messages"][0]
-        [result] = call_procedure(conn, "ack_messages_v2", [{
-            "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-            "status": "failed", "consumerGroup": "i", "leaseId": message["leaseId"]}])
+        [result] = call_procedure(
+            conn,
+            "ack_messages_v2",
+            [
+                {
+                    "transactionId": message["transactionId"],
+                    "partitionId": message["partitionId"],
+                    "status": "failed",
+                    "consumerGroup": "i",
+                    "leaseId": message["leaseId"],
+                }
+            ],
+        )
         assert result["success"] is True and result["dlq"] is False
         assert [m["data"]["n"] for m in pop(conn, "now", "Default", group="i")["messages"]] == [1]
 
@@ -350,23 +423,45 @@ def test_transaction_whose_ack_fails_leaves_no_pushed_message(db_url: str) -> No
     with connect(db_url) as conn:
         push(conn, "src", [{"n": 1}])
         message = pop(conn, "src", "Default")["messages"][0]
-        result = call_procedure(conn, "transaction_v1", {"operations": [
-            {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
-            {"type": "ack", "transactionId": "does-not-exist", "partitionId": message["partitionId"],
-             "status": "completed"},
-        ]})
+        result = call_procedure(
+            conn,
+            "transaction_v1",
+            {
+                "operations": [
+                    {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
+                    {
+                        "type": "ack",
+                        "transactionId": "does-not-exist",
+                        "partitionId": message["partitionId"],
+                        "status": "completed",
+                    },
+                ]
+            },
+        )
         assert result["success"] is False
         assert "Message not found" in result["error"]
         assert conn.execute("SELECT count(*) FROM queen.queues WHERE name = 'dst'").fetchone() == (0,)
-        assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = "
-                            "m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst'"
-                            ).fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = "
+            "m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst'"
+        ).fetchone() == (0,)
         # the source message is still leased to us, unacknowledged
-        ok = call_procedure(conn, "transaction_v1", {"operations": [
-            {"type": "ack", "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-             "status": "completed", "leaseId": message["leaseId"]},
-            {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
-        ]})
+        ok = call_procedure(
+            conn,
+            "transaction_v1",
+            {
+                "operations": [
+                    {
+                        "type": "ack",
+                        "transactionId": message["transactionId"],
+                        "partitionId": message["partitionId"],
+                        "status": "completed",
+                        "leaseId": message["leaseId"],
+                    },
+                    {"type": "push", "items": [{"queue": "dst", "payload": {"out": 1}}]},
+                ]
+            },
+        )
         assert ok["success"] is True
         assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (2,)
 
@@ -374,10 +469,16 @@ def test_transaction_whose_ack_fails_leaves_no_pushed_message(db_url: str) -> No
 def test_transaction_duplicate_push_aborts(db_url: str) -> None:
     with connect(db_url) as conn:
         push(conn, "dup", [{"n": 1}], transactionId="same")
-        result = call_procedure(conn, "transaction_v1", {"operations": [
-            {"type": "push", "items": [{"queue": "other", "payload": 1}]},
-            {"type": "push", "items": [{"queue": "dup", "payload": 2, "transactionId": "same"}]},
-        ]})
+        result = call_procedure(
+            conn,
+            "transaction_v1",
+            {
+                "operations": [
+                    {"type": "push", "items": [{"queue": "other", "payload": 1}]},
+                    {"type": "push", "items": [{"queue": "dup", "payload": 2, "transactionId": "same"}]},
+                ]
+            },
+        )
         assert result["success"] is False
         assert conn.execute("SELECT count(*) FROM queen.queues WHERE name = 'other'").fetchone() == (0,)
 
@@ -391,13 +492,17 @@ def test_subscription_mode_new_skips_history(db_url: str) -> None:
         push(conn, "subs", [{"n": 4}], partition="c")
         seen = []
         for _ in range(3):
-            seen += [m["data"]["n"] for m in pop(conn, "subs", None, group="late", batch=10,
-                                                 auto_ack=True)["messages"]]
+            seen += [
+                m["data"]["n"]
+                for m in pop(conn, "subs", None, group="late", batch=10, auto_ack=True)["messages"]
+            ]
         assert sorted(seen) == [3, 4]
         everything = []
         for _ in range(4):
-            everything += [m["data"]["n"] for m in pop(conn, "subs", None, group="all", batch=10,
-                                                       auto_ack=True)["messages"]]
+            everything += [
+                m["data"]["n"]
+                for m in pop(conn, "subs", None, group="all", batch=10, auto_ack=True)["messages"]
+            ]
         assert sorted(everything) == [1, 2, 3, 4]
 
 
@@ -415,11 +520,18 @@ def test_lease_renewal_extends_live_leases_only(db_url: str, seconds: int) -> No
     with connect(db_url) as conn:
         push(conn, "renew", [{"n": 1}])
         message = pop(conn, "renew", "Default")["messages"][0]
-        renewed = call_procedure(conn, "renew_lease_v1", [{"leaseId": message["leaseId"], "seconds": 3600}])[0]
+        renewed = call_procedure(conn, "renew_lease_v1", [{"leaseId": message["leaseId"], "seconds": 3600}])[
+            0
+        ]
         assert renewed["success"] is True and renewed["expiresAt"]
         unknown = call_procedure(conn, "renew_lease_v1", [{"leaseId": "nope", "seconds": seconds}])[0]
-        assert unknown == {"index": 0, "leaseId": "nope", "success": False, "expiresAt": None,
-                           "error": "Lease not found"}
+        assert unknown == {
+            "index": 0,
+            "leaseId": "nope",
+            "success": False,
+            "expiresAt": None,
+            "error": "Lease not found",
+        }
         conn.execute("UPDATE queen.partition_consumers SET lease_expires_at = now() - interval '1 second'")
         expired = call_procedure(conn, "renew_lease_v1", [{"leaseId": message["leaseId"], "seconds": 60}])[0]
         assert expired["error"] == "Lease already expired"
@@ -430,8 +542,9 @@ def test_lease_renewal_extends_live_leases_only(db_url: str, seconds: int) -> No
 
 def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) -> None:
     with connect(db_url) as conn:
-        call_procedure(conn, "configure_queue_v1", {"queue": "replay", "options": {"retryLimit": 0,
-                                                                                   "retryDelay": 0}})
+        call_procedure(
+            conn, "configure_queue_v1", {"queue": "replay", "options": {"retryLimit": 0, "retryDelay": 0}}
+        )
         push(conn, "replay", [{"n": 1}, {"n": 2}, {"n": 3}])
         first = pop(conn, "replay", None, group="g")["messages"][0]
         assert ack(conn, first, status="failed", group="g")["dlq"] is True
@@ -442,8 +555,9 @@ def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) 
         other = pop(conn, "replay", None, group="h", batch=10, auto_ack=True)["messages"]
         assert [m["data"]["n"] for m in other] == [1, 2, 3]
 
-        row = conn.execute("SELECT queen.dlq_replay_v1(%s, %s, NULL)::text",
-                           (first["partitionId"], first["transactionId"])).fetchone()
+        row = conn.execute(
+            "SELECT queen.dlq_replay_v1(%s, %s, NULL)::text", (first["partitionId"], first["transactionId"])
+        ).fetchone()
         assert '"success": true' in row[0]  # type: ignore[index]
         assert call_procedure(conn, "dlq_list_v1", {"queue": "replay"})["total"] == 0
         again = pop(conn, "replay", None, group="g", batch=10)["messages"]
@@ -456,16 +570,20 @@ def test_dlq_replay_redelivers_only_to_its_group_then_cursor_stays(db_url: str) 
 
 
 def test_a_replayed_dead_letter_comes_first_in_one_batch_with_new_messages_and_auto_ack_settles_both(
-        db_url: str) -> None:
+    db_url: str,
+) -> None:
     """One pop joins the replayed dead letter (first) and the messages after the cursor; with autoAck
     the replay is consumed too, so the next pop finds nothing."""
     with connect(db_url) as conn:
-        call_procedure(conn, "configure_queue_v1", {"queue": "mixed", "options": {"retryLimit": 0,
-                                                                                  "retryDelay": 0}})
+        call_procedure(
+            conn, "configure_queue_v1", {"queue": "mixed", "options": {"retryLimit": 0, "retryDelay": 0}}
+        )
         push(conn, "mixed", [{"n": 1}, {"n": 2}])
         first = pop(conn, "mixed", None, group="g")["messages"][0]
         assert ack(conn, first, status="failed", group="g")["dlq"] is True
-        conn.execute("SELECT queen.dlq_replay_v1(%s, %s, NULL)", (first["partitionId"], first["transactionId"]))
+        conn.execute(
+            "SELECT queen.dlq_replay_v1(%s, %s, NULL)", (first["partitionId"], first["transactionId"])
+        )
         push(conn, "mixed", [{"n": 3}])
         both = pop(conn, "mixed", None, group="g", batch=10, auto_ack=True)["messages"]
         assert [(m["data"]["n"], m["offset"]) for m in both] == [(1, 1), (2, 2), (3, 3)]
@@ -476,8 +594,14 @@ def test_a_pop_over_several_partitions_returns_them_one_after_another(db_url: st
     """``partitions`` > 1: each claimed partition's messages in offset order, partition after partition."""
     with connect(db_url) as conn:
         for name in ("a", "b", "c"):
-            call_procedure(conn, "push_items_v1", [
-                {"index": i, "queue": "multi", "partition": name, "payload": {"p": name, "n": i}} for i in range(3)])
+            call_procedure(
+                conn,
+                "push_items_v1",
+                [
+                    {"index": i, "queue": "multi", "partition": name, "payload": {"p": name, "n": i}}
+                    for i in range(3)
+                ],
+            )
         result = pop(conn, "multi", None, batch=7, partitions=3)
         got = [(m["partition"], m["data"]["n"]) for m in result["messages"]]
         assert len(got) == 7 and result["partitionsClaimed"] == 3
@@ -508,22 +632,38 @@ def test_max_size_counts_only_new_messages_in_index_order_across_partitions(db_u
     with connect(db_url) as conn:
         call_procedure(conn, "configure_queue_v1", {"queue": "capped", "options": {"maxSize": 4}})
         assert push(conn, "capped", [{"n": 0}], partition="p1", transactionId="a")[0]["status"] == "queued"
-        items = [{"partition": "p1", "transactionId": "a"},  # duplicate of the stored message
-                 {"partition": "p2", "transactionId": "b"},
-                 {"partition": "p1", "transactionId": "b"},  # another partition: not a duplicate
-                 {"partition": "p2", "transactionId": "b"},  # duplicate of item 1
-                 {"partition": "p1"}, {"partition": "p2"}, {"partition": "p1"}]
-        results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "payload": n, **item}
-                                                         for n, item in enumerate(items)])
-        assert [r["status"] for r in results] == ["duplicate", "queued", "queued", "duplicate", "queued",
-                                                  "failed", "failed"]
+        items = [
+            {"partition": "p1", "transactionId": "a"},  # duplicate of the stored message
+            {"partition": "p2", "transactionId": "b"},
+            {"partition": "p1", "transactionId": "b"},  # another partition: not a duplicate
+            {"partition": "p2", "transactionId": "b"},  # duplicate of item 1
+            {"partition": "p1"},
+            {"partition": "p2"},
+            {"partition": "p1"},
+        ]
+        results = call_procedure(
+            conn, "push_items_v1", [{"queue": "capped", "payload": n, **item} for n, item in enumerate(items)]
+        )
+        assert [r["status"] for r in results] == [
+            "duplicate",
+            "queued",
+            "queued",
+            "duplicate",
+            "queued",
+            "failed",
+            "failed",
+        ]
         assert results[0]["message_id"] != results[1]["message_id"] == results[3]["message_id"]
-        stored = conn.execute("SELECT p.name, m.seq, m.payload FROM queen.messages m JOIN queen.partitions p "
-                              "ON p.id = m.partition_id ORDER BY 1, 2").fetchall()
+        stored = conn.execute(
+            "SELECT p.name, m.seq, m.payload FROM queen.messages m JOIN queen.partitions p "
+            "ON p.id = m.partition_id ORDER BY 1, 2"
+        ).fetchall()
         assert stored == [("p1", 1, {"n": 0}), ("p1", 2, 2), ("p1", 3, 4), ("p2", 1, 1)]
         # the maintained count (queen.queue_capacity) added the admitted messages only
-        assert conn.execute("SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
-                            "WHERE q.name = 'capped'").fetchone() == (4,)
+        assert conn.execute(
+            "SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
+            "WHERE q.name = 'capped'"
+        ).fetchone() == (4,)
 
 
 def test_offsets_and_ids_follow_the_items_index_not_their_place_in_the_array(db_url: str) -> None:
@@ -531,8 +671,14 @@ def test_offsets_and_ids_follow_the_items_index_not_their_place_in_the_array(db_
     follow the index, results come in index order, and ids increase with the offsets (the order the Streams
     SDK sorts by). push_items_v3, the broker's call, follows the array; push_items_v2 sorts such a batch."""
     with connect(db_url) as conn:
-        rows = conn.execute("SELECT queen.push_items_v1(%s::jsonb)::text", (json.dumps(
-            [{"index": index, "queue": "numbered", "payload": index} for index in (2, 0, 3, 1)]),)).fetchone()
+        rows = conn.execute(
+            "SELECT queen.push_items_v1(%s::jsonb)::text",
+            (
+                json.dumps(
+                    [{"index": index, "queue": "numbered", "payload": index} for index in (2, 0, 3, 1)]
+                ),
+            ),
+        ).fetchone()
         assert rows is not None
         results = json.loads(rows[0])
         assert [r["index"] for r in results] == [0, 1, 2, 3] and {r["status"] for r in results} == {"queued"}
@@ -542,7 +688,9 @@ def test_offsets_and_ids_follow_the_items_index_not_their_place_in_the_array(db_
         assert [r["message_id"] for r in results] == [row[2] for row in stored]
 
 
-def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queue_created_again(db_url: str) -> None:
+def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queue_created_again(
+    db_url: str,
+) -> None:
     """The push reads its partition, then waits for the partition's row lock while another transaction
     deletes the queue (and with it the partition). It must not answer "queued" for a message it did not
     store, nor store one in a partition that no longer exists: it creates the queue and partition again."""
@@ -552,23 +700,35 @@ def test_a_push_racing_the_deletion_of_its_queue_stores_its_messages_in_the_queu
         results: list[list[dict[str, Any]]] = []
         with deleter.transaction():
             deleter.execute("DELETE FROM queen.queues WHERE name = 'doomed'")
-            thread = threading.Thread(target=lambda: results.append(push(conn, "doomed", [{"n": 1}], partition="p")))
+            thread = threading.Thread(
+                target=lambda: results.append(push(conn, "doomed", [{"n": 1}], partition="p"))
+            )
             thread.start()
-            wait_until(lambda: observer.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", (pusher,)).fetchone()
-                       == (True,), message="the push waiting for the deleted partition's lock")
+            wait_until(
+                lambda: (
+                    observer.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", (pusher,)).fetchone()
+                    == (True,)
+                ),
+                message="the push waiting for the deleted partition's lock",
+            )
         thread.join(timeout=30)
         assert [r["status"] for r in results[0]] == ["queued"]
-        stored = conn.execute("SELECT m.payload, p.name, m.seq FROM queen.messages m JOIN queen.partitions p "
-                              "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-                              "WHERE q.name = 'doomed'").fetchall()
-        assert stored == [({"n": 1}, "p", 1)]
-        assert results[0][0]["partition_id"] == str(conn.execute(
-            "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        stored = conn.execute(
+            "SELECT m.payload, p.name, m.seq FROM queen.messages m JOIN queen.partitions p "
+            "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
             "WHERE q.name = 'doomed'"
-        ).fetchone()[0]  # type: ignore[index]
+        ).fetchall()
+        assert stored == [({"n": 1}, "p", 1)]
+        assert results[0][0]["partition_id"] == str(
+            conn.execute(
+                "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                "WHERE q.name = 'doomed'"
+            ).fetchone()[0]  # type: ignore[index]
         )
-        assert conn.execute("SELECT count(*) FROM queen.messages m WHERE NOT EXISTS "
-                            "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM queen.messages m WHERE NOT EXISTS "
+            "(SELECT 1 FROM queen.partitions p WHERE p.id = m.partition_id)"
+        ).fetchone() == (0,)
 
 
 def test_deleting_a_queue_or_a_partition_deletes_its_messages_and_nothing_else(db_url: str) -> None:
@@ -586,8 +746,10 @@ def test_deleting_a_queue_or_a_partition_deletes_its_messages_and_nothing_else(d
         def payloads() -> list[Any]:
             return [row[0] for row in conn.execute("SELECT payload FROM queen.messages ORDER BY payload")]
 
-        conn.execute("DELETE FROM queen.partitions p USING queen.queues q "
-                     "WHERE q.id = p.queue_id AND q.name = 'gone' AND p.name = 'a'")
+        conn.execute(
+            "DELETE FROM queen.partitions p USING queen.queues q "
+            "WHERE q.id = p.queue_id AND q.name = 'gone' AND p.name = 'a'"
+        )
         assert payloads() == [3, 4, 5]
         conn.execute("DELETE FROM queen.queues WHERE name = 'gone'")
         assert payloads() == [4, 5]
@@ -598,19 +760,48 @@ def test_transaction_push_op_with_many_items_is_one_all_or_nothing_push(db_url: 
     with connect(db_url) as conn:
         push(conn, "tx-src", [{"n": n} for n in range(3)])
         messages = pop(conn, "tx-src", "Default", batch=3)["messages"]
-        ops: list[dict[str, Any]] = [{"type": "ack", "transactionId": m["transactionId"],
-                                      "partitionId": m["partitionId"], "leaseId": m["leaseId"]} for m in messages]
+        ops: list[dict[str, Any]] = [
+            {
+                "type": "ack",
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m["leaseId"],
+            }
+            for m in messages
+        ]
         ops.append({"type": "push", "items": [{"queue": "tx-dst", "payload": n} for n in range(3)]})
         result = call_procedure(conn, "transaction_v1", {"operations": ops})
         assert result["success"] is True
         assert [(r["index"], r["type"]) for r in result["results"]] == [
-            (0, "ack"), (1, "ack"), (2, "ack"), (3, "push"), (4, "push"), (5, "push")]
+            (0, "ack"),
+            (1, "ack"),
+            (2, "ack"),
+            (3, "push"),
+            (4, "push"),
+            (5, "push"),
+        ]
         call_procedure(conn, "configure_queue_v1", {"queue": "tx-full", "options": {"maxSize": 1}})
         push(conn, "tx-src", [{"n": 9}])
         [last] = pop(conn, "tx-src", "Default")["messages"]
-        full = call_procedure(conn, "transaction_v1", {"operations": [
-            {"type": "ack", "transactionId": last["transactionId"], "partitionId": last["partitionId"]},
-            {"type": "push", "items": [{"queue": "tx-full", "payload": 1}, {"queue": "tx-full", "payload": 2}]}]})
+        full = call_procedure(
+            conn,
+            "transaction_v1",
+            {
+                "operations": [
+                    {
+                        "type": "ack",
+                        "transactionId": last["transactionId"],
+                        "partitionId": last["partitionId"],
+                    },
+                    {
+                        "type": "push",
+                        "items": [{"queue": "tx-full", "payload": 1}, {"queue": "tx-full", "payload": 2}],
+                    },
+                ]
+            },
+        )
         assert full["success"] is False and "queue full" in full["error"]
-        assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id"
-                            " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'tx-full'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id"
+            " JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'tx-full'"
+        ).fetchone() == (0,)

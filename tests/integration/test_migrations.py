@@ -25,11 +25,15 @@ def test_ledger_records_every_file_and_a_second_run_applies_nothing(db_url: str)
     assert asyncio.run(run()) == []  # the template is already migrated
     with psycopg.connect(db_url) as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM queen.schema_migrations")}
-    expected = {f"migration/{n}" for n, _ in sql.migrations()} | {f"procedures/{n}" for n, _ in sql.procedures()}
+    expected = {f"migration/{n}" for n, _ in sql.migrations()} | {
+        f"procedures/{n}" for n, _ in sql.procedures()
+    }
     assert names == expected
 
 
-def test_concurrent_first_runs_apply_each_step_once(pg_server: object, new_database: Callable[[], str]) -> None:
+def test_concurrent_first_runs_apply_each_step_once(
+    pg_server: object, new_database: Callable[[], str]
+) -> None:
     url = pg_server.url(pg_server.create_database())  # type: ignore[attr-defined]
 
     async def run() -> list[list[str]]:

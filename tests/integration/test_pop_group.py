@@ -14,13 +14,26 @@ GROUP = "g"
 
 
 def pop_request(queue: str, partition: str | None = None, batch: int = 10, **extra: Any) -> dict[str, Any]:
-    return {"queue": queue, "partition": partition, "consumerGroup": GROUP, "batch": batch, "autoAck": False,
-            **extra}
+    return {
+        "queue": queue,
+        "partition": partition,
+        "consumerGroup": GROUP,
+        "batch": batch,
+        "autoAck": False,
+        **extra,
+    }
 
 
 def fill(conn: psycopg.Connection[Any], queue: str, partitions: int, per_partition: int) -> None:
-    call_procedure(conn, "push_items_v1", [{"queue": queue, "partition": f"p{p}", "payload": {"p": p, "n": n}}
-                                           for p in range(partitions) for n in range(per_partition)])
+    call_procedure(
+        conn,
+        "push_items_v1",
+        [
+            {"queue": queue, "partition": f"p{p}", "payload": {"p": p, "n": n}}
+            for p in range(partitions)
+            for n in range(per_partition)
+        ],
+    )
 
 
 def test_fused_wildcard_pops_lease_distinct_partitions_each_with_its_own_messages(db_url: str) -> None:
@@ -30,9 +43,13 @@ def test_fused_wildcard_pops_lease_distinct_partitions_each_with_its_own_message
         for _ in range(2):
             with conn.transaction():
                 conn.execute("SET LOCAL track_functions = 'all'")
-                results = call_procedure(conn, "pop_group_v1", [pop_request("fan", batch=2) for _ in range(5)])
-                one_by_one = conn.execute("SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
-                                          "WHERE funcname = 'pop_one_v2'").fetchone()
+                results = call_procedure(
+                    conn, "pop_group_v1", [pop_request("fan", batch=2) for _ in range(5)]
+                )
+                one_by_one = conn.execute(
+                    "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+                    "WHERE funcname = 'pop_one_v2'"
+                ).fetchone()
             assert one_by_one == (0,), "served pop by pop, not as a group"
             assert [r["success"] for r in results] == [True] * 5
             partitions = [r["partitionId"] for r in results]
@@ -42,8 +59,11 @@ def test_fused_wildcard_pops_lease_distinct_partitions_each_with_its_own_message
                 assert [m["partitionId"] for m in r["messages"]] == [r["partitionId"]] * 2
                 assert {m["leaseId"] for m in r["messages"]} == {r["leaseId"]}
                 assert r["partitionsClaimed"] == 1
-            leased = conn.execute("SELECT count(*) FROM queen.partition_consumers WHERE consumer_group = %s "
-                                  "AND lease_expires_at > now()", (GROUP,)).fetchone()
+            leased = conn.execute(
+                "SELECT count(*) FROM queen.partition_consumers WHERE consumer_group = %s "
+                "AND lease_expires_at > now()",
+                (GROUP,),
+            ).fetchone()
         assert leased == (10,)
         # 12 partitions, 10 leased: of 4 more pops two find one, two find nothing (as pop_v2 answers)
         results = call_procedure(conn, "pop_group_v1", [pop_request("fan") for _ in range(4)])
@@ -75,9 +95,15 @@ def test_mixed_requests_answer_as_pop_v2_in_request_order(db_url: str) -> None:
     group's wildcard pops never take a partition a named pop of the same call took."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         fill(conn, "mix", partitions=3, per_partition=2)
-        requests = [pop_request("mix"), pop_request("mix", "p0"), pop_request("missing"),
-                    pop_request("mix", consumerGroup="other", autoAck=True), pop_request("mix"),
-                    pop_request("mix"), pop_request("mix", "p9")]
+        requests = [
+            pop_request("mix"),
+            pop_request("mix", "p0"),
+            pop_request("missing"),
+            pop_request("mix", consumerGroup="other", autoAck=True),
+            pop_request("mix"),
+            pop_request("mix"),
+            pop_request("mix", "p9"),
+        ]
         results = call_procedure(conn, "pop_group_v1", requests)
         assert [r["index"] for r in results] == list(range(7))
         assert results[1]["partition"] == "p0" and len(results[1]["messages"]) == 2
@@ -94,12 +120,16 @@ def test_a_pop_whose_locked_partition_had_nothing_ready_looks_further(db_url: st
     queue's delayed processing): the pop left over scans on its own and takes the third, as pop_v2 would."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         fill(conn, "late", partitions=3, per_partition=1)
-        conn.execute("INSERT INTO queen.partition_consumers (partition_id, consumer_group) SELECT p.id, %s "
-                     "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'late'",
-                     (GROUP,))
+        conn.execute(
+            "INSERT INTO queen.partition_consumers (partition_id, consumer_group) SELECT p.id, %s "
+            "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'late'",
+            (GROUP,),
+        )
         conn.execute("UPDATE queen.queues SET delayed_processing = 60 WHERE name = 'late'")
-        conn.execute("UPDATE queen.messages m SET created_at = m.created_at - interval '2 minutes' "
-                     "FROM queen.partitions p WHERE p.id = m.partition_id AND p.name IN ('p1', 'p2')")
+        conn.execute(
+            "UPDATE queen.messages m SET created_at = m.created_at - interval '2 minutes' "
+            "FROM queen.partitions p WHERE p.id = m.partition_id AND p.name IN ('p1', 'p2')"
+        )
         results = call_procedure(conn, "pop_group_v1", [pop_request("late"), pop_request("late")])
         assert [r["success"] for r in results] == [True, True]
         assert sorted(r["partition"] for r in results) == ["p1", "p2"]

@@ -39,32 +39,45 @@ def run_job(db_url: str, job: type[Job], **settings: Any) -> RunResult:
 
 
 def push(conn: psycopg.Connection[Any], queue: str, count: int, partition: str = "Default") -> None:
-    results = call_procedure(conn, "push_items_v1", [{"queue": queue, "partition": partition, "payload": n}
-                                                     for n in range(count)])
+    results = call_procedure(
+        conn, "push_items_v1", [{"queue": queue, "partition": partition, "payload": n} for n in range(count)]
+    )
     assert all(r["status"] == "queued" for r in results)
 
 
-def age(conn: psycopg.Connection[Any], queue: str, upto_seq: int, partition: str = "Default",
-        seconds: int = 3600) -> None:
+def age(
+    conn: psycopg.Connection[Any], queue: str, upto_seq: int, partition: str = "Default", seconds: int = 3600
+) -> None:
     """Messages up to offset ``upto_seq`` were created ``seconds`` ago (older offsets a little earlier)."""
-    conn.execute("""
+    conn.execute(
+        """
         UPDATE queen.messages m SET created_at = now() - make_interval(secs => %s + (1000 - m.seq) * 0.001)
         FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
         WHERE m.partition_id = p.id AND q.name = %s AND p.name = %s AND m.seq <= %s""",
-                 (seconds, queue, partition, upto_seq))
+        (seconds, queue, partition, upto_seq),
+    )
 
 
 def offsets(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> list[int]:
-    return [r[0] for r in conn.execute(
-        "SELECT m.seq FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s AND p.name = %s ORDER BY m.seq",
-        (queue, partition)).fetchall()]
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT m.seq FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = %s AND p.name = %s ORDER BY m.seq",
+            (queue, partition),
+        ).fetchall()
+    ]
 
 
 def history(conn: psycopg.Connection[Any], queue: str) -> dict[str, int]:
-    return {r[0]: int(r[1]) for r in conn.execute(
-        "SELECT retention_type, sum(messages_deleted) FROM queen.retention_history WHERE queue_name = %s "
-        "GROUP BY 1", (queue,)).fetchall()}
+    return {
+        r[0]: int(r[1])
+        for r in conn.execute(
+            "SELECT retention_type, sum(messages_deleted) FROM queen.retention_history WHERE queue_name = %s "
+            "GROUP BY 1",
+            (queue,),
+        ).fetchall()
+    }
 
 
 def counters(conn: psycopg.Connection[Any], queue: str, partition: str = "Default") -> tuple[Any, ...]:
@@ -72,7 +85,9 @@ def counters(conn: psycopg.Connection[Any], queue: str, partition: str = "Defaul
         "SELECT c.messages_deleted, c.head_seq, c.completed_seq, c.evicted_seq "
         "FROM queen.partition_counters c "
         "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-        "WHERE q.name = %s AND p.name = %s", (queue, partition)).fetchone()
+        "WHERE q.name = %s AND p.name = %s",
+        (queue, partition),
+    ).fetchone()
     assert row is not None
     return tuple(row)
 
@@ -81,8 +96,14 @@ def configure(conn: psycopg.Connection[Any], queue: str, **options: Any) -> None
     assert call_procedure(conn, "configure_queue_v1", {"queue": queue, "options": options})["configured"]
 
 
-def pop(conn: psycopg.Connection[Any], queue: str, batch: int, group: str | None = None,
-        auto_ack: bool = False, partition: str = "Default") -> list[dict[str, Any]]:
+def pop(
+    conn: psycopg.Connection[Any],
+    queue: str,
+    batch: int,
+    group: str | None = None,
+    auto_ack: bool = False,
+    partition: str = "Default",
+) -> list[dict[str, Any]]:
     request: dict[str, Any] = {"queue": queue, "partition": partition, "batch": batch, "autoAck": auto_ack}
     if group:
         request["consumerGroup"] = group
@@ -90,10 +111,18 @@ def pop(conn: psycopg.Connection[Any], queue: str, batch: int, group: str | None
     return messages
 
 
-def ack(conn: psycopg.Connection[Any], message: dict[str, Any], status: str = "completed",
-        group: str | None = None) -> dict[str, Any]:
-    item = {"transactionId": message["transactionId"], "partitionId": message["partitionId"],
-            "leaseId": message["leaseId"], "status": status}
+def ack(
+    conn: psycopg.Connection[Any],
+    message: dict[str, Any],
+    status: str = "completed",
+    group: str | None = None,
+) -> dict[str, Any]:
+    item = {
+        "transactionId": message["transactionId"],
+        "partitionId": message["partitionId"],
+        "leaseId": message["leaseId"],
+        "status": status,
+    }
     if group:
         item["consumerGroup"] = group
     result: dict[str, Any] = call_procedure(conn, "ack_v1", [item])[0]
@@ -101,7 +130,8 @@ def ack(conn: psycopg.Connection[Any], message: dict[str, Any], status: str = "c
 
 
 def test_retention_deletes_old_messages_in_any_state_but_never_under_a_live_lease(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     configure(conn, "logs", retentionSeconds=60)  # retentionEnabled follows from the period
     push(conn, "logs", 10)
     age(conn, "logs", 6)
@@ -123,8 +153,9 @@ def test_retention_deletes_old_messages_in_any_state_but_never_under_a_live_leas
     assert done.details["retention"]["queues"] == 1
 
 
-def test_retention_needs_retention_enabled_when_it_is_given_false(conn: psycopg.Connection[Any],
-                                                                 db_url: str) -> None:
+def test_retention_needs_retention_enabled_when_it_is_given_false(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     configure(conn, "kept", retentionSeconds=60, retentionEnabled=False)
     push(conn, "kept", 3)
     age(conn, "kept", 3)
@@ -133,7 +164,8 @@ def test_retention_needs_retention_enabled_when_it_is_given_false(conn: psycopg.
 
 
 def test_completed_retention_waits_for_every_group_and_spares_dead_letters_and_replays(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     configure(conn, "jobs", completedRetentionSeconds=60, retryLimit=0)
     push(conn, "jobs", 10)
     push(conn, "jobs", 4, partition="other")
@@ -160,13 +192,15 @@ def test_completed_retention_waits_for_every_group_and_spares_dead_letters_and_r
         "SELECT s.oldest_seq, s.oldest_at = (SELECT min(m.created_at) FROM queen.messages m "
         "WHERE m.partition_id = s.partition_id) FROM queen.partition_stats s JOIN queen.partitions p "
         "ON p.id = s.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'jobs' "
-        "AND p.name = 'Default'").fetchone()
+        "AND p.name = 'Default'"
+    ).fetchone()
     assert oldest == (3, True)
 
     # the dead letter is replayed to "slow" (queen.replays): its offset is below the cursor, and it stays
     replay = conn.execute(
         "SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
-        "JOIN queen.partitions p ON p.id = m.partition_id WHERE p.name = 'Default' AND m.seq = 3").fetchone()
+        "JOIN queen.partitions p ON p.id = m.partition_id WHERE p.name = 'Default' AND m.seq = 3"
+    ).fetchone()
     assert replay is not None and replay[0]["success"]
     assert counters(conn, "jobs")[2] == 2  # the floor goes back below it
     assert run_job(db_url, RetentionJob).rows == 0  # slow has not consumed the replay yet
@@ -178,7 +212,8 @@ def test_completed_retention_waits_for_every_group_and_spares_dead_letters_and_r
 
 
 def test_completed_retention_keeps_young_messages_and_a_queue_mode_cursor_counts(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     configure(conn, "young", completedRetentionSeconds=60)
     push(conn, "young", 6)
     age(conn, "young", 2)
@@ -217,21 +252,26 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
     done = run_job(db_url, RetentionJob, retention_batch_size=7)
     assert done.rows == 60
     assert done.details["retention"]["steps"] >= 60 // 7
-    rows = conn.execute("SELECT messages_deleted FROM queen.retention_history WHERE queue_name = 'bulk'").fetchall()
+    rows = conn.execute(
+        "SELECT messages_deleted FROM queen.retention_history WHERE queue_name = 'bulk'"
+    ).fetchall()
     assert all(r[0] <= 7 for r in rows) and sum(r[0] for r in rows) == 60
     for name in ("a", "b", "c"):
         assert offsets(conn, "bulk", name) == list(range(21, 26))
 
 
-def test_retention_vacuums_the_messages_table_after_enough_deletions(conn: psycopg.Connection[Any],
-                                                                     db_url: str) -> None:
+def test_retention_vacuums_the_messages_table_after_enough_deletions(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     """Past ``RETENTION_VACUUM_ROWS`` deleted messages the job vacuums queen.messages itself (so the space is
     reused within seconds, whatever the server's autovacuum_naptime); under it, it leaves that to
     autovacuum."""
+
     def vacuumed() -> Any:
         conn.execute("SELECT pg_stat_clear_snapshot()")
-        return conn.execute("SELECT vacuum_count FROM pg_stat_user_tables "
-                            "WHERE schemaname = 'queen' AND relname = 'messages'").fetchone()[0]  # type: ignore[index]
+        return conn.execute(
+            "SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = 'queen' AND relname = 'messages'"
+        ).fetchone()[0]  # type: ignore[index]
 
     configure(conn, "vacuumed", retentionSeconds=60)
     push(conn, "vacuumed", 30)
@@ -252,7 +292,8 @@ def test_retention_vacuums_the_messages_table_after_enough_deletions(conn: psyco
 
 @pytest.mark.parametrize("old", [0, 1, 137, 499, 500])
 def test_the_run_of_old_messages_ends_at_the_first_young_one_at_any_depth(
-        conn: psycopg.Connection[Any], db_url: str, old: int) -> None:
+    conn: psycopg.Connection[Any], db_url: str, old: int
+) -> None:
     """The step finds where the old run ends by a binary search over offsets (queen.retention_run_end_v1)."""
     queue = f"depth-{old}"
     configure(conn, queue, retentionSeconds=60)
@@ -268,9 +309,11 @@ def test_offsets_deleted_one_by_one_are_stepped_over(conn: psycopg.Connection[An
     configure(conn, "gaps", retentionSeconds=60)
     push(conn, "gaps", 100)
     age(conn, "gaps", 60)
-    conn.execute("DELETE FROM queen.messages m USING queen.partitions p, queen.queues q "
-                 "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'gaps' "
-                 "AND (m.seq BETWEEN 10 AND 40 OR m.seq BETWEEN 55 AND 70)")
+    conn.execute(
+        "DELETE FROM queen.messages m USING queen.partitions p, queen.queues q "
+        "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'gaps' "
+        "AND (m.seq BETWEEN 10 AND 40 OR m.seq BETWEEN 55 AND 70)"
+    )
     assert run_job(db_url, RetentionJob).rows == 60 - 31 - 6
     assert offsets(conn, "gaps") == list(range(71, 101))
     # head_seq: past the last message deleted (54), never past the first young one (71); where in the gap it
@@ -279,14 +322,17 @@ def test_offsets_deleted_one_by_one_are_stepped_over(conn: psycopg.Connection[An
 
 
 def test_a_young_message_before_old_ones_is_kept_and_stops_the_run(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     """Creation times out of offset order (the clock stepped back): the step never deletes a young message,
     and its floor stays below it, so it goes once it is old too."""
     configure(conn, "skew", retentionSeconds=60)
     push(conn, "skew", 50)
     age(conn, "skew", 50)
-    conn.execute("UPDATE queen.messages m SET created_at = now() FROM queen.partitions p, queen.queues q "
-                 "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'skew' AND m.seq = 20")
+    conn.execute(
+        "UPDATE queen.messages m SET created_at = now() FROM queen.partitions p, queen.queues q "
+        "WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'skew' AND m.seq = 20"
+    )
     assert run_job(db_url, RetentionJob).rows == 49
     assert offsets(conn, "skew") == [20]
     assert counters(conn, "skew")[:2] == (49, 19)  # messages deleted, head_seq
@@ -297,16 +343,23 @@ def test_a_young_message_before_old_ones_is_kept_and_stops_the_run(
 
 
 def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     push(conn, "tidy", 1, partition="busy")
     push(conn, "tidy", 1, partition="idle")
     pop(conn, "tidy", 1, group="g", auto_ack=True, partition="idle")
-    conn.execute("DELETE FROM queen.messages m USING queen.partitions p WHERE p.id = m.partition_id "
-                 "AND p.name = 'idle'")
-    conn.execute("UPDATE queen.partitions SET created_at = now() - interval '2 days', "
-                 "last_activity = now() - interval '2 days'")
-    conn.execute("UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
-                 "last_consumed_at = now() - interval '2 days'")
+    conn.execute(
+        "DELETE FROM queen.messages m USING queen.partitions p WHERE p.id = m.partition_id "
+        "AND p.name = 'idle'"
+    )
+    conn.execute(
+        "UPDATE queen.partitions SET created_at = now() - interval '2 days', "
+        "last_activity = now() - interval '2 days'"
+    )
+    conn.execute(
+        "UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
+        "last_consumed_at = now() - interval '2 days'"
+    )
     kept = run_job(db_url, RetentionJob, partition_cleanup_days=3)
     assert kept.details["partitionCleanup"] == {"partitions": 0}
     done = run_job(db_url, RetentionJob, partition_cleanup_days=1)
@@ -321,7 +374,8 @@ def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
 
 
 def test_partition_cleanup_records_the_deletions_the_stats_job_has_not_seen(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     """Completed retention empties a partition and partition cleanup removes it in the same run, before any
     stats run: the deletions still reach the queue's throughput minutes (they were lost with the partition's
     counters before)."""
@@ -332,18 +386,26 @@ def test_partition_cleanup_records_the_deletions_the_stats_job_has_not_seen(
         assert ack(conn, message)["success"]
     run_job(db_url, StatsJob)  # processed recorded
     age(conn, "swept", 7, partition="p")
-    conn.execute("UPDATE queen.partitions SET created_at = now() - interval '2 days', "
-                 "last_activity = now() - interval '2 days' WHERE name = 'p'")
-    conn.execute("UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
-                 "last_consumed_at = now() - interval '2 days', lease_acquired_at = now() - interval '2 days'")
+    conn.execute(
+        "UPDATE queen.partitions SET created_at = now() - interval '2 days', "
+        "last_activity = now() - interval '2 days' WHERE name = 'p'"
+    )
+    conn.execute(
+        "UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
+        "last_consumed_at = now() - interval '2 days', lease_acquired_at = now() - interval '2 days'"
+    )
     done = run_job(db_url, RetentionJob, partition_cleanup_days=1)
     assert done.details["completed_retention"]["deleted"] == 7
     assert done.details["partitionCleanup"] == {"partitions": 1}
-    assert conn.execute("SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
-                        "WHERE q.name = 'swept' AND p.name = 'p'").fetchone() == (0,)
+    assert conn.execute(
+        "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = 'swept' AND p.name = 'p'"
+    ).fetchone() == (0,)
     run_job(db_url, StatsJob)
-    totals = conn.execute("SELECT sum(t.ingested), sum(t.processed), sum(t.deleted) FROM queen.queue_throughput t "
-                          "JOIN queen.queues q ON q.id = t.queue_id WHERE q.name = 'swept'").fetchone()
+    totals = conn.execute(
+        "SELECT sum(t.ingested), sum(t.processed), sum(t.deleted) FROM queen.queue_throughput t "
+        "JOIN queen.queues q ON q.id = t.queue_id WHERE q.name = 'swept'"
+    ).fetchone()
     assert totals == (7, 7, 7)
 
 
@@ -360,15 +422,18 @@ def test_a_push_that_finds_its_partition_gone_at_the_lock_creates_it_again(db_ur
 
         def pusher() -> None:
             with psycopg.connect(db_url, autocommit=True) as conn:
-                outcome["result"] = call_procedure(conn, "push_items_v1",
-                                                   [{"queue": "race", "partition": "p", "payload": "after"}])
+                outcome["result"] = call_procedure(
+                    conn, "push_items_v1", [{"queue": "race", "partition": "p", "payload": "after"}]
+                )
 
         thread = threading.Thread(target=pusher)
         thread.start()
         with psycopg.connect(db_url, autocommit=True) as watcher:
             for _ in range(400):  # the push is waiting for the lock
-                waiting = watcher.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                                          "AND query LIKE '%%push_items_v1%%'").fetchone()
+                waiting = watcher.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND query LIKE '%%push_items_v1%%'"
+                ).fetchone()
                 if waiting and waiting[0]:
                     break
                 thread.join(0.02)
@@ -398,31 +463,48 @@ def test_history_tables_are_trimmed_after_their_retention(conn: psycopg.Connecti
         VALUES (gen_random_uuid(), 'g', now() - interval '3 days');
     """)
     push(conn, "tp", 1)
-    conn.execute("INSERT INTO queen.queue_throughput (queue_id, bucket, ingested) "
-                 "SELECT id, now() - interval '2 days', 5 FROM queen.queues WHERE name = 'tp'")
+    conn.execute(
+        "INSERT INTO queen.queue_throughput (queue_id, bucket, ingested) "
+        "SELECT id, now() - interval '2 days', 5 FROM queen.queues WHERE name = 'tp'"
+    )
     done = run_job(db_url, RetentionJob, metrics_retention_days=2, stats_history_retention_days=1)
-    assert done.details["trimmed"] == {"retention_history": 1, "system_metrics": 1, "worker_metrics": 1,
-                                       "queue_lag_metrics": 1, "service_runs": 1, "messages_consumed": 1,
-                                       "queue_throughput": 1}
+    assert done.details["trimmed"] == {
+        "retention_history": 1,
+        "system_metrics": 1,
+        "worker_metrics": 1,
+        "queue_lag_metrics": 1,
+        "service_runs": 1,
+        "messages_consumed": 1,
+        "queue_throughput": 1,
+    }
     assert conn.execute("SELECT sum(messages_deleted) FROM queen.retention_history").fetchone() == (2,)
     assert conn.execute("SELECT count(*) FROM queen.system_metrics").fetchone() == (1,)
 
 
 def test_max_size_counts_from_the_maintained_count_and_frees_room_after_retention(
-        conn: psycopg.Connection[Any], db_url: str) -> None:
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     configure(conn, "capped", maxSize=5, retentionSeconds=60)
-    results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "partition": f"p{n % 2}", "payload": n}
-                                                     for n in range(7)] + [{"queue": "free", "payload": 1}])
+    results = call_procedure(
+        conn,
+        "push_items_v1",
+        [{"queue": "capped", "partition": f"p{n % 2}", "payload": n} for n in range(7)]
+        + [{"queue": "free", "payload": 1}],
+    )
     assert [r["status"] for r in results] == ["queued"] * 5 + ["failed", "failed", "queued"]
     assert results[5]["error"] == "queue full"
-    assert conn.execute("SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-                        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'capped'").fetchone() == (5,)
+    assert conn.execute(
+        "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+        "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'capped'"
+    ).fetchone() == (5,)
     age(conn, "capped", 2, partition="p0")
     assert run_job(db_url, RetentionJob).rows == 2
     results = call_procedure(conn, "push_items_v1", [{"queue": "capped", "payload": n} for n in range(3)])
     assert [r["status"] for r in results] == ["queued", "queued", "failed"]
-    stored = conn.execute("SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
-                          "WHERE q.name = 'capped'").fetchone()
+    stored = conn.execute(
+        "SELECT c.stored FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id "
+        "WHERE q.name = 'capped'"
+    ).fetchone()
     assert stored == (5,)
     # the reconcile recounts it from offsets and counters: same number
     conn.execute("UPDATE queen.queue_capacity SET stored = 0")
@@ -443,8 +525,14 @@ def test_concurrent_pushes_never_overfill_a_capped_queue(db_url: str) -> None:
     def pusher(worker: int) -> None:
         with psycopg.connect(db_url, autocommit=True) as conn:
             for n in range(20):
-                results = call_procedure(conn, "push_items_v1", [
-                    {"queue": "tight", "partition": f"p{(worker + n + i) % 4}", "payload": i} for i in range(5)])
+                results = call_procedure(
+                    conn,
+                    "push_items_v1",
+                    [
+                        {"queue": "tight", "partition": f"p{(worker + n + i) % 4}", "payload": i}
+                        for i in range(5)
+                    ],
+                )
                 queued.append(sum(r["status"] == "queued" for r in results))
 
     threads = [threading.Thread(target=pusher, args=(w,)) for w in range(6)]  # 600 offered, 300 fit
@@ -457,7 +545,9 @@ def test_concurrent_pushes_never_overfill_a_capped_queue(db_url: str) -> None:
     assert sum(queued) == 300 and stored == (300,)
 
 
-def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn: psycopg.Connection[Any]) -> None:
+def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(
+    conn: psycopg.Connection[Any],
+) -> None:
     """The cascades of a message delete (now one set-based delete per statement, in the delete trigger): its
     dead-letter rows, its traces with their names, its replays, and the partition's DLQ count."""
     configure(conn, "gone", retryLimit=0)
@@ -465,21 +555,35 @@ def test_a_deleted_message_takes_its_dead_letters_traces_and_replays_along(conn:
     messages = pop(conn, "gone", 3)
     for message in messages:
         assert ack(conn, message, status="failed")["dlq"] is True
-        assert call_procedure(conn, "trace_record_v1", {"transactionId": message["transactionId"],
-                                                        "partitionId": message["partitionId"], "data": {"n": 1},
-                                                        "traceNames": ["t"]})["success"]
-    conn.execute("SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
-                 "WHERE m.seq = 3")
-    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
-                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
-                        "queen.message_trace_names)").fetchone() == (2, 1, 3, 3)
+        assert call_procedure(
+            conn,
+            "trace_record_v1",
+            {
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "data": {"n": 1},
+                "traceNames": ["t"],
+            },
+        )["success"]
+    conn.execute(
+        "SELECT queen.dlq_replay_v1(m.partition_id, m.transaction_id, NULL) FROM queen.messages m "
+        "WHERE m.seq = 3"
+    )
+    assert conn.execute(
+        "SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+        "queen.message_trace_names)"
+    ).fetchone() == (2, 1, 3, 3)
     conn.execute("DELETE FROM queen.messages WHERE seq >= 2")
-    assert conn.execute("SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
-                        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
-                        "queen.message_trace_names)").fetchone() == (1, 0, 1, 1)
-    assert conn.execute("SELECT dlq_messages, dead_lettered, messages_deleted FROM queen.partition_counters c "
-                        "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'").fetchone() == (
-        1, 3, 2)
+    assert conn.execute(
+        "SELECT (SELECT count(*) FROM queen.dead_letter_queue), (SELECT count(*) FROM "
+        "queen.replays), (SELECT count(*) FROM queen.message_traces), (SELECT count(*) FROM "
+        "queen.message_trace_names)"
+    ).fetchone() == (1, 0, 1, 1)
+    assert conn.execute(
+        "SELECT dlq_messages, dead_lettered, messages_deleted FROM queen.partition_counters c "
+        "JOIN queen.partitions p ON p.id = c.partition_id WHERE p.name = 'Default'"
+    ).fetchone() == (1, 3, 2)
     assert history(conn, "gone") == {"deleted": 2}
 
 
@@ -498,8 +602,10 @@ def test_a_retention_step_takes_no_lock_a_push_holds(db_url: str) -> None:
         try:
             pushing.execute("SELECT 1 FROM queen.partitions FOR UPDATE")  # a push's locks, not committed
             conn.execute("SET lock_timeout = '2s'")
-            step = conn.execute("SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100, now())",
-                                (queue_id,)).fetchone()
+            step = conn.execute(
+                "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100, now())",
+                (queue_id,),
+            ).fetchone()
             assert step is not None and step[0]["deleted"] == 6
         finally:
             pushing.close()

@@ -28,15 +28,19 @@ def conn(db_url: str) -> Any:
 
 
 def floor_of(conn: psycopg.Connection[Any], queue: str) -> Any:
-    row = conn.execute("SELECT last_empty_scan_at FROM queen.consumer_watermarks "
-                       "WHERE queue_name = %s AND consumer_group = %s", (queue, GROUP)).fetchone()
+    row = conn.execute(
+        "SELECT last_empty_scan_at FROM queen.consumer_watermarks "
+        "WHERE queue_name = %s AND consumer_group = %s",
+        (queue, GROUP),
+    ).fetchone()
     return None if row is None else row[0]
 
 
 def pop(conn: psycopg.Connection[Any], queue: str, batch: int = 10) -> dict[str, Any]:
     time.sleep(0.06)  # the floor advances at most every 50 ms
-    result: dict[str, Any] = call_procedure(conn, "pop_v1", [{"queue": queue, "consumerGroup": GROUP,
-                                                              "batch": batch, "autoAck": True}])[0]
+    result: dict[str, Any] = call_procedure(
+        conn, "pop_v1", [{"queue": queue, "consumerGroup": GROUP, "batch": batch, "autoAck": True}]
+    )[0]
     return result
 
 
@@ -58,16 +62,18 @@ def test_floor_moves_past_consumed_partitions(conn: psycopg.Connection[Any]) -> 
 def test_floor_waits_for_a_push_in_flight(conn: psycopg.Connection[Any], db_url: str) -> None:
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p0", "payload": {"n": 0}}])
     with psycopg.connect(db_url) as late:  # not autocommit: its push stays uncommitted
-        call_procedure(late, "push_items_v1",
-                       [{"queue": "wide", "partition": "late", "payload": {"n": "late"}}])
+        call_procedure(
+            late, "push_items_v1", [{"queue": "wide", "partition": "late", "payload": {"n": "late"}}]
+        )
         row = late.execute("SELECT last_message_at FROM queen.partitions WHERE name = 'late'").fetchone()
         assert row is not None
         pushed_at = row[0]
 
         # everything else is pushed after the late push took its time, and consumed
         for n in range(1, 5):
-            call_procedure(conn, "push_items_v1",
-                           [{"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}])
+            call_procedure(
+                conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": {"n": n}}]
+            )
         delivered = []
         for _ in range(5):
             delivered.extend(m["data"]["n"] for m in pop(conn, "wide")["messages"])
@@ -81,16 +87,21 @@ def test_floor_waits_for_a_push_in_flight(conn: psycopg.Connection[Any], db_url:
     assert [m["data"] for m in pop(conn, "wide")["messages"]] == [{"n": "late"}]
 
 
-def test_floor_sees_a_push_that_commits_while_it_is_computed(conn: psycopg.Connection[Any], db_url: str) -> None:
+def test_floor_sees_a_push_that_commits_while_it_is_computed(
+    conn: psycopg.Connection[Any], db_url: str
+) -> None:
     """A push in flight when the floor computation starts and committed before pg_stat_activity is read is
     neither in flight at that read nor (had the partitions been scanned in the same statement's snapshot)
     in the scan. A sleep injected just before the read makes the commit land there every time."""
     definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v1'::regproc)").fetchone()
     assert definition is not None and definition[0].count("FROM pg_stat_activity a") == 1
-    conn.execute(definition[0].replace(
-        "FROM pg_stat_activity a",
-        "FROM (SELECT pg_sleep(0.5)) AS pause CROSS JOIN LATERAL "
-        "(SELECT * FROM pg_stat_activity WHERE pause IS NOT NULL OFFSET 0) a"))
+    conn.execute(
+        definition[0].replace(
+            "FROM pg_stat_activity a",
+            "FROM (SELECT pg_sleep(0.5)) AS pause CROSS JOIN LATERAL "
+            "(SELECT * FROM pg_stat_activity WHERE pause IS NOT NULL OFFSET 0) a",
+        )
+    )
 
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p0", "payload": "p0"}])
     assert [m["data"] for m in pop(conn, "wide")["messages"]] == ["p0"]

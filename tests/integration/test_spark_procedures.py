@@ -24,8 +24,12 @@ def sql_json(conn: psycopg.Connection[Any], query: str, *args: Any) -> Any:
 
 def test_heads_range_reads_and_cursor(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        call_procedure(conn, "push_items_v1", [{"queue": "src", "partition": "a", "payload": i} for i in range(5)])
-        call_procedure(conn, "push_items_v1", [{"queue": "src", "partition": "b", "payload": i} for i in range(3)])
+        call_procedure(
+            conn, "push_items_v1", [{"queue": "src", "partition": "a", "payload": i} for i in range(5)]
+        )
+        call_procedure(
+            conn, "push_items_v1", [{"queue": "src", "partition": "b", "payload": i} for i in range(3)]
+        )
         offsets = sql_json(conn, "SELECT queen.spark_offsets_v1('src', 'spark')::text")
         heads = {p["partition"]: (p["head"], p["cursor"]) for p in offsets["partitions"]}
         assert heads == {"a": (5, None), "b": (3, None)}
@@ -34,14 +38,26 @@ def test_heads_range_reads_and_cursor(db_url: str) -> None:
         assert [(m["offset"], m["data"]) for m in page["messages"]] == [(2, 1), (3, 2)]
         assert page["queue"] == "src" and page["partition"] == "a"
         # no lease was taken: a normal pop still gets everything
-        assert len(call_procedure(conn, "pop_v1", [{"queue": "src", "partition": "a", "batch": 10}])[0]
-                   ["messages"]) == 5
-        result = sql_json(conn, "SELECT queen.spark_commit_cursor_v1('src', 'spark', %s::jsonb)::text",
-                          orjson.dumps({a: 4}).decode())
+        assert (
+            len(
+                call_procedure(conn, "pop_v1", [{"queue": "src", "partition": "a", "batch": 10}])[0][
+                    "messages"
+                ]
+            )
+            == 5
+        )
+        result = sql_json(
+            conn,
+            "SELECT queen.spark_commit_cursor_v1('src', 'spark', %s::jsonb)::text",
+            orjson.dumps({a: 4}).decode(),
+        )
         assert result == {"success": True, "partitionsUpdated": 1}
         # never moves backwards
-        sql_json(conn, "SELECT queen.spark_commit_cursor_v1('src', 'spark', %s::jsonb)::text",
-                 orjson.dumps({a: 2}).decode())
+        sql_json(
+            conn,
+            "SELECT queen.spark_commit_cursor_v1('src', 'spark', %s::jsonb)::text",
+            orjson.dumps({a: 2}).decode(),
+        )
         offsets = sql_json(conn, "SELECT queen.spark_offsets_v1('src', 'spark')::text")
         assert {p["partition"]: p["cursor"] for p in offsets["partitions"]} == {"a": 4, "b": None}
         lag = sql_json(conn, "SELECT queen.consumer_group_detail_v1('spark')::text")
@@ -50,34 +66,47 @@ def test_heads_range_reads_and_cursor(db_url: str) -> None:
 
 def test_micro_batch_commit_is_all_or_nothing_and_once(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
+
         def stage(token: str, items: list[dict[str, Any]], batch: int = 7) -> Any:
-            return sql_json(conn, "SELECT queen.spark_stage_v1(%s::jsonb)::text", orjson.dumps(
-                {"queryId": "q1", "batchId": batch, "token": token, "items": items}).decode())
+            return sql_json(
+                conn,
+                "SELECT queen.spark_stage_v1(%s::jsonb)::text",
+                orjson.dumps({"queryId": "q1", "batchId": batch, "token": token, "items": items}).decode(),
+            )
 
         stage("t1", [{"queue": "dst", "partition": "p", "payload": 1, "transactionId": "x1"}])
         stage("t2", [{"queue": "dst", "partition": "p", "payload": 2, "transactionId": "x2"}])
         stage("orphan", [{"queue": "dst", "partition": "p", "payload": 99}])  # a killed task attempt
         assert conn.execute("SELECT count(*) FROM queen.messages").fetchone() == (0,)
         commit = {"queryId": "q1", "batchId": 7, "tokens": ["t1", "t2"]}
-        first = sql_json(conn, "SELECT queen.spark_commit_batch_v1(%s::jsonb)::text", orjson.dumps(commit).decode())
+        first = sql_json(
+            conn, "SELECT queen.spark_commit_batch_v1(%s::jsonb)::text", orjson.dumps(commit).decode()
+        )
         assert first["duplicate"] is False and first["pushed"] == 2
         # the same batch again (Spark replays it after a crash): nothing pushed twice
         stage("t1-retry", [{"queue": "dst", "partition": "p", "payload": 1, "transactionId": "x1"}])
-        again = sql_json(conn, "SELECT queen.spark_commit_batch_v1(%s::jsonb)::text", orjson.dumps(
-            {"queryId": "q1", "batchId": 7, "tokens": ["t1-retry"]}).decode())
+        again = sql_json(
+            conn,
+            "SELECT queen.spark_commit_batch_v1(%s::jsonb)::text",
+            orjson.dumps({"queryId": "q1", "batchId": 7, "tokens": ["t1-retry"]}).decode(),
+        )
         assert again == {"success": True, "duplicate": True, "pushed": 0}
         assert conn.execute("SELECT count(*) FROM queen.spark_staging").fetchone() == (0,)
         rows = conn.execute("SELECT payload, seq FROM queen.messages ORDER BY seq").fetchall()
         assert rows == [(1, 1), (2, 2)]
         stage("t9", [{"queue": "dst", "payload": 3}], batch=8)
-        aborted = sql_json(conn, "SELECT queen.spark_abort_v1(%s::jsonb)::text", orjson.dumps(
-            {"queryId": "q1", "batchId": 8, "tokens": ["t9"]}).decode())
+        aborted = sql_json(
+            conn,
+            "SELECT queen.spark_abort_v1(%s::jsonb)::text",
+            orjson.dumps({"queryId": "q1", "batchId": 8, "tokens": ["t9"]}).decode(),
+        )
         assert aborted == {"success": True, "deleted": 1}
 
 
 def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
     """Completed retention deletes up to the Spark group's cursor and no further; the offsets report it as the
     partition's earliest offset, and a read from the group's cursor (or from earliest) meets no gap."""
+
     async def retention() -> int:
         database = Database(db_url, 2)
         await database.open()
@@ -87,12 +116,19 @@ def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
             await database.close()
 
     with psycopg.connect(db_url, autocommit=True) as conn:
-        call_procedure(conn, "configure_queue_v1", {"queue": "events", "options": {"completedRetentionSeconds": 60}})
+        call_procedure(
+            conn, "configure_queue_v1", {"queue": "events", "options": {"completedRetentionSeconds": 60}}
+        )
         call_procedure(conn, "push_items_v1", [{"queue": "events", "payload": i} for i in range(10)])
         conn.execute("UPDATE queen.messages SET created_at = now() - interval '1 hour'")
-        pid = sql_json(conn, "SELECT queen.spark_offsets_v1('events', 'spark')::text")["partitions"][0]["partitionId"]
-        sql_json(conn, "SELECT queen.spark_commit_cursor_v1('events', 'spark', %s::jsonb)::text",
-                 orjson.dumps({pid: 6}).decode())
+        pid = sql_json(conn, "SELECT queen.spark_offsets_v1('events', 'spark')::text")["partitions"][0][
+            "partitionId"
+        ]
+        sql_json(
+            conn,
+            "SELECT queen.spark_commit_cursor_v1('events', 'spark', %s::jsonb)::text",
+            orjson.dumps({pid: 6}).decode(),
+        )
         assert asyncio.run(retention()) == 6
         offsets = sql_json(conn, "SELECT queen.spark_offsets_v1('events', 'spark')::text")["partitions"][0]
         assert (offsets["head"], offsets["cursor"], offsets["earliest"]) == (10, 6, 6)
@@ -100,27 +136,56 @@ def test_retention_and_the_spark_reader_agree_on_offsets(db_url: str) -> None:
         assert [m["offset"] for m in page["messages"]] == [7, 8, 9, 10]
 
 
-def stage_rows(conn: psycopg.Connection[Any], token: str, first: int, rows: list[tuple[str, str | None, str]],
-               batch: int = 3, queue: str = "dst2", query: str = "q2") -> int:
+def stage_rows(
+    conn: psycopg.Connection[Any],
+    token: str,
+    first: int,
+    rows: list[tuple[str, str | None, str]],
+    batch: int = 3,
+    queue: str = "dst2",
+    query: str = "q2",
+) -> int:
     row = conn.execute(
         "SELECT queen.spark_stage_v2(%s, %s, %s, %s, %s, %s::text[], %s::text[], %s::uuid[], %s::text[], "
         "NULL, false)",
-        (query, batch, token, first, queue, [r[0] for r in rows], [r[1] for r in rows], [None] * len(rows),
-         [r[2] for r in rows])).fetchone()
+        (
+            query,
+            batch,
+            token,
+            first,
+            queue,
+            [r[0] for r in rows],
+            [r[1] for r in rows],
+            [None] * len(rows),
+            [r[2] for r in rows],
+        ),
+    ).fetchone()
     assert row is not None
     return int(row[0])
 
 
 def test_range_read_v2_returns_several_ranges_as_columns(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        call_procedure(conn, "push_items_v1", [{"queue": "r2", "partition": "a", "payload": {"i": i},
-                                                "transactionId": f"a{i}"} for i in range(5)])
-        call_procedure(conn, "push_items_v1", [{"queue": "r2", "partition": "b", "payload": [i]} for i in range(3)])
-        ids = {p["partition"]: p["partitionId"]
-               for p in sql_json(conn, "SELECT queen.spark_offsets_v1('r2', NULL)::text")["partitions"]}
+        call_procedure(
+            conn,
+            "push_items_v1",
+            [
+                {"queue": "r2", "partition": "a", "payload": {"i": i}, "transactionId": f"a{i}"}
+                for i in range(5)
+            ],
+        )
+        call_procedure(
+            conn, "push_items_v1", [{"queue": "r2", "partition": "b", "payload": [i]} for i in range(3)]
+        )
+        ids = {
+            p["partition"]: p["partitionId"]
+            for p in sql_json(conn, "SELECT queen.spark_offsets_v1('r2', NULL)::text")["partitions"]
+        }
         missing = "00000000-0000-4000-8000-000000000000"
-        rows = conn.execute("SELECT * FROM queen.spark_read_v2(%s::uuid[], %s::bigint[], %s::bigint[])",
-                            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2])).fetchall()
+        rows = conn.execute(
+            "SELECT * FROM queen.spark_read_v2(%s::uuid[], %s::bigint[], %s::bigint[])",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2]),
+        ).fetchall()
         assert [(r[0], r[2], r[3], r[4]) for r in rows] == [(1, "b", "r2", [2, 3]), (3, "a", "r2", [1, 2])]
         assert [orjson.loads(t) for t in rows[0][6]] == [[1], [2]]  # payloads as JSON text, in offset order
         assert rows[1][5] == ["a0", "a1"] and rows[1][10] == []  # transaction ids; nothing encrypted
@@ -139,36 +204,65 @@ def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: 
             stage_rows(conn, "bad", 0, [("p", None, "{oops")])
         # a token whose rows are not all staged fails the batch, records nothing
         with pytest.raises(psycopg.Error, match="missing"):
-            conn.execute("SELECT queen.spark_commit_batch_v2(%s::jsonb)", (orjson.dumps(
-                {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [4, 2]}).decode(),))
-        assert conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE query_id = 'q2'").fetchone() == (0,)
+            conn.execute(
+                "SELECT queen.spark_commit_batch_v2(%s::jsonb)",
+                (
+                    orjson.dumps(
+                        {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [4, 2]}
+                    ).decode(),
+                ),
+            )
+        assert conn.execute(
+            "SELECT count(*) FROM queen.spark_sink_batches WHERE query_id = 'q2'"
+        ).fetchone() == (0,)
         commit = {"queryId": "q2", "batchId": 3, "tokens": ["t1", "t2"], "counts": [3, 2]}
-        first = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(commit).decode())
+        first = sql_json(
+            conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(commit).decode()
+        )
         assert (first["duplicate"], first["pushed"], first["staged"], first["duplicates"]) == (False, 4, 5, 1)
         stored = conn.execute(
             "SELECT p.name, m.seq, m.transaction_id, m.payload FROM queen.messages m "
             "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-            "WHERE q.name = 'dst2' ORDER BY p.name, m.seq").fetchall()
+            "WHERE q.name = 'dst2' ORDER BY p.name, m.seq"
+        ).fetchall()
         # task order (t1 then t2), row order inside a task; the repeated x1 of t1 is skipped
-        assert stored == [("p", 1, "x1", {"n": 1}), ("p", 2, "y1", {"n": 3}), ("p", 3, "y2", {"n": 4}),
-                          ("q", 1, "x2", "two")]
-        heads = {p["partition"]: p["head"] for p in
-                 sql_json(conn, "SELECT queen.spark_offsets_v1('dst2', NULL)::text")["partitions"]}
+        assert stored == [
+            ("p", 1, "x1", {"n": 1}),
+            ("p", 2, "y1", {"n": 3}),
+            ("p", 3, "y2", {"n": 4}),
+            ("q", 1, "x2", "two"),
+        ]
+        heads = {
+            p["partition"]: p["head"]
+            for p in sql_json(conn, "SELECT queen.spark_offsets_v1('dst2', NULL)::text")["partitions"]
+        }
         assert heads == {"p": 3, "q": 1}
         # ids increase with the offsets of a partition, across commits too (the Streams SDK orders by them)
         stage_rows(conn, "t3", 0, [("p", "z1", "5"), ("p", "z2", "6")], batch=5)
-        sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
-            {"queryId": "q2", "batchId": 5, "tokens": ["t3"], "counts": [2]}).decode())
-        ids = [r[0] for r in conn.execute(
-            "SELECT m.id::text FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
-            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst2' AND p.name = 'p' "
-            "ORDER BY m.seq")]
+        sql_json(
+            conn,
+            "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text",
+            orjson.dumps({"queryId": "q2", "batchId": 5, "tokens": ["t3"], "counts": [2]}).decode(),
+        )
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT m.id::text FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "
+                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dst2' AND p.name = 'p' "
+                "ORDER BY m.seq"
+            )
+        ]
         assert len(ids) == 5 and ids == sorted(ids)
-        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'q2'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'q2'"
+        ).fetchone() == (0,)
         # the same batch again (a replay after a crash): nothing pushed twice
         stage_rows(conn, "t1-retry", 0, [("p", "x1", '{"n": 1}')])
-        again = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
-            {"queryId": "q2", "batchId": 3, "tokens": ["t1-retry"], "counts": [1]}).decode())
+        again = sql_json(
+            conn,
+            "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text",
+            orjson.dumps({"queryId": "q2", "batchId": 3, "tokens": ["t1-retry"], "counts": [1]}).decode(),
+        )
         assert again["duplicate"] is True and again["pushed"] == 0
         assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows").fetchone() == (0,)
         # abort drops only the named tokens' rows and is idempotent
@@ -182,38 +276,60 @@ def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: 
 
 def test_commit_v2_into_a_capped_queue_fails_rather_than_dropping(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)",
-                     (orjson.dumps({"queue": "capped2", "options": {"maxSize": 2}}).decode(),))
+        conn.execute(
+            "SELECT queen.configure_queue_v1(%s::jsonb)",
+            (orjson.dumps({"queue": "capped2", "options": {"maxSize": 2}}).decode(),),
+        )
         stage_rows(conn, "c1", 0, [("p", None, str(i)) for i in range(3)], batch=8, queue="capped2")
         with pytest.raises(psycopg.Error, match="full"):
-            conn.execute("SELECT queen.spark_commit_batch_v2(%s::jsonb)", (orjson.dumps(
-                {"queryId": "q2", "batchId": 8, "tokens": ["c1"], "counts": [3]}).decode(),))
-        assert conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE batch_id = 8").fetchone() == (0,)
+            conn.execute(
+                "SELECT queen.spark_commit_batch_v2(%s::jsonb)",
+                (orjson.dumps({"queryId": "q2", "batchId": 8, "tokens": ["c1"], "counts": [3]}).decode(),),
+            )
+        assert conn.execute(
+            "SELECT count(*) FROM queen.spark_sink_batches WHERE batch_id = 8"
+        ).fetchone() == (0,)
         stage_rows(conn, "c2", 0, [("p", None, str(i)) for i in range(2)], batch=9, queue="capped2")
-        ok = sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
-            {"queryId": "q2", "batchId": 9, "tokens": ["c2"], "counts": [2]}).decode())
+        ok = sql_json(
+            conn,
+            "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text",
+            orjson.dumps({"queryId": "q2", "batchId": 9, "tokens": ["c2"], "counts": [2]}).decode(),
+        )
         assert ok["pushed"] == 2
 
 
 def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
+
         def commit(batch: int, tokens: list[str], counts: list[int], mode: str = "pipelined") -> Any:
-            return sql_json(conn, "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text", orjson.dumps(
-                {"queryId": "qp", "batchId": batch, "tokens": tokens, "counts": counts, "mode": mode}).decode())
+            return sql_json(
+                conn,
+                "SELECT queen.spark_commit_batch_v2(%s::jsonb)::text",
+                orjson.dumps(
+                    {"queryId": "qp", "batchId": batch, "tokens": tokens, "counts": counts, "mode": mode}
+                ).decode(),
+            )
 
         def stored() -> list[tuple[int, str]]:
-            return [(r[0], r[1]) for r in conn.execute(
-                "SELECT m.seq, m.transaction_id FROM queen.messages m "
-                "JOIN queen.partitions p ON p.id = m.partition_id "
-                "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstp' ORDER BY m.seq").fetchall()]
+            return [
+                (r[0], r[1])
+                for r in conn.execute(
+                    "SELECT m.seq, m.transaction_id FROM queen.messages m "
+                    "JOIN queen.partitions p ON p.id = m.partition_id "
+                    "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstp' ORDER BY m.seq"
+                ).fetchall()
+            ]
 
         def staged(token: str) -> int:
-            row = conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp' AND token = %s",
-                               (token,)).fetchone()
+            row = conn.execute(
+                "SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp' AND token = %s", (token,)
+            ).fetchone()
             return int(row[0]) if row else -1
 
         def stage(token: str, batch: int, ids: list[str]) -> None:
-            stage_rows(conn, token, 0, [("p", i, f'"{i}"') for i in ids], batch=batch, queue="dstp", query="qp")
+            stage_rows(
+                conn, token, 0, [("p", i, f'"{i}"') for i in ids], batch=batch, queue="dstp", query="qp"
+            )
 
         stage("a1", 0, ["m1", "m2"])
         r0 = commit(0, ["a1"], [2])
@@ -221,8 +337,11 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
         assert stored() == []  # recorded, not applied yet
         assert conn.execute("SELECT queen.spark_pending_queries_v2()").fetchone() == (["qp"],)
         # Spark may abort a batch whose commit succeeded: the recorded batch's rows stay
-        aborted = sql_json(conn, "SELECT queen.spark_abort_v2(%s::jsonb)::text",
-                           orjson.dumps({"queryId": "qp", "batchId": 0, "tokens": ["a1"]}).decode())
+        aborted = sql_json(
+            conn,
+            "SELECT queen.spark_abort_v2(%s::jsonb)::text",
+            orjson.dumps({"queryId": "qp", "batchId": 0, "tokens": ["a1"]}).decode(),
+        )
         assert aborted["deleted"] == 0 and staged("a1") == 2
         # a replay of the recorded batch is a duplicate: the replay's rows go, the recorded ones stay
         stage("a1-replay", 0, ["m1"])
@@ -245,31 +364,60 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
         r3 = commit(3, ["d1"], [2], mode="sync")
         assert (r3.get("pending"), r3["pushed"], r3["duplicates"]) == (None, 1, 1)
         assert stored() == [(1, "m1"), (2, "m2"), (3, "m3"), (4, "m4"), (5, "m5")]
-        batches = conn.execute("SELECT batch_id, pushed, pending_tokens FROM queen.spark_sink_batches "
-                               "WHERE query_id = 'qp' ORDER BY batch_id").fetchall()
+        batches = conn.execute(
+            "SELECT batch_id, pushed, pending_tokens FROM queen.spark_sink_batches "
+            "WHERE query_id = 'qp' ORDER BY batch_id"
+        ).fetchall()
         assert batches == [(0, 2, None), (1, 1, None), (2, 1, None), (3, 1, None)]
-        assert conn.execute("SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = 'qp'"
+        ).fetchone() == (0,)
 
 
-def push_direct(conn: psycopg.Connection[Any], rows: list[tuple[str, str | None, str]], *, batch: int = 0,
-                task: int = 0, token: str = "a0", query: str = "qd", queue: str = "dstd",
-                stale_ok: bool = False) -> Any:
+def push_direct(
+    conn: psycopg.Connection[Any],
+    rows: list[tuple[str, str | None, str]],
+    *,
+    batch: int = 0,
+    task: int = 0,
+    token: str = "a0",
+    query: str = "qd",
+    queue: str = "dstd",
+    stale_ok: bool = False,
+) -> Any:
     """One chunk of a direct write task: rows (partition, transactionId, payload text)."""
     names = sorted({p for p, _, _ in rows})
     row = conn.execute(
         "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
         "%s::uuid[], %s::text[], NULL, false, %s)::text",
-        (query, batch, task, token, queue, names, [names.index(p) for p, _, _ in rows], [t for _, t, _ in rows],
-         [None] * len(rows), [d for _, _, d in rows], stale_ok)).fetchone()
+        (
+            query,
+            batch,
+            task,
+            token,
+            queue,
+            names,
+            [names.index(p) for p, _, _ in rows],
+            [t for _, t, _ in rows],
+            [None] * len(rows),
+            [d for _, _, d in rows],
+            stale_ok,
+        ),
+    ).fetchone()
     assert row is not None
     return orjson.loads(row[0])
 
 
 def stored_in(conn: psycopg.Connection[Any], queue: str) -> list[tuple[str, int, str, Any]]:
-    return [tuple(r) for r in conn.execute(
-        "SELECT p.name, m.seq, m.transaction_id, m.payload FROM queen.messages m "
-        "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-        "WHERE q.name = %s ORDER BY p.name, m.seq", (queue,)).fetchall()]
+    return [
+        tuple(r)
+        for r in conn.execute(
+            "SELECT p.name, m.seq, m.transaction_id, m.payload FROM queen.messages m "
+            "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = %s ORDER BY p.name, m.seq",
+            (queue,),
+        ).fetchall()
+    ]
 
 
 def test_direct_push_is_idempotent_per_transaction_id_and_the_commit_records_once(db_url: str) -> None:
@@ -278,11 +426,24 @@ def test_direct_push_is_idempotent_per_transaction_id_and_the_commit_records_onc
         assert (first["committed"], first["pushed"], first["duplicates"]) == (False, 3, 0)
         assert sorted(first["touched"]) == ["dstd/p", "dstd/q"]
         # the task retried (another attempt token): the rows it pushed before are skipped, the rest appended
-        retry = push_direct(conn, [("p", "x1", '{"n": 1}'), ("q", "x2", '"two"'), ("p", "x3", "3"),
-                                   ("p", "x4", "4"), ("p", "x4", "4")], token="a1")
+        retry = push_direct(
+            conn,
+            [
+                ("p", "x1", '{"n": 1}'),
+                ("q", "x2", '"two"'),
+                ("p", "x3", "3"),
+                ("p", "x4", "4"),
+                ("p", "x4", "4"),
+            ],
+            token="a1",
+        )
         assert (retry["pushed"], retry["duplicates"], retry["stale"]) == (1, 4, False)
-        assert stored_in(conn, "dstd") == [("p", 1, "x1", {"n": 1}), ("p", 2, "x3", 3), ("p", 3, "x4", 4),
-                                           ("q", 1, "x2", "two")]
+        assert stored_in(conn, "dstd") == [
+            ("p", 1, "x1", {"n": 1}),
+            ("p", 2, "x3", 3),
+            ("p", 3, "x4", 4),
+            ("q", 1, "x2", "two"),
+        ]
         push_direct(conn, [("q", "y1", "5")], task=1, token="b0")
         # the commit records the batch with what its task attempts stored, once
         commit = orjson.dumps({"queryId": "qd", "batchId": 0}).decode()
@@ -290,9 +451,12 @@ def test_direct_push_is_idempotent_per_transaction_id_and_the_commit_records_onc
         assert (recorded["duplicate"], recorded["pushed"]) == (False, 5)
         again = sql_json(conn, "SELECT queen.spark_commit_direct_v1(%s::jsonb)::text", commit)
         assert (again["duplicate"], again["pushed"]) == (True, 0)
-        assert conn.execute("SELECT pushed, direct FROM queen.spark_sink_batches WHERE query_id = 'qd'"
-                            ).fetchall() == [(5, True)]
-        assert conn.execute("SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = 'qd'").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT pushed, direct FROM queen.spark_sink_batches WHERE query_id = 'qd'"
+        ).fetchall() == [(5, True)]
+        assert conn.execute(
+            "SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = 'qd'"
+        ).fetchone() == (0,)
         # a replay of the committed batch pushes nothing, even rows it had not pushed before
         replay = push_direct(conn, [("p", "x9", "9")], token="a2")
         assert (replay["committed"], replay["pushed"]) == (True, 0)
@@ -301,8 +465,14 @@ def test_direct_push_is_idempotent_per_transaction_id_and_the_commit_records_onc
 
 def test_a_direct_replay_older_than_the_target_retention_is_refused(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)", (orjson.dumps(
-            {"queue": "dsts", "options": {"retentionEnabled": True, "completedRetentionSeconds": 60}}).decode(),))
+        conn.execute(
+            "SELECT queen.configure_queue_v1(%s::jsonb)",
+            (
+                orjson.dumps(
+                    {"queue": "dsts", "options": {"retentionEnabled": True, "completedRetentionSeconds": 60}}
+                ).decode(),
+            ),
+        )
         assert conn.execute("SELECT queen.spark_dedupe_window_v1('dsts')").fetchone() == (60.0,)
         assert conn.execute("SELECT queen.spark_dedupe_window_v1('no-such-queue')").fetchone() == (None,)
         push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts")
@@ -310,21 +480,26 @@ def test_a_direct_replay_older_than_the_target_retention_is_refused(db_url: str)
         assert push_direct(conn, [("p", "s2", "2")], query="qs", queue="dsts")["pushed"] == 1
         assert push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts", token="r1")["duplicates"] == 1
         # the first attempt started two minutes ago: a retry now may meet deleted rows
-        conn.execute("UPDATE queen.spark_direct_tasks SET started_at = now() - interval '2 minutes' "
-                     "WHERE query_id = 'qs'")
+        conn.execute(
+            "UPDATE queen.spark_direct_tasks SET started_at = now() - interval '2 minutes' "
+            "WHERE query_id = 'qs'"
+        )
         with pytest.raises(psycopg.Error, match="staleReplay=warn"):
             push_direct(conn, [("p", "s1", "1")], query="qs", queue="dsts", token="r2")
         # the first attempt itself is not refused; with stale_ok the retry pushes and says so
         assert push_direct(conn, [("p", "s3", "3")], query="qs", queue="dsts")["stale"] is False
-        warned = push_direct(conn, [("p", "s1", "1"), ("p", "s4", "4")], query="qs", queue="dsts", token="r2",
-                             stale_ok=True)
+        warned = push_direct(
+            conn, [("p", "s1", "1"), ("p", "s4", "4")], query="qs", queue="dsts", token="r2", stale_ok=True
+        )
         assert (warned["stale"], warned["pushed"], warned["duplicates"]) == (True, 1, 1)
 
 
 def test_direct_push_into_a_capped_queue_fails_rather_than_dropping(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        conn.execute("SELECT queen.configure_queue_v1(%s::jsonb)",
-                     (orjson.dumps({"queue": "cappedd", "options": {"maxSize": 2}}).decode(),))
+        conn.execute(
+            "SELECT queen.configure_queue_v1(%s::jsonb)",
+            (orjson.dumps({"queue": "cappedd", "options": {"maxSize": 2}}).decode(),),
+        )
         with pytest.raises(psycopg.Error, match="full"):
             push_direct(conn, [("p", f"c{i}", str(i)) for i in range(3)], query="qc", queue="cappedd")
         assert stored_in(conn, "cappedd") == []

@@ -27,8 +27,11 @@ def refresh(conn: psycopg.Connection[Any], full: bool = False) -> dict[str, Any]
 
 
 def partition_id(conn: psycopg.Connection[Any], queue: str, partition: str) -> Any:
-    row = conn.execute("SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
-                       "WHERE q.name = %s AND p.name = %s", (queue, partition)).fetchone()
+    row = conn.execute(
+        "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = %s AND p.name = %s",
+        (queue, partition),
+    ).fetchone()
     assert row is not None
     return row[0]
 
@@ -43,7 +46,8 @@ def stats_of(conn: psycopg.Connection[Any], pid: Any) -> dict[str, Any]:
 def truth(conn: psycopg.Connection[Any], pid: Any) -> dict[str, Any]:
     """What counting the messages says about a partition: stored rows, rows after the slowest cursor, DLQ
     rows, and the creation time of the oldest row and of the first row after the slowest cursor."""
-    row = conn.execute("""
+    row = conn.execute(
+        """
         SELECT (SELECT count(*) FROM queen.messages m WHERE m.partition_id = %(p)s),
                (SELECT count(*) FROM queen.messages m WHERE m.partition_id = %(p)s
                   AND m.seq > coalesce((SELECT min(last_consumed_seq) FROM queen.partition_consumers
@@ -53,30 +57,59 @@ def truth(conn: psycopg.Connection[Any], pid: Any) -> dict[str, Any]:
                (SELECT m.created_at FROM queen.messages m WHERE m.partition_id = %(p)s
                   AND m.seq > coalesce((SELECT min(last_consumed_seq) FROM queen.partition_consumers
                                         WHERE partition_id = %(p)s), 0) ORDER BY m.seq LIMIT 1)
-    """, {"p": pid}).fetchone()
+    """,
+        {"p": pid},
+    ).fetchone()
     assert row is not None
-    return {"depth": row[0], "unconsumed": row[1], "dead_letter": row[2], "oldest_at": row[3],
-            "oldest_unconsumed_at": row[4]}
+    return {
+        "depth": row[0],
+        "unconsumed": row[1],
+        "dead_letter": row[2],
+        "oldest_at": row[3],
+        "oldest_unconsumed_at": row[4],
+    }
 
 
 def test_numbers_equal_the_counted_truth(conn: psycopg.Connection[Any]) -> None:
     call_procedure(conn, "configure_queue_v1", {"queue": "orders", "options": {"retryLimit": 0}})
-    call_procedure(conn, "push_items_v1", [{"queue": "orders", "partition": f"p{n % 3}", "payload": n}
-                                           for n in range(30)])
+    call_procedure(
+        conn,
+        "push_items_v1",
+        [{"queue": "orders", "partition": f"p{n % 3}", "payload": n} for n in range(30)],
+    )
     # queue mode: p0 fully consumed (autoAck), p1 leased (5 in flight), p2 one ack, one dead letter
     call_procedure(conn, "pop_v1", [{"queue": "orders", "partition": "p0", "batch": 10, "autoAck": True}])
     leased = call_procedure(conn, "pop_v1", [{"queue": "orders", "partition": "p1", "batch": 5}])[0]
     assert len(leased["messages"]) == 5
-    popped = call_procedure(conn, "pop_v1", [{"queue": "orders", "partition": "p2", "batch": 2}])[0]["messages"]
-    acks = call_procedure(conn, "ack_v1", [
-        {"transactionId": popped[0]["transactionId"], "partitionId": popped[0]["partitionId"],
-         "leaseId": popped[0]["leaseId"], "status": "completed"},
-        {"transactionId": popped[1]["transactionId"], "partitionId": popped[1]["partitionId"],
-         "leaseId": popped[1]["leaseId"], "status": "failed", "error": "boom"}])
+    popped = call_procedure(conn, "pop_v1", [{"queue": "orders", "partition": "p2", "batch": 2}])[0][
+        "messages"
+    ]
+    acks = call_procedure(
+        conn,
+        "ack_v1",
+        [
+            {
+                "transactionId": popped[0]["transactionId"],
+                "partitionId": popped[0]["partitionId"],
+                "leaseId": popped[0]["leaseId"],
+                "status": "completed",
+            },
+            {
+                "transactionId": popped[1]["transactionId"],
+                "partitionId": popped[1]["partitionId"],
+                "leaseId": popped[1]["leaseId"],
+                "status": "failed",
+                "error": "boom",
+            },
+        ],
+    )
     assert [a["success"] for a in acks] == [True, True] and acks[1]["dlq"] is True
     # a named group has read all of p0; an operator deletes a message of p1
-    call_procedure(conn, "pop_v1", [{"queue": "orders", "partition": "p0", "consumerGroup": "audit",
-                                     "batch": 100, "autoAck": True}])
+    call_procedure(
+        conn,
+        "pop_v1",
+        [{"queue": "orders", "partition": "p0", "consumerGroup": "audit", "batch": 100, "autoAck": True}],
+    )
     p0, p1, p2 = (partition_id(conn, "orders", name) for name in ("p0", "p1", "p2"))
     conn.execute("DELETE FROM queen.messages WHERE partition_id = %s AND seq = 10", (p1,))
 
@@ -95,47 +128,68 @@ def test_numbers_equal_the_counted_truth(conn: psycopg.Connection[Any]) -> None:
     assert stats_of(conn, p0)["consumer_groups"] == 2 and stats_of(conn, p0)["unconsumed"] == 0
     assert stats_of(conn, p2)["dead_letter"] == 1 and stats_of(conn, p2)["completed"] == 1
 
-    queue = conn.execute("SELECT partitions, depth, unconsumed, in_flight, dead_letter, ingested_total, "
-                         "consumed_total, deleted_total, dead_lettered_total, consumer_groups "
-                         "FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id "
-                         "WHERE q.name = 'orders'").fetchone()
+    queue = conn.execute(
+        "SELECT partitions, depth, unconsumed, in_flight, dead_letter, ingested_total, "
+        "consumed_total, deleted_total, dead_lettered_total, consumer_groups "
+        "FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id "
+        "WHERE q.name = 'orders'"
+    ).fetchone()
     # 4 partitions (configure made Default); p1 9 unconsumed (one deleted), p2 8 after its cursor
     assert queue == (4, 29, 9 + 8, 5, 1, 30, 10 + 2 + 10, 1, 1, 2)
 
     # per (partition, group): lag in offsets and the first unconsumed message's time
-    lag = conn.execute("SELECT consumer_group, cursor_seq, offset_lag, in_flight, oldest_unconsumed_at "
-                       "FROM queen.consumer_stats WHERE partition_id = %s ORDER BY consumer_group", (p2,)).fetchall()
-    first_after = conn.execute("SELECT created_at FROM queen.messages WHERE partition_id = %s AND seq = 3",
-                               (p2,)).fetchone()
+    lag = conn.execute(
+        "SELECT consumer_group, cursor_seq, offset_lag, in_flight, oldest_unconsumed_at "
+        "FROM queen.consumer_stats WHERE partition_id = %s ORDER BY consumer_group",
+        (p2,),
+    ).fetchall()
+    first_after = conn.execute(
+        "SELECT created_at FROM queen.messages WHERE partition_id = %s AND seq = 3", (p2,)
+    ).fetchone()
     assert lag == [(QM, 2, 8, 0, first_after[0] if first_after else None)]
-    groups = conn.execute("SELECT consumer_group, partitions, partitions_with_lag, offset_lag, leases "
-                          "FROM queen.queue_group_stats ORDER BY consumer_group").fetchall()
+    groups = conn.execute(
+        "SELECT consumer_group, partitions, partitions_with_lag, offset_lag, leases "
+        "FROM queen.queue_group_stats ORDER BY consumer_group"
+    ).fetchall()
     # offset lag counts offsets after the cursor (and after what retention removed): p1's 10 include the
     # message deleted by hand, p2 has 8
     assert groups == [(QM, 3, 2, 10 + 8, 1), ("audit", 1, 0, 0, 0)]
 
     # the minute's throughput: 30 offsets assigned, 22 messages consumed, 1 dead letter, 1 deleted
-    minute = conn.execute("SELECT sum(ingested), sum(processed), sum(dead_lettered), sum(deleted) "
-                          "FROM queen.queue_throughput").fetchone()
+    minute = conn.execute(
+        "SELECT sum(ingested), sum(processed), sum(dead_lettered), sum(deleted) FROM queen.queue_throughput"
+    ).fetchone()
     assert minute == (30, 22, 1, 1)
 
 
 def test_a_run_rewrites_only_what_changed_and_reads_no_message_it_does_not_need(
-        conn: psycopg.Connection[Any]) -> None:
-    call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": n}
-                                           for n in range(200)])
+    conn: psycopg.Connection[Any],
+) -> None:
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "wide", "partition": f"p{n}", "payload": n} for n in range(200)]
+    )
     deep = partition_id(conn, "wide", "p0")
-    conn.execute("""
+    conn.execute(
+        """
         INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload)
-        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '1' FROM generate_series(2, 50000) s""", (deep,))
+        SELECT gen_random_uuid(), 'bulk-' || s, %s, s, '1' FROM generate_series(2, 50000) s""",
+        (deep,),
+    )
     conn.execute("UPDATE queen.partitions SET last_seq = 50000 WHERE id = %s", (deep,))
     assert refresh(conn)["partitions"] == 200
-    assert refresh(conn) == {"partitions": 0, "consumers": 0, "queues": 0, "groups": 0, "candidates": 0,
-                             "full": False}
+    assert refresh(conn) == {
+        "partitions": 0,
+        "consumers": 0,
+        "queues": 0,
+        "groups": 0,
+        "candidates": 0,
+        "full": False,
+    }
 
     call_procedure(conn, "push_items_v1", [{"queue": "wide", "partition": "p7", "payload": "more"}])
-    counts = ("SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables "
-              "WHERE relid = 'queen.messages'::regclass")
+    counts = (
+        "SELECT seq_scan, idx_scan FROM pg_stat_xact_user_tables WHERE relid = 'queen.messages'::regclass"
+    )
     with conn.transaction():  # the backend's table statistics, not flushed before the transaction ends
         before = conn.execute(counts).fetchone()
         done = refresh(conn)
@@ -170,15 +224,21 @@ def test_an_expired_lease_and_a_replay_change_the_numbers(conn: psycopg.Connecti
 
 def test_new_partitions_and_queues_get_rows_and_deleted_ones_lose_them(conn: psycopg.Connection[Any]) -> None:
     call_procedure(conn, "configure_queue_v1", {"queue": "made"})
-    conn.execute("INSERT INTO queen.partitions (queue_id, name) SELECT id, 'by-sql' FROM queen.queues "
-                 "WHERE name = 'made'")  # the creation trigger covers writers other than push
-    counted = conn.execute("SELECT count(*) FROM queen.partition_counters c JOIN queen.partitions p "
-                           "ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-                           "WHERE q.name = 'made'").fetchone()
+    conn.execute(
+        "INSERT INTO queen.partitions (queue_id, name) SELECT id, 'by-sql' FROM queen.queues "
+        "WHERE name = 'made'"
+    )  # the creation trigger covers writers other than push
+    counted = conn.execute(
+        "SELECT count(*) FROM queen.partition_counters c JOIN queen.partitions p "
+        "ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = 'made'"
+    ).fetchone()
     assert counted == (2,)
     refresh(conn)
-    assert conn.execute("SELECT s.partitions FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id "
-                        "WHERE q.name = 'made'").fetchone() == (2,)
+    assert conn.execute(
+        "SELECT s.partitions FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id "
+        "WHERE q.name = 'made'"
+    ).fetchone() == (2,)
     call_procedure(conn, "push_items_v1", [{"queue": "made", "payload": 1}])
     call_procedure(conn, "pop_v1", [{"queue": "made", "consumerGroup": "g", "batch": 1, "autoAck": True}])
     refresh(conn)
@@ -192,11 +252,17 @@ def test_new_partitions_and_queues_get_rows_and_deleted_ones_lose_them(conn: psy
         assert conn.execute(f"SELECT count(*) FROM queen.{table}").fetchone() == (0,), table
 
 
-def test_full_run_repairs_missing_rows_and_sees_changes_without_a_timestamp(conn: psycopg.Connection[Any]) -> None:
-    call_procedure(conn, "push_items_v1", [{"queue": "r", "partition": f"p{n}", "payload": n} for n in range(5)])
+def test_full_run_repairs_missing_rows_and_sees_changes_without_a_timestamp(
+    conn: psycopg.Connection[Any],
+) -> None:
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "r", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
     refresh(conn)
-    conn.execute("DELETE FROM queen.partition_stats WHERE partition_id IN "
-                 "(SELECT id FROM queen.partitions WHERE name = 'p3')")
+    conn.execute(
+        "DELETE FROM queen.partition_stats WHERE partition_id IN "
+        "(SELECT id FROM queen.partitions WHERE name = 'p3')"
+    )
     done = refresh(conn, full=True)
     assert (done["partitions"], done["candidates"], done["full"]) == (1, 5, True)  # only the repaired row
     assert stats_of(conn, partition_id(conn, "r", "p3"))["depth"] == 1
@@ -217,8 +283,9 @@ def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
     in any order, a push and the job deadlocked in the soak benchmark). The job runs under a lock timeout
     here."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        call_procedure(conn, "push_items_v1", [{"queue": "busy", "partition": f"p{n}", "payload": n}
-                                               for n in range(3)])
+        call_procedure(
+            conn, "push_items_v1", [{"queue": "busy", "partition": f"p{n}", "payload": n} for n in range(3)]
+        )
         refresh(conn)
         call_procedure(conn, "pop_v1", [{"queue": "busy", "batch": 1, "autoAck": True, "partitions": 3}])
         pushing = psycopg.connect(db_url)
@@ -227,7 +294,9 @@ def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
             conn.execute("SET lock_timeout = '2s'")
             done = refresh(conn)
             assert done["consumers"] >= 1
-            assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (done["consumers"],)
+            assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (
+                done["consumers"],
+            )
         finally:
             pushing.close()
         conn.execute("SELECT queen.delete_queue_v1('busy')")  # the stats rows of its partitions go with them

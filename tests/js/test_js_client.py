@@ -27,14 +27,24 @@ CLIENT = HERE / "node_modules" / "queen-mq" / "package.json"
 pytestmark = [
     pytest.mark.js,
     pytest.mark.skipif(shutil.which("node") is None, reason="needs Node.js 20+ (Debian package nodejs)"),
-    pytest.mark.skipif(not CLIENT.exists(), reason="needs the queen-mq JS client in tests/js/node_modules: "
-                       "npm install --prefix tests/js ../shared/vendor/queen-mq-0.15.0.tgz (see .ci/run)"),
+    pytest.mark.skipif(
+        not CLIENT.exists(),
+        reason="needs the queen-mq JS client in tests/js/node_modules: "
+        "npm install --prefix tests/js ../shared/vendor/queen-mq-0.15.0.tgz (see .ci/run)",
+    ),
 ]
 
 
 def node(*args: str, url: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["node", *args], cwd=HERE, capture_output=True, text=True, timeout=timeout_s,
-                          env={**os.environ, "QUEEN_URL": url}, check=False)
+    return subprocess.run(
+        ["node", *args],
+        cwd=HERE,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env={**os.environ, "QUEEN_URL": url},
+        check=False,
+    )
 
 
 def test_the_js_client_suite_passes(broker: Any) -> None:

@@ -253,9 +253,11 @@ def staging_rows(database_url: str, query_id: str | None = None) -> int:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = coalesce(%(q)s, query_id)) "
-                           "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = coalesce(%(q)s, query_id))",
-                           {"q": query_id}).fetchone()
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM queen.spark_staging WHERE query_id = coalesce(%(q)s, query_id)) "
+            "+ (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = coalesce(%(q)s, query_id))",
+            {"q": query_id},
+        ).fetchone()
     return int(row[0]) if row else -1
 
 
@@ -265,8 +267,11 @@ def pending_batches(database_url: str, query_id: str | None = None) -> int:
     import psycopg
 
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT count(*) FROM queen.spark_sink_batches WHERE pending_tokens IS NOT NULL "
-                           "AND query_id = coalesce(%(q)s, query_id)", {"q": query_id}).fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM queen.spark_sink_batches WHERE pending_tokens IS NOT NULL "
+            "AND query_id = coalesce(%(q)s, query_id)",
+            {"q": query_id},
+        ).fetchone()
     return int(row[0]) if row else -1
 
 
@@ -407,7 +412,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", default=os.environ.get("QUEEN_URL", "http://localhost:6632"))
     parser.add_argument("--start-broker", action="store_true", help="run an embedded broker in a temp dir")
-    parser.add_argument("--database-url", default="", help="count staging rows left behind (psycopg; with --start-broker: its own PostgreSQL)")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="count staging rows left behind (psycopg; with --start-broker: its own PostgreSQL)",
+    )
     parser.add_argument("--messages", type=int, default=300_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--padding", type=int, default=64, help="payload padding in bytes")
@@ -416,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--produce-seconds", type=float, default=60.0)
     parser.add_argument("--max-per-trigger", type=int, default=30_000)
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--commit", choices=("sync", "pipelined", "direct"), default="sync",
-                        help="the sink's commit mode")
+    parser.add_argument(
+        "--commit", choices=("sync", "pipelined", "direct"), default="sync", help="the sink's commit mode"
+    )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--source", default="")
     parser.add_argument("--target", default="")

@@ -89,7 +89,9 @@ def test_a_task_with_more_than_the_broker_body_limit_is_staged_in_several_reques
     queue = unique("sp-big")
     configure(broker.url, queue)
     text = "x" * 4000
-    df = spark.createDataFrame([(json.dumps({"k": i, "pad": text}),) for i in range(3000)], "data string").coalesce(1)
+    df = spark.createDataFrame(
+        [(json.dumps({"k": i, "pad": text}),) for i in range(3000)], "data string"
+    ).coalesce(1)
     df.write.format("queen").option("url", broker.url).option("queue", queue).mode("append").save()
     written = read_queue(broker.url, queue)
     assert sorted(m["data"]["k"] for ms in written.values() for m in ms) == list(range(3000))

@@ -41,11 +41,20 @@ class PagedBroker:
         blocks = []
         for index, (partition_id, after, upto) in enumerate(ranges):
             chosen = [o for o in self.offsets if after < o <= upto]
-            blocks.append({
-                "index": index, "partitionId": partition_id, "partition": "p", "queue": "q", "offsets": chosen,
-                "transactionIds": [f"t-{o}" for o in chosen], "data": [json.dumps({"o": o}) for o in chosen],
-                "createdAtUs": [1_795_000_000_000_000 + o for o in chosen], "traceIds": [None] * len(chosen),
-                "producerSubs": [None] * len(chosen)})
+            blocks.append(
+                {
+                    "index": index,
+                    "partitionId": partition_id,
+                    "partition": "p",
+                    "queue": "q",
+                    "offsets": chosen,
+                    "transactionIds": [f"t-{o}" for o in chosen],
+                    "data": [json.dumps({"o": o}) for o in chosen],
+                    "createdAtUs": [1_795_000_000_000_000 + o for o in chosen],
+                    "traceIds": [None] * len(chosen),
+                    "producerSubs": [None] * len(chosen),
+                }
+            )
         return blocks
 
 
@@ -76,12 +85,20 @@ def test_a_task_reads_several_partitions_per_request_in_order() -> None:
     batches = list(read_range(broker, part, page_size=5, fail_on_data_loss=True))  # type: ignore[arg-type]
     assert broker.calls == [[(PID, 0, 3), (other, 5, 7)], [(other, 7, 8), (PID, 3, 4)]]
     rows = [(r["partitionId"], r["offset"], r["data"]) for b in batches for r in b.to_pylist()]
-    assert rows == [(PID, 1, '{"o": 1}'), (PID, 2, '{"o": 2}'), (PID, 3, '{"o": 3}'), (other, 6, '{"o": 6}'),
-                    (other, 7, '{"o": 7}'), (other, 8, '{"o": 8}'), (PID, 4, '{"o": 4}')]
+    assert rows == [
+        (PID, 1, '{"o": 1}'),
+        (PID, 2, '{"o": 2}'),
+        (PID, 3, '{"o": 3}'),
+        (other, 6, '{"o": 6}'),
+        (other, 7, '{"o": 7}'),
+        (other, 8, '{"o": 8}'),
+        (PID, 4, '{"o": 4}'),
+    ]
 
 
 @pytest.mark.parametrize(
-    "offsets, missing", [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4"), ([3, 4, 5, 6], "1..2")]  # the first page (0, 4] fails
+    "offsets, missing",
+    [([1, 2, 3, 5, 6], "4"), ([1, 2, 3], "4"), ([3, 4, 5, 6], "1..2")],  # the first page (0, 4] fails
 )
 def test_gaps_fail_the_read_or_are_skipped(offsets: list[int], missing: str) -> None:
     with pytest.raises(DataLossError, match=f"offsets {missing} of queue 'q'"):
@@ -93,8 +110,11 @@ def test_derived_transaction_id_prefixes_are_a_pure_function() -> None:
     a = derive_prefix("query-1", 3, "src:p")
     assert a == derive_prefix("query-1", 3, "src:p")
     assert a.startswith("spark-") and a.endswith("-") and len(a) == 31
-    others = {derive_prefix("query-1", 4, "src:p"), derive_prefix("query-2", 3, "src:p"),
-              derive_prefix("query-1", 3, "src:q")}
+    others = {
+        derive_prefix("query-1", 4, "src:p"),
+        derive_prefix("query-2", 3, "src:p"),
+        derive_prefix("query-1", 3, "src:q"),
+    }
     assert len({a, *others}) == 4
 
 
@@ -121,10 +141,18 @@ def test_sink_rows_become_request_columns() -> None:
     assert len(set(ids)) == 3
     prefix = derive_prefix("q", 2, f"src:{PID}")
     assert ids == [prefix + "5", prefix + "5.1", prefix + "6"]
-    assert RowEncoder(options, "q", 2, task=1, identity="source").encode(batch).staging_columns(0, 3)[
-        "transactionIds"] == ids
-    assert RowEncoder(options, "q", 3, task=0, identity="source").encode(batch).staging_columns(0, 3)[
-        "transactionIds"] != ids
+    assert (
+        RowEncoder(options, "q", 2, task=1, identity="source")
+        .encode(batch)
+        .staging_columns(0, 3)["transactionIds"]
+        == ids
+    )
+    assert (
+        RowEncoder(options, "q", 3, task=0, identity="source")
+        .encode(batch)
+        .staging_columns(0, 3)["transactionIds"]
+        != ids
+    )
     pushed, payloads = first.push_columns(1, 3)
     assert pushed["partitions"] == ["Default", "p2"] and list(pushed["partitionIndexes"]) == [0, 1]
     assert pushed["transactionIds"] == ids[1:]
@@ -153,21 +181,27 @@ def test_source_identities_continue_across_record_batches_and_must_be_adjacent()
         ids([PID], [2])  # offset 2 of PID came before, with other rows in between
     with pytest.raises(ValueError, match="not adjacent"):
         RowEncoder(options, "q", 0, 0, identity="source").encode(
-            rows(data=["1"] * 3, partitionId=[PID] * 3, offset=[4, 5, 4]))
+            rows(data=["1"] * 3, partitionId=[PID] * 3, offset=[4, 5, 4])
+        )
     shuffled = RowEncoder(options, "q", 0, 0, identity="source").encode(
-        rows(data=["1"] * 3, partitionId=[PID] * 3, offset=[9, 4, 6]))  # any order, each message once
+        rows(data=["1"] * 3, partitionId=[PID] * 3, offset=[9, 4, 6])
+    )  # any order, each message once
     assert shuffled.staging_columns(0, 3)["transactionIds"] == [p + "9", p + "4", p + "6"]
     with pytest.raises(ValueError, match="no partitionId or offset"):
         RowEncoder(options, "q", 0, 0, identity="source").encode(
-            rows(data=["1"], partitionId=[None], offset=[4]))
+            rows(data=["1"], partitionId=[None], offset=[4])
+        )
 
 
 def test_id_columns_and_position_identities() -> None:
     options = SinkOptions.parse({"queue": "out", "idColumns": "window, key"})
     batch = rows(data=["1", "2", "3"], window=["w1", "w1", "w2"], key=["a", "b", "a"])
     first = RowEncoder(options, "q", 4, 0, identity="columns").encode(batch).staging_columns(0, 3)
-    again = RowEncoder(options, "q", 4, 1, identity="columns").encode(
-        rows(data=["3", "1", "2"], window=["w2", "w1", "w1"], key=["a", "a", "b"])).staging_columns(0, 3)
+    again = (
+        RowEncoder(options, "q", 4, 1, identity="columns")
+        .encode(rows(data=["3", "1", "2"], window=["w2", "w1", "w1"], key=["a", "a", "b"]))
+        .staging_columns(0, 3)
+    )
     assert len(set(first["transactionIds"])) == 3
     assert sorted(again["transactionIds"]) == sorted(first["transactionIds"])  # the same rows, in any order
     assert again["transactionIds"][0] == first["transactionIds"][2]
@@ -224,21 +258,39 @@ def test_requests_are_bounded_by_rows_and_by_bytes() -> None:
     one = 1000 + ROW_OVERHEAD_BYTES
 
     def sizes(texts: list[str | None]) -> Any:
-        return RowEncoder(SinkOptions.parse({"queue": "q"}), "q", 0, 0, "position").encode(rows(data=texts)).sizes
+        return (
+            RowEncoder(SinkOptions.parse({"queue": "q"}), "q", 0, 0, "position")
+            .encode(rows(data=texts))
+            .sizes
+        )
 
     assert chunk_bounds(sizes(["a" * 1000] * 10), 4, 10**9) == [(0, 4), (4, 8), (8, 10)]
     assert chunk_bounds(sizes(["a" * 1000] * 7), 100, 3 * one) == [(0, 3), (3, 6), (6, 7)]
-    assert chunk_bounds(sizes(["é" * 500] * 4), 100, 3 * one) == [(0, 3), (3, 4)]  # UTF-8 bytes, not characters
+    assert chunk_bounds(sizes(["é" * 500] * 4), 100, 3 * one) == [
+        (0, 3),
+        (3, 4),
+    ]  # UTF-8 bytes, not characters
     assert chunk_bounds(sizes(["a" * 10**6, "b"]), 100, 1024) == [(0, 1), (1, 2)]  # at least one row each
     assert chunk_bounds(sizes([None, "1"]), 100, 10**6) == [(0, 2)]
 
 
 def test_each_partition_is_read_by_one_task_in_offset_order() -> None:
-    ranges = [OffsetRange("a", 0, 100), OffsetRange("b", 0, 10), OffsetRange("c", 5, 65), OffsetRange("a", 100, 130)]
+    ranges = [
+        OffsetRange("a", 0, 100),
+        OffsetRange("b", 0, 10),
+        OffsetRange("c", 5, 65),
+        OffsetRange("a", 100, 130),
+    ]
     tasks = plan_tasks(ranges, 2)
     assert [[(r.partition_id, r.after, r.upto) for r in task] for task in tasks] == [
-        [("a", 0, 100), ("a", 100, 130)], [("b", 0, 10), ("c", 5, 65)]]
-    assert plan_tasks(ranges, 8) == [[ranges[0], ranges[3]], [ranges[1]], [ranges[2]]]  # no more tasks than partitions
+        [("a", 0, 100), ("a", 100, 130)],
+        [("b", 0, 10), ("c", 5, 65)],
+    ]
+    assert plan_tasks(ranges, 8) == [
+        [ranges[0], ranges[3]],
+        [ranges[1]],
+        [ranges[2]],
+    ]  # no more tasks than partitions
     assert plan_tasks([OffsetRange("a", 3, 3)], 2) == []
     assert plan_tasks(ranges, 2) == tasks  # deterministic: a replayed batch reads the same tasks
 
@@ -248,13 +300,26 @@ def test_binary_blocks_become_the_same_arrow_batch_as_json_blocks() -> None:
 
     texts = [['{"a": 1}', '"é"'], [], ["[1, 2, 3]"]]
     blob = memoryview("".join(t for block in texts for t in block).encode())
-    common = [{"partitionId": f"{PID[:-1]}{i}", "partition": f"p{i}", "queue": "q", "offsets": list(range(len(t))),
-               "transactionIds": [f"t{j}" for j in range(len(t))],
-               "createdAtUs": [1_795_000_000_000_000] * len(t), "traceIds": [None] * len(t),
-               "producerSubs": ["sub"] * len(t)} for i, t in enumerate(texts)]
+    common = [
+        {
+            "partitionId": f"{PID[:-1]}{i}",
+            "partition": f"p{i}",
+            "queue": "q",
+            "offsets": list(range(len(t))),
+            "transactionIds": [f"t{j}" for j in range(len(t))],
+            "createdAtUs": [1_795_000_000_000_000] * len(t),
+            "traceIds": [None] * len(t),
+            "producerSubs": ["sub"] * len(t),
+        }
+        for i, t in enumerate(texts)
+    ]
     as_json = blocks_to_arrow([{**c, "data": t} for c, t in zip(common, texts, strict=True)])
-    as_bytes = blocks_to_arrow([{**c, "dataBytes": [len(x.encode()) for x in t], "blob": blob}
-                                for c, t in zip(common, texts, strict=True)])
+    as_bytes = blocks_to_arrow(
+        [
+            {**c, "dataBytes": [len(x.encode()) for x in t], "blob": blob}
+            for c, t in zip(common, texts, strict=True)
+        ]
+    )
     assert as_bytes.schema == as_json.schema == arrow_schema()
     assert as_bytes.to_pylist() == as_json.to_pylist()
     assert [r["data"] for r in as_bytes.to_pylist()] == ['{"a": 1}', '"é"', "[1, 2, 3]"]

@@ -42,13 +42,35 @@ PRODUCE_S = 30.0  # long enough for KILL_TRIES caught batches and the driver kil
 
 def task_failed(driver_log: str) -> bool:
     """Whether Spark logged a task that failed (its Python worker killed under it)."""
-    return any(line in driver_log for line in ("Python worker exited unexpectedly", "Lost task", "Exception in task"))
+    return any(
+        line in driver_log for line in ("Python worker exited unexpectedly", "Lost task", "Exception in task")
+    )
 
 
-def driver(broker: Any, source: str, target: str, group: str, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, str(SCRIPT), "--driver", "--url", broker.url, "--source", source, "--target", target,
-               "--group", group, "--checkpoint", str(checkpoint), "--master", "local[2,3]", "--max-per-trigger",
-               str(PER_TRIGGER), "--commit", "direct"]
+def driver(
+    broker: Any, source: str, target: str, group: str, checkpoint: Path, log: Path
+) -> subprocess.Popen[bytes]:
+    command = [
+        sys.executable,
+        str(SCRIPT),
+        "--driver",
+        "--url",
+        broker.url,
+        "--source",
+        source,
+        "--target",
+        target,
+        "--group",
+        group,
+        "--checkpoint",
+        str(checkpoint),
+        "--master",
+        "local[2,3]",
+        "--max-per-trigger",
+        str(PER_TRIGGER),
+        "--commit",
+        "direct",
+    ]
     with log.open("ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -68,7 +90,8 @@ def pushed_uncommitted(database_url: str, query: str) -> int:
             "WHERE t.query_id = %s AND NOT EXISTS "
             "(SELECT 1 FROM queen.spark_sink_batches b "
             "WHERE b.query_id = t.query_id AND b.batch_id = t.batch_id)",
-            (query,)).fetchone()
+            (query,),
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
@@ -113,14 +136,16 @@ def executor_workers(root: int) -> list[int]:
 
 
 def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_once(
-        spark, broker, tmp_path: Path) -> None:
+    spark, broker, tmp_path: Path
+) -> None:
     source, target, group = unique("deo-src"), unique("deo-dst"), unique("deo-g")
     checkpoint, log = tmp_path / "ck", tmp_path / "driver.log"
     configure(broker.url, source)
     configure(broker.url, target)
     done = threading.Event()
-    producer = threading.Thread(target=script.produce, args=(broker.url, source, MESSAGES, 4, PRODUCE_S, done, 64),
-                                daemon=True)
+    producer = threading.Thread(
+        target=script.produce, args=(broker.url, source, MESSAGES, 4, PRODUCE_S, done, 64), daemon=True
+    )
     producer.start()
 
     child = driver(broker, source, target, group, checkpoint, log)
@@ -157,8 +182,9 @@ def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_
     producer.join()
 
     # 3. the rest, from the same checkpoint (the killed batch is replayed first)
-    query = script.copy_query(spark, broker.url, source, target, group, str(checkpoint), PER_TRIGGER, drain=True,
-                              commit="direct")
+    query = script.copy_query(
+        spark, broker.url, source, target, group, str(checkpoint), PER_TRIGGER, drain=True, commit="direct"
+    )
     try:
         assert query.awaitTermination(180)
     finally:
@@ -166,7 +192,13 @@ def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_
     assert query.exception() is None
 
     assert script.verify(broker.url, source, target) == {
-        "source": MESSAGES, "target": MESSAGES, "duplicates": 0, "missing": 0, "out_of_order": 0, "foreign": 0}
+        "source": MESSAGES,
+        "target": MESSAGES,
+        "duplicates": 0,
+        "missing": 0,
+        "out_of_order": 0,
+        "foreign": 0,
+    }
     src = {name: ms for name, ms in read_queue(broker.url, source).items() if ms}
     dst = {name: ms for name, ms in read_queue(broker.url, target).items() if ms}
     assert sorted(src) == sorted(dst) == ["p0", "p1", "p2", "p3"]
@@ -177,5 +209,7 @@ def test_direct_copy_survives_sigkill_of_executors_and_driver_with_each_message_
             "SELECT (SELECT coalesce(sum(pushed), 0) FROM queen.spark_sink_batches WHERE query_id = %(q)s), "
             "(SELECT bool_and(direct) FROM queen.spark_sink_batches WHERE query_id = %(q)s), "
             "(SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = %(q)s), "
-            "(SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = %(q)s)", {"q": str(query.id)}).fetchone()
+            "(SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = %(q)s)",
+            {"q": str(query.id)},
+        ).fetchone()
     assert row == (MESSAGES, True, 0, 0)

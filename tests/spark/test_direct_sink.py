@@ -23,18 +23,24 @@ pytestmark = pytest.mark.spark
 
 def sink_batches(database_url: str, queue_id: str) -> list[tuple[int, int, bool]]:
     with psycopg.connect(database_url) as conn:
-        return [tuple(row) for row in conn.execute(
-            "SELECT batch_id, pushed, direct FROM queen.spark_sink_batches "
-            "WHERE query_id = %s ORDER BY batch_id",
-            (queue_id,)).fetchall()]
+        return [
+            tuple(row)
+            for row in conn.execute(
+                "SELECT batch_id, pushed, direct FROM queen.spark_sink_batches "
+                "WHERE query_id = %s ORDER BY batch_id",
+                (queue_id,),
+            ).fetchall()
+        ]
 
 
 def leftovers(database_url: str, query_id: str) -> tuple[int, int]:
     """Staging rows and uncommitted direct task rows of a query."""
     with psycopg.connect(database_url) as conn:
-        row = conn.execute("SELECT (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = %(q)s), "
-                           "(SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = %(q)s)",
-                           {"q": query_id}).fetchone()
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM queen.spark_staging_rows WHERE query_id = %(q)s), "
+            "(SELECT count(*) FROM queen.spark_direct_tasks WHERE query_id = %(q)s)",
+            {"q": query_id},
+        ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -55,16 +61,27 @@ def test_a_direct_copy_keeps_each_partition_in_order(spark, broker, tmp_path: Pa
     for name, count in sent.items():
         push(broker.url, source, name, [{"p": name, "i": i} for i in range(count)], f"{name}")
     query = run(
-        spark.readStream.format("queen").option("url", broker.url).option("queue", source)
-        .option("minTasks", "4").option("messagesPerTask", "300").option("maxMessagesPerTrigger", "1000").load()
+        spark.readStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", source)
+        .option("minTasks", "4")
+        .option("messagesPerTask", "300")
+        .option("maxMessagesPerTrigger", "1000")
+        .load()
         .select("data", "partition", "partitionId", "offset")
-        .writeStream.format("queen").option("url", broker.url).option("queue", target)
+        .writeStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", target)
         .option("stageBatchSize", "100")  # many requests per task: concurrent tasks would interleave them
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     copied = read_queue(broker.url, target)
     for name, count in sent.items():
         assert [json.loads(m["data"]) if isinstance(m["data"], str) else m["data"] for m in copied[name]] == [
-            {"p": name, "i": i} for i in range(count)]
+            {"p": name, "i": i} for i in range(count)
+        ]
     batches = sink_batches(broker.database_url, str(query.id))
     assert len(batches) >= 3 and all(direct for _, _, direct in batches)
     assert sum(pushed for _, pushed, _ in batches) == sum(sent.values())
@@ -76,11 +93,19 @@ def test_rows_without_a_stable_identity_fall_back_to_staged_commits(spark, broke
     configure(broker.url, source)
     push(broker.url, source, "p", [{"i": i} for i in range(300)], "fb")
     query = run(
-        spark.readStream.format("queen").option("url", broker.url).option("queue", source)
-        .option("maxMessagesPerTrigger", "100").load()
+        spark.readStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", "100")
+        .load()
         .select("data", "partition")  # no partitionId and offset: a row's place in a task is all it has
-        .writeStream.format("queen").option("url", broker.url).option("queue", target)
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        .writeStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", target)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert [m["data"]["i"] for m in read_queue(broker.url, target)["p"]] == list(range(300))
     batches = sink_batches(broker.database_url, str(query.id))
     assert len(batches) == 3 and not any(direct for _, _, direct in batches)
@@ -93,14 +118,25 @@ def test_staged_stays_selectable(spark, broker, tmp_path: Path) -> None:
     configure(broker.url, source)
     push(broker.url, source, "p", [{"i": i} for i in range(200)], "st")
     query = run(
-        spark.readStream.format("queen").option("url", broker.url).option("queue", source).load()
-        .writeStream.format("queen").option("url", broker.url).option("queue", target).option("commit", "staged")
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        spark.readStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", source)
+        .load()
+        .writeStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", target)
+        .option("commit", "staged")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert [m["data"]["i"] for m in read_queue(broker.url, target)["p"]] == list(range(200))
     assert [direct for _, _, direct in sink_batches(broker.database_url, str(query.id))] == [False]
 
 
-def test_a_windowed_count_in_append_mode_commits_directly_with_id_columns(spark, broker, tmp_path: Path) -> None:
+def test_a_windowed_count_in_append_mode_commits_directly_with_id_columns(
+    spark, broker, tmp_path: Path
+) -> None:
     from pyspark.sql import functions as F
 
     source, target = unique("wa-src"), unique("wa-dst")
@@ -113,21 +149,37 @@ def test_a_windowed_count_in_append_mode_commits_directly_with_id_columns(spark,
         events.append({"key": f"k{rng.randrange(3)}", "at": at.isoformat()})
     for lo in range(0, len(events), 400):  # three partitions in step
         for p in range(3):
-            push(broker.url, source, f"p{p}", events[lo + p:lo + 400:3], f"wa-{p}-{lo}")
+            push(broker.url, source, f"p{p}", events[lo + p : lo + 400 : 3], f"wa-{p}-{lo}")
     schema = "key STRING, at TIMESTAMP"
     windows = (
-        spark.readStream.format("queen").option("url", broker.url).option("queue", source)
-        .option("maxMessagesPerTrigger", "300").load()
-        .select(F.from_json("data", schema).alias("e")).select("e.*")
+        spark.readStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", "300")
+        .load()
+        .select(F.from_json("data", schema).alias("e"))
+        .select("e.*")
         .withWatermark("at", "10 seconds")
-        .groupBy(F.window("at", "1 minute"), "key").count()
-        .select(F.to_json(F.struct(F.col("window.start").cast("string").alias("start"), "key", "count")).alias("data"),
-                F.col("window.start").alias("window_start"), "key")
+        .groupBy(F.window("at", "1 minute"), "key")
+        .count()
+        .select(
+            F.to_json(F.struct(F.col("window.start").cast("string").alias("start"), "key", "count")).alias(
+                "data"
+            ),
+            F.col("window.start").alias("window_start"),
+            "key",
+        )
     )
     query = run(
-        windows.writeStream.format("queen").option("url", broker.url).option("queue", target)
-        .option("idColumns", "window_start,key").outputMode("append")
-        .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        windows.writeStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", target)
+        .option("idColumns", "window_start,key")
+        .outputMode("append")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     emitted = [m["data"] for m in read_queue(broker.url, target).get("Default", [])]
     expected = Counter()
     for event in events:

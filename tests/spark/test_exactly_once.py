@@ -24,7 +24,9 @@ SCRIPT = Path(script.__file__).resolve()
 
 
 @pytest.mark.parametrize("commit", ["sync", "pipelined"])
-def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tmp_path: Path, commit: str) -> None:
+def test_copy_survives_sigkill_with_each_message_once_in_order(
+    spark, broker, tmp_path: Path, commit: str
+) -> None:
     source, target, group, checkpoint = (
         unique("eo-src"),
         unique("eo-dst"),
@@ -71,8 +73,9 @@ def test_copy_survives_sigkill_with_each_message_once_in_order(spark, broker, tm
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SIGKILL 1" in result.stdout and "kills: 1" in result.stdout
 
-    query = script.copy_query(spark, broker.url, source, target, group, checkpoint, 2000, drain=True,
-                              commit=commit)
+    query = script.copy_query(
+        spark, broker.url, source, target, group, checkpoint, 2000, drain=True, commit=commit
+    )
     try:
         assert query.awaitTermination(180)
     finally:

@@ -28,15 +28,22 @@ def load(name: str) -> ModuleType:
 
 
 def test_streams_and_spark_emit_identical_windows(spark, broker, tmp_path: Path) -> None:
-    data, streams, on_spark = load("window_count_data"), load("streams_window_count"), load("spark_window_count")
+    data, streams, on_spark = (
+        load("window_count_data"),
+        load("streams_window_count"),
+        load("spark_window_count"),
+    )
     events = data.make_events(1500, keys=4, minutes=6, seed=21)
     source = unique("clicks")
     produced = data.produce(broker.url, source, events)
 
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}  # Queen() installs its own
+    saved = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)
+    }  # Queen() installs its own
     try:
-        by_streams = asyncio.run(streams.run_window_count(broker.url, source, f"{source}.streams",
-                                                          unique("wc"), produced))
+        by_streams = asyncio.run(
+            streams.run_window_count(broker.url, source, f"{source}.streams", unique("wc"), produced)
+        )
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)

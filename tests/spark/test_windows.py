@@ -44,15 +44,18 @@ def prepared(example: ModuleType, broker: Any) -> Any:
     return found
 
 
-def test_late_readings_go_to_the_late_queue(example: ModuleType, prepared: Any, spark: Any,
-                                            tmp_path: Path) -> None:
+def test_late_readings_go_to_the_late_queue(
+    example: ModuleType, prepared: Any, spark: Any, tmp_path: Path
+) -> None:
     result = example.run_windows(spark, prepared, (), checkpoint=str(tmp_path))
     assert sorted(result.late_spark) == sorted(prepared.late)
     assert len(result.late_spark) == len(set(result.late_spark))
 
 
 @pytest.mark.parametrize("kind", ["tumbling", "sliding", "session"])
-def test_windows_equal_python(example: ModuleType, prepared: Any, spark: Any, kind: str, tmp_path: Path) -> None:
+def test_windows_equal_python(
+    example: ModuleType, prepared: Any, spark: Any, kind: str, tmp_path: Path
+) -> None:
     result = example.run_windows(spark, prepared, (kind,), checkpoint=str(tmp_path), route=False)
     python = result.python[kind]
     assert len(python) > 50

@@ -25,5 +25,10 @@ class StandaloneCluster:
 
     def daemon(self, action: str, role: str, instance: int, *args: str) -> None:
         script = self.home / "sbin" / "spark-daemon.sh"
-        subprocess.run(["bash", str(script), action, f"org.apache.spark.deploy.{role}", str(instance), *args],
-                       env=self.env, check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            ["bash", str(script), action, f"org.apache.spark.deploy.{role}", str(instance), *args],
+            env=self.env,
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )

@@ -48,20 +48,47 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
     home = spark_home()
     base = tmp_path_factory.mktemp("standalone")
     port, ui_port = free_port(), free_port()
-    env = {**os.environ, "SPARK_HOME": str(home), "SPARK_LOG_DIR": str(base / "logs"),
-           "SPARK_PID_DIR": str(base / "pids"), "SPARK_WORKER_DIR": str(base / "work"),
-           "SPARK_IDENT_STRING": f"queenpy-{port}", "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable}
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOG_DIR": str(base / "logs"),
+        "SPARK_PID_DIR": str(base / "pids"),
+        "SPARK_WORKER_DIR": str(base / "work"),
+        "SPARK_IDENT_STRING": f"queenpy-{port}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
     env.pop("SPARK_NO_DAEMONIZE", None)  # set (even empty) it keeps spark-daemon.sh in the foreground
     running = StandaloneCluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", home, env)
     started: list[tuple[str, int]] = []
     try:
-        running.daemon("start", "master.Master", 1, "--host", "127.0.0.1", "--port", str(port),
-                       "--webui-port", str(ui_port))
+        running.daemon(
+            "start",
+            "master.Master",
+            1,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(ui_port),
+        )
         started.append(("master.Master", 1))
         for n in range(1, WORKERS + 1):
-            running.daemon("start", "worker.Worker", n, "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                           "--webui-port", "0", running.master)
+            running.daemon(
+                "start",
+                "worker.Worker",
+                n,
+                "--host",
+                "127.0.0.1",
+                "--cores",
+                "1",
+                "--memory",
+                "1g",
+                "--webui-port",
+                "0",
+                running.master,
+            )
             started.append(("worker.Worker", n))
         deadline = time.monotonic() + 120
         alive = 0

@@ -11,9 +11,15 @@ from queenpy.chaos.load import Ledger, drain
 
 def test_acknowledged_means_queued_duplicate_or_buffered() -> None:
     ledger = Ledger()
-    retry = ledger.record_push(["a", "b", "c", "d", "e"], [
-        {"status": "queued"}, {"status": "duplicate"}, {"status": "buffered"},
-        {"status": "failed", "error": "File buffer write failed: No space left on device"}])  # "e": no answer
+    retry = ledger.record_push(
+        ["a", "b", "c", "d", "e"],
+        [
+            {"status": "queued"},
+            {"status": "duplicate"},
+            {"status": "buffered"},
+            {"status": "failed", "error": "File buffer write failed: No space left on device"},
+        ],
+    )  # "e": no answer
     assert ledger.acknowledged == {"a", "b", "c"} and ledger.buffered == {"c"}
     assert retry == [3, 4]
     assert ledger.push_failures == {"failed: File buffer write failed: No space left on device": 1}

@@ -17,8 +17,12 @@ from queenpy.cli._common import Connection, OptionalQueueOption, client_command
 
 # commands that talk to no broker, or to one in their own way (spark run hands --url to a script)
 NOT_CLIENT_COMMANDS = {"serve", "bench", "chaos", "db", "spark"}
-CONNECTION_ENVVARS = {"--url": "QUEEN_URL", "--token": "QUEEN_TOKEN", "--json": "QUEEN_JSON",
-                      "--verbose": "QUEEN_VERBOSE"}
+CONNECTION_ENVVARS = {
+    "--url": "QUEEN_URL",
+    "--token": "QUEEN_TOKEN",
+    "--json": "QUEEN_JSON",
+    "--verbose": "QUEEN_VERBOSE",
+}
 
 
 def client_commands() -> list[tuple[str, Any]]:
@@ -40,20 +44,37 @@ def client_commands() -> list[tuple[str, Any]]:
 
 def test_every_client_command_takes_the_connection_options_with_their_variables() -> None:
     commands = client_commands()
-    assert {path for path, _ in commands} >= {"push", "pop", "consume", "configure", "status", "queues",
-                                              "queues describe", "groups seek", "dlq", "dlq replay",
-                                              "messages ls", "maintenance", "maintenance on"}
+    assert {path for path, _ in commands} >= {
+        "push",
+        "pop",
+        "consume",
+        "configure",
+        "status",
+        "queues",
+        "queues describe",
+        "groups seek",
+        "dlq",
+        "dlq replay",
+        "messages ls",
+        "maintenance",
+        "maintenance on",
+    }
     for path, command in commands:
         if path == "messages":  # a group without a default command: nothing to connect for
             continue
         options = {param.opts[0]: param for param in command.params if param.param_type_name == "option"}
-        expected = {flag: variable for flag, variable in CONNECTION_ENVVARS.items()
-                    if not (path == "consume" and flag == "--json")}  # consume prints JSON lines only
+        expected = {
+            flag: variable
+            for flag, variable in CONNECTION_ENVVARS.items()
+            if not (path == "consume" and flag == "--json")
+        }  # consume prints JSON lines only
         for flag, variable in expected.items():
             assert flag in options, f"queenpy {path} has no {flag}"
             assert options[flag].envvar == variable, f"queenpy {path} {flag}"
         # STYLE.md item 18: every option can come from an environment variable
-        assert [flag for flag, option in options.items() if not option.envvar and flag != "--help"] == [], path
+        assert [flag for flag, option in options.items() if not option.envvar and flag != "--help"] == [], (
+            path
+        )
 
 
 def toy_app() -> typer.Typer:
@@ -80,19 +101,32 @@ def toy_app() -> typer.Typer:
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    done = CliRunner().invoke(toy_app(), list(args), env={"QUEEN_URL": None, "QUEEN_QUEUE": None,
-                                                            "QUEEN_JSON": None, **(env or {})})
+    done = CliRunner().invoke(
+        toy_app(), list(args), env={"QUEEN_URL": None, "QUEEN_QUEUE": None, "QUEEN_JSON": None, **(env or {})}
+    )
     assert done.exit_code == 0, done.output
     answer: dict[str, Any] = json.loads(done.output)
     return answer
 
 
 def test_defaults_and_the_options_after_the_subcommand() -> None:
-    assert invoke("show") == {"command": "show", "queue": None, "url": "http://localhost:6632", "token": None,
-                              "json_output": False, "verbose": False}
+    assert invoke("show") == {
+        "command": "show",
+        "queue": None,
+        "url": "http://localhost:6632",
+        "token": None,
+        "json_output": False,
+        "verbose": False,
+    }
     shown = invoke("show", "--url", "http://b:1", "--token", "t", "--json", "-v", "-q", "q1")
-    assert shown == {"command": "show", "queue": "q1", "url": "http://b:1", "token": "t", "json_output": True,
-                     "verbose": True}
+    assert shown == {
+        "command": "show",
+        "queue": "q1",
+        "url": "http://b:1",
+        "token": "t",
+        "json_output": True,
+        "verbose": True,
+    }
     assert invoke("--json", "-q", "q1")["command"] == "group"  # the callback as the default command
 
 
@@ -100,7 +134,9 @@ def test_options_given_to_the_group_reach_the_subcommand() -> None:
     shown = invoke("--url", "http://group:1", "-q", "from-group", "--json", "show")
     assert (shown["url"], shown["queue"], shown["json_output"]) == ("http://group:1", "from-group", True)
     # the subcommand's own command line wins
-    shown = invoke("--url", "http://group:1", "-q", "from-group", "show", "-q", "own", "--url", "http://own:1")
+    shown = invoke(
+        "--url", "http://group:1", "-q", "from-group", "show", "-q", "own", "--url", "http://own:1"
+    )
     assert (shown["url"], shown["queue"]) == ("http://own:1", "own")
 
 

@@ -686,7 +686,12 @@ def test_cli_push_honours_a_partition_key_per_json_line() -> None:
 
     from queenpy.cli.messages import _partition_runs
 
-    items = [{"data": 1, "partition": "a"}, {"data": 2, "partition": "a"}, {"x": 3}, {"data": 4, "partition": "b"}]
+    items = [
+        {"data": 1, "partition": "a"},
+        {"data": 2, "partition": "a"},
+        {"x": 3},
+        {"data": 4, "partition": "b"},
+    ]
     assert _partition_runs(items, None) == [("a", items[:2]), (None, [items[2]]), ("b", [items[3]])]
     assert _partition_runs([{"x": 1}], "dflt") == [("dflt", [{"x": 1}])]
     with pytest.raises(ValueError, match="partition must be a string"):

@@ -120,8 +120,11 @@ def test_public_surface_is_explicit() -> None:
     import types
 
     # submodules (``queenpy.client._async``) appear as attributes once imported; they are not the surface
-    public = {name for name, value in vars(client_package).items()
-              if not name.startswith("_") and not isinstance(value, types.ModuleType)} - {"annotations"}
+    public = {
+        name
+        for name, value in vars(client_package).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    } - {"annotations"}
     assert public == exported
 
 

@@ -53,8 +53,14 @@ def _limit() -> None:
 
 def test_a_push_cut_short_by_a_full_disk_is_refused_and_the_file_keeps_whole_records(tmp_path: Path) -> None:
     directory = tmp_path / "buffers"
-    done = subprocess.run([sys.executable, "-c", CHILD, str(directory)], capture_output=True, text=True,
-                          timeout=60, preexec_fn=_limit, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=_limit,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout)
     assert outcome["refused"] > 0 and outcome["error"] == "File too large"  # the disk did fill up

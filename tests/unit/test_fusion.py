@@ -78,23 +78,46 @@ async def test_transactions_are_capped_by_operations_bytes_and_requests() -> Non
     alone."""
     procedure = RecordingProcedure()
     procedure.release.clear()
-    fusion = Fusion("transaction", procedure, max_batch_size=10, limit=StaticLimit(1), max_batch_bytes=1000,
-                    max_batch_requests=3)
+    fusion = Fusion(
+        "transaction",
+        procedure,
+        max_batch_size=10,
+        limit=StaticLimit(1),
+        max_batch_bytes=1000,
+        max_batch_requests=3,
+    )
     blocker = asyncio.create_task(fusion.submit([{"value": "x"}], weight=1, size_bytes=10))
     await asyncio.sleep(0)
-    sizes = [(4, 100), (4, 100), (4, 100),  # operations: the third would make 12
-             (1, 600), (1, 600),  # bytes: the second would make 1,300 with the two before
-             (20, 10),  # alone: more operations than a group may have
-             (1, 1), (1, 1), (1, 1), (1, 1)]  # requests: at most 3
-    tasks = [asyncio.create_task(fusion.submit([{"value": i}], weight=w, size_bytes=b))
-             for i, (w, b) in enumerate(sizes)]
+    sizes = [
+        (4, 100),
+        (4, 100),
+        (4, 100),  # operations: the third would make 12
+        (1, 600),
+        (1, 600),  # bytes: the second would make 1,300 with the two before
+        (20, 10),  # alone: more operations than a group may have
+        (1, 1),
+        (1, 1),
+        (1, 1),
+        (1, 1),
+    ]  # requests: at most 3
+    tasks = [
+        asyncio.create_task(fusion.submit([{"value": i}], weight=w, size_bytes=b))
+        for i, (w, b) in enumerate(sizes)
+    ]
     await asyncio.sleep(0)
     procedure.release.set()
     await blocker
     results = await asyncio.gather(*tasks)
     assert [r[0]["echo"] for r in results] == list(range(len(sizes)))
     assert [[item["value"] for item in b] for b in procedure.batches] == [
-        ["x"], [0, 1], [2, 3], [4], [5], [6, 7, 8], [9]]
+        ["x"],
+        [0, 1],
+        [2, 3],
+        [4],
+        [5],
+        [6, 7, 8],
+        [9],
+    ]
 
 
 async def test_an_error_reaches_every_request_of_the_batch_and_the_next_batch_still_runs() -> None:
@@ -260,8 +283,15 @@ async def test_push_answers_are_expanded_into_the_results_of_each_request() -> N
     async def procedure(payload: str) -> str:
         items = orjson.loads(payload)
         await release.wait()
-        answer = [[item["index"], "f" if item["payload"] == "full" else "d" if item.get("transactionId") == "t0"
-                   else "q", f"m{item['index']}", "p1"] for item in items]
+        answer = [
+            [
+                item["index"],
+                "f" if item["payload"] == "full" else "d" if item.get("transactionId") == "t0" else "q",
+                f"m{item['index']}",
+                "p1",
+            ]
+            for item in items
+        ]
         return orjson.dumps(list(reversed(answer))).decode()  # any order: results go by position
 
     fusion = Fusion("push", procedure, max_batch_size=100, limit=StaticLimit(1), decode=push_results)
@@ -269,14 +299,32 @@ async def test_push_answers_are_expanded_into_the_results_of_each_request() -> N
     await asyncio.sleep(0)
     fused = asyncio.gather(  # these two wait for the busy slot, then go as one call
         fusion.submit([{"queue": "q", "payload": 1, "transactionId": "t0", "traceId": "tr"}]),
-        fusion.submit([{"queue": "q", "payload": 2}, {"queue": "r", "payload": "full"}]))
+        fusion.submit([{"queue": "q", "payload": 2}, {"queue": "r", "payload": "full"}]),
+    )
     await asyncio.sleep(0)
     release.set()
     await busy
     first, second = await fused
-    assert first == [{"index": 0, "transaction_id": "t0", "status": "duplicate", "message_id": "m0",
-                      "partition_id": "p1", "trace_id": "tr", "queueName": "q"}]
-    assert second == [{"index": 1, "transaction_id": "m1", "status": "queued", "message_id": "m1",
-                       "partition_id": "p1", "trace_id": None, "queueName": "q"},
-                      {"index": 2, "transaction_id": "m2", "status": "failed", "error": "queue full",
-                       "queueName": "r"}]
+    assert first == [
+        {
+            "index": 0,
+            "transaction_id": "t0",
+            "status": "duplicate",
+            "message_id": "m0",
+            "partition_id": "p1",
+            "trace_id": "tr",
+            "queueName": "q",
+        }
+    ]
+    assert second == [
+        {
+            "index": 1,
+            "transaction_id": "m1",
+            "status": "queued",
+            "message_id": "m1",
+            "partition_id": "p1",
+            "trace_id": None,
+            "queueName": "q",
+        },
+        {"index": 2, "transaction_id": "m2", "status": "failed", "error": "queue full", "queueName": "r"},
+    ]

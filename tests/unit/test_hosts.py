@@ -1,4 +1,5 @@
-"""Host names are checked before a resolver sees them; multi-host DATABASE_URLs are split into checked pairs."""
+"""Host names are checked before a resolver sees them; multi-host DATABASE_URLs are split into checked
+pairs."""
 
 from __future__ import annotations
 
@@ -9,8 +10,20 @@ from queenpy.settings import Settings
 from queenpy.store.hosts import check_host, url_hosts
 
 
-@pytest.mark.parametrize("host", ["localhost", "db.example.com", "queen_db", "10.0.0.7", "::1", "[::1]",
-                                  "/var/run/postgresql", "bücher.de", "primary.svc.cluster.local."])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "localhost",
+        "db.example.com",
+        "queen_db",
+        "10.0.0.7",
+        "::1",
+        "[::1]",
+        "/var/run/postgresql",
+        "bücher.de",
+        "primary.svc.cluster.local.",
+    ],
+)
 def test_good_hosts_pass(host: str) -> None:
     assert check_host(host) == host
 
@@ -23,8 +36,9 @@ def test_bad_hosts_raise_value_error_not_unicode_error(host: str) -> None:
 
 
 def test_multi_host_urls_are_split_in_order() -> None:
-    assert url_hosts("postgresql://u@127.0.0.1:5433,127.0.0.1:5434/queen?target_session_attrs=read-write") == [
-        ("127.0.0.1", 5433), ("127.0.0.1", 5434)]
+    assert url_hosts(
+        "postgresql://u@127.0.0.1:5433,127.0.0.1:5434/queen?target_session_attrs=read-write"
+    ) == [("127.0.0.1", 5433), ("127.0.0.1", 5434)]
     assert url_hosts("postgresql://u:p@db1,[::1]:6000/q") == [("db1", None), ("::1", 6000)]
     assert url_hosts("postgresql://postgres:@/postgres?host=/tmp/sock") == [("/tmp/sock", None)]
     assert url_hosts("postgresql:///queen") == []

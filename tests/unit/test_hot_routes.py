@@ -56,8 +56,14 @@ def app() -> BrokerApp:
 
 
 def _scope(method: str, path: str) -> dict[str, Any]:
-    return {"type": "http", "method": method, "path": path, "root_path": "", "headers": [],
-            "query_string": b""}
+    return {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "root_path": "",
+        "headers": [],
+        "query_string": b"",
+    }
 
 
 def _starlette_match(app: BrokerApp, method: str, path: str) -> tuple[Route, dict[str, Any]] | None:
@@ -87,7 +93,8 @@ def test_the_dict_finds_what_the_router_finds(app: BrokerApp, method: str, path:
 
 def test_every_hot_endpoint_is_in_the_dict_and_nothing_else(app: BrokerApp) -> None:
     served = {(m, p) for (m, p) in app.hot.exact} | {
-        (m, "/".join(t.segments)) for (m, _, _), templates in app.hot.shaped.items() for t in templates}
+        (m, "/".join(t.segments)) for (m, _, _), templates in app.hot.shaped.items() for t in templates
+    }
     assert served == {(e.method, e.path) for e in messages.ENDPOINTS}
 
 

@@ -126,8 +126,14 @@ async def stream(_request: Request) -> StreamingResponse:
 
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
-    app = Starlette(routes=[Route("/small", small), Route("/big", big), Route("/echo", echo, methods=["POST"]),
-                            Route("/stream", stream)])
+    app = Starlette(
+        routes=[
+            Route("/small", small),
+            Route("/big", big),
+            Route("/echo", echo, methods=["POST"]),
+            Route("/stream", stream),
+        ]
+    )
     sock = bound_socket()  # handed to uvicorn: the port is never free for another process
     config = uvicorn.Config(app, http=CoalescingHttpToolsProtocol, lifespan="off", log_level="warning")
     instance = uvicorn.Server(config)
@@ -163,8 +169,11 @@ async def test_pipelined_requests_are_answered_in_order(server: str) -> None:
     host, port = server.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     bodies = [f"request {i}".encode() for i in range(10)]
-    writer.write(b"".join(b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b)
-                          for b in bodies))
+    writer.write(
+        b"".join(
+            b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b) for b in bodies
+        )
+    )
     await writer.drain()
     for body in bodies:
         status = await reader.readline()

@@ -17,10 +17,20 @@ from queenpy.server.routes.analytics import _bucket_of, _merge, bucket_minutes
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.mark.parametrize(("span", "minutes"), [
-    (timedelta(minutes=5), 1), (timedelta(hours=1), 1), (timedelta(hours=1, seconds=1), 5), (timedelta(hours=6), 5),
-    (timedelta(hours=7), 15), (timedelta(days=1), 15), (timedelta(days=2), 60), (timedelta(days=7), 60),
-    (timedelta(days=30), 360)])
+@pytest.mark.parametrize(
+    ("span", "minutes"),
+    [
+        (timedelta(minutes=5), 1),
+        (timedelta(hours=1), 1),
+        (timedelta(hours=1, seconds=1), 5),
+        (timedelta(hours=6), 5),
+        (timedelta(hours=7), 15),
+        (timedelta(days=1), 15),
+        (timedelta(days=2), 60),
+        (timedelta(days=7), 60),
+        (timedelta(days=30), 360),
+    ],
+)
 def test_bucket_minutes_follow_queen(span: timedelta, minutes: int) -> None:
     assert bucket_minutes(T0, T0 + span) == minutes
 
@@ -28,7 +38,9 @@ def test_bucket_minutes_follow_queen(span: timedelta, minutes: int) -> None:
 def test_minutes_fold_into_buckets() -> None:
     assert _bucket_of("2026-01-01T10:07:00.000Z", 5) == "2026-01-01T10:05:00.000Z"
     assert _bucket_of("2026-01-01T10:07:00.000Z", 60) == "2026-01-01T10:00:00.000Z"
-    folded = _merge([(2, {"avg": 10, "min": 5, "max": 20, "last": 7}), (6, {"avg": 2, "min": 1, "max": 3, "last": 4})])
+    folded = _merge(
+        [(2, {"avg": 10, "min": 5, "max": 20, "last": 7}), (6, {"avg": 2, "min": 1, "max": 3, "last": 4})]
+    )
     assert folded == {"avg": 4.0, "min": 1, "max": 20, "last": 4}  # weighted by samples, last of the newest
 
 
@@ -41,7 +53,9 @@ def test_bad_timestamps_name_the_parameter(raw: str) -> None:
 def test_window_order_and_choices() -> None:
     start, end = v.query_window({"from": "2024-01-01T00:00:00Z", "to": "2024-01-02T00:00:00+01:00"})
     assert start is not None and end is not None and start < end
-    assert v.query_time({"to": "2024-01-01T00:00:00"}, "to") == datetime(2024, 1, 1, tzinfo=UTC)  # naive is UTC
+    assert v.query_time({"to": "2024-01-01T00:00:00"}, "to") == datetime(
+        2024, 1, 1, tzinfo=UTC
+    )  # naive is UTC
     with pytest.raises(InvalidRequest, match="from must not be after to"):
         v.query_window({"from": "2024-02-01", "to": "2024-01-01"})
     assert v.query_choice({}, "status", ("a", "b"), default="a") == "a"

@@ -19,8 +19,12 @@ VALUES = [0.0, 0.0005, 0.001, 0.0011, 0.01, 0.5, 1.0, 1.5, 30.0, 0.001]
 
 def _samples(registry: CollectorRegistry) -> list[tuple[str, dict[str, str], float]]:
     """Every sample but the creation time (which differs between two histograms)."""
-    return [(s.name, s.labels, s.value) for family in registry.collect() for s in family.samples
-            if not s.name.endswith("_created")]
+    return [
+        (s.name, s.labels, s.value)
+        for family in registry.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    ]
 
 
 def _histogram(registry: CollectorRegistry) -> Histogram:
@@ -59,8 +63,15 @@ def test_the_worker_flushes_its_tallies_when_it_samples() -> None:
 
     push = {"method": "POST", "route": "/api/v1/push"}
     assert count("queen_http_request_duration_seconds_count", push) == 0
-    numbers = {"poolSize": 1.0, "poolIdle": 1.0, "poolActive": 0.0, "rssBytes": 1.0, "parked": 0.0,
-               "cpuPercent": 0.0, "eventLoopLagMs": 0.0}
+    numbers = {
+        "poolSize": 1.0,
+        "poolIdle": 1.0,
+        "poolActive": 0.0,
+        "rssBytes": 1.0,
+        "parked": 0.0,
+        "cpuPercent": 0.0,
+        "eventLoopLagMs": 0.0,
+    }
     instruments.sample(numbers, 0.0, 0.0, 1.0, {})
     assert count("queen_http_request_duration_seconds_count", push) == 1
     assert count("queen_fusion_batch_size_sum", {"op": "push"}) == 7
@@ -74,8 +85,10 @@ async def _call(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes
     """Run ``app`` on one request whose body arrives in ``chunks``; returns what it sent."""
     sent: list[Message] = []
     scope: Scope = {"type": "http", "method": "POST", "path": "/api/v1/push", "headers": headers}
-    queue = [{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
-             for i, chunk in enumerate(chunks)]
+    queue = [
+        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
 
     async def receive() -> Message:
         return queue.pop(0) if queue else {"type": "http.disconnect"}

@@ -193,6 +193,13 @@ def test_earliest_starts_after_what_retention_removed() -> None:
     heads, earliests = {A: 10, B: 20, C: 0}, {A: 4, B: 0}
     assert resolve_starting_offsets(StartingOffsets("earliest"), heads, None, earliests) == {A: 4, B: 0, C: 0}
     assert resolve_starting_offsets(StartingOffsets("json", {A: -2, B: 2}), heads, None, earliests) == {
-        A: 4, B: 2, C: 0}
-    assert resolve_starting_offsets(StartingOffsets("json", {B: 2}), heads, None, earliests) == {A: 4, B: 2, C: 0}
+        A: 4,
+        B: 2,
+        C: 0,
+    }
+    assert resolve_starting_offsets(StartingOffsets("json", {B: 2}), heads, None, earliests) == {
+        A: 4,
+        B: 2,
+        C: 0,
+    }
     assert resolve_starting_offsets(StartingOffsets("group"), heads, {A: 1}, earliests) == {A: 1, B: 0, C: 0}

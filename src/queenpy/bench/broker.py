@@ -22,9 +22,17 @@ class Broker(BrokerProcess):
     URL, :attr:`pid` the supervisor's pid (the worker processes are its children), :attr:`env` the settings
     the run gave it (recorded in the run's document). Its log is ``workdir/broker.log``."""
 
-    def __init__(self, database_url: str, workdir: Path, workers: int | None = None,
-                 env: dict[str, str] | None = None, python: str = sys.executable) -> None:
-        super().__init__(database_url, workdir / "broker.log", workers=workers or None, env=env, python=python)
+    def __init__(
+        self,
+        database_url: str,
+        workdir: Path,
+        workers: int | None = None,
+        env: dict[str, str] | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        super().__init__(
+            database_url, workdir / "broker.log", workers=workers or None, env=env, python=python
+        )
         self.launch()
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:

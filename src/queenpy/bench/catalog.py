@@ -295,8 +295,8 @@ SCENARIOS: list[Scenario] = [
         mode="read",
         initial_rate=20_000,
     ),
-    # scale: ``partitions`` = the big queue's partitions (QUEENPY_SCALE_PARTITIONS overrides it), 10 messages of
-    # 200 B each and 10 consumer groups half-way; measured next to a queue of 100 (kinds/scale.py)
+    # scale: ``partitions`` = the big queue's partitions (QUEENPY_SCALE_PARTITIONS overrides it), 10 messages
+    # of 200 B each and 10 consumer groups half-way; measured next to a queue of 100 (kinds/scale.py)
     Scenario(
         "scale-1m",
         "scale",

@@ -26,12 +26,29 @@ from queenpy.bench.procfs import SamplerThread, local_postmaster
 from queenpy.harness import PrivatePostgres as HarnessPostgres
 from queenpy.store.embedded import postgres_program
 
-__all__ = ["BenchError", "BenchServer", "ExternalPostgres", "PgbenchProcess", "PgbenchRun", "PrivatePostgres",
-           "Sql", "postgres_process_kind", "wait_for_clients"]
+__all__ = [
+    "BenchError",
+    "BenchServer",
+    "ExternalPostgres",
+    "PgbenchProcess",
+    "PgbenchRun",
+    "PrivatePostgres",
+    "Sql",
+    "postgres_process_kind",
+    "wait_for_clients",
+]
 
 # PostgreSQL's auxiliary processes, by the title they set (``postgres: <title>``); anything else is a backend
-_AUXILIARY = ("autovacuum worker", "autovacuum launcher", "walwriter", "checkpointer", "background writer",
-              "logical replication launcher", "archiver", "walsender")
+_AUXILIARY = (
+    "autovacuum worker",
+    "autovacuum launcher",
+    "walwriter",
+    "checkpointer",
+    "background writer",
+    "logical replication launcher",
+    "archiver",
+    "walsender",
+)
 
 
 def postgres_process_kind(pid: int) -> str:
@@ -44,7 +61,7 @@ def postgres_process_kind(pid: int) -> str:
         return "gone"
     if not title.startswith("postgres: "):
         return "postmaster"
-    rest = title[len("postgres: "):]
+    rest = title[len("postgres: ") :]
     return next((kind for kind in _AUXILIARY if rest.startswith(kind)), "backend")
 
 
@@ -108,14 +125,18 @@ class ExternalPostgres:
         except (OSError, asyncpg.PostgresError) as exc:
             raise BenchError(f"cannot connect to {_redacted(url)}: {exc}") from exc
         try:
-            row = sql.fetchrow("SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8, "
-                               "host(inet_server_addr()), current_setting('port'), current_database()")
+            row = sql.fetchrow(
+                "SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8, "
+                "host(inet_server_addr()), current_setting('port'), current_database()"
+            )
             self.pid = local_postmaster(int(row[0]), float(row[1]))  # while the backend is alive
         finally:
             sql.close()
-        self.origin = (f"external ({row[2] or 'Unix socket'}:{row[3]}/{row[4]}; "
-                       + ("its processes are on this machine)" if self.pid else
-                          "its processes are not visible here, so its CPU is not measured)"))
+        self.origin = f"external ({row[2] or 'Unix socket'}:{row[3]}/{row[4]}; " + (
+            "its processes are on this machine)"
+            if self.pid
+            else "its processes are not visible here, so its CPU is not measured)"
+        )
 
     def stop(self) -> None:
         """Nothing to stop: the server is the user's."""
@@ -136,8 +157,10 @@ class WaitSampler(SamplerThread):
     plus ``active_backends``, the mean number of active backends per sample.
     """
 
-    QUERY = ("SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
-             "WHERE backend_type = 'client backend' AND state = 'active' AND pid <> pg_backend_pid()")
+    QUERY = (
+        "SELECT coalesce(wait_event_type || ':' || wait_event, 'CPU') FROM pg_stat_activity "
+        "WHERE backend_type = 'client backend' AND state = 'active' AND pid <> pg_backend_pid()"
+    )
 
     def __init__(self, url: str, interval_s: float = 0.05) -> None:
         super().__init__("queenbench-waits", interval_s)
@@ -181,7 +204,8 @@ class Sql:
     def __init__(self, url: str) -> None:
         self._loop = asyncio.new_event_loop()
         self._conn: asyncpg.Connection = self._loop.run_until_complete(
-            asyncpg.connect(url, server_settings={"application_name": "queenbench"}))
+            asyncpg.connect(url, server_settings={"application_name": "queenbench"})
+        )
 
     def execute(self, query: str, *args: Any) -> None:
         self._loop.run_until_complete(self._conn.execute(query, *args))
@@ -216,10 +240,30 @@ class PgbenchProcess:
     so the caller can measure a window inside the run (after the connections are made and a warm-up), as it
     does for the broker. :meth:`finish` waits for it and raises :class:`BenchError` on failure."""
 
-    def __init__(self, server: BenchServer, script: Path, clients: int, seconds: int,
-                 log_dir: Path | None = None, threads: int = 2, protocol: str = "prepared") -> None:
-        args = [str(server.pgbench), "-n", "-M", protocol, "-c", str(clients), "-j", str(min(threads, clients)),
-                "-T", str(max(1, seconds)), "-f", str(script)]
+    def __init__(
+        self,
+        server: BenchServer,
+        script: Path,
+        clients: int,
+        seconds: int,
+        log_dir: Path | None = None,
+        threads: int = 2,
+        protocol: str = "prepared",
+    ) -> None:
+        args = [
+            str(server.pgbench),
+            "-n",
+            "-M",
+            protocol,
+            "-c",
+            str(clients),
+            "-j",
+            str(min(threads, clients)),
+            "-T",
+            str(max(1, seconds)),
+            "-f",
+            str(script),
+        ]
         self.log_dir = log_dir
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -229,7 +273,9 @@ class PgbenchProcess:
         self.out_path = script.with_suffix(".out")
         self._ended: tuple[int, Any] | None = None  # (wait status, rusage) once reaped
         with open(self.out_path, "w") as out:
-            self.process = subprocess.Popen(args + server.pgbench_connection, stdout=out, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                args + server.pgbench_connection, stdout=out, stderr=subprocess.STDOUT
+            )
 
     def running(self) -> bool:
         """Whether pgbench still runs (reaped here when it has ended, its status and CPU kept)."""
@@ -267,8 +313,10 @@ class PgbenchProcess:
         return PgbenchRun(parse_pgbench(output), latencies, usage.ru_utime + usage.ru_stime, output)
 
 
-Q_PGBENCH_CLIENTS = ("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench' "
-                     "AND datname = current_database()")
+Q_PGBENCH_CLIENTS = (
+    "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgbench' "
+    "AND datname = current_database()"
+)
 
 
 def wait_for_clients(sql: Sql, clients: int, timeout_s: float = 30.0) -> None:

@@ -24,8 +24,16 @@ from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
 from queenpy.errors import QueenError
 from queenpy.harness import PrivatePostgres
 
-__all__ = ["Context", "Profile", "Result", "configure_queue", "fill", "partition_states", "run_under_load",
-           "stored_ids"]
+__all__ = [
+    "Context",
+    "Profile",
+    "Result",
+    "configure_queue",
+    "fill",
+    "partition_states",
+    "run_under_load",
+    "stored_ids",
+]
 
 
 @dataclass(frozen=True)
@@ -54,14 +62,44 @@ class Profile:
     @classmethod
     def of(cls, quick: bool) -> Profile:
         if quick:
-            return cls(quick=True, warmup_s=3, after_s=4, outage_s=8, lease_s=4, producers=3, consumers=3,
-                       rate=600, handoff_rate=80, handoff_consumers=2, handoff_pause_ms=10, handoff_after_s=4,
-                       drain_s=30,
-                       buffer_kib=64, buffer_outage_s=6, promote_after_s=3, failover_after_s=12)
-        return cls(quick=False, warmup_s=10, after_s=30, outage_s=60, lease_s=10, producers=4, consumers=4,
-                   rate=1000, handoff_rate=200, handoff_consumers=4, handoff_pause_ms=1, handoff_after_s=60,
-                   drain_s=60,
-                   buffer_kib=4096, buffer_outage_s=25, promote_after_s=8, failover_after_s=30)
+            return cls(
+                quick=True,
+                warmup_s=3,
+                after_s=4,
+                outage_s=8,
+                lease_s=4,
+                producers=3,
+                consumers=3,
+                rate=600,
+                handoff_rate=80,
+                handoff_consumers=2,
+                handoff_pause_ms=10,
+                handoff_after_s=4,
+                drain_s=30,
+                buffer_kib=64,
+                buffer_outage_s=6,
+                promote_after_s=3,
+                failover_after_s=12,
+            )
+        return cls(
+            quick=False,
+            warmup_s=10,
+            after_s=30,
+            outage_s=60,
+            lease_s=10,
+            producers=4,
+            consumers=4,
+            rate=1000,
+            handoff_rate=200,
+            handoff_consumers=4,
+            handoff_pause_ms=1,
+            handoff_after_s=60,
+            drain_s=60,
+            buffer_kib=4096,
+            buffer_outage_s=25,
+            promote_after_s=8,
+            failover_after_s=30,
+        )
 
 
 @dataclass
@@ -97,18 +135,31 @@ class Result:
 
     @property
     def passed(self) -> bool:
-        return (self.error is None and self.lost == 0 and self.unexpected_duplicates == 0
-                and all(ok for _, ok in self.checks))
+        return (
+            self.error is None
+            and self.lost == 0
+            and self.unexpected_duplicates == 0
+            and all(ok for _, ok in self.checks)
+        )
 
     def check(self, text: str, ok: bool) -> None:
         self.checks.append((text, ok))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"scenario": self.name, "passed": self.passed, "acknowledged": self.acknowledged,
-                "consumed": self.consumed, "lost": self.lost, "unexpected_duplicates": self.unexpected_duplicates,
-                "redeliveries": self.redeliveries, "recovery_s": self.recovery_s,
-                "checks": [{"check": text, "ok": ok} for text, ok in self.checks], "notes": self.notes,
-                "error": self.error, "seconds": round(self.seconds, 1)}
+        return {
+            "scenario": self.name,
+            "passed": self.passed,
+            "acknowledged": self.acknowledged,
+            "consumed": self.consumed,
+            "lost": self.lost,
+            "unexpected_duplicates": self.unexpected_duplicates,
+            "redeliveries": self.redeliveries,
+            "recovery_s": self.recovery_s,
+            "checks": [{"check": text, "ok": ok} for text, ok in self.checks],
+            "notes": self.notes,
+            "error": self.error,
+            "seconds": round(self.seconds, 1),
+        }
 
 
 async def configure_queue(url: str, queue: str, lease_s: int) -> None:
@@ -118,8 +169,11 @@ async def configure_queue(url: str, queue: str, lease_s: int) -> None:
     try:
         for _ in range(50):
             try:
-                await client.request("POST", "/api/v1/configure", body={
-                    "queue": queue, "options": {"leaseTime": lease_s, "retryLimit": 1000}})
+                await client.request(
+                    "POST",
+                    "/api/v1/configure",
+                    body={"queue": queue, "options": {"leaseTime": lease_s, "retryLimit": 1000}},
+                )
                 return
             except QueenError:
                 await asyncio.sleep(0.2)
@@ -127,7 +181,9 @@ async def configure_queue(url: str, queue: str, lease_s: int) -> None:
         await client.aclose()
 
 
-async def stored_ids(database_url: str, queue: str, key: str = "m.transaction_id") -> collections.Counter[str]:
+async def stored_ids(
+    database_url: str, queue: str, key: str = "m.transaction_id"
+) -> collections.Counter[str]:
     """``key`` of each stored row (an SQL expression over ``queen.messages m``; default the transactionId) ->
     number of stored rows with it, over every partition of ``queue``."""
     connection = await asyncpg.connect(database_url)
@@ -135,15 +191,24 @@ async def stored_ids(database_url: str, queue: str, key: str = "m.transaction_id
         rows = await connection.fetch(
             f"SELECT {key} AS key, count(*) AS n FROM queen.messages m "
             "JOIN queen.partitions p ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-            "WHERE q.name = $1 GROUP BY 1", queue)
+            "WHERE q.name = $1 GROUP BY 1",
+            queue,
+        )
     finally:
         await connection.close()
     return collections.Counter({row["key"]: row["n"] for row in rows})
 
 
-async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault: Callable[[], Awaitable[float]],
-                         result: Result, *, queue: str | None = None,
-                         consumer_urls: list[str] | None = None) -> Ledger:
+async def run_under_load(
+    ctx: Context,
+    urls: list[str],
+    database_url: str,
+    fault: Callable[[], Awaitable[float]],
+    result: Result,
+    *,
+    queue: str | None = None,
+    consumer_urls: list[str] | None = None,
+) -> Ledger:
     """Producers and consumers on a fresh queue; after the warm-up, ``fault()`` runs (it breaks something,
     repairs it and returns the ``time.monotonic()`` of the repair); the load goes on for ``after_s``, then
     producers stop and consumers drain until every acknowledged id was delivered, or nothing more was for
@@ -154,10 +219,13 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
     await configure_queue(urls[0], queue, profile.lease_s)
     ledger = Ledger()
     run_id = uuid.uuid4().hex[:6]
-    producers = [Producer(ledger, urls, queue, f"{run_id}-{n}", batch=10, rate=profile.rate / profile.producers)
-                 for n in range(profile.producers)]
-    consumers = [Consumer(ledger, consumer_urls or urls, queue, "chaos", batch=100)
-                 for _ in range(profile.consumers)]
+    producers = [
+        Producer(ledger, urls, queue, f"{run_id}-{n}", batch=10, rate=profile.rate / profile.producers)
+        for n in range(profile.producers)
+    ]
+    consumers = [
+        Consumer(ledger, consumer_urls or urls, queue, "chaos", batch=100) for _ in range(profile.consumers)
+    ]
     workers: list[Producer | Consumer] = [*producers, *consumers]
     tasks = [asyncio.create_task(worker.run()) for worker in workers]
     try:
@@ -166,7 +234,7 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
         await asyncio.sleep(profile.after_s)
         for producer in producers:
             producer.stop(give_up_s=profile.drain_s / 2)
-        await asyncio.gather(*tasks[:len(producers)])
+        await asyncio.gather(*tasks[: len(producers)])
         await drain(lambda: len(ledger.acknowledged - ledger.deliveries.keys()), profile.drain_s, 900)
     finally:
         for consumer in consumers:
@@ -177,7 +245,9 @@ async def run_under_load(ctx: Context, urls: list[str], database_url: str, fault
     stored = await stored_ids(database_url, queue)
     fill(result, ledger, stored)
     if result.lost:
-        result.notes += [f"at the end: {line}" for line in await partition_states(database_url, queue, "chaos")]
+        result.notes += [
+            f"at the end: {line}" for line in await partition_states(database_url, queue, "chaos")
+        ]
     result.recovery_s = ledger.recovery_s(repaired)
     return ledger
 
@@ -192,12 +262,22 @@ async def partition_states(database_url: str, queue: str, group: str) -> list[st
             "extract(epoch FROM c.lease_expires_at - now()) AS lease_left_s, c.batch_size, c.acked_count "
             "FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
             "LEFT JOIN queen.partition_consumers c ON c.partition_id = p.id AND c.consumer_group = $2 "
-            "WHERE q.name = $1 AND p.last_seq > coalesce(c.last_consumed_seq, 0) ORDER BY p.name", queue, group)
+            "WHERE q.name = $1 AND p.last_seq > coalesce(c.last_consumed_seq, 0) ORDER BY p.name",
+            queue,
+            group,
+        )
     finally:
         await connection.close()
-    return [f"{row['name']}: backlog {row['backlog']}, lease "
-            + (f"{row['worker_id']} for {row['lease_left_s']:.0f} s more (batch {row['batch_size']}, "
-               f"acked {row['acked_count']})" if row["worker_id"] else "free") for row in rows]
+    return [
+        f"{row['name']}: backlog {row['backlog']}, lease "
+        + (
+            f"{row['worker_id']} for {row['lease_left_s']:.0f} s more (batch {row['batch_size']}, "
+            f"acked {row['acked_count']})"
+            if row["worker_id"]
+            else "free"
+        )
+        for row in rows
+    ]
 
 
 def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> None:
@@ -219,12 +299,16 @@ def fill(result: Result, ledger: Ledger, stored: collections.Counter[str]) -> No
     result.check(f"every acknowledged id is stored in PostgreSQL ({len(not_stored)} missing)", not not_stored)
     unconfirmed = delivered - ledger.confirmed
     if unconfirmed:
-        result.notes.append(f"{len(unconfirmed)} delivered id(s) without a confirmed ack (the ack's answer was "
-                            f"lost with a killed broker, or the run ended first); not redelivered since")
+        result.notes.append(
+            f"{len(unconfirmed)} delivered id(s) without a confirmed ack (the ack's answer was "
+            f"lost with a killed broker, or the run ended first); not redelivered since"
+        )
     unacknowledged = ledger.attempted - ledger.acknowledged
     if unacknowledged:
-        result.notes.append(f"{len(unacknowledged)} id(s) never acknowledged (the producer gave up at the end; "
-                            f"{len(unacknowledged & set(stored))} of them stored anyway)")
+        result.notes.append(
+            f"{len(unacknowledged)} id(s) never acknowledged (the producer gave up at the end; "
+            f"{len(unacknowledged & set(stored))} of them stored anyway)"
+        )
     if ledger.push_failures:
         top = ", ".join(f"{text} x{count}" for text, count in ledger.push_failures.most_common(3))
         result.notes.append(f"push answers retried: {top}")

@@ -34,7 +34,9 @@ async def hand_off(url: str, source: str, target: str, group: str, batch: int, p
     params = {"batch": str(batch), "wait": "true", "timeout": "1000", "consumerGroup": group}
     while True:
         try:
-            result = await client.request("GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15)
+            result = await client.request(
+                "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
+            )
         except QueenError:
             await asyncio.sleep(0.2)
             continue
@@ -45,14 +47,29 @@ async def hand_off(url: str, source: str, target: str, group: str, batch: int, p
         for index, message in enumerate(messages):
             await asyncio.sleep(pause_ms / 1000)
             operations = [
-                {"type": "ack", "transactionId": message["transactionId"], "partitionId": message["partitionId"],
-                 "leaseId": message["leaseId"], "status": "completed", "consumerGroup": group},
-                {"type": "push", "items": [{"queue": target, "partition": message["partition"],
-                                            "payload": {"source": message["transactionId"]}}]},
+                {
+                    "type": "ack",
+                    "transactionId": message["transactionId"],
+                    "partitionId": message["partitionId"],
+                    "leaseId": message["leaseId"],
+                    "status": "completed",
+                    "consumerGroup": group,
+                },
+                {
+                    "type": "push",
+                    "items": [
+                        {
+                            "queue": target,
+                            "partition": message["partition"],
+                            "payload": {"source": message["transactionId"]},
+                        }
+                    ],
+                },
             ]
             try:
-                answer = await client.request("POST", "/api/v1/transaction", body={"operations": operations},
-                                              idempotent=False)
+                answer = await client.request(
+                    "POST", "/api/v1/transaction", body={"operations": operations}, idempotent=False
+                )
             except QueenError as exc:
                 _say({"refused": message["transactionId"], "error": exc.message[:200]})
                 break

@@ -36,8 +36,11 @@ ACKNOWLEDGED = ("queued", "duplicate", "buffered")
 
 def transport(urls: list[str], request_s: float = 10.0) -> FailoverTransport:
     """A client transport over ``urls`` that makes one attempt per call (a round over every URL)."""
-    return FailoverTransport(urls, timeout=Timeout(request_s=request_s, connect_s=2.0),
-                             retry=RetryPolicy(attempts=1, initial_delay_s=0, max_delay_s=0))
+    return FailoverTransport(
+        urls,
+        timeout=Timeout(request_s=request_s, connect_s=2.0),
+        retry=RetryPolicy(attempts=1, initial_delay_s=0, max_delay_s=0),
+    )
 
 
 @dataclass
@@ -47,7 +50,9 @@ class Ledger:
     acknowledged: set[str] = field(default_factory=set)
     buffered: set[str] = field(default_factory=set)
     attempted: set[str] = field(default_factory=set)
-    push_failures: collections.Counter[str] = field(default_factory=collections.Counter)  # error text -> count
+    push_failures: collections.Counter[str] = field(
+        default_factory=collections.Counter
+    )  # error text -> count
     deliveries: collections.Counter[str] = field(default_factory=collections.Counter)
     confirmed: set[str] = field(default_factory=set)
     unexpected: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -140,8 +145,16 @@ class Producer:
     ``rate`` messages per second (0: as fast as answers come), retrying unacknowledged items with the same
     ids. ``stop()`` ends it after the batch in hand is acknowledged or ``give_up_s`` passed."""
 
-    def __init__(self, ledger: Ledger, urls: list[str], queue: str, prefix: str, batch: int = 10,
-                 partitions: int = 4, rate: float = 0.0) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        urls: list[str],
+        queue: str,
+        prefix: str,
+        batch: int = 10,
+        partitions: int = 4,
+        rate: float = 0.0,
+    ) -> None:
         self.ledger = ledger
         self.transport = transport(urls)
         self.queue = queue
@@ -162,8 +175,14 @@ class Producer:
         for _ in range(self.batch):
             message_id = f"{self.prefix}-{self.sequence}"
             partition = f"p{self.sequence % self.partitions}"
-            items.append({"queue": self.queue, "partition": partition, "transactionId": message_id,
-                          "payload": {"id": message_id}})
+            items.append(
+                {
+                    "queue": self.queue,
+                    "partition": partition,
+                    "transactionId": message_id,
+                    "payload": {"id": message_id},
+                }
+            )
             self.ledger.partition_of[message_id] = partition
             ids.append(message_id)
             self.sequence += 1
@@ -208,8 +227,9 @@ class Consumer:
     """Pops ``batch`` messages with ``wait=true`` from ``queue`` for ``group``, records each delivery and acks
     the batch, until stopped."""
 
-    def __init__(self, ledger: Ledger, urls: list[str], queue: str, group: str, batch: int = 50,
-                 wait_ms: int = 1000) -> None:
+    def __init__(
+        self, ledger: Ledger, urls: list[str], queue: str, group: str, batch: int = 50, wait_ms: int = 1000
+    ) -> None:
         self.ledger = ledger
         self.transport = transport(urls, request_s=wait_ms / 1000 + 10)
         self.queue = queue
@@ -222,36 +242,59 @@ class Consumer:
         self._stopping.set()
 
     async def run(self) -> None:
-        params = {"batch": str(self.batch), "wait": "true", "timeout": str(self.wait_ms),
-                  "consumerGroup": self.group}
+        params = {
+            "batch": str(self.batch),
+            "wait": "true",
+            "timeout": str(self.wait_ms),
+            "consumerGroup": self.group,
+        }
         try:
             while not self._stopping.is_set():
                 try:
-                    result = await self.transport.request("GET", f"/api/v1/pop/queue/{self.queue}", params=params,
-                                                          read_timeout_s=self.wait_ms / 1000 + 10)
+                    result = await self.transport.request(
+                        "GET",
+                        f"/api/v1/pop/queue/{self.queue}",
+                        params=params,
+                        read_timeout_s=self.wait_ms / 1000 + 10,
+                    )
                 except QueenError as exc:
                     self.ledger.pop_errors[exc.message[:80]] += 1
                     await asyncio.sleep(0.2)
                     continue
                 messages = result.get("messages") if isinstance(result, dict) else None
                 if not messages:
-                    if isinstance(result, dict) and result.get("success") is False \
-                            and result.get("error") != "no_available_partition":
+                    if (
+                        isinstance(result, dict)
+                        and result.get("success") is False
+                        and result.get("error") != "no_available_partition"
+                    ):
                         self.ledger.pop_errors[" ".join(str(result.get("error")).split())[:80]] += 1
                         await asyncio.sleep(0.2)
                     continue
                 ids = [message["transactionId"] for message in messages]
                 self.ledger.record_delivery(ids)
-                acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"],
-                         "leaseId": m.get("leaseId") or None, "status": "completed"} for m in messages]
+                acks = [
+                    {
+                        "transactionId": m["transactionId"],
+                        "partitionId": m["partitionId"],
+                        "leaseId": m.get("leaseId") or None,
+                        "status": "completed",
+                    }
+                    for m in messages
+                ]
                 try:
-                    answer = await self.transport.request("POST", "/api/v1/ack/batch",
-                                                          body={"acknowledgments": acks, "consumerGroup": self.group})
+                    answer = await self.transport.request(
+                        "POST",
+                        "/api/v1/ack/batch",
+                        body={"acknowledgments": acks, "consumerGroup": self.group},
+                    )
                 except QueenError:
                     continue  # not confirmed: the batch comes back when the lease expires
                 if isinstance(answer, list):
                     self.ledger.confirmed.update(
-                        message_id for message_id, item in zip(ids, answer, strict=False)
-                        if isinstance(item, dict) and item.get("success") is True)
+                        message_id
+                        for message_id, item in zip(ids, answer, strict=False)
+                        if isinstance(item, dict) and item.get("success") is True
+                    )
         finally:
             await self.transport.aclose()

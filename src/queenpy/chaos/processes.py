@@ -33,13 +33,24 @@ class BrokerProcess(harness.BrokerProcess):
             ``EFBIG``, as on a full disk); None: no limit.
     """
 
-    def __init__(self, database_url: str, workdir: Path, name: str, workers: int = 2,
-                 env: dict[str, str] | None = None, file_size_limit_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        workdir: Path,
+        name: str,
+        workers: int = 2,
+        env: dict[str, str] | None = None,
+        file_size_limit_bytes: int | None = None,
+    ) -> None:
         self.name = name
         self.buffer_dir = workdir / f"buffers-{name}"
-        super().__init__(database_url, workdir / f"broker-{name}.log", workers=workers,
-                         env={"FILE_BUFFER_DIR": str(self.buffer_dir), "LOG_LEVEL": "info", **(env or {})},
-                         file_size_limit_bytes=file_size_limit_bytes)
+        super().__init__(
+            database_url,
+            workdir / f"broker-{name}.log",
+            workers=workers,
+            env={"FILE_BUFFER_DIR": str(self.buffer_dir), "LOG_LEVEL": "info", **(env or {})},
+            file_size_limit_bytes=file_size_limit_bytes,
+        )
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Wait until ``/health`` answers and all workers are up; raise :class:`ChaosError` otherwise."""

@@ -52,12 +52,19 @@ def _recovery(value: float | None) -> str:
 
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a Markdown table, then each scenario's checks and notes."""
-    lines = [("| scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered (allowed) "
-              "| recovery | result |"), "|---|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        (
+            "| scenario | pushed and acknowledged | consumed | lost | duplicated | redelivered (allowed) "
+            "| recovery | result |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for r in results:
-        lines.append(f"| {r['scenario']} | {r['acknowledged']:,} | {r['consumed']:,} | {r['lost']:,} | "
-                     f"{r['unexpected_duplicates']:,} | {r['redeliveries']:,} | {_recovery(r['recovery_s'])} | "
-                     f"{'pass' if r['passed'] else 'FAIL'} |")
+        lines.append(
+            f"| {r['scenario']} | {r['acknowledged']:,} | {r['consumed']:,} | {r['lost']:,} | "
+            f"{r['unexpected_duplicates']:,} | {r['redeliveries']:,} | {_recovery(r['recovery_s'])} | "
+            f"{'pass' if r['passed'] else 'FAIL'} |"
+        )
     lines.append("")
     for r in results:
         lines.append(f"{r['scenario']} ({r['seconds']} s):")
@@ -74,8 +81,10 @@ def run(config: Config, echo: Callable[[str], None] = print) -> list[dict[str, A
     scenarios = selected(config.only)
     profile = Profile.of(config.quick)
     base = Path(tempfile.mkdtemp(prefix="queenpy-chaos-", dir=config.workdir))
-    echo(f"queenpy chaos ({'quick' if config.quick else 'full'}): {len(scenarios)} scenario(s), work dir "
-        f"{base}")
+    echo(
+        f"queenpy chaos ({'quick' if config.quick else 'full'}): {len(scenarios)} scenario(s), work dir "
+        f"{base}"
+    )
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     postgres = PrivatePostgres(base / "pgdata")
     results: list[dict[str, Any]] = []
@@ -96,9 +105,11 @@ def run(config: Config, echo: Callable[[str], None] = print) -> list[dict[str, A
                     postgres.start()
             result.seconds = time.monotonic() - started
             results.append(result.as_dict())
-            echo(f"  {'pass' if result.passed else 'FAIL'}: {result.acknowledged:,} acknowledged, "
-                 f"{result.lost} lost, {result.unexpected_duplicates} duplicated, "
-                 f"recovery {_recovery(result.recovery_s)} ({result.seconds:.0f} s)")
+            echo(
+                f"  {'pass' if result.passed else 'FAIL'}: {result.acknowledged:,} acknowledged, "
+                f"{result.lost} lost, {result.unexpected_duplicates} duplicated, "
+                f"recovery {_recovery(result.recovery_s)} ({result.seconds:.0f} s)"
+            )
     finally:
         postgres.stop()
         if not config.keep:

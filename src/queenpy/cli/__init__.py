@@ -51,14 +51,19 @@ def _show_version(value: bool) -> None:
         raise typer.Exit()
 
 
-app = typer.Typer(help="queenpy: Queen MQ, the partitioned message queue on PostgreSQL.", no_args_is_help=True,
-                  pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="queenpy: Queen MQ, the partitioned message queue on PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 
 
 @app.callback()
 def _root(
-    _version_flag: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
-                                                help="Print the version and exit.")] = False,
+    _version_flag: Annotated[
+        bool,
+        typer.Option("--version", callback=_show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     """queenpy: Queen MQ, the partitioned message queue on PostgreSQL."""
 

@@ -150,21 +150,34 @@ def client_command(*, json_option: bool = True) -> Callable[[Command], Command]:
     command line gives it (:func:`_inherit`). A name therefore means the same option in a group and in its
     subcommands.
     """
-    added = [(name, option, default) for name, option, default in _CONNECTION_OPTIONS
-             if json_option or name != "json_output"]
+    added = [
+        (name, option, default)
+        for name, option, default in _CONNECTION_OPTIONS
+        if json_option or name != "json_output"
+    ]
 
     def decorate(command: Command) -> Command:
         hints = typing.get_type_hints(command, include_extras=True)
-        own = [parameter.replace(annotation=hints.get(parameter.name, parameter.annotation),
-                                 kind=inspect.Parameter.KEYWORD_ONLY)
-               for parameter in inspect.signature(command).parameters.values() if parameter.name != "connection"]
+        own = [
+            parameter.replace(
+                annotation=hints.get(parameter.name, parameter.annotation),
+                kind=inspect.Parameter.KEYWORD_ONLY,
+            )
+            for parameter in inspect.signature(command).parameters.values()
+            if parameter.name != "connection"
+        ]
         context = next((parameter.name for parameter in own if parameter.annotation is typer.Context), None)
         parameters = [
-            *([] if context else [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY,
-                                                    annotation=typer.Context)]),
+            *(
+                []
+                if context
+                else [inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
+            ),
             *own,
-            *(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=option, default=default)
-              for name, option, default in added),
+            *(
+                inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=option, default=default)
+                for name, option, default in added
+            ),
         ]
 
         @functools.wraps(command)
@@ -213,7 +226,9 @@ def iso_z(moment: datetime | None) -> str | None:
 def required_queue(queue: str | None) -> str:
     """The queue, which this command needs. Raises typer.BadParameter naming ``--queue``."""
     if not queue:
-        raise typer.BadParameter("a queue is required: give --queue (-q) or QUEEN_QUEUE", param_hint="--queue")
+        raise typer.BadParameter(
+            "a queue is required: give --queue (-q) or QUEEN_QUEUE", param_hint="--queue"
+        )
     return queue
 
 

@@ -24,7 +24,9 @@ __all__ = ["app"]
 
 app = typer.Typer(help="Browse, show, delete and retry stored messages.", no_args_is_help=True)
 
-PartitionIdArgument = Annotated[str, typer.Argument(help="Partition id (a UUID, as `messages ls` prints it).")]
+PartitionIdArgument = Annotated[
+    str, typer.Argument(help="Partition id (a UUID, as `messages ls` prints it).")
+]
 TransactionIdArgument = Annotated[str, typer.Argument(help="Transaction id of the message.")]
 
 
@@ -34,28 +36,59 @@ def ls(
     connection: Connection,
     queue: OptionalQueueOption = None,
     partition: PartitionOption = None,
-    status: Annotated[str | None, typer.Option(
-        "--status", envvar="QUEEN_STATUS", help="pending, processing, completed or dead_letter.")] = None,
-    since: Annotated[str | None, typer.Option(
-        "--from", envvar="QUEEN_FROM", help="Created at or after (ISO 8601; default: an hour ago).")] = None,
-    until: Annotated[str | None, typer.Option(
-        "--to", envvar="QUEEN_TO", help="Created before the end of this minute (ISO 8601; default: now).")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, max=10_000,
-                                       help="Rows to show.")] = 50,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            "--status", envvar="QUEEN_STATUS", help="pending, processing, completed or dead_letter."
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--from", envvar="QUEEN_FROM", help="Created at or after (ISO 8601; default: an hour ago)."
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--to", envvar="QUEEN_TO", help="Created before the end of this minute (ISO 8601; default: now)."
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", envvar="QUEEN_LIMIT", min=1, max=10_000, help="Rows to show.")
+    ] = 50,
     offset: OffsetOption = 0,
 ) -> None:
     """List messages, newest first, with their status."""
     with connection.client() as client:
-        page = client.list_messages(queue=queue, partition=partition, status=status, start=since, end=until,
-                                    limit=limit, offset=offset)
+        page = client.list_messages(
+            queue=queue,
+            partition=partition,
+            status=status,
+            start=since,
+            end=until,
+            limit=limit,
+            offset=offset,
+        )
         if connection.json_output:
             print_json(page)
             return
         rows = page.get("messages") or []
-        table(f"messages ({len(rows)} of {page.get('total', len(rows))}, offset {offset})",
-              ["created", "queue/partition", "status", "offset", "transaction", "partition id"],
-              [[m.get("createdAt"), m.get("queuePath"), m.get("status"), m.get("offset"), m.get("transactionId"),
-                m.get("partitionId")] for m in rows])
+        table(
+            f"messages ({len(rows)} of {page.get('total', len(rows))}, offset {offset})",
+            ["created", "queue/partition", "status", "offset", "transaction", "partition id"],
+            [
+                [
+                    m.get("createdAt"),
+                    m.get("queuePath"),
+                    m.get("status"),
+                    m.get("offset"),
+                    m.get("transactionId"),
+                    m.get("partitionId"),
+                ]
+                for m in rows
+            ],
+        )
 
 
 @app.command("show")
@@ -71,15 +104,33 @@ def show(
         if connection.json_output:
             print_json(message)
             return
-        fields = ["queuePath", "status", "offset", "transactionId", "id", "createdAt", "traceId", "producerSub",
-                  "isEncrypted", "errorMessage", "retryCount", "leaseExpiresAt"]
+        fields = [
+            "queuePath",
+            "status",
+            "offset",
+            "transactionId",
+            "id",
+            "createdAt",
+            "traceId",
+            "producerSub",
+            "isEncrypted",
+            "errorMessage",
+            "retryCount",
+            "leaseExpiresAt",
+        ]
         table(None, ["field", "value"], [[f, message.get(f)] for f in fields])
         groups = message.get("consumerGroups") or []
         if groups:
-            table("consumer groups", ["group", "consumed", "lease expires"],
-                  [[g.get("name"), g.get("consumed"), g.get("leaseExpiresAt")] for g in groups])
-        stdout().print(json.dumps(message.get("payload"), indent=2, ensure_ascii=False, default=str),
-                       highlight=False, markup=False)
+            table(
+                "consumer groups",
+                ["group", "consumed", "lease expires"],
+                [[g.get("name"), g.get("consumed"), g.get("leaseExpiresAt")] for g in groups],
+            )
+        stdout().print(
+            json.dumps(message.get("payload"), indent=2, ensure_ascii=False, default=str),
+            highlight=False,
+            markup=False,
+        )
 
 
 @app.command("rm")

@@ -12,19 +12,39 @@ from queenpy.cli._common import JsonOption, VerboseOption
 
 __all__ = ["chaos"]
 
-QuickOption = Annotated[bool, typer.Option(
-    "--quick", envvar="QUEENPY_CHAOS_QUICK",
-    help="The bounded run for CI: short outages, a few thousand messages per scenario, under 5 minutes.")]
-OnlyOption = Annotated[str | None, typer.Option(
-    "--only", envvar="QUEENPY_CHAOS_ONLY", help="Comma-separated scenario name patterns, e.g. 'kill-*'.")]
+QuickOption = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        envvar="QUEENPY_CHAOS_QUICK",
+        help="The bounded run for CI: short outages, a few thousand messages per scenario, under 5 minutes.",
+    ),
+]
+OnlyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--only", envvar="QUEENPY_CHAOS_ONLY", help="Comma-separated scenario name patterns, e.g. 'kill-*'."
+    ),
+]
 ListOption = Annotated[bool, typer.Option("--list", help="List the scenarios and exit.")]
-OutOption = Annotated[Path | None, typer.Option(
-    "--out", envvar="QUEENPY_CHAOS_OUT", help="Also write the results as JSON to this file.")]
-WorkdirOption = Annotated[Path | None, typer.Option(
-    "--workdir", envvar="QUEENPY_CHAOS_WORKDIR",
-    help="Where the private PostgreSQL, broker logs and buffers live (default: system temp).")]
-KeepOption = Annotated[bool, typer.Option(
-    "--keep", envvar="QUEENPY_CHAOS_KEEP", help="Keep the work dir (broker and PostgreSQL logs).")]
+OutOption = Annotated[
+    Path | None,
+    typer.Option("--out", envvar="QUEENPY_CHAOS_OUT", help="Also write the results as JSON to this file."),
+]
+WorkdirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--workdir",
+        envvar="QUEENPY_CHAOS_WORKDIR",
+        help="Where the private PostgreSQL, broker logs and buffers live (default: system temp).",
+    ),
+]
+KeepOption = Annotated[
+    bool,
+    typer.Option(
+        "--keep", envvar="QUEENPY_CHAOS_KEEP", help="Keep the work dir (broker and PostgreSQL logs)."
+    ),
+]
 
 
 def chaos(

@@ -28,7 +28,9 @@ def db_migrate(
     """Apply migrations and procedures now, and say what changed."""
     from queenpy.server.process import migrate, resolve_database
 
-    database = resolve_database(Settings.from_env(database_url=database_url or None, data_dir=data_dir or None))
+    database = resolve_database(
+        Settings.from_env(database_url=database_url or None, data_dir=data_dir or None)
+    )
     try:
         applied = migrate(database.url)
         typer.echo("\n".join(applied) if applied else "up to date")

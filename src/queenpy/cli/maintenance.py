@@ -13,16 +13,23 @@ __all__ = ["app"]
 
 app = typer.Typer(help="Maintenance mode: show, on, off.", invoke_without_command=True)
 
-PopOption = Annotated[bool, typer.Option("--pop", envvar="QUEEN_MAINTENANCE_POP",
-                                         help="Pop maintenance mode instead of push maintenance mode.")]
+PopOption = Annotated[
+    bool,
+    typer.Option(
+        "--pop", envvar="QUEEN_MAINTENANCE_POP", help="Pop maintenance mode instead of push maintenance mode."
+    ),
+]
 
 
 def _print(state: dict[str, Any], json_output: bool) -> None:
     if json_output:
         print_json(state)
         return
-    rows = [[key, state[key]] for key in ("maintenanceMode", "popMaintenanceMode", "bufferedMessages",
-                                          "bufferHealthy", "message") if key in state]
+    rows = [
+        [key, state[key]]
+        for key in ("maintenanceMode", "popMaintenanceMode", "bufferedMessages", "bufferHealthy", "message")
+        if key in state
+    ]
     table("maintenance", ["", "value"], rows)
 
 

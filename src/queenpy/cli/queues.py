@@ -175,8 +175,19 @@ def _queues_list(client: Queen, json_output: bool) -> None:
         )
     table(
         "queues",
-        ["queue", "namespace", "task", "partitions", "depth", "pending", "processing", "retention",
-         "completed retention", "max wait", "max size"],
+        [
+            "queue",
+            "namespace",
+            "task",
+            "partitions",
+            "depth",
+            "pending",
+            "processing",
+            "retention",
+            "completed retention",
+            "max wait",
+            "max size",
+        ],
         rows,
     )
 
@@ -300,6 +311,4 @@ def queues_delete(
         if connection.json_output:
             print_json(answer)
         else:
-            stdout().print(
-                f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}"
-            )
+            stdout().print(f"deleted queue {name}" if answer.get("existed", True) else f"no queue {name}")

@@ -23,9 +23,7 @@ import typer
 
 __all__ = ["app"]
 
-app = typer.Typer(
-    help="Run data pipelines on Apache Spark (needs the spark extra).", no_args_is_help=True
-)
+app = typer.Typer(help="Run data pipelines on Apache Spark (needs the spark extra).", no_args_is_help=True)
 
 
 @app.callback()

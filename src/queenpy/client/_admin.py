@@ -14,8 +14,16 @@ __all__ = ["AdminCalls"]
 
 
 class _Caller(Protocol):
-    async def _call(self, method: str, path: str, *, params: Mapping[str, str] | None = None,
-                    body: Any = None, read_timeout_s: float | None = None, idempotent: bool = True) -> Any: ...
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        read_timeout_s: float | None = None,
+        idempotent: bool = True,
+    ) -> Any: ...
 
 
 def _params(**values: Any) -> dict[str, str]:
@@ -39,26 +47,53 @@ class AdminCalls:
         pending, processing, completed, failed, deadLetter}, lag, throughput, timestamp, statsAge}``."""
         return expect_object(await self._call("GET", "/api/v1/resources/overview"), "overview")
 
-    async def status(self: _Caller, *, start: datetime | str | None = None, end: datetime | str | None = None,
-                     queue: str | None = None) -> dict[str, Any]:
+    async def status(
+        self: _Caller,
+        *,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
+        queue: str | None = None,
+    ) -> dict[str, Any]:
         """``GET /api/v1/status``: throughput buckets, queues, messages, leases, DLQ, workers."""
         params = _params(**{"from": start, "to": end, "queue": queue})
         return expect_object(await self._call("GET", "/api/v1/status", params=params), "status")
 
-    async def queue_stats(self: _Caller, *, limit: int = 100, offset: int = 0,
-                          namespace: str | None = None, task: str | None = None) -> dict[str, Any]:
+    async def queue_stats(
+        self: _Caller,
+        *,
+        limit: int = 100,
+        offset: int = 0,
+        namespace: str | None = None,
+        task: str | None = None,
+    ) -> dict[str, Any]:
         """``GET /api/v1/status/queues``: ``{queues: [...], total, pagination}``."""
         params = _params(limit=limit, offset=offset, namespace=namespace, task=task)
         return expect_object(await self._call("GET", "/api/v1/status/queues", params=params), "queue stats")
 
-    async def list_messages(self: _Caller, *, queue: str | None = None, partition: str | None = None,
-                            status: str | None = None, start: datetime | str | None = None,
-                            end: datetime | str | None = None, limit: int = 200,
-                            offset: int = 0) -> dict[str, Any]:
+    async def list_messages(
+        self: _Caller,
+        *,
+        queue: str | None = None,
+        partition: str | None = None,
+        status: str | None = None,
+        start: datetime | str | None = None,
+        end: datetime | str | None = None,
+        limit: int = 200,
+        offset: int = 0,
+    ) -> dict[str, Any]:
         """``GET /api/v1/messages``: ``{messages: [...], mode, total, pagination}`` (created in [start, end],
         default the last hour; newest first)."""
-        params = _params(**{"queue": queue, "partition": partition, "status": status, "from": start,
-                            "to": end, "limit": limit, "offset": offset})
+        params = _params(
+            **{
+                "queue": queue,
+                "partition": partition,
+                "status": status,
+                "from": start,
+                "to": end,
+                "limit": limit,
+                "offset": offset,
+            }
+        )
         return expect_object(await self._call("GET", "/api/v1/messages", params=params), "messages")
 
     async def get_message(self: _Caller, partition_id: str, transaction_id: str) -> dict[str, Any]:
@@ -72,8 +107,14 @@ class AdminCalls:
         result = await self._call("DELETE", path, idempotent=False)
         return dict(result) if isinstance(result, Mapping) else {"success": False}
 
-    async def move_to_dlq(self: _Caller, partition_id: str, transaction_id: str, *, group: str | None = None,
-                          error: str | None = None) -> dict[str, Any]:
+    async def move_to_dlq(
+        self: _Caller,
+        partition_id: str,
+        transaction_id: str,
+        *,
+        group: str | None = None,
+        error: str | None = None,
+    ) -> dict[str, Any]:
         """Move the next message of ``group`` (queue mode by default) to its dead-letter queue.
         Raises BrokerError when refused (already consumed, not the next one, ...)."""
         body = {k: v for k, v in {"consumerGroup": group, "errorMessage": error}.items() if v is not None}

@@ -42,6 +42,7 @@ __all__ = [
     "TransactionQueueBuilder",
 ]
 
+
 class Fluent:
     """Marker base of every builder: the sync facade wraps objects of this type in a blocking proxy."""
 

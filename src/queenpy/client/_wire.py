@@ -14,8 +14,19 @@ from queenpy.errors import BrokerError
 
 from ._messages import DeadLetter, Message, uuid7
 
-__all__ = ["AckableMessage", "ErrorHandler", "Handler", "StopSignal", "SuccessHandler", "ack_status",
-           "camel_case", "expect_object", "format_push_item", "format_timestamp", "message_reference"]
+__all__ = [
+    "AckableMessage",
+    "ErrorHandler",
+    "Handler",
+    "StopSignal",
+    "SuccessHandler",
+    "ack_status",
+    "camel_case",
+    "expect_object",
+    "format_push_item",
+    "format_timestamp",
+    "message_reference",
+]
 
 #: A handler gets one :class:`Message` (batch 1 or ``each()``) or a list of them; sync or async.
 Handler = Callable[[Any], Any]
@@ -25,7 +36,6 @@ ErrorHandler = Callable[[Any, BaseException], Any]
 SuccessHandler = Callable[[Any, Any], Any]
 StopSignal = asyncio.Event | threading.Event
 AckableMessage = Message | DeadLetter | Mapping[str, Any]
-
 
 
 def format_timestamp(value: datetime | str) -> str:

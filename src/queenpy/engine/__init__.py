@@ -12,5 +12,14 @@ from queenpy.engine.engine import NOTIFY_CHANNEL, WAITING_CHANNEL, Engine
 from queenpy.engine.fusion import Fusion, LanedFusion, StaticLimit, VegasLimit
 from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 
-__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "Fusion", "LanedFusion", "StaticLimit", "VegasLimit",
-           "WaiterRegistry", "backoff_ms"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "WAITING_CHANNEL",
+    "Engine",
+    "Fusion",
+    "LanedFusion",
+    "StaticLimit",
+    "VegasLimit",
+    "WaiterRegistry",
+    "backoff_ms",
+]

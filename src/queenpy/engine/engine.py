@@ -16,7 +16,14 @@ from queenpy.engine.longpoll import WaiterRegistry, backoff_ms
 from queenpy.settings import Settings
 from queenpy.store.database import Database
 
-__all__ = ["NOTIFY_CHANNEL", "WAITING_CHANNEL", "Engine", "ack_results", "push_results", "transaction_results"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "WAITING_CHANNEL",
+    "Engine",
+    "ack_results",
+    "push_results",
+    "transaction_results",
+]
 
 log = logging.getLogger("queenpy.engine")
 
@@ -57,13 +64,23 @@ def push_results(items: list[dict[str, Any]], text: str) -> list[Any]:
         item = items[position]
         transaction_id = item.get("transactionId") or message_id
         if status == "f":
-            results[position] = {"index": position, "transaction_id": transaction_id, "status": "failed",
-                                  "error": "queue full", "queueName": item["queue"]}
+            results[position] = {
+                "index": position,
+                "transaction_id": transaction_id,
+                "status": "failed",
+                "error": "queue full",
+                "queueName": item["queue"],
+            }
         else:
-            results[position] = {"index": position, "transaction_id": transaction_id,
-                                 "status": "queued" if status == "q" else "duplicate", "message_id": message_id,
-                                 "partition_id": partition_id, "trace_id": item.get("traceId"),
-                                 "queueName": item["queue"]}
+            results[position] = {
+                "index": position,
+                "transaction_id": transaction_id,
+                "status": "queued" if status == "q" else "duplicate",
+                "message_id": message_id,
+                "partition_id": partition_id,
+                "trace_id": item.get("traceId"),
+                "queueName": item["queue"],
+            }
     return results
 
 
@@ -84,8 +101,12 @@ def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
         positions, queue_name, partition_name, held, lease_end = entry
         for place, position in enumerate(positions, 1):
             item = items[position]
-            result = {"index": item["index"], "transactionId": item.get("transactionId"),
-                      "queueName": queue_name, "partitionName": partition_name}
+            result = {
+                "index": item["index"],
+                "transactionId": item.get("transactionId"),
+                "queueName": queue_name,
+                "partitionName": partition_name,
+            }
             if held:
                 result.update(success=True, error=None, leaseReleased=place >= lease_end, dlq=False)
             else:
@@ -117,16 +138,34 @@ def transaction_result(request: dict[str, Any], answer: dict[str, Any]) -> dict[
             if op.get("type") == "push":
                 entry = pushed.get(index)
                 message_id = entry[2] if entry else None
-                results.append({"index": index, "type": "push", "success": True,
-                                "transactionId": item.get("transactionId") or message_id, "messageId": message_id,
-                                "partitionId": entry[3] if entry else None, "queueName": item.get("queue")})
+                results.append(
+                    {
+                        "index": index,
+                        "type": "push",
+                        "success": True,
+                        "transactionId": item.get("transactionId") or message_id,
+                        "messageId": message_id,
+                        "partitionId": entry[3] if entry else None,
+                        "queueName": item.get("queue"),
+                    }
+                )
             else:
-                results.append({"index": index, "type": "ack", "success": True,
-                                "transactionId": item.get("transactionId"), "error": None,
-                                "dlq": item.get("status") in ("failed", "dlq")})
+                results.append(
+                    {
+                        "index": index,
+                        "type": "ack",
+                        "success": True,
+                        "transactionId": item.get("transactionId"),
+                        "error": None,
+                        "dlq": item.get("status") in ("failed", "dlq"),
+                    }
+                )
             index += 1
-    response: dict[str, Any] = {"transactionId": answer.get("transactionId"), "success": success,
-                                "results": results}
+    response: dict[str, Any] = {
+        "transactionId": answer.get("transactionId"),
+        "success": success,
+        "results": results,
+    }
     if not success:
         response["error"] = answer.get("error")
     return response
@@ -161,21 +200,36 @@ class Engine:
             fusion_settings = settings.fusion_for(op)
             if op == "push":
                 # one lane per allowed call in flight; see LanedFusion for why pushes are laned
-                self.fusions[op] = LanedFusion(op, self._caller(procedure), fusion_settings.max_batch_size,
-                                               fusion_settings.max_concurrent, _partition_key, _DECODERS["push"])
+                self.fusions[op] = LanedFusion(
+                    op,
+                    self._caller(procedure),
+                    fusion_settings.max_batch_size,
+                    fusion_settings.max_concurrent,
+                    _partition_key,
+                    _DECODERS["push"],
+                )
                 continue
             limit: StaticLimit | VegasLimit
             if settings.concurrency_mode == "vegas":
-                limit = VegasLimit(initial=max(1, fusion_settings.max_concurrent // 2),
-                                   min_limit=settings.vegas_min_limit,
-                                   max_limit=fusion_settings.max_concurrent,
-                                   alpha=settings.vegas_alpha, beta=settings.vegas_beta)
+                limit = VegasLimit(
+                    initial=max(1, fusion_settings.max_concurrent // 2),
+                    min_limit=settings.vegas_min_limit,
+                    max_limit=fusion_settings.max_concurrent,
+                    alpha=settings.vegas_alpha,
+                    beta=settings.vegas_beta,
+                )
             else:
                 limit = StaticLimit(fusion_settings.max_concurrent)
-            self.fusions[op] = Fusion(op, self._caller(procedure), fusion_settings.max_batch_size, limit,
-                                      fusion_settings.max_hold_ms, _DECODERS.get(op, results_by_index),
-                                      max_batch_bytes=fusion_settings.max_batch_bytes,
-                                      max_batch_requests=_MAX_REQUESTS.get(op, 0))
+            self.fusions[op] = Fusion(
+                op,
+                self._caller(procedure),
+                fusion_settings.max_batch_size,
+                limit,
+                fusion_settings.max_hold_ms,
+                _DECODERS.get(op, results_by_index),
+                max_batch_bytes=fusion_settings.max_batch_bytes,
+                max_batch_requests=_MAX_REQUESTS.get(op, 0),
+            )
         self._stream_cycles = asyncio.Semaphore(settings.fusion_for("streams_cycle").max_concurrent)
         self._notify_pending: set[str] = set()  # "<queue>/<partition>" to NOTIFY
         self._waiting_pending: set[str] = set()  # queues to announce on WAITING_CHANNEL
@@ -194,8 +248,9 @@ class Engine:
         self._subscriptions: dict[str, Callable[[str], None]] = {}
         self._on_connected: list[Callable[[], None]] = []
 
-    def subscribe(self, channel: str, callback: Callable[[str], None],
-                  on_connected: Callable[[], None] | None = None) -> None:
+    def subscribe(
+        self, channel: str, callback: Callable[[str], None], on_connected: Callable[[], None] | None = None
+    ) -> None:
         """Also LISTEN on ``channel`` (``callback(payload)`` per notification from another process) on the
         engine's LISTEN connection; ``on_connected()`` runs whenever that connection is (re-)established,
         when notifications may have been missed. Call before :meth:`start`."""
@@ -211,9 +266,14 @@ class Engine:
 
     async def start(self) -> None:
         """Subscribe to push notifications and long-poll interest from every broker process."""
-        await self.database.listen({NOTIFY_CHANNEL: self.waiters.wake_notification,
-                                    WAITING_CHANNEL: self._on_waiting_notification, **self._subscriptions},
-                                   on_connected=self._on_listening)
+        await self.database.listen(
+            {
+                NOTIFY_CHANNEL: self.waiters.wake_notification,
+                WAITING_CHANNEL: self._on_waiting_notification,
+                **self._subscriptions,
+            },
+            on_connected=self._on_listening,
+        )
 
     @property
     def remote_waiting_queues(self) -> list[str]:
@@ -288,7 +348,9 @@ class Engine:
         if now >= self._next_prune:  # forget queues nobody waits on any more
             self._next_prune = now + self._waiting_ttl_s
             self._remote_waiting = {q: until for q, until in self._remote_waiting.items() if until > now}
-            self._announced = {q: at for q, at in self._announced.items() if at + self._announce_interval_s > now}
+            self._announced = {
+                q: at for q, at in self._announced.items() if at + self._announce_interval_s > now
+            }
         until = now + self._waiting_ttl_s
         for queue in queues:
             if isinstance(queue, str):
@@ -321,8 +383,10 @@ class Engine:
     async def _flush_notifications(self) -> None:
         while self._notify_pending or self._waiting_pending or self._probe_pending:
             notifications = [(NOTIFY_CHANNEL, payload) for payload in sorted(self._notify_pending)]
-            notifications += [(WAITING_CHANNEL, payload)
-                              for payload in _waiting_payloads(sorted(self._waiting_pending), self._probe_pending)]
+            notifications += [
+                (WAITING_CHANNEL, payload)
+                for payload in _waiting_payloads(sorted(self._waiting_pending), self._probe_pending)
+            ]
             self._notify_pending, self._waiting_pending, self._probe_pending = set(), set(), False
             try:
                 await self.database.notify(notifications)
@@ -332,9 +396,11 @@ class Engine:
     async def push(self, items: list[dict[str, Any]]) -> list[Any]:
         """Fused push; announces every queue/partition that got a message (see :meth:`announce`)."""
         results = await self.fusions["push"].submit(items)
-        keys = {(item["queue"], item.get("partition") or "Default")
-                for item, result in zip(items, results)
-                if isinstance(result, dict) and result.get("status") == "queued"}
+        keys = {
+            (item["queue"], item.get("partition") or "Default")
+            for item, result in zip(items, results)
+            if isinstance(result, dict) and result.get("status") == "queued"
+        }
         if keys:
             self.announce(keys)
         return results
@@ -361,14 +427,19 @@ class Engine:
         when it failed). Raises what the procedure call raised (connection lost, a terminated backend,
         statement timeout): then every client transaction of the group is rolled back, none half-applied.
         After COMMIT, wakes the long polls of the partitions it pushed to."""
-        weight = sum(len(op.get("items") or []) if op.get("type") == "push" else 1
-                     for op in request.get("operations", []))
+        weight = sum(
+            len(op.get("items") or []) if op.get("type") == "push" else 1
+            for op in request.get("operations", [])
+        )
         results = await self.fusions["transaction"].submit([request], weight=weight, size_bytes=size_bytes)
         result: dict[str, Any] = results[0]
         if result.get("success"):
-            keys = {(item["queue"], item.get("partition") or "Default")
-                    for op in request.get("operations", []) if op.get("type") == "push"
-                    for item in op.get("items", [])}
+            keys = {
+                (item["queue"], item.get("partition") or "Default")
+                for op in request.get("operations", [])
+                if op.get("type") == "push"
+                for item in op.get("items", [])
+            }
             if keys:
                 self.announce(keys)
         return result
@@ -386,8 +457,13 @@ class Engine:
             self.announce({(queue, partition) for queue, partition in touched})
         return result
 
-    async def long_poll(self, request: dict[str, Any], timeout_ms: int, wait: bool,
-                        disconnected: Callable[[], Awaitable[bool]] | None = None) -> dict[str, Any]:
+    async def long_poll(
+        self,
+        request: dict[str, Any],
+        timeout_ms: int,
+        wait: bool,
+        disconnected: Callable[[], Awaitable[bool]] | None = None,
+    ) -> dict[str, Any]:
         """Pop, and with ``wait`` park until messages arrive or ``timeout_ms`` passes.
 
         ``disconnected`` is checked before every attempt after the first: a client that went away never
@@ -399,7 +475,9 @@ class Engine:
         settings = self.settings
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000.0
-        waiter = self.waiters.register(request["queue"], request.get("partition"), request.get("consumerGroup"))
+        waiter = self.waiters.register(
+            request["queue"], request.get("partition"), request.get("consumerGroup")
+        )
         self._announce_waiting(request["queue"])
         attempt = 0  # consecutive empty attempts: drives the backoff
         tries = 0
@@ -417,9 +495,16 @@ class Engine:
                     break
                 attempt += 1
                 self._announce_waiting(request["queue"])  # renewed while the pop stays parked
-                delay = backoff_ms(attempt, settings.pop_wait_initial_interval_ms,
-                                   settings.pop_wait_backoff_threshold, settings.pop_wait_backoff_multiplier,
-                                   settings.pop_wait_max_interval_ms) / 1000.0
+                delay = (
+                    backoff_ms(
+                        attempt,
+                        settings.pop_wait_initial_interval_ms,
+                        settings.pop_wait_backoff_threshold,
+                        settings.pop_wait_backoff_multiplier,
+                        settings.pop_wait_max_interval_ms,
+                    )
+                    / 1000.0
+                )
                 try:
                     await asyncio.wait_for(waiter.event.wait(), timeout=min(delay, remaining))
                     attempt = 0  # woken by a push: start the schedule over
@@ -427,9 +512,15 @@ class Engine:
                     pass
         finally:
             self.waiters.unregister(waiter)
-        return {"success": True, "queue": request["queue"], "partition": request.get("partition") or "",
-                "partitionId": None, "leaseId": None, "consumerGroup": request.get("consumerGroup"),
-                "messages": []}
+        return {
+            "success": True,
+            "queue": request["queue"],
+            "partition": request.get("partition") or "",
+            "partitionId": None,
+            "leaseId": None,
+            "consumerGroup": request.get("consumerGroup"),
+            "messages": [],
+        }
 
 
 def _waiting_payloads(queues: list[str], probe: bool) -> list[str]:
@@ -438,12 +529,16 @@ def _waiting_payloads(queues: list[str], probe: bool) -> list[str]:
     chunk: list[str] = []
     size = 0
     for queue in queues:
-        length = len(orjson.dumps(queue)) + 1  # a name is at most 255 characters, escaped at most 6 bytes each
+        length = (
+            len(orjson.dumps(queue)) + 1
+        )  # a name is at most 255 characters, escaped at most 6 bytes each
         if chunk and size + length > _PAYLOAD_BYTES:
             payloads.append(orjson.dumps({"queues": chunk}).decode())
             chunk, size = [], 0
         chunk.append(queue)
         size += length
     if chunk or probe:
-        payloads.append(orjson.dumps({"queues": chunk, "probe": True} if probe else {"queues": chunk}).decode())
+        payloads.append(
+            orjson.dumps({"queues": chunk, "probe": True} if probe else {"queues": chunk}).decode()
+        )
     return payloads

@@ -53,7 +53,7 @@ def read_events(path: Path) -> list[dict[str, Any]]:
         (length,) = _HEADER.unpack_from(data, offset)
         if length == 0 or length > _MAX_RECORD or offset + _HEADER.size + length > len(data):
             break
-        events.append(orjson.loads(data[offset + _HEADER.size: offset + _HEADER.size + length]))
+        events.append(orjson.loads(data[offset + _HEADER.size : offset + _HEADER.size + length]))
         offset += _HEADER.size + length
     return events
 
@@ -69,8 +69,14 @@ class FailoverBuffer:
         flush_ms: drain interval (``FILE_BUFFER_FLUSH_MS``); a file idle for twice this is finalised.
     """
 
-    def __init__(self, directory: Path | str, push: Callable[[list[dict[str, Any]]], Awaitable[list[Any]]],
-                 max_batch: int = 100, events_per_file: int = 10_000, flush_ms: int = 100) -> None:
+    def __init__(
+        self,
+        directory: Path | str,
+        push: Callable[[list[dict[str, Any]]], Awaitable[list[Any]]],
+        max_batch: int = 100,
+        events_per_file: int = 10_000,
+        flush_ms: int = 100,
+    ) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self._push = push
@@ -147,7 +153,9 @@ class FailoverBuffer:
         if self._events_in_file >= self.events_per_file:
             self._finalise()
 
-    async def append(self, items: list[dict[str, Any]], *, database_failed: bool = True) -> list[dict[str, Any]]:
+    async def append(
+        self, items: list[dict[str, Any]], *, database_failed: bool = True
+    ) -> list[dict[str, Any]]:
         """Buffer validated push items durably; return Queen's per-item ``buffered`` results.
         ``database_failed``: the push could not reach PostgreSQL (False: buffered on purpose, in push
         maintenance mode), which marks the database unhealthy until a replay goes through.
@@ -160,8 +168,14 @@ class FailoverBuffer:
         for item in items:
             transaction_id = item.get("transactionId") or str(uuid.uuid4())
             events.append({**item, "transactionId": transaction_id, "failover": True})
-            results.append({"status": "buffered", "queue": item["queue"], "partition": item["partition"],
-                            "transactionId": transaction_id})
+            results.append(
+                {
+                    "status": "buffered",
+                    "queue": item["queue"],
+                    "partition": item["partition"],
+                    "transactionId": transaction_id,
+                }
+            )
         async with self._lock:
             await asyncio.to_thread(self._write, events)
         if database_failed:
@@ -227,8 +241,9 @@ class FailoverBuffer:
         if self.paused:
             return 0
         async with self._lock:
-            if self._file is not None and (self._finalise_now
-                                           or time.monotonic() - self._last_write > 2 * self.flush_s):
+            if self._file is not None and (
+                self._finalise_now or time.monotonic() - self._last_write > 2 * self.flush_s
+            ):
                 self._finalise()
             self._finalise_now = False
         stored = 0
@@ -236,8 +251,10 @@ class FailoverBuffer:
             events = read_events(path)
             try:
                 for start in range(0, len(events), self.max_batch):
-                    batch = [{k: v for k, v in e.items() if k != "failover"}
-                             for e in events[start:start + self.max_batch]]
+                    batch = [
+                        {k: v for k, v in e.items() if k != "failover"}
+                        for e in events[start : start + self.max_batch]
+                    ]
                     await self._push(batch)
                     stored += len(batch)
             except Exception as exc:  # noqa: BLE001 - the database is still away: retry later

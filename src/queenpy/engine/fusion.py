@@ -65,8 +65,15 @@ class VegasLimit:
     trip seen in the last ``window_s`` seconds.
     """
 
-    def __init__(self, initial: int, min_limit: int, max_limit: int, alpha: int = 3, beta: int = 12,
-                 window_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        initial: int,
+        min_limit: int,
+        max_limit: int,
+        alpha: int = 3,
+        beta: int = 12,
+        window_s: float = 30.0,
+    ) -> None:
         self.limit = max(min_limit, min(initial, max_limit))
         self.min_limit = min_limit
         self.max_limit = max_limit
@@ -125,9 +132,17 @@ class Fusion:
         max_batch_requests: most requests per call (0: no cap).
     """
 
-    def __init__(self, name: str, call: Call, max_batch_size: int, limit: StaticLimit | VegasLimit,
-                 max_hold_ms: int = 0, decode: Decode = results_by_index, max_batch_bytes: int = 0,
-                 max_batch_requests: int = 0) -> None:
+    def __init__(
+        self,
+        name: str,
+        call: Call,
+        max_batch_size: int,
+        limit: StaticLimit | VegasLimit,
+        max_hold_ms: int = 0,
+        decode: Decode = results_by_index,
+        max_batch_bytes: int = 0,
+        max_batch_requests: int = 0,
+    ) -> None:
         self.name = name
         self._call = call
         self._decode = decode
@@ -170,18 +185,26 @@ class Fusion:
 
     def _fire(self) -> None:
         while self._queue and self._inflight < self.limit.limit:
-            if (self.max_hold_s > 0 and self._inflight > 0 and self._queued_items < self.max_batch_size
-                    and time.monotonic() - self._queue[0].enqueued_at < self.max_hold_s):
+            if (
+                self.max_hold_s > 0
+                and self._inflight > 0
+                and self._queued_items < self.max_batch_size
+                and time.monotonic() - self._queue[0].enqueued_at < self.max_hold_s
+            ):
                 if self._hold_handle is None:
                     self._hold_handle = asyncio.get_running_loop().call_later(self.max_hold_s, self._on_hold)
                 return
             batch: list[_Pending] = []
             count = 0
             size = 0
-            while self._queue and (not batch or (
+            while self._queue and (
+                not batch
+                or (
                     count + self._queue[0].weight <= self.max_batch_size
                     and (not self.max_batch_bytes or size + self._queue[0].size_bytes <= self.max_batch_bytes)
-                    and (not self.max_batch_requests or len(batch) < self.max_batch_requests))):
+                    and (not self.max_batch_requests or len(batch) < self.max_batch_requests)
+                )
+            ):
                 pending = self._queue.popleft()
                 batch.append(pending)
                 count += pending.weight
@@ -250,12 +273,21 @@ class LanedFusion:
     share partitions anyway, and bigger batches cost PostgreSQL less per message than parallel small ones.
     """
 
-    def __init__(self, name: str, call: Call, max_batch_size: int, lanes: int,
-                 key: Callable[[Any], str], decode: Decode = results_by_index) -> None:
+    def __init__(
+        self,
+        name: str,
+        call: Call,
+        max_batch_size: int,
+        lanes: int,
+        key: Callable[[Any], str],
+        decode: Decode = results_by_index,
+    ) -> None:
         self.name = name
         self._key = key
-        self.lanes = [Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1), decode=decode)
-                      for i in range(max(1, lanes))]
+        self.lanes = [
+            Fusion(f"{name}[{i}]", call, max_batch_size, StaticLimit(1), decode=decode)
+            for i in range(max(1, lanes))
+        ]
 
     async def submit(self, items: list[Any], weight: int | None = None, size_bytes: int = 0) -> list[Any]:
         """As :meth:`Fusion.submit`, on the lane of ``items[0]``."""

@@ -49,8 +49,9 @@ __all__ = ["VERSION", "create_app"]
 log = logging.getLogger("queenpy.server")
 
 
-def guarded(handler: Handler, level: Level, authenticator: Authenticator, worker: Worker, method: str,
-            path: str) -> Handler:
+def guarded(
+    handler: Handler, level: Level, authenticator: Authenticator, worker: Worker, method: str, path: str
+) -> Handler:
     """``handler`` behind authentication at ``level`` (none for ``Level.PUBLIC``) and the error mapping:
     InvalidRequest -> real 400, other QueenErrors -> their status (401/403/...), database errors -> 200 with
     an error body. Each request's duration is observed under its route template (``path``)."""
@@ -62,8 +63,11 @@ def guarded(handler: Handler, level: Level, authenticator: Authenticator, worker
     async def wrapper(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            request.state.claims = authenticator.authenticate(
-                request.headers.get("authorization"), request.scope["path"], level) if verify else None
+            request.state.claims = (
+                authenticator.authenticate(request.headers.get("authorization"), request.scope["path"], level)
+                if verify
+                else None
+            )
             return await handler(request)
         except InvalidRequest as exc:
             return error_response(exc.message, 400)
@@ -99,8 +103,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     the OPTIONS preflight route, so Starlette answers 405 for an unknown path too: it is a 404 unless a route
     of the API has that path."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
-    if status == 405 and not any(route.matches(request.scope)[0] is not Match.NONE
-                                 for route in request.app.routes if route.endpoint is not _preflight):
+    if status == 405 and not any(
+        route.matches(request.scope)[0] is not Match.NONE
+        for route in request.app.routes
+        if route.endpoint is not _preflight
+    ):
         status = 404
     message = {404: "Not Found", 405: "Method Not Allowed"}.get(status, "HTTP error")
     return error_response(f"{message}: {request.method} {request.url.path}", status)
@@ -133,8 +140,9 @@ def create_app(settings: Settings, database_url: str, worker_id: int = 0) -> Sta
     hot = HotRoutes()
     routes: list[Any] = []
     for endpoint in endpoints():
-        handler = guarded(endpoint.handler, endpoint.level, authenticator, worker, endpoint.method,
-                          endpoint.path)
+        handler = guarded(
+            endpoint.handler, endpoint.level, authenticator, worker, endpoint.method, endpoint.path
+        )
         routes.append(Route(endpoint.path, handler, methods=[endpoint.method]))
         if endpoint in messages.ENDPOINTS:
             hot.add(endpoint.method, endpoint.path, handler)

@@ -50,13 +50,16 @@ class Authenticator:
         algorithm = settings.algorithm
         if algorithm not in ("HS256", "RS256", "EdDSA", "auto"):
             raise ConfigurationError(f"JWT_ALGORITHM must be HS256, RS256, EdDSA or auto, not {algorithm}")
-        if algorithm in ("HS256", "auto") and not (settings.secret or settings.public_key or settings.jwks_url):
+        if algorithm in ("HS256", "auto") and not (
+            settings.secret or settings.public_key or settings.jwks_url
+        ):
             raise ConfigurationError("JWT_ENABLED needs JWT_SECRET, JWT_PUBLIC_KEY or JWT_JWKS_URL")
         if algorithm in ("RS256", "EdDSA") and not (settings.public_key or settings.jwks_url):
             raise ConfigurationError(f"JWT_ALGORITHM={algorithm} needs JWT_PUBLIC_KEY or JWT_JWKS_URL")
         if settings.jwks_url:
-            self._jwks = jwt.PyJWKClient(settings.jwks_url, cache_keys=True,
-                                         timeout=max(1, settings.jwks_timeout_ms // 1000))
+            self._jwks = jwt.PyJWKClient(
+                settings.jwks_url, cache_keys=True, timeout=max(1, settings.jwks_timeout_ms // 1000)
+            )
 
     def skipped(self, path: str) -> bool:
         """Exact match, or prefix match for entries ending in ``/`` longer than one character."""
@@ -93,9 +96,17 @@ class Authenticator:
         alg = header.get("alg", "")
         expected = settings.algorithm
         if expected == "auto":
-            expected = "HS256" if alg == "HS256" else "RS256" if alg in _RSA else "EdDSA" if alg == "EdDSA" else alg
-        if expected == "HS256" and alg != "HS256" or expected == "RS256" and alg not in _RSA \
-                or expected == "EdDSA" and alg != "EdDSA":
+            expected = (
+                "HS256" if alg == "HS256" else "RS256" if alg in _RSA else "EdDSA" if alg == "EdDSA" else alg
+            )
+        if (
+            expected == "HS256"
+            and alg != "HS256"
+            or expected == "RS256"
+            and alg not in _RSA
+            or expected == "EdDSA"
+            and alg != "EdDSA"
+        ):
             raise AuthenticationError(f"Token uses {alg}, expected {settings.algorithm}")
         key: Any
         if expected == "HS256":
@@ -113,10 +124,15 @@ class Authenticator:
                 key = settings.public_key
         options = {"require": [], "verify_aud": settings.audience is not None}
         try:
-            claims: dict[str, Any] = jwt.decode(token, key, algorithms=algorithms, leeway=settings.clock_skew_s,
-                                                issuer=settings.issuer, audience=settings.audience,
-                                                options=options,  # type: ignore[arg-type]
-                                                )
+            claims: dict[str, Any] = jwt.decode(
+                token,
+                key,
+                algorithms=algorithms,
+                leeway=settings.clock_skew_s,
+                issuer=settings.issuer,
+                audience=settings.audience,
+                options=options,  # type: ignore[arg-type]
+            )
         except jwt.ExpiredSignatureError as exc:
             raise AuthenticationError("Token has expired") from exc
         except jwt.InvalidIssuerError as exc:

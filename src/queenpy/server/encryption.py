@@ -50,8 +50,12 @@ class PayloadCipher:
 
     @staticmethod
     def looks_encrypted(value: Any) -> bool:
-        return (isinstance(value, dict) and isinstance(value.get("encrypted"), str)
-                and isinstance(value.get("iv"), str) and isinstance(value.get("authTag"), str))
+        return (
+            isinstance(value, dict)
+            and isinstance(value.get("encrypted"), str)
+            and isinstance(value.get("iv"), str)
+            and isinstance(value.get("authTag"), str)
+        )
 
     def decrypt(self, value: Any) -> Any:
         """The stored object -> the payload; anything that does not decrypt is returned unchanged."""

@@ -48,8 +48,12 @@ class HttpLimits:
 
     @classmethod
     def of(cls, settings: Settings) -> HttpLimits:
-        return cls(settings.http_max_body_bytes, settings.http_max_header_bytes,
-                   settings.http_header_timeout_ms / 1000, settings.http_body_timeout_ms / 1000)
+        return cls(
+            settings.http_max_body_bytes,
+            settings.http_max_header_bytes,
+            settings.http_header_timeout_ms / 1000,
+            settings.http_body_timeout_ms / 1000,
+        )
 
 
 class _Sweeper:
@@ -116,8 +120,11 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
 
     def expired(self) -> None:
         """The deadline passed (called by the sweeper): 408."""
-        seconds = self.limits.header_timeout_s if self._waiting_for == "Request headers" else \
-            self.limits.body_timeout_s
+        seconds = (
+            self.limits.header_timeout_s
+            if self._waiting_for == "Request headers"
+            else self.limits.body_timeout_s
+        )
         self._refuse(408, f"{self._waiting_for} not received within {seconds:g} s")
 
     def _refuse(self, status: int, message: str) -> None:
@@ -131,7 +138,8 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
             self.transport.write(
                 b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
                 b"access-control-allow-origin: *\r\nconnection: close\r\n\r\n%s"
-                % (status, _REASONS[status], len(body), body))
+                % (status, _REASONS[status], len(body), body)
+            )
         self.transport.close()  # an app reading this request sees the client disconnect
 
     def data_received(self, data: bytes) -> None:
@@ -140,9 +148,14 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._in_head:
             self._raw_head_bytes += len(data)
         super().data_received(data)
-        if not self._refused and self._in_head and \
-                self._raw_head_bytes > self.limits.max_header_bytes + _HEAD_SLACK_BYTES:
-            self._refuse(431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes")
+        if (
+            not self._refused
+            and self._in_head
+            and self._raw_head_bytes > self.limits.max_header_bytes + _HEAD_SLACK_BYTES
+        ):
+            self._refuse(
+                431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes"
+            )
 
     # parser callbacks
     def on_message_begin(self) -> None:
@@ -182,12 +195,17 @@ class LimitedHttpToolsProtocol(CoalescingHttpToolsProtocol):
         if self._refused:
             return
         if self._head_too_large:
-            self._refuse(431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes")
+            self._refuse(
+                431, f"Request header fields too large: more than {self.limits.max_header_bytes} bytes"
+            )
             return
         length = self._content_length
         if length is not None and length.strip().isdigit() and int(length) > self.limits.max_body_bytes:
-            self._refuse(413, f"Request body too large: {int(length)} bytes, the limit is "
-                              f"{self.limits.max_body_bytes} bytes")
+            self._refuse(
+                413,
+                f"Request body too large: {int(length)} bytes, the limit is "
+                f"{self.limits.max_body_bytes} bytes",
+            )
             return
         super().on_headers_complete()
         if not self._refused:
@@ -223,8 +241,12 @@ def body_limit(app: ASGIApp, max_body_bytes: int) -> ASGIApp:
 
     async def refuse(send: Send, message: str) -> None:
         body = orjson.dumps({"error": message})
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
-                   (b"access-control-allow-origin", b"*"), (b"connection", b"close")]
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", b"%d" % len(body)),
+            (b"access-control-allow-origin", b"*"),
+            (b"connection", b"close"),
+        ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
@@ -235,8 +257,9 @@ def body_limit(app: ASGIApp, max_body_bytes: int) -> ASGIApp:
         length = next((value for name, value in scope["headers"] if name == b"content-length"), None)
         if length is not None:
             if length.strip().isdigit() and int(length) > max_body_bytes:
-                await refuse(send, f"Request body too large: {int(length)} bytes, the limit is "
-                                   f"{max_body_bytes} bytes")
+                await refuse(
+                    send, f"Request body too large: {int(length)} bytes, the limit is {max_body_bytes} bytes"
+                )
                 return
             await app(scope, receive, send)
             return

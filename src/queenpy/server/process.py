@@ -136,7 +136,8 @@ def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: sock
         from granian.server.embed import Server
     except ImportError as exc:
         raise ConfigurationError(
-            "QUEENPY_HTTP_SERVER=granian needs granian: install `queenpy[granian]`") from exc
+            "QUEENPY_HTTP_SERVER=granian needs granian: install `queenpy[granian]`"
+        ) from exc
 
     from queenpy.server.app import create_app
     from queenpy.server.limits import body_limit
@@ -145,11 +146,21 @@ def _run_granian_worker(worker_id: int, settings: Settings, url: str, sock: sock
     sock.close()
     app = create_app(settings, url, worker_id)
     _tune_gc()
-    server = Server(body_limit(app, settings.http_max_body_bytes), address=settings.host, port=port,
-                    interface=Interfaces.ASGI, http=HTTPModes.http1, websockets=False, backlog=2048,
-                    http1_settings=HTTP1Settings(header_read_timeout=settings.http_header_timeout_ms,
-                                                 max_buffer_size=settings.http_max_header_bytes),
-                    log_access=settings.access_log, log_enabled=settings.log_level != "off")
+    server = Server(
+        body_limit(app, settings.http_max_body_bytes),
+        address=settings.host,
+        port=port,
+        interface=Interfaces.ASGI,
+        http=HTTPModes.http1,
+        websockets=False,
+        backlog=2048,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=settings.http_header_timeout_ms,
+            max_buffer_size=settings.http_max_header_bytes,
+        ),
+        log_access=settings.access_log,
+        log_enabled=settings.log_level != "off",
+    )
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
@@ -171,28 +182,40 @@ def _run_uvicorn_worker(worker_id: int, settings: Settings, url: str, sock: sock
     # httptools with one socket write per response instead of two (queenpy.server.http), under the HTTP
     # limits of queenpy.server.limits (head and body size, slow clients); uvicorn's own: connections per
     # worker (503 beyond) and idle keep-alive connections
-    config = uvicorn.Config(app, loop="uvloop", http=protocol_with_limits(HttpLimits.of(settings)),
-                            lifespan="on", access_log=settings.access_log,
-                            log_level=_uvicorn_log_level(settings),
-                            timeout_keep_alive=settings.http_keep_alive_timeout_s, backlog=2048,
-                            limit_concurrency=settings.http_max_connections, timeout_graceful_shutdown=10,
-                            # client addresses are never used: skip the middleware; and no "server: uvicorn"
-                            # header, one less header to validate and write per response
-                            proxy_headers=False, server_header=False)
+    config = uvicorn.Config(
+        app,
+        loop="uvloop",
+        http=protocol_with_limits(HttpLimits.of(settings)),
+        lifespan="on",
+        access_log=settings.access_log,
+        log_level=_uvicorn_log_level(settings),
+        timeout_keep_alive=settings.http_keep_alive_timeout_s,
+        backlog=2048,
+        limit_concurrency=settings.http_max_connections,
+        timeout_graceful_shutdown=10,
+        # client addresses are never used: skip the middleware; and no "server: uvicorn"
+        # header, one less header to validate and write per response
+        proxy_headers=False,
+        server_header=False,
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 
 def serve(settings: Settings) -> None:
     """Run the broker until SIGINT/SIGTERM. Blocks."""
-    logging.basicConfig(level=getattr(logging, settings.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=getattr(logging, settings.log_level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     from queenpy.server.auth import Authenticator
 
     Authenticator(settings.jwt)  # an unusable JWT configuration aborts startup here, not in every worker
     if settings.http_server not in HTTP_SERVERS:
-        raise ConfigurationError(f"QUEENPY_HTTP_SERVER must be one of {', '.join(HTTP_SERVERS)}, "
-                                 f"not {settings.http_server!r}")
+        raise ConfigurationError(
+            f"QUEENPY_HTTP_SERVER must be one of {', '.join(HTTP_SERVERS)}, not {settings.http_server!r}"
+        )
     if settings.http_server == "granian" and not REUSEPORT:
         raise ConfigurationError("QUEENPY_HTTP_SERVER=granian needs SO_REUSEPORT (Linux)")
     database = resolve_database(settings)
@@ -201,8 +224,13 @@ def serve(settings: Settings) -> None:
         if applied:
             log.info("applied %d migration step(s): %s", len(applied), ", ".join(applied))
         sock = _bind(settings.host, settings.port, listen=not REUSEPORT, reuseport=REUSEPORT)
-        log.info("queenpy listening on http://%s:%d with %d worker process(es)%s", settings.host, settings.port,
-                 settings.num_workers, " on embedded PostgreSQL" if database.embedded else "")
+        log.info(
+            "queenpy listening on http://%s:%d with %d worker process(es)%s",
+            settings.host,
+            settings.port,
+            settings.num_workers,
+            " on embedded PostgreSQL" if database.embedded else "",
+        )
         _supervise(settings, database.url, sock)
     finally:
         if database.embedded is not None:
@@ -232,8 +260,12 @@ def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
         # with SO_REUSEPORT, a listening socket of the worker's own (the supervisor closes its copy)
         worker_sock = _bind(settings.host, sock.getsockname()[1], reuseport=True) if REUSEPORT else sock
         try:
-            process = context.Process(target=_run_worker, args=(worker_id, settings, url, worker_sock),
-                                      name=f"queenpy-worker-{worker_id}", daemon=False)
+            process = context.Process(
+                target=_run_worker,
+                args=(worker_id, settings, url, worker_sock),
+                name=f"queenpy-worker-{worker_id}",
+                daemon=False,
+            )
             process.start()
         finally:
             if worker_sock is not sock:
@@ -248,8 +280,11 @@ def _supervise(settings: Settings, url: str, sock: socket.socket) -> None:
     signal.signal(signal.SIGTERM, on_signal)
     for worker_id in range(settings.num_workers):
         start(worker_id)
-    print(f"queenpy ready on http://{settings.host}:{settings.port} (pid {os.getpid()})", file=sys.stderr,
-          flush=True)
+    print(
+        f"queenpy ready on http://{settings.host}:{settings.port} (pid {os.getpid()})",
+        file=sys.stderr,
+        flush=True,
+    )
     while not stopping:
         time.sleep(0.2)
         for worker_id, process in list(workers.items()):

@@ -51,17 +51,26 @@ class Worker:
         self._encrypted_queues: dict[str, tuple[bool, float]] = {}
         self.started_at = time.time()
         self.failover = FailoverBuffer(
-            settings.file_buffer_dir or _default_buffer_dir(database_url), self.engine.fusions["push"].submit,
-            max_batch=settings.file_buffer_max_batch, events_per_file=settings.file_buffer_events_per_file,
-            flush_ms=settings.file_buffer_flush_ms)
+            settings.file_buffer_dir or _default_buffer_dir(database_url),
+            self.engine.fusions["push"].submit,
+            max_batch=settings.file_buffer_max_batch,
+            events_per_file=settings.file_buffer_events_per_file,
+            flush_ms=settings.file_buffer_flush_ms,
+        )
         self.maintenance = MaintenanceState(self.database, self.failover)
         self.maintenance.attach(self.engine)
         instance = f"{socket.gethostname()}:{settings.port}"
         self.instruments = WorkerInstruments(worker_id)
         self.metrics = WorkerMetrics(
-            self.database, self.engine, self.instruments, worker_id=worker_id, instance=instance,
-            started_at=self.started_at, sample_interval_ms=settings.metrics_sample_interval_ms,
-            aggregate_interval_s=settings.metrics_aggregate_interval_s)
+            self.database,
+            self.engine,
+            self.instruments,
+            worker_id=worker_id,
+            instance=instance,
+            started_at=self.started_at,
+            sample_interval_ms=settings.metrics_sample_interval_ms,
+            aggregate_interval_s=settings.metrics_aggregate_interval_s,
+        )
         self.engine.observe_calls(self.instruments.observe_call)
         self.prometheus = Exposition(self.database, self.failover, self.maintenance, self.instruments)
         holder = f"{instance} worker {worker_id} pid {os.getpid()}"
@@ -98,7 +107,8 @@ class Worker:
         missing = [n for n in names if n not in self._encrypted_queues or self._encrypted_queues[n][1] < now]
         if missing:
             rows = await self.database.fetch(
-                "SELECT name, encryption_enabled FROM queen.queues WHERE name = ANY($1::text[])", missing)
+                "SELECT name, encryption_enabled FROM queen.queues WHERE name = ANY($1::text[])", missing
+            )
             found = {row["name"]: row["encryption_enabled"] for row in rows}
             for name in missing:
                 self._encrypted_queues[name] = (bool(found.get(name, False)), now + 5.0)

@@ -22,4 +22,13 @@ from queenpy.services.jobs import EvictionJob, Job, RetentionJob, RunResult, Sta
 from queenpy.services.leader import Leadership
 from queenpy.services.runner import Services
 
-__all__ = ["EvictionJob", "Job", "Leadership", "RetentionJob", "RunResult", "Services", "StatsJob", "jobs_for"]
+__all__ = [
+    "EvictionJob",
+    "Job",
+    "Leadership",
+    "RetentionJob",
+    "RunResult",
+    "Services",
+    "StatsJob",
+    "jobs_for",
+]

@@ -82,8 +82,10 @@ class StatsJob(Job):
 
     async def run(self, database: Database) -> RunResult:
         now = time.monotonic()
-        full = (self._last_full is None
-                or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000)
+        full = (
+            self._last_full is None
+            or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
+        )
         details = await _json(database, "SELECT queen.stats_refresh_v1($1)::text", full)
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full:
@@ -95,7 +97,9 @@ class StatsJob(Job):
         return RunResult(rows, details)
 
 
-async def _delete_kind(database: Database, kind: str, batch: int, run_at: datetime.datetime) -> dict[str, int]:
+async def _delete_kind(
+    database: Database, kind: str, batch: int, run_at: datetime.datetime
+) -> dict[str, int]:
     """Every queue with ``kind`` configured, step after step until each reports no more work."""
     queues = await _json(database, "SELECT queen.retention_queues_v1($1)::text", kind)
     deleted = steps = 0
@@ -103,8 +107,17 @@ async def _delete_kind(database: Database, kind: str, batch: int, run_at: dateti
         after, inclusive = "", True
         while True:
             step = await _json(
-                database, "SELECT queen.retention_step_v1($1, $2::uuid, $3::text[], $4, $5, $6, $7, $8)::text",
-                kind, queue["queueId"], queue["groups"], after, inclusive, PARTITIONS_PER_STEP, batch, run_at)
+                database,
+                "SELECT queen.retention_step_v1($1, $2::uuid, $3::text[], $4, $5, $6, $7, $8)::text",
+                kind,
+                queue["queueId"],
+                queue["groups"],
+                after,
+                inclusive,
+                PARTITIONS_PER_STEP,
+                batch,
+                run_at,
+            )
             steps += 1
             deleted += int(step["deleted"])
             if step["next"] is None:
@@ -130,8 +143,9 @@ class RetentionJob(Job):
         if threshold <= 0 or self._unvacuumed < threshold:
             return None
         clock = time.monotonic()
-        connection = await asyncpg.connect(database.url, server_settings={
-            "application_name": "queenpy-vacuum", "statement_timeout": "0"})
+        connection = await asyncpg.connect(
+            database.url, server_settings={"application_name": "queenpy-vacuum", "statement_timeout": "0"}
+        )
         try:
             await connection.execute("VACUUM (SKIP_LOCKED) queen.messages")
         finally:
@@ -159,8 +173,12 @@ class RetentionJob(Job):
             details["vacuum"] = vacuum
         removed = 0
         while True:
-            step = await _json(database, "SELECT queen.partition_cleanup_v1($1, $2)::text",
-                               settings.partition_cleanup_days * _DAY_S, CLEANUP_PER_STEP)
+            step = await _json(
+                database,
+                "SELECT queen.partition_cleanup_v1($1, $2)::text",
+                settings.partition_cleanup_days * _DAY_S,
+                CLEANUP_PER_STEP,
+            )
             removed += int(step["partitions"])
             if int(step["partitions"]) < CLEANUP_PER_STEP:
                 break
@@ -169,8 +187,13 @@ class RetentionJob(Job):
         metrics_before = run_at - datetime.timedelta(days=settings.metrics_retention_days)
         stats_before = run_at - datetime.timedelta(days=settings.stats_history_retention_days)
         while True:
-            step = await _json(database, "SELECT queen.trim_history_v1($1, $2, $3)::text", metrics_before,
-                               stats_before, TRIM_PER_STEP)
+            step = await _json(
+                database,
+                "SELECT queen.trim_history_v1($1, $2, $3)::text",
+                metrics_before,
+                stats_before,
+                TRIM_PER_STEP,
+            )
             for table, count in step.items():
                 trimmed[table] = trimmed.get(table, 0) + int(count)
             if all(int(count) < TRIM_PER_STEP for count in step.values()):
@@ -189,7 +212,9 @@ class EvictionJob(Job):
 
     async def run(self, database: Database) -> RunResult:
         run_at = await database.fetchval("SELECT now()")
-        part = await _delete_kind(database, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at)
+        part = await _delete_kind(
+            database, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
+        )
         return RunResult(part["deleted"], {"max_wait_time_eviction": part})
 
 
@@ -197,5 +222,8 @@ def jobs_for(settings: ServiceSettings) -> list[Job]:
     """The jobs this configuration runs: none when the services are off, else those with an interval."""
     if not settings.enabled:
         return []
-    return [job for job in (StatsJob(settings), RetentionJob(settings), EvictionJob(settings))
-            if job.interval_s > 0]
+    return [
+        job
+        for job in (StatsJob(settings), RetentionJob(settings), EvictionJob(settings))
+        if job.interval_s > 0
+    ]

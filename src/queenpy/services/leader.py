@@ -55,11 +55,19 @@ class Leadership:
                     self.held.add(job)
                     return True
                 return False
-            except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                    asyncpg.exceptions.TargetServerAttributeNotMatched) as exc:
+            except (
+                TimeoutError,
+                OSError,
+                asyncpg.PostgresError,
+                asyncpg.InterfaceError,
+                asyncpg.exceptions.TargetServerAttributeNotMatched,
+            ) as exc:
                 if self.held:
-                    log.warning("services: lost the lock connection, no longer running %s: %s",
-                                ", ".join(sorted(self.held)), exc)
+                    log.warning(
+                        "services: lost the lock connection, no longer running %s: %s",
+                        ", ".join(sorted(self.held)),
+                        exc,
+                    )
                 await self._drop()
                 return False
 
@@ -72,8 +80,10 @@ class Leadership:
         if self._connection is None or self._connection.is_closed():
             self.held.clear()
             self._connection = await asyncpg.connect(
-                self.url, timeout=self.timeout_s,
-                server_settings={"application_name": "queenpy-services", "idle_session_timeout": "0"})
+                self.url,
+                timeout=self.timeout_s,
+                server_settings={"application_name": "queenpy-services", "idle_session_timeout": "0"},
+            )
         return self._connection
 
     async def _drop(self) -> None:

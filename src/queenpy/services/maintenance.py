@@ -54,8 +54,9 @@ class MaintenanceState:
 
     def attach(self, engine: Engine) -> None:
         """Listen to changes on the engine's LISTEN connection (before the engine starts)."""
-        engine.subscribe(STATE_CHANNEL, lambda _payload: self._schedule_reload(),
-                         on_connected=self._schedule_reload)
+        engine.subscribe(
+            STATE_CHANNEL, lambda _payload: self._schedule_reload(), on_connected=self._schedule_reload
+        )
 
     async def start(self) -> None:
         """Read the switches once (before serving), then keep re-reading in the background."""
@@ -90,15 +91,20 @@ class MaintenanceState:
 
     async def reload(self) -> dict[str, Any]:
         """Read both switches from PostgreSQL and apply them; returns ``queen.system_state_v1()``."""
-        state: dict[str, Any] = orjson.loads(await self._database.fetchval("SELECT queen.system_state_v1()::text"))
+        state: dict[str, Any] = orjson.loads(
+            await self._database.fetchval("SELECT queen.system_state_v1()::text")
+        )
         self.apply(state)
         return state
 
     async def set(self, which: str, enabled: bool) -> dict[str, Any]:
         """Turn push (``which="push"``) or pop maintenance on or off for every broker process; returns the
         new state of both switches."""
-        state: dict[str, Any] = orjson.loads(await self._database.fetchval(
-            "SELECT queen.set_system_state_v1($1, $2)::text", KEYS[which], enabled))
+        state: dict[str, Any] = orjson.loads(
+            await self._database.fetchval(
+                "SELECT queen.set_system_state_v1($1, $2)::text", KEYS[which], enabled
+            )
+        )
         self.apply(state)
         return state
 

@@ -58,8 +58,12 @@ class _Agg:
     def wire(self) -> dict[str, float]:
         if not self.count:
             return {"avg": 0, "min": 0, "max": 0, "last": 0}
-        return {"avg": round(self.total / self.count, 3), "min": round(self.low, 3), "max": round(self.high, 3),
-                "last": round(self.last, 3)}
+        return {
+            "avg": round(self.total / self.count, 3),
+            "min": round(self.low, 3),
+            "max": round(self.high, 3),
+            "last": round(self.last, 3),
+        }
 
 
 @dataclass
@@ -78,11 +82,19 @@ class QueueCounters:
     parked_max: int = 0
 
     def wire(self, queue: str) -> dict[str, Any]:
-        return {"queue": queue, "pushRequests": self.push_requests, "pushMessages": self.push_messages,
-                "popCount": self.pop_count, "popMessages": self.pop_messages, "ackMessages": self.ack_messages,
-                "ackFailed": self.ack_failed, "lagSumMs": round(self.lag_sum_ms, 3),
-                "lagMaxMs": round(self.lag_max_ms, 3), "lagSamples": self.lag_samples,
-                "parkedMax": self.parked_max}
+        return {
+            "queue": queue,
+            "pushRequests": self.push_requests,
+            "pushMessages": self.push_messages,
+            "popCount": self.pop_count,
+            "popMessages": self.pop_messages,
+            "ackMessages": self.ack_messages,
+            "ackFailed": self.ack_failed,
+            "lagSumMs": round(self.lag_sum_ms, 3),
+            "lagMaxMs": round(self.lag_max_ms, 3),
+            "lagSamples": self.lag_samples,
+            "parkedMax": self.parked_max,
+        }
 
 
 @dataclass
@@ -90,7 +102,9 @@ class _Minute:
     bucket: datetime
     system: dict[str, _Agg] = field(default_factory=lambda: defaultdict(_Agg))
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # requests, errors: whole counts
-    fusion: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    fusion: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float))
+    )
     queues: dict[str, QueueCounters] = field(default_factory=lambda: defaultdict(QueueCounters))
 
 
@@ -121,9 +135,18 @@ class WorkerMetrics:
         aggregate_interval_s: ``METRICS_AGGREGATE_INTERVAL_S``.
     """
 
-    def __init__(self, database: Database, engine: Engine, instruments: WorkerInstruments, *, worker_id: int,
-                 instance: str, started_at: float, sample_interval_ms: float,
-                 aggregate_interval_s: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        engine: Engine,
+        instruments: WorkerInstruments,
+        *,
+        worker_id: int,
+        instance: str,
+        started_at: float,
+        sample_interval_ms: float,
+        aggregate_interval_s: float,
+    ) -> None:
         self.database = database
         self.engine = engine
         self.instruments = instruments
@@ -223,9 +246,15 @@ class WorkerMetrics:
         pool = self.database.pool
         size, idle = pool.get_size(), pool.get_idle_size()
         parked = self.engine.waiters.counts()
-        values = {"cpuPercent": 100.0 * (user + system) / elapsed, "rssBytes": float(rss),
-                  "poolSize": float(size), "poolIdle": float(idle), "poolActive": float(size - idle),
-                  "eventLoopLagMs": loop_lag_s * 1000.0, "parked": float(sum(parked.values()))}
+        values = {
+            "cpuPercent": 100.0 * (user + system) / elapsed,
+            "rssBytes": float(rss),
+            "poolSize": float(size),
+            "poolIdle": float(idle),
+            "poolActive": float(size - idle),
+            "eventLoopLagMs": loop_lag_s * 1000.0,
+            "parked": float(sum(parked.values())),
+        }
         minute = self._current
         for key, value in values.items():
             minute.system[key].add(value)
@@ -254,12 +283,17 @@ class WorkerMetrics:
     def _rows(self, minute: _Minute) -> dict[str, Any]:
         counts = dict(minute.counts)
         return {
-            "bucket": minute.bucket.isoformat(), "hostname": self.hostname, "pid": self.pid,
+            "bucket": minute.bucket.isoformat(),
+            "hostname": self.hostname,
+            "pid": self.pid,
             "workerId": str(self.worker_id),
             "sampleCount": minute.system["cpuPercent"].count,
             "system": {key: agg.wire() for key, agg in minute.system.items()},
-            "worker": {**counts, "fusion": {op: dict(d) for op, d in minute.fusion.items()},
-                       "parked": minute.system["parked"].wire()},
+            "worker": {
+                **counts,
+                "fusion": {op: dict(d) for op, d in minute.fusion.items()},
+                "parked": minute.system["parked"].wire(),
+            },
             "queues": [counters.wire(queue) for queue, counters in minute.queues.items()],
         }
 

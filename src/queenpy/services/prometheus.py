@@ -52,11 +52,36 @@ from queenpy.engine.failover import FailoverBuffer
 from queenpy.services.maintenance import MaintenanceState
 from queenpy.store.database import Database
 
-__all__ = ["CONTENT_TYPE", "Exposition", "LocalCollector", "LocalHistogram", "SnapshotCache",
-           "SnapshotCollector", "WorkerInstruments", "multiprocess_dir", "render_collector"]
+__all__ = [
+    "CONTENT_TYPE",
+    "Exposition",
+    "LocalCollector",
+    "LocalHistogram",
+    "SnapshotCache",
+    "SnapshotCollector",
+    "WorkerInstruments",
+    "multiprocess_dir",
+    "render_collector",
+]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+_LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
 _BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
 
 
@@ -106,21 +131,38 @@ class WorkerInstruments:
         r = self.registry
         labels = {"hostname": socket.gethostname(), "worker_id": str(worker_id)}
         self.request_seconds = Histogram(
-            "queen_http_request_duration_seconds", "HTTP request latency by route template",
-            ["method", "route"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.fusion_batch = Histogram("queen_fusion_batch_size", "Items per fused procedure call", ["op"],
-                                      buckets=_BATCH_BUCKETS, registry=r)
-        self.fusion_seconds = Histogram("queen_fusion_call_duration_seconds", "Duration of fused procedure calls",
-                                        ["op"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.cpu_user = Counter("queen_cpu_user_microseconds", "User CPU time of the worker processes",
-                                registry=r)
-        self.cpu_system = Counter("queen_cpu_system_microseconds", "System CPU time of the worker processes",
-                                  registry=r)
+            "queen_http_request_duration_seconds",
+            "HTTP request latency by route template",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.fusion_batch = Histogram(
+            "queen_fusion_batch_size",
+            "Items per fused procedure call",
+            ["op"],
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.fusion_seconds = Histogram(
+            "queen_fusion_call_duration_seconds",
+            "Duration of fused procedure calls",
+            ["op"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.cpu_user = Counter(
+            "queen_cpu_user_microseconds", "User CPU time of the worker processes", registry=r
+        )
+        self.cpu_system = Counter(
+            "queen_cpu_system_microseconds", "System CPU time of the worker processes", registry=r
+        )
         self.pushed = Counter("queen_messages_pushed", "Messages stored by pushes", registry=r)
         self.popped = Counter("queen_messages_popped", "Messages delivered by pops", registry=r)
         self.acked = Counter("queen_messages_acked", "Acknowledgments applied", registry=r)
-        self.buffered = Counter("queen_messages_buffered", "Pushed messages written to the failover buffer",
-                                registry=r)
+        self.buffered = Counter(
+            "queen_messages_buffered", "Pushed messages written to the failover buffer", registry=r
+        )
 
         def total(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, registry=r, multiprocess_mode="livesum")
@@ -130,8 +172,12 @@ class WorkerInstruments:
         self.pool_active = total("queen_db_pool_active", "Database connections in use, all workers")
         self.rss = total("queen_process_resident_memory_bytes", "Resident memory of the worker processes")
         self.parked = total("queen_long_poll_parked", "Long polls parked, all workers")
-        self.uptime = Gauge("queen_uptime_seconds", "Seconds since the oldest live worker started", registry=r,
-                            multiprocess_mode="livemax")
+        self.uptime = Gauge(
+            "queen_uptime_seconds",
+            "Seconds since the oldest live worker started",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self._tallies: list[LocalHistogram] = []
         self._fusion: dict[str, tuple[LocalHistogram, LocalHistogram]] = {}
         per_worker = ["hostname", "worker_id"]
@@ -139,9 +185,15 @@ class WorkerInstruments:
         def worker(name: str, doc: str) -> Any:
             return Gauge(name, doc, per_worker, registry=r, multiprocess_mode="liveall").labels(**labels)
 
-        self.worker_cpu = worker("queen_worker_cpu_percent", "CPU use of one worker process (percent of a core)")
-        self.worker_rss = worker("queen_worker_resident_memory_bytes", "Resident memory of one worker process")
-        self.worker_lag = worker("queen_worker_event_loop_lag_seconds", "Event-loop lag of one worker process")
+        self.worker_cpu = worker(
+            "queen_worker_cpu_percent", "CPU use of one worker process (percent of a core)"
+        )
+        self.worker_rss = worker(
+            "queen_worker_resident_memory_bytes", "Resident memory of one worker process"
+        )
+        self.worker_lag = worker(
+            "queen_worker_event_loop_lag_seconds", "Event-loop lag of one worker process"
+        )
         self.worker_pool = worker("queen_worker_db_pool_active", "Database connections in use by one worker")
         self.worker_parked = worker("queen_worker_long_poll_parked", "Long polls parked in one worker")
 
@@ -153,8 +205,10 @@ class WorkerInstruments:
         """A fused procedure call finished (the engine's observer)."""
         tallies = self._fusion.get(op)
         if tallies is None:
-            tallies = self._fusion[op] = (self._tally(self.fusion_batch.labels(op)),
-                                          self._tally(self.fusion_seconds.labels(op)))
+            tallies = self._fusion[op] = (
+                self._tally(self.fusion_batch.labels(op)),
+                self._tally(self.fusion_seconds.labels(op)),
+            )
         tallies[0].observe(items)
         tallies[1].observe(seconds)
 
@@ -169,8 +223,14 @@ class WorkerInstruments:
         for tally in self._tallies:
             tally.flush()
 
-    def sample(self, numbers: dict[str, float], cpu_user_s: float, cpu_system_s: float, uptime_s: float,
-               counted: dict[str, int]) -> None:
+    def sample(
+        self,
+        numbers: dict[str, float],
+        cpu_user_s: float,
+        cpu_system_s: float,
+        uptime_s: float,
+        counted: dict[str, int],
+    ) -> None:
         """One sample of this process (see ``services/metrics.py``); ``counted``: messages pushed, popped and
         acknowledged since the last sample."""
         self.flush()
@@ -235,8 +295,13 @@ class Exposition:
         instruments: this process's instruments (every worker's, in multiprocess mode).
     """
 
-    def __init__(self, database: Database, failover: FailoverBuffer, maintenance: MaintenanceState,
-                 instruments: WorkerInstruments) -> None:
+    def __init__(
+        self,
+        database: Database,
+        failover: FailoverBuffer,
+        maintenance: MaintenanceState,
+        instruments: WorkerInstruments,
+    ) -> None:
         self.database = database
         self.failover = failover
         self.maintenance = maintenance
@@ -255,9 +320,13 @@ class Exposition:
             cache.key = key
             cache.renders += 1
         buffer = await asyncio.to_thread(self.failover.stats)
-        local = {"maintenance": float(self.maintenance.push), "popMaintenance": float(self.maintenance.pop),
-                 "bufferPending": float(buffer["events"]), "bufferFailed": float(buffer["failedFiles"]),
-                 "bufferHealthy": float(self.failover.db_healthy)}
+        local = {
+            "maintenance": float(self.maintenance.push),
+            "popMaintenance": float(self.maintenance.pop),
+            "bufferPending": float(buffer["events"]),
+            "bufferFailed": float(buffer["failedFiles"]),
+            "bufferHealthy": float(self.failover.db_healthy),
+        }
         self.instruments.flush()
         body = await asyncio.to_thread(self.instruments.render, LocalCollector(local))
         return body + cache.body
@@ -286,16 +355,33 @@ class LocalCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         local = self.local
-        yield _gauge("queen_maintenance_mode_enabled", "Push maintenance mode (1 on)", [],
-                     [([], local["maintenance"])])
-        yield _gauge("queen_pop_maintenance_mode_enabled", "Pop maintenance mode (1 on)", [],
-                     [([], local["popMaintenance"])])
-        yield _gauge("queen_file_buffer_pending", "Pushes waiting in the failover buffer", [],
-                     [([], local["bufferPending"])])
-        yield _gauge("queen_file_buffer_failed", "Failover buffer files left by a process that died while "
-                     "replaying them", [], [([], local["bufferFailed"])])
-        yield _gauge("queen_file_buffer_db_healthy", "The failover buffer's view of the database (1 healthy)",
-                     [], [([], local["bufferHealthy"])])
+        yield _gauge(
+            "queen_maintenance_mode_enabled", "Push maintenance mode (1 on)", [], [([], local["maintenance"])]
+        )
+        yield _gauge(
+            "queen_pop_maintenance_mode_enabled",
+            "Pop maintenance mode (1 on)",
+            [],
+            [([], local["popMaintenance"])],
+        )
+        yield _gauge(
+            "queen_file_buffer_pending",
+            "Pushes waiting in the failover buffer",
+            [],
+            [([], local["bufferPending"])],
+        )
+        yield _gauge(
+            "queen_file_buffer_failed",
+            "Failover buffer files left by a process that died while replaying them",
+            [],
+            [([], local["bufferFailed"])],
+        )
+        yield _gauge(
+            "queen_file_buffer_db_healthy",
+            "The failover buffer's view of the database (1 healthy)",
+            [],
+            [([], local["bufferHealthy"])],
+        )
 
 
 class SnapshotCollector(Collector):
@@ -308,45 +394,92 @@ class SnapshotCollector(Collector):
         s = self.snapshot
         yield _gauge("queen_queues", "Queues", [], [([], s.get("queueCount", 0))])
         yield _gauge("queen_partitions", "Partitions", [], [([], s.get("partitionCount", 0))])
-        yield _gauge("queen_dlq_depth", "Messages in dead-letter queues", ["scope"],
-                     [(["cluster"], s.get("dlqTotal", 0))])
-        yield _gauge("queen_queue_metrics_age_seconds", "Age of the per-queue minute rates (their minute's end)", [],
-                     [([], s.get("metricsAgeSeconds") or 0)])
-        yield _gauge("queen_stats_age_seconds", "Age of the per-queue numbers (the stats job's last run)", [],
-                     [([], s.get("statsAgeSeconds") or 0)])
+        yield _gauge(
+            "queen_dlq_depth",
+            "Messages in dead-letter queues",
+            ["scope"],
+            [(["cluster"], s.get("dlqTotal", 0))],
+        )
+        yield _gauge(
+            "queen_queue_metrics_age_seconds",
+            "Age of the per-queue minute rates (their minute's end)",
+            [],
+            [([], s.get("metricsAgeSeconds") or 0)],
+        )
+        yield _gauge(
+            "queen_stats_age_seconds",
+            "Age of the per-queue numbers (the stats job's last run)",
+            [],
+            [([], s.get("statsAgeSeconds") or 0)],
+        )
         queues = s.get("queues") or []
         # every queue: partitions, depth, DLQ depth; only where not zero (a scrape at 10,000 mostly idle
         # queues stays small): messages in flight, per-minute rates, parked long polls
         for key, name, doc, sparse in (
             ("partitions", "queen_queue_partitions", "Partitions of the queue", False),
-            ("depth", "queen_queue_depth", "Messages not yet consumed (queue mode, else the slowest group)",
-             False),
+            (
+                "depth",
+                "queen_queue_depth",
+                "Messages not yet consumed (queue mode, else the slowest group)",
+                False,
+            ),
             ("dlq", "queen_dlq_depth_by_queue", "Messages in the queue's dead-letter queue", False),
             ("messages", "queen_queue_messages", "Messages stored", False),
-            ("oldestUnconsumedAt", "queen_queue_oldest_unconsumed_timestamp_seconds",
-             "Creation time (Unix seconds) of the oldest unconsumed message; its age is time() minus this", True),
-            ("processing", "queen_queue_processing", "Messages under a live lease (left out when none)", True),
+            (
+                "oldestUnconsumedAt",
+                "queen_queue_oldest_unconsumed_timestamp_seconds",
+                "Creation time (Unix seconds) of the oldest unconsumed message; its age is time() minus this",
+                True,
+            ),
+            (
+                "processing",
+                "queen_queue_processing",
+                "Messages under a live lease (left out when none)",
+                True,
+            ),
             ("pushPerMinute", "queen_queue_push_per_minute", "Messages pushed in the last full minute", True),
             ("popPerMinute", "queen_queue_pop_per_minute", "Messages popped in the last full minute", True),
             ("ackPerMinute", "queen_queue_ack_per_minute", "Acknowledgments in the last full minute", True),
-            ("parked", "queen_queue_parked_consumers", "Long polls parked in the last full minute (max)", True),
+            (
+                "parked",
+                "queen_queue_parked_consumers",
+                "Long polls parked in the last full minute (max)",
+                True,
+            ),
         ):
-            yield _gauge(name, doc, ["queue"], [([q["queue"]], q[key]) for q in queues
-                                                if q.get(key) is not None and (q[key] or not sparse)])
-        lag = GaugeMetricFamily("queen_queue_pop_lag_milliseconds",
-                                "Age of messages when popped, last full minute", labels=["queue", "stat"])
+            yield _gauge(
+                name,
+                doc,
+                ["queue"],
+                [([q["queue"]], q[key]) for q in queues if q.get(key) is not None and (q[key] or not sparse)],
+            )
+        lag = GaugeMetricFamily(
+            "queen_queue_pop_lag_milliseconds",
+            "Age of messages when popped, last full minute",
+            labels=["queue", "stat"],
+        )
         for q in queues:
             if q.get("popLagAvgMs") is not None:
                 lag.add_metric([q["queue"], "avg"], q["popLagAvgMs"])
                 lag.add_metric([q["queue"], "max"], q["popLagMaxMs"])
         yield lag
         groups = s.get("groups") or []
-        yield _gauge("queen_consumer_group_lag_messages", "Messages a consumer group has not consumed",
-                     ["queue", "group"], [([g["queue"], g["group"]], g["lagMessages"]) for g in groups])
-        yield _gauge("queen_consumer_group_oldest_unconsumed_timestamp_seconds",
-                     "Creation time (Unix seconds) of the oldest message a group has not consumed; its time lag is "
-                     "time() minus this", ["queue", "group"],
-                     [([g["queue"], g["group"]], g["oldestUnconsumedAt"]) for g in groups if g["oldestUnconsumedAt"]])
-        yield _gauge("queen_consumer_group_partitions_lagging", "Partitions where a group is behind (left out "
-                     "when none)", ["queue", "group"],
-                     [([g["queue"], g["group"]], g["partitionsLagging"]) for g in groups if g["partitionsLagging"]])
+        yield _gauge(
+            "queen_consumer_group_lag_messages",
+            "Messages a consumer group has not consumed",
+            ["queue", "group"],
+            [([g["queue"], g["group"]], g["lagMessages"]) for g in groups],
+        )
+        yield _gauge(
+            "queen_consumer_group_oldest_unconsumed_timestamp_seconds",
+            "Creation time (Unix seconds) of the oldest message a group has not consumed; its time lag is "
+            "time() minus this",
+            ["queue", "group"],
+            [([g["queue"], g["group"]], g["oldestUnconsumedAt"]) for g in groups if g["oldestUnconsumedAt"]],
+        )
+        yield _gauge(
+            "queen_consumer_group_partitions_lagging",
+            "Partitions where a group is behind (left out when none)",
+            ["queue", "group"],
+            [([g["queue"], g["group"]], g["partitionsLagging"]) for g in groups if g["partitionsLagging"]],
+        )

@@ -64,8 +64,10 @@ class Services:
 
     async def start(self) -> None:
         """Start one loop per job (none when the services are off)."""
-        self._tasks = [asyncio.get_running_loop().create_task(self._loop(job), name=f"queenpy-{job.name}")
-                       for job in self.jobs]
+        self._tasks = [
+            asyncio.get_running_loop().create_task(self._loop(job), name=f"queenpy-{job.name}")
+            for job in self.jobs
+        ]
 
     async def stop(self) -> None:
         """Stop the loops (a run in progress is cancelled between two of its steps' statements) and release
@@ -85,8 +87,9 @@ class Services:
                 leader = await self.leadership.lead(job.name, job.lock_key)
                 if leader and not state.leader:
                     log.info("services: %s now runs here (%s)", job.name, self.holder)
-                    await self.database.fetchval("SELECT queen.service_acquired_v1($1, $2)", job.name,
-                                                 self.holder)
+                    await self.database.fetchval(
+                        "SELECT queen.service_acquired_v1($1, $2)", job.name, self.holder
+                    )
                 state.leader = leader
                 if leader and not await self.database.fetchval("SELECT queen.services_paused_v1()"):
                     await self._run(job, state)
@@ -115,30 +118,55 @@ class Services:
         if error is not None:
             log.warning("services: %s failed after %.0f ms: %s", job.name, duration_ms, error)
         elif result.rows:
-            log.log(logging.DEBUG if job.quiet else logging.INFO, "services: %s: %d rows in %.0f ms %s", job.name,
-                    result.rows, duration_ms, orjson.dumps(result.details).decode())
+            log.log(
+                logging.DEBUG if job.quiet else logging.INFO,
+                "services: %s: %d rows in %.0f ms %s",
+                job.name,
+                result.rows,
+                duration_ms,
+                orjson.dumps(result.details).decode(),
+            )
         else:
             log.debug("services: %s: nothing to do (%.0f ms)", job.name, duration_ms)
         await self.database.fetchval(
-            "SELECT queen.service_record_v1($1, $2, $3, $4, $5, $6, $7::jsonb)", job.name, self.holder, started,
-            finished, result.rows, error, orjson.dumps(result.details).decode())
+            "SELECT queen.service_record_v1($1, $2, $3, $4, $5, $6, $7::jsonb)",
+            job.name,
+            self.holder,
+            started,
+            finished,
+            result.rows,
+            error,
+            orjson.dumps(result.details).decode(),
+        )
 
     def local_status(self) -> dict[str, Any]:
         """This process's view: per job, whether it holds it and its own last run here."""
-        return {name: {"leader": s.leader, "runsHere": s.runs,
-                       "lastRunHereMs": round(s.last_duration_ms, 3) if s.last_duration_ms is not None else None,
-                       "lastRowsHere": s.last_rows, "lastErrorHere": s.last_error}
-                for name, s in self.local.items()}
+        return {
+            name: {
+                "leader": s.leader,
+                "runsHere": s.runs,
+                "lastRunHereMs": round(s.last_duration_ms, 3) if s.last_duration_ms is not None else None,
+                "lastRowsHere": s.last_rows,
+                "lastErrorHere": s.last_error,
+            }
+            for name, s in self.local.items()
+        }
 
     async def status(self) -> dict[str, Any]:
         """Every job as recorded in the database (holder, last run, totals; see ``queen.services_status_v1``),
         with this process's own view merged in; the local view alone if the database cannot answer."""
         try:
             recorded: dict[str, Any] = orjson.loads(
-                await self.database.fetchval("SELECT queen.services_status_v1()::text"))
+                await self.database.fetchval("SELECT queen.services_status_v1()::text")
+            )
         except Exception:  # noqa: BLE001 - /health must answer while PostgreSQL is down
             recorded = {}
         local = self.local_status()
-        return {"enabled": bool(self.jobs), "holder": self.holder,
-                "jobs": {name: {**recorded.get(name, {}), **local.get(name, {})}
-                         for name in sorted(set(recorded) | set(local))}}
+        return {
+            "enabled": bool(self.jobs),
+            "holder": self.holder,
+            "jobs": {
+                name: {**recorded.get(name, {}), **local.get(name, {})}
+                for name in sorted(set(recorded) | set(local))
+            },
+        }

@@ -43,8 +43,10 @@ LOCK_ID = 0x51554545_4D494752  # 'QUEE' 'MIGR'
 HEARTBEAT_S = 2.0
 STALE_AFTER_S = 15.0
 CONNECT_TIMEOUT_S = 10.0
-_UPSERT = ("INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, $2::jsonb, now()) "
-           "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()")
+_UPSERT = (
+    "INSERT INTO queen.system_state (key, value, updated_at) VALUES ($1, $2::jsonb, now()) "
+    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
+)
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
 
@@ -67,22 +69,38 @@ class Target:
 
     def public(self) -> dict[str, Any]:
         """What is stored and shown: everything but the password."""
-        return {"host": self.host, "port": self.port, "database": self.database, "user": self.user,
-                "ssl": self.ssl, "schema": self.schema}
+        return {
+            "host": self.host,
+            "port": self.port,
+            "database": self.database,
+            "user": self.user,
+            "ssl": self.ssl,
+            "schema": self.schema,
+        }
 
     def libpq(self) -> str:
         """A libpq keyword/value connection string (the password goes through ``PGPASSWORD``, not here)."""
+
         def quoted(value: str) -> str:
             return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return (f"host={quoted(self.host)} port={self.port} dbname={quoted(self.database)} "
-                f"user={quoted(self.user)} sslmode={'require' if self.ssl else 'prefer'} "
-                f"connect_timeout={int(CONNECT_TIMEOUT_S)}")
+
+        return (
+            f"host={quoted(self.host)} port={self.port} dbname={quoted(self.database)} "
+            f"user={quoted(self.user)} sslmode={'require' if self.ssl else 'prefer'} "
+            f"connect_timeout={int(CONNECT_TIMEOUT_S)}"
+        )
 
     async def connect(self) -> asyncpg.Connection:
         """A connection to the target; raises what asyncpg raises (OSError, asyncpg errors, TimeoutError)."""
-        return await asyncpg.connect(host=self.host, port=self.port, user=self.user, password=self.password,
-                                     database=self.database, ssl="require" if self.ssl else False,
-                                     timeout=CONNECT_TIMEOUT_S)
+        return await asyncpg.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            database=self.database,
+            ssl="require" if self.ssl else False,
+            timeout=CONNECT_TIMEOUT_S,
+        )
 
 
 def _text(body: dict[str, Any], field: str, *, default: str | None = None, limit: int = 255) -> str:
@@ -96,8 +114,13 @@ def parse_target(body: dict[str, Any]) -> Target:
     """The target of ``POST /api/v1/migration/*``: ``{host, port="5432", database, user, password?,
     ssl=false, schema="queen", excludeTableData: [table, ...]}``. Raises InvalidRequest naming the field."""
     port_value = body.get("port", "5432")
-    port = int(port_value) if isinstance(port_value, (str, int)) and not isinstance(port_value, bool) \
-        and str(port_value).isdigit() else -1
+    port = (
+        int(port_value)
+        if isinstance(port_value, (str, int))
+        and not isinstance(port_value, bool)
+        and str(port_value).isdigit()
+        else -1
+    )
     if not 1 <= port <= 65535:
         raise InvalidRequest("port must be a TCP port number (1-65535), as a string or an integer")
     password = body.get("password")
@@ -110,16 +133,25 @@ def parse_target(body: dict[str, Any]) -> Target:
     if not _IDENTIFIER.match(schema):
         raise InvalidRequest("schema must be a plain PostgreSQL identifier (letters, digits, _)")
     excluded = body.get("excludeTableData", [])
-    if not isinstance(excluded, list) or not all(isinstance(t, str) and _IDENTIFIER.match(t) for t in excluded):
+    if not isinstance(excluded, list) or not all(
+        isinstance(t, str) and _IDENTIFIER.match(t) for t in excluded
+    ):
         raise InvalidRequest("excludeTableData must be an array of table names (plain identifiers)")
     host = _text(body, "host")
     try:
         check_host(host)  # before any resolver sees it: Python's idna codec raises UnicodeError
     except ValueError as exc:
         raise InvalidRequest(f"host: {exc}") from exc
-    return Target(host=host, port=port, database=_text(body, "database", limit=63),
-                  user=_text(body, "user", limit=63), password=password, ssl=ssl, schema=schema,
-                  exclude_table_data=tuple(excluded))
+    return Target(
+        host=host,
+        port=port,
+        database=_text(body, "database", limit=63),
+        user=_text(body, "user", limit=63),
+        password=password,
+        ssl=ssl,
+        schema=schema,
+        exclude_table_data=tuple(excluded),
+    )
 
 
 def _binary(name: str) -> str:
@@ -150,12 +182,17 @@ class SchemaCopy:
 
     async def state(self) -> dict[str, Any]:
         """The stored state, with a stale ``running`` reported as ``failed``."""
-        raw = await self.database.fetchval("SELECT value::text FROM queen.system_state WHERE key = $1", STATE_KEY)
+        raw = await self.database.fetchval(
+            "SELECT value::text FROM queen.system_state WHERE key = $1", STATE_KEY
+        )
         state: dict[str, Any] = orjson.loads(raw) if raw else {"status": "idle"}
         if state.get("status") == "running" and self._stale(state):
-            state = {**state, "status": "failed",
-                     "error": f"the worker running it ({state.get('holder')}) stopped: no heartbeat since "
-                              f"{state.get('heartbeatAt')}"}
+            state = {
+                **state,
+                "status": "failed",
+                "error": f"the worker running it ({state.get('holder')}) stopped: no heartbeat since "
+                f"{state.get('heartbeatAt')}",
+            }
         return state
 
     @staticmethod
@@ -175,12 +212,15 @@ class SchemaCopy:
         try:
             connection = await target.connect()
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
-            return {"success": False, "error": f"cannot connect to {target.host}:{target.port}/{target.database}: "
-                                               f"{exc}"}
+            return {
+                "success": False,
+                "error": f"cannot connect to {target.host}:{target.port}/{target.database}: {exc}",
+            }
         try:
             version = await connection.fetchval("SELECT version()")
-            exists = await connection.fetchval("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)",
-                                               target.schema)
+            exists = await connection.fetchval(
+                "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", target.schema
+            )
         finally:
             await connection.close()
         return {"success": True, "version": version, "schemaExists": bool(exists)}
@@ -192,18 +232,28 @@ class SchemaCopy:
         if not probe["success"]:
             raise SchemaCopyConflict(probe["error"])
         if probe["schemaExists"]:
-            raise SchemaCopyConflict(f"the target database already has a schema {target.schema}: a migration "
-                                    "never overwrites data (drop it there first)")
+            raise SchemaCopyConflict(
+                f"the target database already has a schema {target.schema}: a migration "
+                "never overwrites data (drop it there first)"
+            )
         dump, restore = _binary("pg_dump"), _binary("pg_restore")
         async with self.database.pool.acquire() as connection, connection.transaction():
             await connection.execute("SELECT pg_advisory_xact_lock($1)", LOCK_ID)
             current = await self.state()
             if current.get("status") == "running":
-                raise SchemaCopyConflict(f"a migration is running (started {current.get('startedAt')} by "
-                                        f"{current.get('holder')})")
-            state = {"status": "running", "startedAt": _now(), "finishedAt": None, "target": target.public(),
-                     "excludeTableData": list(target.exclude_table_data), "error": None, "holder": self.holder,
-                     "heartbeatAt": _now()}
+                raise SchemaCopyConflict(
+                    f"a migration is running (started {current.get('startedAt')} by {current.get('holder')})"
+                )
+            state = {
+                "status": "running",
+                "startedAt": _now(),
+                "finishedAt": None,
+                "target": target.public(),
+                "excludeTableData": list(target.exclude_table_data),
+                "error": None,
+                "holder": self.holder,
+                "heartbeatAt": _now(),
+            }
             await connection.execute(_UPSERT, STATE_KEY, orjson.dumps(state).decode())
         self._task = asyncio.create_task(self._run(target, state, dump, restore))
         return {"success": True, **state}
@@ -211,32 +261,53 @@ class SchemaCopy:
     async def _run(self, target: Target, state: dict[str, Any], dump: str, restore: str) -> None:
         env = {**os.environ, "PGCONNECT_TIMEOUT": str(int(CONNECT_TIMEOUT_S))}
         restore_env = {**env, "PGPASSWORD": target.password or ""}
-        dump_args = [dump, "--format=custom", f"--schema={target.schema}", "--no-owner", "--no-privileges",
-                     *[f"--exclude-table-data={target.schema}.{t}" for t in target.exclude_table_data],
-                     f"--dbname={self.source_url}"]
-        restore_args = [restore, "--no-owner", "--no-privileges", "--single-transaction", "--exit-on-error",
-                        f"--dbname={target.libpq()}"]
+        dump_args = [
+            dump,
+            "--format=custom",
+            f"--schema={target.schema}",
+            "--no-owner",
+            "--no-privileges",
+            *[f"--exclude-table-data={target.schema}.{t}" for t in target.exclude_table_data],
+            f"--dbname={self.source_url}",
+        ]
+        restore_args = [
+            restore,
+            "--no-owner",
+            "--no-privileges",
+            "--single-transaction",
+            "--exit-on-error",
+            f"--dbname={target.libpq()}",
+        ]
         heartbeat = asyncio.create_task(self._heartbeat(state))
         try:
             read_end, write_end = os.pipe()
             try:
-                dumper = await asyncio.create_subprocess_exec(*dump_args, stdout=write_end,
-                                                              stderr=asyncio.subprocess.PIPE, env=env)
-                restorer = await asyncio.create_subprocess_exec(*restore_args, stdin=read_end,
-                                                                stderr=asyncio.subprocess.PIPE, env=restore_env)
+                dumper = await asyncio.create_subprocess_exec(
+                    *dump_args, stdout=write_end, stderr=asyncio.subprocess.PIPE, env=env
+                )
+                restorer = await asyncio.create_subprocess_exec(
+                    *restore_args, stdin=read_end, stderr=asyncio.subprocess.PIPE, env=restore_env
+                )
             finally:
                 os.close(read_end)
                 os.close(write_end)
             try:
-                (_, dump_err), (_, restore_err) = await asyncio.gather(dumper.communicate(), restorer.communicate())
+                (_, dump_err), (_, restore_err) = await asyncio.gather(
+                    dumper.communicate(), restorer.communicate()
+                )
             except asyncio.CancelledError:
                 for process in (dumper, restorer):
                     if process.returncode is None:
                         process.kill()
                 raise
-            problems = [f"{name} exited {code}: {err.decode(errors='replace').strip()[-2000:]}"
-                        for name, code, err in (("pg_dump", dumper.returncode, dump_err),
-                                                ("pg_restore", restorer.returncode, restore_err)) if code]
+            problems = [
+                f"{name} exited {code}: {err.decode(errors='replace').strip()[-2000:]}"
+                for name, code, err in (
+                    ("pg_dump", dumper.returncode, dump_err),
+                    ("pg_restore", restorer.returncode, restore_err),
+                )
+                if code
+            ]
             state.update(status="failed" if problems else "completed", error="; ".join(problems) or None)
         except (OSError, asyncio.CancelledError) as exc:
             state.update(status="failed", error=f"the copy stopped: {exc!r}")
@@ -264,21 +335,39 @@ class SchemaCopy:
             return {"success": False, "error": f"cannot connect to the target: {exc}"}
         tables: list[dict[str, Any]] = []
         try:
-            names = [r["tablename"] for r in await self.database.fetch(
-                "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", target.schema)]
-            there = {r["tablename"] for r in await connection.fetch(
-                "SELECT tablename FROM pg_tables WHERE schemaname = $1", target.schema)}
+            names = [
+                r["tablename"]
+                for r in await self.database.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1 ORDER BY tablename", target.schema
+                )
+            ]
+            there = {
+                r["tablename"]
+                for r in await connection.fetch(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = $1", target.schema
+                )
+            }
             for name in names:
                 query = f'SELECT count(*) FROM "{target.schema}"."{name}"'
                 source_rows = int(await self.database.fetchval(query))
                 target_rows = int(await connection.fetchval(query)) if name in there else None
                 excluded = name in target.exclude_table_data
-                tables.append({"table": name, "source": source_rows, "target": target_rows,
-                               "match": target_rows == (0 if excluded else source_rows), "dataExcluded": excluded})
+                tables.append(
+                    {
+                        "table": name,
+                        "source": source_rows,
+                        "target": target_rows,
+                        "match": target_rows == (0 if excluded else source_rows),
+                        "dataExcluded": excluded,
+                    }
+                )
         finally:
             await connection.close()
-        return {"success": bool(tables) and all(t["match"] for t in tables), "schema": target.schema,
-                "tables": tables}
+        return {
+            "success": bool(tables) and all(t["match"] for t in tables),
+            "schema": target.schema,
+            "tables": tables,
+        }
 
     async def reset(self) -> dict[str, Any]:
         """Back to ``idle``; SchemaCopyConflict while a run is alive."""

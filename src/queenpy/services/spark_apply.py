@@ -79,8 +79,10 @@ class PendingApplier:
         """
         text = await self._database.fetchval("SELECT queen.spark_apply_pending_v2($1)::text", query_id)
         result: dict[str, Any] = orjson.loads(text)
-        touched = {(queue, partition) for queue, _, partition in
-                   (key.partition("/") for key in result.pop("touched", []))}
+        touched = {
+            (queue, partition)
+            for queue, _, partition in (key.partition("/") for key in result.pop("touched", []))
+        }
         if touched:
             self._announce(touched)
         return result
@@ -115,13 +117,17 @@ class PendingApplier:
             except asyncpg.PostgresError as exc:
                 if isinstance(exc, Unavailable):
                     continue
-                log.warning("spark sink: pending batches of query %s not applied (the next commit reports "
-                            "it): %s", query_id, exc)
+                log.warning(
+                    "spark sink: pending batches of query %s not applied (the next commit reports it): %s",
+                    query_id,
+                    exc,
+                )
                 return False
             except Unavailable:
                 continue
-        log.warning("spark sink: PostgreSQL unreachable; pending batches of query %s wait for the sweep",
-                    query_id)
+        log.warning(
+            "spark sink: PostgreSQL unreachable; pending batches of query %s wait for the sweep", query_id
+        )
         return False
 
     async def _sweep_loop(self) -> None:

@@ -180,9 +180,9 @@ class SparkBroker:
         if isinstance(body, bytes | memoryview):
             view = memoryview(body)
             size = int.from_bytes(view[:4], "big")
-            header = orjson.loads(view[4:4 + size])
+            header = orjson.loads(view[4 : 4 + size])
             blocks: list[dict[str, Any]] = header.get("ranges", [])
-            blob = view[4 + size:]
+            blob = view[4 + size :]
             for block in blocks:
                 block["blob"] = blob
             return blocks
@@ -198,14 +198,28 @@ class SparkBroker:
         body = self._call(
             "POST",
             "/api/v1/spark/rows",
-            json={"queryId": query_id, "batchId": batch_id, "token": token, "first": first, "queue": queue,
-                  **columns},
+            json={
+                "queryId": query_id,
+                "batchId": batch_id,
+                "token": token,
+                "first": first,
+                "queue": queue,
+                **columns,
+            },
         )
         return int(body.get("staged", 0))
 
     def push_direct(
-        self, query_id: str, batch_id: int, task: int, token: str, queue: str, columns: Mapping[str, Any],
-        payloads: bytes | memoryview, *, stale_ok: bool = False,
+        self,
+        query_id: str,
+        batch_id: int,
+        task: int,
+        token: str,
+        queue: str,
+        columns: Mapping[str, Any],
+        payloads: bytes | memoryview,
+        *,
+        stale_ok: bool = False,
     ) -> PushResult:
         """Push rows of task ``task`` (attempt ``token``) of micro-batch ``(query_id, batch_id)`` into
         ``queue`` (``POST /api/v1/spark/push``, binary body): ``columns`` has ``partitions`` (distinct names),
@@ -217,19 +231,37 @@ class SparkBroker:
             InvalidRequest: a bad row, or a replay older than the queue keeps transaction ids and not
                 ``stale_ok``.
         """
-        header = orjson.dumps({"queryId": query_id, "batchId": batch_id, "task": task, "token": token,
-                               "queue": queue, "staleOk": stale_ok, **columns},
-                              option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-        body = self._call("POST", "/api/v1/spark/push", content=b"".join(
-            [len(header).to_bytes(4, "big"), header, payloads]), content_type=BINARY)
-        return PushResult(bool(body.get("committed", False)), int(body.get("pushed", 0)),
-                          int(body.get("duplicates", 0)), bool(body.get("stale", False)))
+        header = orjson.dumps(
+            {
+                "queryId": query_id,
+                "batchId": batch_id,
+                "task": task,
+                "token": token,
+                "queue": queue,
+                "staleOk": stale_ok,
+                **columns,
+            },
+            option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY,
+        )
+        body = self._call(
+            "POST",
+            "/api/v1/spark/push",
+            content=b"".join([len(header).to_bytes(4, "big"), header, payloads]),
+            content_type=BINARY,
+        )
+        return PushResult(
+            bool(body.get("committed", False)),
+            int(body.get("pushed", 0)),
+            int(body.get("duplicates", 0)),
+            bool(body.get("stale", False)),
+        )
 
     def commit_direct(self, query_id: str, batch_id: int) -> CommitResult:
         """Record micro-batch ``(query_id, batch_id)`` whose tasks pushed directly, once (``duplicate``
         after)."""
-        body = self._call("POST", "/api/v1/spark/commit",
-                          json={"queryId": query_id, "batchId": batch_id, "mode": "direct"})
+        body = self._call(
+            "POST", "/api/v1/spark/commit", json={"queryId": query_id, "batchId": batch_id, "mode": "direct"}
+        )
         return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)))
 
     def advance_cursor(self, queue: str, consumer_group: str, offsets: Mapping[str, int]) -> int:
@@ -256,8 +288,13 @@ class SparkBroker:
         return int(body.get("staged", 0))
 
     def commit(
-        self, query_id: str, batch_id: int, tokens: Sequence[str], counts: Sequence[int] | None = None,
-        *, pipelined: bool = False,
+        self,
+        query_id: str,
+        batch_id: int,
+        tokens: Sequence[str],
+        counts: Sequence[int] | None = None,
+        *,
+        pipelined: bool = False,
     ) -> CommitResult:
         """Push the staged rows of ``tokens`` in one transaction, once per ``(query_id, batch_id)``.
 
@@ -271,8 +308,9 @@ class SparkBroker:
             if pipelined:
                 request["mode"] = "pipelined"
         body = self._call("POST", "/api/v1/spark/commit", json=request)
-        return CommitResult(bool(body.get("duplicate", False)), int(body.get("pushed", 0)),
-                            bool(body.get("pending", False)))
+        return CommitResult(
+            bool(body.get("duplicate", False)), int(body.get("pushed", 0)), bool(body.get("pending", False))
+        )
 
     def flush(self, query_id: str) -> int:
         """Apply ``query_id``'s pipelined micro-batches still pending, now; returns how many were applied."""
@@ -361,6 +399,7 @@ def flush_sink(query: Any, url: str | None = None, token: str | None = None) -> 
     from .options import DEFAULT_URL
 
     query_id = query if isinstance(query, str) else str(query.id)
-    with SparkBroker(url or os.environ.get("QUEEN_URL") or DEFAULT_URL,
-                     token or os.environ.get("QUEEN_TOKEN")) as broker:
+    with SparkBroker(
+        url or os.environ.get("QUEEN_URL") or DEFAULT_URL, token or os.environ.get("QUEEN_TOKEN")
+    ) as broker:
         return broker.flush(query_id)

@@ -184,9 +184,12 @@ class SinkOptions:
             write_id=_get(options, "writeId"),
             stage_batch_size=_int(options, "stageBatchSize", 10_000, minimum=1),
             stage_batch_bytes=_int(options, "stageBatchBytes", 4 * 1024 * 1024, minimum=1024),
-            commit_mode=_choice(options, "commit", ("direct", "staged", "sync", "pipelined"), "direct")
-            .replace("staged", "sync"),
-            id_columns=tuple(name.strip() for name in (_get(options, "idColumns") or "").split(",") if name.strip()),
+            commit_mode=_choice(
+                options, "commit", ("direct", "staged", "sync", "pipelined"), "direct"
+            ).replace("staged", "sync"),
+            id_columns=tuple(
+                name.strip() for name in (_get(options, "idColumns") or "").split(",") if name.strip()
+            ),
             stale_replay=_choice(options, "staleReplay", ("fail", "warn"), "fail"),
         )
 

@@ -85,7 +85,8 @@ def _partitions_of(ranges: list[OffsetRange], options: SourceOptions) -> list[In
     total = sum(r.count for r in ranges)
     tasks = max(options.min_tasks, -(-total // options.messages_per_task))
     return [
-        QueenInputPartition([(r.partition_id, r.after, r.upto) for r in task]) for task in plan_tasks(ranges, tasks)
+        QueenInputPartition([(r.partition_id, r.after, r.upto) for r in task])
+        for task in plan_tasks(ranges, tasks)
     ]
 
 
@@ -119,8 +120,11 @@ def _gap(r: OffsetRange, block: dict[str, Any] | None, offsets: list[int], fail:
     gaps = missing_offsets(r.after, r.upto, offsets)
     if not gaps:
         return
-    where = (f"queue {block.get('queue')!r} partition {block.get('partition')!r} ({r.partition_id})" if block
-             else f"partition {r.partition_id} (not found)")
+    where = (
+        f"queue {block.get('queue')!r} partition {block.get('partition')!r} ({r.partition_id})"
+        if block
+        else f"partition {r.partition_id} (not found)"
+    )
     text = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in gaps[:5])
     if fail:
         raise DataLossError(
@@ -261,8 +265,12 @@ class QueenBatchReader(DataSourceReader):
         spec = parse_starting_offsets(
             options.starting_offsets, options.queue, has_group=bool(options.consumer_group)
         )
-        start = resolve_starting_offsets(spec, heads, {pid: p.cursor for pid, p in partitions.items()},
-                                         {pid: p.earliest for pid, p in partitions.items()})
+        start = resolve_starting_offsets(
+            spec,
+            heads,
+            {pid: p.cursor for pid, p in partitions.items()},
+            {pid: p.earliest for pid, p in partitions.items()},
+        )
         ending = options.ending_offsets
         if ending is None or ending.lower() == LATEST:
             end = heads

@@ -87,8 +87,9 @@ def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
     import pyarrow as pa
 
     schema = arrow_schema()
-    columns: dict[str, list[Any]] = {name: [] for name in ("transactionId", "offset", "createdAt", "traceId",
-                                                           "producerSub")}
+    columns: dict[str, list[Any]] = {
+        name: [] for name in ("transactionId", "offset", "createdAt", "traceId", "producerSub")
+    }
     repeated: dict[str, list[Any]] = {"queue": [], "partition": [], "partitionId": []}
     texts: list[Any] = []
     lengths: list[int] = []
@@ -110,8 +111,9 @@ def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
     if blob is not None:
         offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
         np.cumsum(lengths, out=offsets[1:])
-        data = pa.StringArray.from_buffers(len(lengths), pa.py_buffer(offsets),
-                                           pa.py_buffer(blob[:int(offsets[-1])]))
+        data = pa.StringArray.from_buffers(
+            len(lengths), pa.py_buffer(offsets), pa.py_buffer(blob[: int(offsets[-1])])
+        )
     else:
         data = pa.array(texts, type=pa.string())
     arrays: dict[str, Any] = {"data": data}
@@ -120,6 +122,9 @@ def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
     for field in schema:
         if field.name in columns:
             values = columns[field.name]
-            arrays[field.name] = (pa.nulls(len(values), field.type) if field.name in ("traceId", "producerSub")
-                                  and not any(values) else pa.array(values, type=field.type))
+            arrays[field.name] = (
+                pa.nulls(len(values), field.type)
+                if field.name in ("traceId", "producerSub") and not any(values)
+                else pa.array(values, type=field.type)
+            )
     return pa.RecordBatch.from_arrays([arrays[field.name] for field in schema], schema=schema)

@@ -74,8 +74,11 @@ def prepare_environment(master: str = DEFAULT_MASTER, *, quiet: bool = True) -> 
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if _is_local(master):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    if (not os.environ.get("SPARK_HOME") and os.environ.get(SHIM_ENV, "1") != "0"
-            and os.environ["PYSPARK_PYTHON"] == sys.executable):
+    if (
+        not os.environ.get("SPARK_HOME")
+        and os.environ.get(SHIM_ENV, "1") != "0"
+        and os.environ["PYSPARK_PYTHON"] == sys.executable
+    ):
         home = compiled_spark_home()
         if home is not None:
             os.environ["SPARK_HOME"] = str(home)
@@ -160,7 +163,8 @@ def build_session(
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.streaming.stopTimeout": "30s",
         "spark.sql.streaming.stateStore.providerClass": (
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"),
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+        ),
         "spark.scheduler.mode": "FAIR",
         "spark.driver.memory": "2g",
         "spark.sql.session.timeZone": "UTC",

@@ -141,8 +141,12 @@ def plan_commit(names: Sequence[str], options: SinkOptions) -> CommitPlan:
     if options.commit_mode != "direct":
         return CommitPlan(options.commit_mode, "given" if identity == "given" else "position")
     if identity == "position":
-        return CommitPlan("sync", identity, "the rows have no stable identity: neither the source columns "
-                          "partitionId and offset, nor idColumns, nor transactionIdColumn")
+        return CommitPlan(
+            "sync",
+            identity,
+            "the rows have no stable identity: neither the source columns "
+            "partitionId and offset, nor idColumns, nor transactionIdColumn",
+        )
     return CommitPlan("direct", identity)
 
 
@@ -189,8 +193,13 @@ class RowEncoder:
         n = batch.num_rows
         data: pa.Array = batch.column(names.index("data"))
         if not (pa.types.is_string(data.type) or pa.types.is_large_string(data.type)):
-            data = pa.array([None if value is None else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
-                             for value in data.to_pylist()], type=pa.string())
+            data = pa.array(
+                [
+                    None if value is None else orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+                    for value in data.to_pylist()
+                ],
+                type=pa.string(),
+            )
         options = self.options
         if options.partition is not None:
             partitions: pa.Array = pa.array([options.partition] * n, type=pa.string())
@@ -210,8 +219,13 @@ class RowEncoder:
         # below the broker's body limit for them (options.py)
         sizes = pc.fill_null(pc.binary_length(data), 0)
         self.rows += n
-        return Encoded(data, partitions, transaction_ids, trace_ids,
-                       np.asarray(sizes.to_numpy(zero_copy_only=False), dtype=np.int64) + ROW_OVERHEAD_BYTES)
+        return Encoded(
+            data,
+            partitions,
+            transaction_ids,
+            trace_ids,
+            np.asarray(sizes.to_numpy(zero_copy_only=False), dtype=np.int64) + ROW_OVERHEAD_BYTES,
+        )
 
     def _transaction_ids(self, batch: pa.RecordBatch, n: int) -> pa.Array:
         import pyarrow as pa
@@ -224,7 +238,9 @@ class RowEncoder:
         if self.identity == "columns":
             return self._column_ids(batch, n)
         if self.identity == "source":
-            return self._source_ids(batch.column(names.index("partitionId")), batch.column(names.index("offset")))
+            return self._source_ids(
+                batch.column(names.index("partitionId")), batch.column(names.index("offset"))
+            )
         return self._position_ids(n)
 
     def _position_ids(self, n: int) -> pa.Array:
@@ -262,16 +278,23 @@ class RowEncoder:
         if n == 0:
             return pa.array([], type=pa.string())
         if partition_ids.null_count or offsets.null_count:
-            raise ValueError("a row has no partitionId or offset, so no stable transaction id for a direct commit: "
-                             'name the columns that identify a row with .option("idColumns", ...), or use '
-                             '.option("commit", "staged")')
-        encoded = pc.dictionary_encode(partition_ids).combine_chunks() if isinstance(
-            partition_ids, pa.ChunkedArray) else pc.dictionary_encode(partition_ids)
+            raise ValueError(
+                "a row has no partitionId or offset, so no stable transaction id for a direct commit: "
+                'name the columns that identify a row with .option("idColumns", ...), or use '
+                '.option("commit", "staged")'
+            )
+        encoded = (
+            pc.dictionary_encode(partition_ids).combine_chunks()
+            if isinstance(partition_ids, pa.ChunkedArray)
+            else pc.dictionary_encode(partition_ids)
+        )
         pids: list[str] = encoded.dictionary.to_pylist()
         index = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
         values = np.asarray(offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
         repeats = self._repeats(pids, index, values)
-        prefixes = pa.array([self._prefix(f"src:{pid}") for pid in pids], type=pa.string()).take(encoded.indices)
+        prefixes = pa.array([self._prefix(f"src:{pid}") for pid in pids], type=pa.string()).take(
+            encoded.indices
+        )
         ids = pc.binary_join_element_wise(prefixes, pc.cast(offsets, pa.string()), "")
         if repeats is None:
             return ids
@@ -321,9 +344,11 @@ class RowEncoder:
         return k
 
 
-_NOT_ADJACENT = ("rows of one input message (partitionId, offset) are not adjacent in a write task, so their "
-                 "transaction ids would depend on an order a replay may not repeat: name the columns that "
-                 "identify an output row with .option(\"idColumns\", ...), or use .option(\"commit\", \"staged\")")
+_NOT_ADJACENT = (
+    "rows of one input message (partitionId, offset) are not adjacent in a write task, so their "
+    "transaction ids would depend on an order a replay may not repeat: name the columns that "
+    'identify an output row with .option("idColumns", ...), or use .option("commit", "staged")'
+)
 
 
 @dataclass
@@ -338,8 +363,11 @@ class Encoded:
 
     def staging_columns(self, lo: int, hi: int) -> dict[str, list[Any]]:
         """Rows ``lo:hi`` as ``/spark/rows`` columns."""
-        columns = {"data": self.data[lo:hi].to_pylist(), "partitions": self.partitions[lo:hi].to_pylist(),
-                   "transactionIds": self.transaction_ids[lo:hi].to_pylist()}
+        columns = {
+            "data": self.data[lo:hi].to_pylist(),
+            "partitions": self.partitions[lo:hi].to_pylist(),
+            "transactionIds": self.transaction_ids[lo:hi].to_pylist(),
+        }
         if self.trace_ids is not None:
             columns["traceIds"] = self.trace_ids[lo:hi].to_pylist()
         return columns
@@ -355,8 +383,12 @@ class Encoded:
         encoded = pc.dictionary_encode(pc.fill_null(self.partitions[lo:hi], "Default"))
         data = self.data[lo:hi]
         wide = pa.types.is_large_string(data.type)
-        offsets = np.frombuffer(data.buffers()[1], dtype=np.int64 if wide else np.int32, count=len(data) + 1,
-                                offset=data.offset * (8 if wide else 4))
+        offsets = np.frombuffer(
+            data.buffers()[1],
+            dtype=np.int64 if wide else np.int32,
+            count=len(data) + 1,
+            offset=data.offset * (8 if wide else 4),
+        )
         lengths = np.diff(offsets)
         if data.null_count:
             lengths = np.where(data.is_valid().to_numpy(zero_copy_only=False), lengths, -1)
@@ -369,7 +401,7 @@ class Encoded:
         if self.trace_ids is not None:
             columns["traceIds"] = self.trace_ids[lo:hi].to_pylist()
         blob = data.buffers()[2]
-        return columns, (memoryview(blob)[int(offsets[0]):int(offsets[-1])] if blob is not None else b"")
+        return columns, (memoryview(blob)[int(offsets[0]) : int(offsets[-1])] if blob is not None else b"")
 
 
 def chunk_bounds(sizes: Sequence[int] | np.ndarray, max_rows: int, max_bytes: int) -> list[tuple[int, int]]:
@@ -432,8 +464,9 @@ def _raise_bad_json(exc: InvalidRequest, data: list[Any], first_row: int) -> Non
     raise exc
 
 
-def _stage_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.RecordBatch], query_id: str,
-                batch_id: int) -> QueenCommitMessage:
+def _stage_task(
+    options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int
+) -> QueenCommitMessage:
     task, attempt = _task_context()
     token = uuid.uuid4().hex
     encoder = RowEncoder(options, query_id, batch_id, task, plan.identity)
@@ -450,8 +483,9 @@ def _stage_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.Rec
     return QueenCommitMessage(query_id, batch_id, token, staged, task, attempt, fallback=plan.fallback)
 
 
-def _push_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.RecordBatch], query_id: str,
-               batch_id: int) -> QueenCommitMessage:
+def _push_task(
+    options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.RecordBatch], query_id: str, batch_id: int
+) -> QueenCommitMessage:
     task, attempt = _task_context()
     token = uuid.uuid4().hex
     encoder = RowEncoder(options, query_id, batch_id, task, plan.identity)
@@ -465,8 +499,16 @@ def _push_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.Reco
         for lo, hi in chunk_bounds(encoded.sizes, options.stage_batch_size, options.stage_batch_bytes):
             columns, payloads = encoded.push_columns(lo, hi)
             try:
-                result = broker.push_direct(query_id, batch_id, task, token, options.queue, columns, payloads,
-                                            stale_ok=options.stale_replay == "warn")
+                result = broker.push_direct(
+                    query_id,
+                    batch_id,
+                    task,
+                    token,
+                    options.queue,
+                    columns,
+                    payloads,
+                    stale_ok=options.stale_replay == "warn",
+                )
             except InvalidRequest as exc:
                 _raise_bad_json(exc, encoded.data[lo:hi].to_pylist(), rows)
             rows += hi - lo
@@ -475,12 +517,19 @@ def _push_task(options: SinkOptions, plan: CommitPlan, batches: Iterator[pa.Reco
                 break
             if result.stale and not stale:
                 stale = True
-                log.warning("queen sink: task %s of batch %s of query %s replays an attempt older than queue "
-                            "%s keeps transaction ids; pushing anyway (staleReplay=warn)", task, batch_id,
-                            query_id, options.queue)
+                log.warning(
+                    "queen sink: task %s of batch %s of query %s replays an attempt older than queue "
+                    "%s keeps transaction ids; pushing anyway (staleReplay=warn)",
+                    task,
+                    batch_id,
+                    query_id,
+                    options.queue,
+                )
             pushed += result.pushed
             duplicates += result.duplicates
-    return QueenCommitMessage(query_id, batch_id, token, pushed, task, attempt, direct=True, duplicates=duplicates)
+    return QueenCommitMessage(
+        query_id, batch_id, token, pushed, task, attempt, direct=True, duplicates=duplicates
+    )
 
 
 def _tokens(messages: Sequence[WriterCommitMessage | None]) -> tuple[str | None, list[str], list[int]]:
@@ -501,8 +550,9 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options: SinkOptions, plan: CommitPlan | None = None) -> None:
         self.options = options
-        self.plan = plan or CommitPlan(options.commit_mode if options.commit_mode != "direct" else "sync",
-                                       "position")
+        self.plan = plan or CommitPlan(
+            options.commit_mode if options.commit_mode != "direct" else "sync", "position"
+        )
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> QueenCommitMessage:
         """Push (direct) or stage (staged) this task's rows (executor)."""
@@ -525,16 +575,24 @@ class QueenStreamWriter(DataSourceStreamArrowWriter):
         ours = [m for m in messages if isinstance(m, QueenCommitMessage)]
         fallback = next((m.fallback for m in ours if m.fallback), None)
         if fallback:
-            _log_once(query_id, "fallback", "queen sink: query %s commits its micro-batches staged, not direct: %s",
-                      query_id, fallback)
+            _log_once(
+                query_id,
+                "fallback",
+                "queen sink: query %s commits its micro-batches staged, not direct: %s",
+                query_id,
+                fallback,
+            )
         with SparkBroker(self.options.url, self.options.token) as broker:
             if ours and all(m.direct for m in ours):
                 result = broker.commit_direct(query_id, batchId)
             else:
-                result = broker.commit(query_id, batchId, tokens, counts,
-                                       pipelined=self.plan.mode == "pipelined")
+                result = broker.commit(
+                    query_id, batchId, tokens, counts, pipelined=self.plan.mode == "pipelined"
+                )
         if result.duplicate:
-            log.warning("queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id)
+            log.warning(
+                "queen sink: batch %s of query %s was committed before; nothing pushed", batchId, query_id
+            )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Drop the micro-batch's staged rows (driver side; idempotent). Rows a direct task pushed stay: the

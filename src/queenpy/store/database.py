@@ -167,11 +167,16 @@ class Database:
         without waiting for the WAL flush (``synchronous_commit = off``: the notification carries no data
         that must survive a crash), so PostgreSQL's global notify lock is held only for an instant."""
         if self._notifier is None or self._notifier.is_closed():
-            self._notifier = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S, server_settings={
-                "synchronous_commit": "off", "application_name": "queenpy-notify"})
-        await self._notifier.execute("SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)",
-                                     [channel for channel, _ in notifications],
-                                     [payload for _, payload in notifications])
+            self._notifier = await asyncpg.connect(
+                self.url,
+                timeout=CONNECT_TIMEOUT_S,
+                server_settings={"synchronous_commit": "off", "application_name": "queenpy-notify"},
+            )
+        await self._notifier.execute(
+            "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS t(c, p)",
+            [channel for channel, _ in notifications],
+            [payload for _, payload in notifications],
+        )
 
     async def fetchval(self, query: str, *args: Any) -> Any:
         """One value of a fixed query (queries live in the procedures; ``query`` is a call of one)."""
@@ -216,8 +221,9 @@ class Database:
         """The LISTEN connection is up: notifications sent now reach this process."""
         return self._listener is not None and not self._listener.is_closed()
 
-    async def listen(self, callbacks: Mapping[str, Callable[[str], None]],
-                     on_connected: Callable[[], None] | None = None) -> None:
+    async def listen(
+        self, callbacks: Mapping[str, Callable[[str], None]], on_connected: Callable[[], None] | None = None
+    ) -> None:
         """LISTEN on each channel of ``callbacks`` on one dedicated connection;
         ``callbacks[channel](payload)`` runs per notification, except for notifications this process sent
         itself (:meth:`notify`): their wake-ups happened in process already, and a second one would wake a

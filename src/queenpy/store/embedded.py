@@ -39,6 +39,7 @@ def postgres_program(name: str, *, path_first: bool = False) -> Path | None:
     """A PostgreSQL program (``pg_dump``, ``pg_restore``, ``pgbench``, ...): the one shipped in the pgserver
     wheel, else the one on ``PATH``; ``path_first`` looks on ``PATH`` first (the user's own installation).
     None when neither has it."""
+
     def shipped() -> Path | None:
         try:
             import pgserver
@@ -63,8 +64,12 @@ class EmbeddedPostgres:
     every start (:data:`EMBEDDED_SETTINGS` unless the owner needs others, as the tests' fsync off).
     """
 
-    def __init__(self, data_dir: Path | str | None = None, cleanup_mode: str | None = "stop",
-                 settings: Mapping[str, str] = EMBEDDED_SETTINGS) -> None:
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        cleanup_mode: str | None = "stop",
+        settings: Mapping[str, str] = EMBEDDED_SETTINGS,
+    ) -> None:
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not os.path.isdir(os.environ.get("XDG_RUNTIME_DIR", "")):  # before pgserver (platformdirs) loads
@@ -72,8 +77,10 @@ class EmbeddedPostgres:
             runtime.mkdir(mode=0o700, exist_ok=True)
             os.environ["XDG_RUNTIME_DIR"] = str(runtime)
         import pgserver
+
         self._server: Any = pgserver.get_server(  # type: ignore[attr-defined]
-            self.data_dir, cleanup_mode=cleanup_mode)
+            self.data_dir, cleanup_mode=cleanup_mode
+        )
         self._configure(settings)
 
     def _configure(self, settings: Mapping[str, str]) -> None:

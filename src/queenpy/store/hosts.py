@@ -50,8 +50,9 @@ def check_host(host: str) -> str:
     if name.isascii():
         bad = next((label for label in name.split(".") if not _ASCII_LABEL.match(label)), None)
         if bad is not None:
-            raise ValueError(f"a host name is made of labels of 1-63 letters, digits, '-' or '_', not "
-                             f"{bad!r}")
+            raise ValueError(
+                f"a host name is made of labels of 1-63 letters, digits, '-' or '_', not {bad!r}"
+            )
         return host
     try:
         idna.encode(name, uts46=True)
@@ -83,9 +84,15 @@ def url_hosts(url: str) -> list[tuple[str, int | None]]:
     if "host" in query:
         hosts = query["host"][0].split(",")
         ports = query.get("port", [""])[0].split(",")
-        pairs = [(host, ports[i] if i < len(ports) and ports[i] else (ports[0] if len(ports) == 1 and ports[0]
-                                                                       else None))
-                 for i, host in enumerate(hosts)]
+        pairs = [
+            (
+                host,
+                ports[i]
+                if i < len(ports) and ports[i]
+                else (ports[0] if len(ports) == 1 and ports[0] else None),
+            )
+            for i, host in enumerate(hosts)
+        ]
     result: list[tuple[str, int | None]] = []
     for name, port_text in pairs:
         if not name:

@@ -1,6 +1,6 @@
-"""Scale: one queue with ``scenario.partitions`` partitions (1,000,000 for ``scale-1m``) of ``STORED`` messages
-each, and the hot path, the operators' routes, retention and storage measured there, each next to the same
-figure on a queue of ``BASE_PARTITIONS`` partitions measured first in the same run (issue 44).
+"""Scale: one queue with ``scenario.partitions`` partitions (1,000,000 for ``scale-1m``) of ``STORED``
+messages each, and the hot path, the operators' routes, retention and storage measured there, each next to
+the same figure on a queue of ``BASE_PARTITIONS`` partitions measured first in the same run (issue 44).
 
 The partition count is the scenario's, or ``QUEENPY_SCALE_PARTITIONS`` when set (a smaller run: 100,000, or
 a few thousand in the test that proves the kind works).
@@ -78,15 +78,17 @@ WITH parts AS (
                                   last_message_at)
     SELECT $1::uuid, $2 || g, $7::timestamptz, x.at, $5::int, x.id, x.at
     FROM generate_series($3::int, $4::int) g
-    CROSS JOIN LATERAL (SELECT {_MESSAGE_AT.replace("s = 1", "$5::int = 1").replace("s *", "$5::int *")} AS at,
-                               md5(g::text || '-' || $5::int) AS h) y
+    CROSS JOIN LATERAL (
+        SELECT {_MESSAGE_AT.replace("s = 1", "$5::int = 1").replace("s *", "$5::int *")} AS at,
+               md5(g::text || '-' || $5::int) AS h) y
     CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) x
     RETURNING id, name
 ), messages AS (
     INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
     SELECT m.id, m.id::text, parts.id, s, $6::jsonb, m.at
     FROM parts CROSS JOIN generate_series(1, $5::int) s
-    CROSS JOIN LATERAL (SELECT {_MESSAGE_AT} AS at, md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
+    CROSS JOIN LATERAL (
+        SELECT {_MESSAGE_AT} AS at, md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
     CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) m
     ORDER BY parts.id, s
     RETURNING partition_id, seq, id, created_at
@@ -98,10 +100,12 @@ SELECT m.partition_id, grp, m.seq, m.id, m.created_at, m.seq, 1, m.created_at, 0
 FROM messages m CROSS JOIN unnest($9::text[]) grp
 WHERE m.seq = $10::int
 """
-# the queue as a first push creates it (queen.create_partitions_v1): no Default partition (configure makes one)
+# the queue as a first push creates it (queen.create_partitions_v1): no Default partition (configure makes
+# one)
 CREATE_QUEUE = """
 INSERT INTO queen.queues (name, namespace, task)
-VALUES ($1::text, queen.default_namespace($1::text), queen.default_task($1::text)) ON CONFLICT (name) DO NOTHING
+VALUES ($1::text, queen.default_namespace($1::text), queen.default_task($1::text))
+ON CONFLICT (name) DO NOTHING
 """
 EMPTY_PARTITIONS = """
 INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
@@ -151,7 +155,9 @@ def _check_disk(context: Context, partitions: int) -> dict[str, Any]:
     facts: dict[str, Any] = {"need_bytes": need}
     directory = getattr(context.pg, "data_dir", None) or context.workdir
     if context.pg.pid is None:
-        context.log(f"  scale: needs about {need / 1e9:.1f} GB on the PostgreSQL server (not checked: external)")
+        context.log(
+            f"  scale: needs about {need / 1e9:.1f} GB on the PostgreSQL server (not checked: external)"
+        )
         facts["checked"] = False
         return facts
     free = shutil.disk_usage(directory).free
@@ -167,8 +173,7 @@ def _queue_id(context: Context, queue: str) -> str:
     return str(context.sql.fetchval("SELECT id FROM queen.queues WHERE name = $1", queue))
 
 
-def _seed(context: Context, queue: str, partitions: int, stored: int,
-          prefix: str = "p") -> float:
+def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: str = "p") -> float:
     """Seed ``queue`` by SQL (see SEED); returns the seconds it took."""
     started = time.monotonic()
     queue_id = _queue_id(context, queue)
@@ -180,7 +185,9 @@ def _seed(context: Context, queue: str, partitions: int, stored: int,
         hi = min(partitions, lo + SEED_CHUNK) - 1
         context.sql.execute(SEED, queue_id, prefix, lo, hi, stored, body, old, recent, groups, stored // 2)
         if partitions > SEED_CHUNK:
-            context.log(f"  seeded {hi + 1:,} of {partitions:,} partitions ({time.monotonic() - started:.0f} s)")
+            context.log(
+                f"  seeded {hi + 1:,} of {partitions:,} partitions ({time.monotonic() - started:.0f} s)"
+            )
     return time.monotonic() - started
 
 
@@ -189,23 +196,40 @@ def _fingerprint(context: Context, queue: str) -> dict[str, Any]:
     tables = [row[0] for row in context.sql.fetch(PARTITION_TABLES)]
     per_table = {}
     for table in tables:
-        per_table[table] = [int(row[0]) for row in context.sql.fetch(
-            f"SELECT count(t.partition_id) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
-            f"LEFT JOIN queen.{table} t ON t.partition_id = p.id WHERE q.name = $1 GROUP BY p.id ORDER BY 1",
-            queue)]
-    partitions = [dict(row) for row in context.sql.fetch("""
-        SELECT p.last_seq, p.last_message_id = (array_agg(m.id ORDER BY m.seq DESC))[1] AS last_id_ok, p.last_message_at = max(m.created_at)
-                   AS last_at_ok, count(m.id) AS messages, min(m.seq) AS first_seq,
+        per_table[table] = [
+            int(row[0])
+            for row in context.sql.fetch(
+                "SELECT count(t.partition_id) FROM queen.partitions p "
+                "JOIN queen.queues q ON q.id = p.queue_id "
+                f"LEFT JOIN queen.{table} t ON t.partition_id = p.id "
+                "WHERE q.name = $1 GROUP BY p.id ORDER BY 1",
+                queue,
+            )
+        ]
+    partitions = [
+        dict(row)
+        for row in context.sql.fetch(
+            """
+        SELECT p.last_seq, p.last_message_id = (array_agg(m.id ORDER BY m.seq DESC))[1] AS last_id_ok,
+               p.last_message_at = max(m.created_at) AS last_at_ok, count(m.id) AS messages,
+               min(m.seq) AS first_seq,
                bool_and(m.transaction_id = m.id::text) AS transaction_ids_are_ids,
                bool_and(m.trace_id IS NULL AND m.producer_sub IS NULL AND NOT m.is_encrypted) AS plain,
                bool_and(substr(m.id::text, 15, 1) = '7') AS uuid_v7,
                bool_and(left(replace(m.id::text, '-', ''), 12)
-                        = lpad(to_hex((extract(epoch FROM m.created_at) * 1000)::bigint), 12, '0')) AS ids_timed,
+                        = lpad(to_hex((extract(epoch FROM m.created_at) * 1000)::bigint), 12, '0'))
+                   AS ids_timed,
                p.created_at <= min(m.created_at) AS created_first
         FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
         LEFT JOIN queen.messages m ON m.partition_id = p.id
-        WHERE q.name = $1 GROUP BY p.id ORDER BY p.name""", queue)]
-    cursors = [dict(row) for row in context.sql.fetch("""
+        WHERE q.name = $1 GROUP BY p.id ORDER BY p.name""",
+            queue,
+        )
+    ]
+    cursors = [
+        dict(row)
+        for row in context.sql.fetch(
+            """
         SELECT c.consumer_group, c.last_consumed_seq, c.last_consumed_id = m.id AS id_ok,
                c.last_consumed_created_at = m.created_at AS at_ok, c.total_messages_consumed,
                c.lease_expires_at IS NULL AS no_lease, c.acked_count, c.batch_retry_count,
@@ -214,16 +238,35 @@ def _fingerprint(context: Context, queue: str) -> dict[str, Any]:
         FROM queen.partition_consumers c JOIN queen.partitions p ON p.id = c.partition_id
         JOIN queen.queues q ON q.id = p.queue_id
         LEFT JOIN queen.messages m ON m.partition_id = p.id AND m.seq = c.last_consumed_seq
-        WHERE q.name = $1 ORDER BY p.name, c.consumer_group""", queue)]
-    metadata = [dict(row) for row in context.sql.fetch(
-        "SELECT consumer_group, partition_name, namespace, task, subscription_mode FROM "
-        "queen.consumer_groups_metadata WHERE queue_name = $1 ORDER BY 1, 2", queue)]
-    stats = [dict(row) for row in context.sql.fetch("""
+        WHERE q.name = $1 ORDER BY p.name, c.consumer_group""",
+            queue,
+        )
+    ]
+    metadata = [
+        dict(row)
+        for row in context.sql.fetch(
+            "SELECT consumer_group, partition_name, namespace, task, subscription_mode FROM "
+            "queen.consumer_groups_metadata WHERE queue_name = $1 ORDER BY 1, 2",
+            queue,
+        )
+    ]
+    stats = [
+        dict(row)
+        for row in context.sql.fetch(
+            """
         SELECT s.last_seq, s.depth, s.unconsumed, s.pending, s.completed, s.consumer_groups, s.min_cursor_seq
         FROM queen.partition_stats s JOIN queen.partitions p ON p.id = s.partition_id
-        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.name""", queue)]
-    return {"rows_per_partition": per_table, "partitions": partitions, "cursors": cursors,
-            "groups": metadata, "stats": stats}
+        JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = $1 ORDER BY p.name""",
+            queue,
+        )
+    ]
+    return {
+        "rows_per_partition": per_table,
+        "partitions": partitions,
+        "cursors": cursors,
+        "groups": metadata,
+        "stats": stats,
+    }
 
 
 def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, Any]:
@@ -236,10 +279,19 @@ def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, 
             answer = http.post("/api/v1/push", json={"items": items}).json()
             assert answer[0]["status"] == "queued", answer
         for g in range(GROUPS):
-            popped = http.get(f"/api/v1/pop/queue/{pushed}/partition/p{n}",
-                              params={"batch": STORED // 2, "wait": "false", "consumerGroup": f"g{g}"}).json()
-            acks = [{"transactionId": m["transactionId"], "partitionId": m["partitionId"], "leaseId": m["leaseId"],
-                     "status": "completed"} for m in popped["messages"]]
+            popped = http.get(
+                f"/api/v1/pop/queue/{pushed}/partition/p{n}",
+                params={"batch": STORED // 2, "wait": "false", "consumerGroup": f"g{g}"},
+            ).json()
+            acks = [
+                {
+                    "transactionId": m["transactionId"],
+                    "partitionId": m["partitionId"],
+                    "leaseId": m["leaseId"],
+                    "status": "completed",
+                }
+                for m in popped["messages"]
+            ]
             http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": f"g{g}"})
     _seed(context, seeded, 3, STORED)
     context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
@@ -259,8 +311,12 @@ def _route_timings(url: str, queue: str) -> dict[str, Any]:
                 seconds.append(time.perf_counter() - started)
                 statuses.add(response.status_code)
                 size = len(response.content)
-            timings[template] = {"p50_ms": _ms(seconds, 0.5), "max_ms": _ms(seconds, 1.0), "bytes": size,
-                                 "status": sorted(statuses)}
+            timings[template] = {
+                "p50_ms": _ms(seconds, 0.5),
+                "max_ms": _ms(seconds, 1.0),
+                "bytes": size,
+                "status": sorted(statuses),
+            }
     return timings
 
 
@@ -273,22 +329,39 @@ def _cold_pops(url: str, queue: str, partitions: int) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=60) as client:
         for n in range(0, min(partitions, step * COLD_POPS), step):
             started = time.perf_counter()
-            answer = client.get(f"/api/v1/pop/queue/{queue}/partition/p{n}",
-                                params={"batch": 1, "wait": "false", "consumerGroup": "cold", "autoAck": "true"})
+            answer = client.get(
+                f"/api/v1/pop/queue/{queue}/partition/p{n}",
+                params={"batch": 1, "wait": "false", "consumerGroup": "cold", "autoAck": "true"},
+            )
             seconds.append(time.perf_counter() - started)
             empty += not (answer.content and answer.json().get("messages"))
     return {"pops": len(seconds), "empty": empty, "p50_ms": _ms(seconds, 0.5), "p99_ms": _ms(seconds, 0.99)}
 
 
-def _hot_path(context: Context, run: dict[str, Any], queue: str, partitions: int, label: str,
-              fill: bool = False) -> dict[str, Any]:
+def _hot_path(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
+) -> dict[str, Any]:
     """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack with the 10 groups."""
-    push_script = render_script("push", {
-        "queue": queue, "partitions": partitions, "per_request": 10, "payload": payload(1024),
-        "seed": 4242, "rate_per_thread": 0, "transaction_ids": True}, context.workdir)
-    rows = lambda: int(context.sql.fetchval(
-        "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
-        "ON q.id = p.queue_id WHERE q.name = $1", queue))
+    push_script = render_script(
+        "push",
+        {
+            "queue": queue,
+            "partitions": partitions,
+            "per_request": 10,
+            "payload": payload(1024),
+            "seed": 4242,
+            "rate_per_thread": 0,
+            "transaction_ids": True,
+        },
+        context.workdir,
+    )
+    rows = lambda: int(
+        context.sql.fetchval(
+            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+            "ON q.id = p.queue_id WHERE q.name = $1",
+            queue,
+        )
+    )
     pushed = measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push")
     messages = pushed.after - pushed.before
     window = pushed.window
@@ -296,16 +369,32 @@ def _hot_path(context: Context, run: dict[str, Any], queue: str, partitions: int
         "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         "postgres_us_per_msg": round((window.end.postgres_s - window.start.postgres_s) / messages * 1e6, 1)
-        if messages and window.end is not None and window.start.postgres_ticks is not None else None,
+        if messages and window.end is not None and window.start.postgres_ticks is not None
+        else None,
     }
     groups = [f"g{n}" for n in range(GROUPS)]
-    pop_script = render_script("consume", {
-        "queue": queue, "groups": groups, "batch": 10, "mode": "ack", "timeout_ms": 0, "target": "",
-        "payload": payload(40)}, context.workdir)
-    consumed = lambda: int(context.sql.fetchval(
-        "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
-        "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-        "WHERE q.name = $1 AND c.consumer_group = ANY ($2::text[])", queue, groups))
+    pop_script = render_script(
+        "consume",
+        {
+            "queue": queue,
+            "groups": groups,
+            "batch": 10,
+            "mode": "ack",
+            "timeout_ms": 0,
+            "target": "",
+            "payload": payload(40),
+        },
+        context.workdir,
+    )
+    consumed = lambda: int(
+        context.sql.fetchval(
+            "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
+            "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = $1 AND c.consumer_group = ANY ($2::text[])",
+            queue,
+            groups,
+        )
+    )
     popped = measured_window(context, run, pop_script, 50, consumed, 2, label=f"{label} pop")
     counters = popped.wrk.result.counters
     pops = counters.get("pops", 0)
@@ -316,8 +405,12 @@ def _hot_path(context: Context, run: dict[str, Any], queue: str, partitions: int
     }
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the push window's
         context.fill_window(run, messages, window, [pushed.wrk], pushed.wrk)
-    return {"push": push, "pop": pop, "cold_pop": _cold_pops(context.broker_url, queue, partitions),
-            "routes": _route_timings(context.broker_url, queue)}
+    return {
+        "push": push,
+        "pop": pop,
+        "cold_pop": _cold_pops(context.broker_url, queue, partitions),
+        "routes": _route_timings(context.broker_url, queue),
+    }
 
 
 def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
@@ -327,15 +420,25 @@ def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
     relations: dict[str, Any] = {}
     for table in ("messages", "partitions", "partition_consumers", "partition_stats", "partition_counters"):
         row = context.sql.fetchrow(
-            "SELECT pg_relation_size(c.oid) AS heap, coalesce(pg_total_relation_size(c.reltoastrelid), 0) AS toast "
-            "FROM pg_class c WHERE c.oid = ('queen.' || $1)::regclass", table)
-        indexes = {r[0]: int(r[1]) for r in context.sql.fetch(
-            "SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index i "
-            "WHERE i.indrelid = ('queen.' || $1)::regclass ORDER BY 1", table)}
+            "SELECT pg_relation_size(c.oid) AS heap, "
+            "coalesce(pg_total_relation_size(c.reltoastrelid), 0) AS toast "
+            "FROM pg_class c WHERE c.oid = ('queen.' || $1)::regclass",
+            table,
+        )
+        indexes = {
+            r[0]: int(r[1])
+            for r in context.sql.fetch(
+                "SELECT i.indexrelid::regclass::text, pg_relation_size(i.indexrelid) FROM pg_index i "
+                "WHERE i.indrelid = ('queen.' || $1)::regclass ORDER BY 1",
+                table,
+            )
+        }
         relations[table] = {"heap": int(row["heap"]), "toast": int(row["toast"]), "indexes": indexes}
-    per_message = {"heap": relations["messages"]["heap"] / max(1, messages),
-                   "toast": relations["messages"]["toast"] / max(1, messages),
-                   **{name: size / max(1, messages) for name, size in relations["messages"]["indexes"].items()}}
+    per_message = {
+        "heap": relations["messages"]["heap"] / max(1, messages),
+        "toast": relations["messages"]["toast"] / max(1, messages),
+        **{name: size / max(1, messages) for name, size in relations["messages"]["indexes"].items()},
+    }
     per_partition = {
         f"{table}.{part}": size / max(1, total_partitions)
         for table in ("partitions", "partition_consumers", "partition_stats", "partition_counters")
@@ -343,7 +446,9 @@ def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
     }
     index_bytes = sum(relations["messages"]["indexes"].values())
     return {
-        "messages": messages, "partitions": total_partitions, "payload_bytes": PAYLOAD_BYTES,
+        "messages": messages,
+        "partitions": total_partitions,
+        "payload_bytes": PAYLOAD_BYTES,
         "relations": relations,
         "per_message_bytes": {k: round(v, 1) for k, v in per_message.items()},
         "per_partition_bytes": {k: round(v, 1) for k, v in per_partition.items()},
@@ -351,17 +456,20 @@ def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
     }
 
 
-def _while_pushing(context: Context, run: dict[str, Any], queue: str, partitions: int, label: str,
-                   work: Any) -> dict[str, Any]:
+def _while_pushing(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, work: Any
+) -> dict[str, Any]:
     """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue`` for one window:
     the work's time and WAL bytes, and the push rate meanwhile."""
     result: dict[str, Any] = {}
 
     def drive() -> None:
         sql = Sql(context.pg.url)
+
+        def wal() -> int:
+            return int(sql.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"))
+
         try:
-            wal = lambda: int(sql.fetchval(
-                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"))
             before, started = wal(), time.monotonic()
             result["detail"] = work(sql)
             result["seconds"] = round(time.monotonic() - started, 2)
@@ -371,12 +479,26 @@ def _while_pushing(context: Context, run: dict[str, Any], queue: str, partitions
         finally:
             sql.close()
 
-    script = render_script("push", {
-        "queue": queue, "partitions": partitions, "per_request": 10, "payload": payload(1024),
-        "seed": 777, "rate_per_thread": 0, "transaction_ids": True}, context.workdir)
-    rows = lambda: int(context.sql.fetchval(
-        "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
-        "ON q.id = p.queue_id WHERE q.name = $1", queue))
+    script = render_script(
+        "push",
+        {
+            "queue": queue,
+            "partitions": partitions,
+            "per_request": 10,
+            "payload": payload(1024),
+            "seed": 777,
+            "rate_per_thread": 0,
+            "transaction_ids": True,
+        },
+        context.workdir,
+    )
+    rows = lambda: int(
+        context.sql.fetchval(
+            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+            "ON q.id = p.queue_id WHERE q.name = $1",
+            queue,
+        )
+    )
     thread = threading.Thread(target=drive, name=f"scale-{label}")
     thread.start()
     pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
@@ -393,8 +515,16 @@ def _retention(sql: Sql, queue_id: str) -> dict[str, Any]:
     run_at = sql.fetchval("SELECT now()")
     after, inclusive, deleted, steps = "", True, 0, 0
     while True:
-        step = _json(sql.fetchval("SELECT queen.retention_step_v1('retention', $1::uuid, '{}'::text[], $2, $3, "
-                                  "500, 10000, $4)::text", queue_id, after, inclusive, run_at))
+        step = _json(
+            sql.fetchval(
+                "SELECT queen.retention_step_v1('retention', $1::uuid, '{}'::text[], $2, $3, "
+                "500, 10000, $4)::text",
+                queue_id,
+                after,
+                inclusive,
+                run_at,
+            )
+        )
         steps += 1
         deleted += int(step["deleted"])
         if step["next"] is None:
@@ -452,20 +582,29 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
         queue_id = _queue_id(context, big_queue)
-        http.post("/api/v1/configure", json={"queue": big_queue, "options": {
-            "retentionEnabled": True, "retentionSeconds": 3600}}).raise_for_status()
-        figures["retention"] = _while_pushing(context, result, big_queue, partitions, "retention",
-                                              lambda sql: _retention(sql, queue_id))
-        http.post("/api/v1/configure", json={"queue": big_queue, "options": {
-            "retentionEnabled": False, "retentionSeconds": 0}}).raise_for_status()
+        http.post(
+            "/api/v1/configure",
+            json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": 3600}},
+        ).raise_for_status()
+        figures["retention"] = _while_pushing(
+            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, queue_id)
+        )
+        http.post(
+            "/api/v1/configure",
+            json={"queue": big_queue, "options": {"retentionEnabled": False, "retentionSeconds": 0}},
+        ).raise_for_status()
         context.sql.execute(EMPTY_PARTITIONS, queue_id, min(CLEANUP_PARTITIONS, partitions))
         figures["cleanup"] = _while_pushing(context, result, big_queue, partitions, "cleanup", _cleanup)
     base, at_scale = figures["base"], figures["at_scale"]
     figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
     figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
     figures["route_max_ms"] = max(t["max_ms"] for t in at_scale["routes"].values())
-    figures["retention_push_ratio"] = _ratio(figures["retention"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"])
-    figures["cleanup_push_ratio"] = _ratio(figures["cleanup"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"])
+    figures["retention_push_ratio"] = _ratio(
+        figures["retention"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"]
+    )
+    figures["cleanup_push_ratio"] = _ratio(
+        figures["cleanup"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"]
+    )
     for name, timing in at_scale["routes"].items():
         if timing["status"] != [200]:
             result["problems"].append(f"{name} answered {timing['status']}")
@@ -494,9 +633,12 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
             f"{number(big['push']['msg_per_s'])} msg/s vs {number(base['push']['msg_per_s'])} at "
             f"{BASE_PARTITIONS} ({figures['push_ratio']}); pop {number(big['pop']['msg_per_s'])} vs "
             f"{number(base['pop']['msg_per_s'])} ({figures['pop_ratio']}); slowest route max "
-            f"{figures['route_max_ms']} ms")
+            f"{figures['route_max_ms']} ms"
+        )
         for route, timing in big["routes"].items():
-            lines.append(f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms")
+            lines.append(
+                f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms"
+            )
     return lines
 
 

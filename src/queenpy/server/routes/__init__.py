@@ -24,8 +24,23 @@ from queenpy.server.routes._base import Endpoint
 
 __all__ = ["AREAS", "endpoints"]
 
-AREAS = (system, maintenance, messages, browse, queues, resources, groups, dlq, traces, spark, streams, status,
-         analytics, schema_copy, dashboard)
+AREAS = (
+    system,
+    maintenance,
+    messages,
+    browse,
+    queues,
+    resources,
+    groups,
+    dlq,
+    traces,
+    spark,
+    streams,
+    status,
+    analytics,
+    schema_copy,
+    dashboard,
+)
 
 
 def endpoints() -> list[Endpoint]:

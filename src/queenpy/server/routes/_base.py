@@ -23,8 +23,19 @@ from queenpy.server.auth import Level
 if TYPE_CHECKING:
     from queenpy.server.worker import Worker
 
-__all__ = ["CORS_HEADERS", "Endpoint", "Handler", "JsonResponse", "Level", "body_of", "error_response",
-           "json_object", "json_response", "parse_timestamp", "worker_of"]
+__all__ = [
+    "CORS_HEADERS",
+    "Endpoint",
+    "Handler",
+    "JsonResponse",
+    "Level",
+    "body_of",
+    "error_response",
+    "json_object",
+    "json_response",
+    "parse_timestamp",
+    "worker_of",
+]
 
 CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
@@ -32,9 +43,10 @@ CORS_HEADERS = {
     "Access-Control-Allow-Headers": "Content-Type, Authorization",
 }
 _EMPTY = (b"[]", b"{}")
-_JSON_HEADERS = [(b"content-type", b"application/json"),
-                 *((name.lower().encode("latin-1"), value.encode("latin-1"))
-                   for name, value in CORS_HEADERS.items())]
+_JSON_HEADERS = [
+    (b"content-type", b"application/json"),
+    *((name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in CORS_HEADERS.items()),
+]
 
 
 class JsonResponse(Response):
@@ -49,8 +61,11 @@ class JsonResponse(Response):
         self.status_code = status_code
         self.background = None
         self.body = body
-        length = [] if status_code < 200 or status_code in (204, 304) else [(b"content-length", b"%d" % len(body))]
+        length = (
+            [] if status_code < 200 or status_code in (204, 304) else [(b"content-length", b"%d" % len(body))]
+        )
         self.raw_headers = [*length, *_JSON_HEADERS]
+
 
 Handler = Callable[[Request], Awaitable[Response]]
 

@@ -29,8 +29,12 @@ MAX_BUCKETS = 10_000
 def bucket_minutes(start: datetime, end: datetime) -> int:
     """1, 5, 15, 60 or 360 for ranges up to 1 h, 6 h, 24 h, 7 d, longer (as ``queen.bucket_minutes_v1``)."""
     span = end - start
-    for limit, minutes in ((timedelta(hours=1), 1), (timedelta(hours=6), 5), (timedelta(hours=24), 15),
-                           (timedelta(days=7), 60)):
+    for limit, minutes in (
+        (timedelta(hours=1), 1),
+        (timedelta(hours=6), 5),
+        (timedelta(hours=24), 15),
+        (timedelta(days=7), 60),
+    ):
         if span <= limit:
             return minutes
     return 360
@@ -46,8 +50,10 @@ def time_range(request: Request, default: timedelta = timedelta(hours=1)) -> tup
         start = end - default
     minutes = bucket_minutes(start, end)
     if end - start > timedelta(minutes=minutes * MAX_BUCKETS):
-        raise InvalidRequest(f"query parameters from and to span {(end - start).days} days; at most "
-                             f"{minutes * MAX_BUCKETS // (24 * 60)} days can be asked for at once")
+        raise InvalidRequest(
+            f"query parameters from and to span {(end - start).days} days; at most "
+            f"{minutes * MAX_BUCKETS // (24 * 60)} days can be asked for at once"
+        )
     return start, end, minutes
 
 
@@ -67,9 +73,12 @@ def _merge(aggs: list[tuple[int, dict[str, float]]]) -> dict[str, float]:
     total = sum(n for n, _ in aggs)
     if not aggs or not total:
         return {"avg": 0, "min": 0, "max": 0, "last": aggs[-1][1].get("last", 0) if aggs else 0}
-    return {"avg": round(sum(n * a.get("avg", 0) for n, a in aggs) / total, 3),
-            "min": min(a.get("min", 0) for n, a in aggs if n), "max": max(a.get("max", 0) for n, a in aggs if n),
-            "last": aggs[-1][1].get("last", 0)}
+    return {
+        "avg": round(sum(n * a.get("avg", 0) for n, a in aggs) / total, 3),
+        "min": min(a.get("min", 0) for n, a in aggs if n),
+        "max": max(a.get("max", 0) for n, a in aggs if n),
+        "last": aggs[-1][1].get("last", 0),
+    }
 
 
 async def _process_rows(request: Request, table: str) -> tuple[datetime, datetime, int, list[dict[str, Any]]]:
@@ -77,14 +86,26 @@ async def _process_rows(request: Request, table: str) -> tuple[datetime, datetim
     start, end, minutes = time_range(request)
     hostname = v.query_name(q, "hostname")
     worker_id = v.query_name(q, "workerId")
-    rows = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.process_metrics_v1($1, $2, $3, $4, $5)::text", table, start, end, hostname, worker_id))
+    rows = orjson.loads(
+        await worker_of(request).database.fetchval(
+            "SELECT queen.process_metrics_v1($1, $2, $3, $4, $5)::text",
+            table,
+            start,
+            end,
+            hostname,
+            worker_id,
+        )
+    )
     return start, end, minutes, rows
 
 
-_SYSTEM_GROUPS = {"cpu": {"percent": "cpuPercent"}, "memory": {"rssBytes": "rssBytes"},
-                  "database": {"poolSize": "poolSize", "poolIdle": "poolIdle", "poolActive": "poolActive"},
-                  "eventLoop": {"lagMs": "eventLoopLagMs"}, "longPoll": {"parked": "parked"}}
+_SYSTEM_GROUPS = {
+    "cpu": {"percent": "cpuPercent"},
+    "memory": {"rssBytes": "rssBytes"},
+    "database": {"poolSize": "poolSize", "poolIdle": "poolIdle", "poolActive": "poolActive"},
+    "eventLoop": {"lagMs": "eventLoopLagMs"},
+    "longPoll": {"parked": "parked"},
+}
 
 
 async def system_metrics(request: Request) -> Response:
@@ -96,26 +117,47 @@ async def system_metrics(request: Request) -> Response:
     replicas: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         grouped[(_bucket_of(row["bucket"], minutes), row["hostname"], row["workerId"])].append(row)
-        replicas[(row["hostname"], row["workerId"])] = {"hostname": row["hostname"], "workerId": row["workerId"],
-                                                        "pid": row["pid"], "lastSeen": row["bucket"]}
+        replicas[(row["hostname"], row["workerId"])] = {
+            "hostname": row["hostname"],
+            "workerId": row["workerId"],
+            "pid": row["pid"],
+            "lastSeen": row["bucket"],
+        }
     series = []
     for (bucket, hostname, worker_id), minute_rows in sorted(grouped.items()):
-        point: dict[str, Any] = {"timestamp": bucket, "hostname": hostname, "workerId": worker_id,
-                                 "pid": minute_rows[-1]["pid"], "sampleCount": sum(r["sampleCount"] for r in minute_rows)}
+        point: dict[str, Any] = {
+            "timestamp": bucket,
+            "hostname": hostname,
+            "workerId": worker_id,
+            "pid": minute_rows[-1]["pid"],
+            "sampleCount": sum(r["sampleCount"] for r in minute_rows),
+        }
         for group, keys in _SYSTEM_GROUPS.items():
-            point[group] = {out: _merge([(r["sampleCount"], r["metrics"].get(key, {})) for r in minute_rows])
-                            for out, key in keys.items()}
+            point[group] = {
+                out: _merge([(r["sampleCount"], r["metrics"].get(key, {})) for r in minute_rows])
+                for out, key in keys.items()
+            }
         series.append(point)
-    return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
-                          "pointCount": len(series), "series": series,
-                          "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"]))},
-                         empty_as_body=True)
+    return json_response(
+        {
+            "timeRange": {"from": _iso(start), "to": _iso(end)},
+            "bucketMinutes": minutes,
+            "pointCount": len(series),
+            "series": series,
+            "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"])),
+        },
+        empty_as_body=True,
+    )
 
 
-async def _queue_ops(request: Request, start: datetime, end: datetime, minutes: int,
-                     queue: str | None) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.queue_ops_v1($1, $2, $3, $4)::text", start, end, queue, minutes))
+async def _queue_ops(
+    request: Request, start: datetime, end: datetime, minutes: int, queue: str | None
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = orjson.loads(
+        await worker_of(request).database.fetchval(
+            "SELECT queen.queue_ops_v1($1, $2, $3, $4)::text", start, end, queue, minutes
+        )
+    )
     return rows
 
 
@@ -126,7 +168,9 @@ def _sum_ops(rows: list[dict[str, Any]]) -> dict[str, Any]:
     total: dict[str, Any] = {key: sum(r[key] for r in rows) for key in _OP_KEYS}
     samples = sum(r["lagSamples"] for r in rows)
     total["lagSamples"] = samples
-    total["avgLagMs"] = round(sum(r["avgLagMs"] * r["lagSamples"] for r in rows) / samples, 3) if samples else 0
+    total["avgLagMs"] = (
+        round(sum(r["avgLagMs"] * r["lagSamples"] for r in rows) / samples, 3) if samples else 0
+    )
     total["maxLagMs"] = max((r["maxLagMs"] for r in rows), default=0)
     return total
 
@@ -138,8 +182,13 @@ async def worker_metrics(request: Request) -> Response:
     [{queueName, ...totals}], summary: {...totals, workers, queues}}``."""
     start, end, minutes, rows = await _process_rows(request, "worker")
     ops = await _queue_ops(request, start, end, minutes, None)
-    points: dict[str, dict[str, Any]] = defaultdict(lambda: {"requests": 0, "errors": 0, "fusion": defaultdict(
-        lambda: {"calls": 0.0, "items": 0.0, "busyMs": 0.0, "maxBatch": 0.0})})
+    points: dict[str, dict[str, Any]] = defaultdict(
+        lambda: {
+            "requests": 0,
+            "errors": 0,
+            "fusion": defaultdict(lambda: {"calls": 0.0, "items": 0.0, "busyMs": 0.0, "maxBatch": 0.0}),
+        }
+    )
     workers: dict[tuple[str, str], dict[str, Any]] = {}
     for row in rows:
         point = points[_bucket_of(row["bucket"], minutes)]
@@ -151,9 +200,16 @@ async def worker_metrics(request: Request) -> Response:
             for key in ("calls", "items", "busyMs"):
                 acc[key] += f.get(key, 0)
             acc["maxBatch"] = max(acc["maxBatch"], f.get("maxBatch", 0))
-        worker = workers.setdefault((row["hostname"], row["workerId"]), {
-            "hostname": row["hostname"], "workerId": row["workerId"], "pid": row["pid"], "requests": 0,
-            "errors": 0})
+        worker = workers.setdefault(
+            (row["hostname"], row["workerId"]),
+            {
+                "hostname": row["hostname"],
+                "workerId": row["workerId"],
+                "pid": row["pid"],
+                "requests": 0,
+                "errors": 0,
+            },
+        )
         # int(): the rows written before the counts were whole numbers hold them as floats (12.0)
         worker["requests"] += int(metrics.get("requests", 0))
         worker["errors"] += int(metrics.get("errors", 0))
@@ -166,28 +222,65 @@ async def worker_metrics(request: Request) -> Response:
     series = []
     for bucket in sorted(set(points) | set(by_bucket)):
         point = points[bucket]
-        fusion = {op: {"calls": int(f["calls"]), "items": int(f["items"]),
-                       "avgBatch": round(f["items"] / f["calls"], 2) if f["calls"] else 0,
-                       "avgCallMs": round(f["busyMs"] / f["calls"], 3) if f["calls"] else 0,
-                       "maxBatch": int(f["maxBatch"])} for op, f in point["fusion"].items()}
-        series.append({"timestamp": bucket, "requests": int(point["requests"]), "errors": int(point["errors"]),
-                       **_sum_ops(by_bucket.get(bucket, [])), "fusion": fusion})
+        fusion = {
+            op: {
+                "calls": int(f["calls"]),
+                "items": int(f["items"]),
+                "avgBatch": round(f["items"] / f["calls"], 2) if f["calls"] else 0,
+                "avgCallMs": round(f["busyMs"] / f["calls"], 3) if f["calls"] else 0,
+                "maxBatch": int(f["maxBatch"]),
+            }
+            for op, f in point["fusion"].items()
+        }
+        series.append(
+            {
+                "timestamp": bucket,
+                "requests": int(point["requests"]),
+                "errors": int(point["errors"]),
+                **_sum_ops(by_bucket.get(bucket, [])),
+                "fusion": fusion,
+            }
+        )
     queues = [{"queueName": name, **_sum_ops(queue_rows)} for name, queue_rows in sorted(by_queue.items())]
-    summary = {"requests": sum(p["requests"] for p in series), "errors": sum(p["errors"] for p in series),
-               **_sum_ops(ops), "workers": len(workers), "queues": len(queues)}
-    return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
-                          "pointCount": len(series), "timeSeries": series,
-                          "workers": sorted(workers.values(), key=lambda w: (w["hostname"], w["workerId"])),
-                          "queues": queues, "summary": summary}, empty_as_body=True)
+    summary = {
+        "requests": sum(p["requests"] for p in series),
+        "errors": sum(p["errors"] for p in series),
+        **_sum_ops(ops),
+        "workers": len(workers),
+        "queues": len(queues),
+    }
+    return json_response(
+        {
+            "timeRange": {"from": _iso(start), "to": _iso(end)},
+            "bucketMinutes": minutes,
+            "pointCount": len(series),
+            "timeSeries": series,
+            "workers": sorted(workers.values(), key=lambda w: (w["hostname"], w["workerId"])),
+            "queues": queues,
+            "summary": summary,
+        },
+        empty_as_body=True,
+    )
 
 
 async def queue_lag(request: Request) -> Response:
     """An array ``[{queueName, popCount, avgLagMs, maxLagMs, bucketTime}]`` by queue, then time."""
     start, end, minutes = time_range(request)
     rows = await _queue_ops(request, start, end, minutes, v.query_name(request.query_params, "queue"))
-    return json_response([{"queueName": r["queueName"], "popCount": r["popCount"], "avgLagMs": r["avgLagMs"],
-                           "maxLagMs": r["maxLagMs"], "bucketTime": r["bucketTime"]} for r in rows if r["popCount"]],
-                         empty_as_body=True)
+    return json_response(
+        [
+            {
+                "queueName": r["queueName"],
+                "popCount": r["popCount"],
+                "avgLagMs": r["avgLagMs"],
+                "maxLagMs": r["maxLagMs"],
+                "bucketTime": r["bucketTime"],
+            }
+            for r in rows
+            if r["popCount"]
+        ],
+        empty_as_body=True,
+    )
 
 
 async def queue_ops(request: Request) -> Response:
@@ -198,11 +291,23 @@ async def queue_ops(request: Request) -> Response:
     by_queue: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_queue[row["queueName"]].append(row)
-    queues = [{"queueName": name, "series": [{k: r[k] for k in r if k not in ("queueName", "parkedMax")}
-                                             for r in queue_rows], "totals": _sum_ops(queue_rows)}
-              for name, queue_rows in sorted(by_queue.items())]
-    return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
-                          "queues": queues, "totals": _sum_ops(rows)}, empty_as_body=True)
+    queues = [
+        {
+            "queueName": name,
+            "series": [{k: r[k] for k in r if k not in ("queueName", "parkedMax")} for r in queue_rows],
+            "totals": _sum_ops(queue_rows),
+        }
+        for name, queue_rows in sorted(by_queue.items())
+    ]
+    return json_response(
+        {
+            "timeRange": {"from": _iso(start), "to": _iso(end)},
+            "bucketMinutes": minutes,
+            "queues": queues,
+            "totals": _sum_ops(rows),
+        },
+        empty_as_body=True,
+    )
 
 
 async def parked_replicas(request: Request) -> Response:
@@ -211,30 +316,54 @@ async def parked_replicas(request: Request) -> Response:
     start, end, minutes = time_range(request)
     rows = await _queue_ops(request, start, end, minutes, v.query_name(request.query_params, "queue"))
     _, _, _, processes = await _process_rows(request, "system")
-    replicas = {(r["hostname"], r["workerId"]): {"hostname": r["hostname"], "workerId": r["workerId"],
-                                                 "pid": r["pid"], "lastSeen": r["bucket"]} for r in processes}
-    series = [{"bucketTime": r["bucketTime"], "queueName": r["queueName"], "parked": r["parkedMax"]}
-              for r in rows if r["parkedMax"]]
-    return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes,
-                          "series": series,
-                          "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"]))},
-                         empty_as_body=True)
+    replicas = {
+        (r["hostname"], r["workerId"]): {
+            "hostname": r["hostname"],
+            "workerId": r["workerId"],
+            "pid": r["pid"],
+            "lastSeen": r["bucket"],
+        }
+        for r in processes
+    }
+    series = [
+        {"bucketTime": r["bucketTime"], "queueName": r["queueName"], "parked": r["parkedMax"]}
+        for r in rows
+        if r["parkedMax"]
+    ]
+    return json_response(
+        {
+            "timeRange": {"from": _iso(start), "to": _iso(end)},
+            "bucketMinutes": minutes,
+            "series": series,
+            "replicas": sorted(replicas.values(), key=lambda r: (r["hostname"], r["workerId"])),
+        },
+        empty_as_body=True,
+    )
 
 
 async def retention(request: Request) -> Response:
     """``{timeRange, bucketMinutes, series: [{bucketTime, retentionType, messagesDeleted, runs}], totals:
     {retentionType: messages}}`` from ``queen.retention_history`` (written by the retention services)."""
     start, end, minutes = time_range(request, timedelta(hours=24))
-    result = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.retention_series_v1($1, $2, $3, $4)::text", start, end,
-        v.query_name(request.query_params, "queue"), minutes))
-    return json_response({"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes, **result},
-                         empty_as_body=True)
+    result = orjson.loads(
+        await worker_of(request).database.fetchval(
+            "SELECT queen.retention_series_v1($1, $2, $3, $4)::text",
+            start,
+            end,
+            v.query_name(request.query_params, "queue"),
+            minutes,
+        )
+    )
+    return json_response(
+        {"timeRange": {"from": _iso(start), "to": _iso(end)}, "bucketMinutes": minutes, **result},
+        empty_as_body=True,
+    )
 
 
 async def postgres_stats(request: Request) -> Response:
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.postgres_stats_v1()::text")).encode())
+    return json_response(
+        (await worker_of(request).database.fetchval("SELECT queen.postgres_stats_v1()::text")).encode()
+    )
 
 
 ENDPOINTS = [

@@ -46,8 +46,13 @@ async def dlq_replay(request: Request) -> Response:
     group = body.get("consumerGroup")
     if group is not None:
         v.check_name(group, "consumerGroup")
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.dlq_replay_v1($1::uuid, $2, $3)::text", partition_id, transaction_id, group)).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.dlq_replay_v1($1::uuid, $2, $3)::text", partition_id, transaction_id, group
+            )
+        ).encode()
+    )
 
 
 ENDPOINTS = [

@@ -32,34 +32,57 @@ async def _enabled(request: Request) -> bool:
 
 async def _buffer(worker: Worker) -> dict[str, Any]:
     stats = await asyncio.to_thread(worker.failover.stats)
-    return {"bufferedMessages": stats["events"], "bufferHealthy": worker.failover.db_healthy and not stats["failedFiles"],
-            "bufferStats": {**stats, "paused": worker.failover.paused, "replayedByThisWorker": worker.failover.replayed,
-                            "directory": str(worker.failover.directory)}}
+    return {
+        "bufferedMessages": stats["events"],
+        "bufferHealthy": worker.failover.db_healthy and not stats["failedFiles"],
+        "bufferStats": {
+            **stats,
+            "paused": worker.failover.paused,
+            "replayedByThisWorker": worker.failover.replayed,
+            "directory": str(worker.failover.directory),
+        },
+    }
 
 
 async def get_maintenance(request: Request) -> Response:
     worker = worker_of(request)
     state = await worker.maintenance.reload()  # fresh from PostgreSQL, as the original
-    return json_response({"maintenanceMode": state["maintenanceMode"],
-                          "popMaintenanceMode": state["popMaintenanceMode"], "updatedAt": state["updatedAt"],
-                          **await _buffer(worker)})
+    return json_response(
+        {
+            "maintenanceMode": state["maintenanceMode"],
+            "popMaintenanceMode": state["popMaintenanceMode"],
+            "updatedAt": state["updatedAt"],
+            **await _buffer(worker),
+        }
+    )
 
 
 async def set_maintenance(request: Request) -> Response:
     enabled = await _enabled(request)
     worker = worker_of(request)
     state = await worker.maintenance.set("push", enabled)
-    message = ("Maintenance mode enabled: pushes are buffered to disk and replayed when it is turned off"
-               if enabled else "Maintenance mode disabled: buffered pushes are being replayed")
-    return json_response({"maintenanceMode": state["maintenanceMode"],
-                          "popMaintenanceMode": state["popMaintenanceMode"], **await _buffer(worker),
-                          "message": message})
+    message = (
+        "Maintenance mode enabled: pushes are buffered to disk and replayed when it is turned off"
+        if enabled
+        else "Maintenance mode disabled: buffered pushes are being replayed"
+    )
+    return json_response(
+        {
+            "maintenanceMode": state["maintenanceMode"],
+            "popMaintenanceMode": state["popMaintenanceMode"],
+            **await _buffer(worker),
+            "message": message,
+        }
+    )
 
 
 def _pop_answer(enabled: bool) -> dict[str, Any]:
-    return {"popMaintenanceMode": enabled,
-            "message": "Pop maintenance mode enabled: pops answer 204" if enabled
-            else "Pop maintenance mode disabled"}
+    return {
+        "popMaintenanceMode": enabled,
+        "message": "Pop maintenance mode enabled: pops answer 204"
+        if enabled
+        else "Pop maintenance mode disabled",
+    }
 
 
 async def get_pop_maintenance(request: Request) -> Response:
@@ -77,13 +100,20 @@ def shared_state(worker: Worker) -> dict[str, Any]:
     """How this process shares state with the others (PostgreSQL LISTEN/NOTIFY), with its counters."""
     engine = worker.engine
     return {
-        "enabled": True, "running": worker.database.listening, "transport": "postgresql-notify",
-        "server_id": f"{socket.gethostname()}:{worker.settings.port}", "worker_id": worker.worker_id,
-        "pid": os.getpid(), "maintenance_mode": worker.maintenance.push,
+        "enabled": True,
+        "running": worker.database.listening,
+        "transport": "postgresql-notify",
+        "server_id": f"{socket.gethostname()}:{worker.settings.port}",
+        "worker_id": worker.worker_id,
+        "pid": os.getpid(),
+        "maintenance_mode": worker.maintenance.push,
         "pop_maintenance_mode": worker.maintenance.pop,
-        "long_poll": {"parked": len(engine.waiters), "remote_waiting_queues": len(engine.remote_waiting_queues),
-                      "notifications_sent": engine.notifications_sent,
-                      "notifications_skipped": engine.notifications_skipped},
+        "long_poll": {
+            "parked": len(engine.waiters),
+            "remote_waiting_queues": len(engine.remote_waiting_queues),
+            "notifications_sent": engine.notifications_sent,
+            "notifications_skipped": engine.notifications_skipped,
+        },
         "queue_config_cache": {"size": worker.cached_queue_count()},
     }
 

@@ -23,8 +23,12 @@ async def push(request: Request) -> Response:
     worker = worker_of(request)
     claims = request.state.claims
     raw = await request.body()
-    items = v.validate_push(v.parse_body(raw), producer_sub=(claims or {}).get("sub") or None, raw=raw,
-                            max_items=worker.settings.push_max_items)
+    items = v.validate_push(
+        v.parse_body(raw),
+        producer_sub=(claims or {}).get("sub") or None,
+        raw=raw,
+        max_items=worker.settings.push_max_items,
+    )
     if not items:
         return Response(b"[]", status_code=201, media_type="application/json", headers=CORS_HEADERS)
     await worker.encrypt_items(items)
@@ -34,8 +38,17 @@ async def push(request: Request) -> Response:
             results = await worker.failover.append(items, database_failed=False)
         except OSError:
             log.exception("failover buffer write failed")
-            return json_response([{"status": "failed", "queue": item["queue"], "partition": item["partition"],
-                                   "error": "File buffer write failed"} for item in items])
+            return json_response(
+                [
+                    {
+                        "status": "failed",
+                        "queue": item["queue"],
+                        "partition": item["partition"],
+                        "error": "File buffer write failed",
+                    }
+                    for item in items
+                ]
+            )
         worker.instruments.buffered.inc(len(items))
         return json_response(results, status_code=201)
     try:
@@ -50,8 +63,15 @@ async def push(request: Request) -> Response:
             # nothing of this push was kept: say so per item, with the reason (disk full, read-only, ...)
             log.error("failover buffer write failed, push refused: %s", write_error)
             reason = write_error.strerror or str(write_error)
-            results = [{"status": "failed", "queue": item["queue"], "partition": item["partition"],
-                        "error": f"File buffer write failed: {reason}"} for item in items]
+            results = [
+                {
+                    "status": "failed",
+                    "queue": item["queue"],
+                    "partition": item["partition"],
+                    "error": f"File buffer write failed: {reason}",
+                }
+                for item in items
+            ]
     return json_response(results)
 
 
@@ -59,14 +79,19 @@ async def pop(request: Request) -> Response:
     worker = worker_of(request)
     settings = worker.settings
     params = v.validate_pop_params(
-        request.query_params, default_batch=settings.default_batch_size,
+        request.query_params,
+        default_batch=settings.default_batch_size,
         default_timeout_ms=settings.default_timeout_ms,
-        default_subscription_mode=settings.default_subscription_mode)
+        default_subscription_mode=settings.default_subscription_mode,
+    )
     queue = request.path_params.get("queue")
     partition = request.path_params.get("partition")
     pop_request: dict[str, Any] = {
-        "batch": params["batch"], "consumerGroup": params["consumerGroup"], "autoAck": params["autoAck"],
-        "partitions": params["partitions"], "subscriptionMode": params["subscriptionMode"],
+        "batch": params["batch"],
+        "consumerGroup": params["consumerGroup"],
+        "autoAck": params["autoAck"],
+        "partitions": params["partitions"],
+        "subscriptionMode": params["subscriptionMode"],
         "subscriptionFrom": params["subscriptionFrom"],
     }
     if queue is not None:
@@ -78,12 +103,16 @@ async def pop(request: Request) -> Response:
         task = request.query_params.get("task", "")
         if not namespace and not task:
             raise InvalidRequest("namespace or task is required when no queue is given")
-        pop_request.update(namespace=v.check_name(namespace, "namespace", required=False),
-                           task=v.check_name(task, "task", required=False), queue=None)
+        pop_request.update(
+            namespace=v.check_name(namespace, "namespace", required=False),
+            task=v.check_name(task, "task", required=False),
+            queue=None,
+        )
     if worker.maintenance.pop:
         return Response(b"", status_code=204, headers=CORS_HEADERS)  # pop maintenance mode (API.md 12)
-    result = await worker.engine.long_poll(pop_request, params["timeout"], params["wait"],
-                                           disconnected=request.is_disconnected)
+    result = await worker.engine.long_poll(
+        pop_request, params["timeout"], params["wait"], disconnected=request.is_disconnected
+    )
     result.pop("index", None)
     if result.get("messages"):
         worker.metrics.popped(result.get("queue"), result["messages"])
@@ -118,15 +147,18 @@ async def transaction(request: Request) -> Response:
     "Fusion and transactions")."""
     worker = worker_of(request)
     clean = v.validate_transaction(await body_of(request))
-    await worker.encrypt_items([item for op in clean["operations"] if op["type"] == "push"
-                                for item in op["items"]])
+    await worker.encrypt_items(
+        [item for op in clean["operations"] if op["type"] == "push" for item in op["items"]]
+    )
     return json_response(await worker.engine.transaction(clean, size_bytes=len(await request.body())))
 
 
 async def extend_lease(request: Request) -> Response:
     lease_id = v.check_name(request.path_params["lease_id"], "leaseId")
     seconds = v.validate_lease_extend(await body_of(request, allow_empty=True))
-    return json_response(await worker_of(request).engine.renew_lease([{"leaseId": lease_id, "seconds": seconds}]))
+    return json_response(
+        await worker_of(request).engine.renew_lease([{"leaseId": lease_id, "seconds": seconds}])
+    )
 
 
 ENDPOINTS = [

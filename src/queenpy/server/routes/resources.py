@@ -17,8 +17,10 @@ __all__ = ["ENDPOINTS", "page_params"]
 def page_params(request: Request, default_limit: int = 1000) -> tuple[int, int]:
     """``limit`` (1..10,000) and ``offset`` of the query; 400 naming the parameter."""
     q = request.query_params
-    return (v.query_int(q, "limit", default_limit, minimum=1, maximum=10_000),
-            v.query_int(q, "offset", 0, maximum=100_000_000))
+    return (
+        v.query_int(q, "limit", default_limit, minimum=1, maximum=10_000),
+        v.query_int(q, "offset", 0, maximum=100_000_000),
+    )
 
 
 async def _call(request: Request, query: str, *args: object) -> Response:
@@ -29,8 +31,12 @@ async def queues(request: Request) -> Response:
     """``{queues: [{id, name, namespace, task, createdAt, partitions, messages: {total, pending, processing,
     ...}}], total, pagination, statsAge}``, newest first."""
     limit, offset = page_params(request)
-    params = {"limit": limit, "offset": offset, "namespace": v.query_name(request.query_params, "namespace"),
-              "task": v.query_name(request.query_params, "task")}
+    params = {
+        "limit": limit,
+        "offset": offset,
+        "namespace": v.query_name(request.query_params, "namespace"),
+        "task": v.query_name(request.query_params, "task"),
+    }
     return await _call(request, "SELECT queen.queues_page_v1($1::jsonb)::text", orjson.dumps(params).decode())
 
 
@@ -38,8 +44,9 @@ async def queue(request: Request) -> Response:
     name = v.check_name(request.path_params["queue"], "queue")
     limit, offset = page_params(request)
     after = v.query_name(request.query_params, "cursor")  # keyset paging: the previous page's nextCursor
-    return await _call(request, "SELECT queen.resources_queue_v3($1, $2, $3, $4)::text", name, limit, offset,
-                       after)
+    return await _call(
+        request, "SELECT queen.resources_queue_v3($1, $2, $3, $4)::text", name, limit, offset, after
+    )
 
 
 async def namespaces(request: Request) -> Response:
@@ -54,8 +61,13 @@ async def tasks(request: Request) -> Response:
 
 async def partitions(request: Request) -> Response:
     limit, offset = page_params(request)
-    return await _call(request, "SELECT queen.resources_partitions_v1($1, $2, $3)::text",
-                       v.query_name(request.query_params, "queue"), limit, offset)
+    return await _call(
+        request,
+        "SELECT queen.resources_partitions_v1($1, $2, $3)::text",
+        v.query_name(request.query_params, "queue"),
+        limit,
+        offset,
+    )
 
 
 async def overview(request: Request) -> Response:

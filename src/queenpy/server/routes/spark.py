@@ -30,8 +30,14 @@ __all__ = ["ENDPOINTS"]
 async def spark_offsets(request: Request) -> Response:
     queue = v.check_name(request.query_params.get("queue"), "queue")
     group = v.check_name(request.query_params.get("consumerGroup"), "consumerGroup", required=False)
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.spark_offsets_v1($1, $2)::text", queue, group)).encode(), empty_as_body=True)
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.spark_offsets_v1($1, $2)::text", queue, group
+            )
+        ).encode(),
+        empty_as_body=True,
+    )
 
 
 async def spark_messages(request: Request) -> Response:
@@ -41,8 +47,9 @@ async def spark_messages(request: Request) -> Response:
     after = v.query_int(q, "after", 0, maximum=2**62)
     upto = v.query_int(q, "upto", 2**62, maximum=2**62)
     limit = v.query_int(q, "limit", 10_000, minimum=1, maximum=50_000)
-    text = await worker.database.fetchval("SELECT queen.spark_messages_v1($1::uuid, $2, $3, $4)::text",
-                                          partition_id, after, upto, limit)
+    text = await worker.database.fetchval(
+        "SELECT queen.spark_messages_v1($1::uuid, $2, $3, $4)::text", partition_id, after, upto, limit
+    )
     if text is None:
         return json_response({"error": "Partition not found"})
     result = orjson.loads(text)
@@ -88,18 +95,31 @@ async def spark_read(request: Request) -> Response:
         raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
     if request.headers.get("accept") == BINARY:
         return await _read_binary(worker, ids, afters, uptos)
-    rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])",
-                                       ids, afters, uptos)
+    rows = await worker.database.fetch(
+        "SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
+    )
     out = []
     for row in rows:
         data = row["payloads"]
         if row["encrypted"] and worker.cipher is not None:
             for position in row["encrypted"]:
-                data[position - 1] = orjson.dumps(worker.cipher.decrypt(orjson.loads(data[position - 1]))).decode()
-        out.append({"index": row["range_index"] - 1, "partitionId": str(row["partition_id"]),
-                    "partition": row["partition_name"], "queue": row["queue_name"], "offsets": row["offsets"],
-                    "transactionIds": row["transaction_ids"], "data": data, "createdAtUs": row["created_us"],
-                    "traceIds": row["trace_ids"], "producerSubs": row["producer_subs"]})
+                data[position - 1] = orjson.dumps(
+                    worker.cipher.decrypt(orjson.loads(data[position - 1]))
+                ).decode()
+        out.append(
+            {
+                "index": row["range_index"] - 1,
+                "partitionId": str(row["partition_id"]),
+                "partition": row["partition_name"],
+                "queue": row["queue_name"],
+                "offsets": row["offsets"],
+                "transactionIds": row["transaction_ids"],
+                "data": data,
+                "createdAtUs": row["created_us"],
+                "traceIds": row["trace_ids"],
+                "producerSubs": row["producer_subs"],
+            }
+        )
     return json_response({"ranges": out}, empty_as_body=True)
 
 
@@ -108,8 +128,9 @@ async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos:
     of JSON header (the JSON answer's ranges with ``dataBytes``, each payload's length in bytes, instead of
     ``data``), then every range's payloads, concatenated in order (UTF-8 JSON texts). The payloads pass
     through as bytes: no JSON string per message to escape here and unescape in the connector."""
-    rows = await worker.database.fetch("SELECT * FROM queen.spark_read_v3($1::uuid[], $2::bigint[], $3::bigint[])",
-                                       ids, afters, uptos)
+    rows = await worker.database.fetch(
+        "SELECT * FROM queen.spark_read_v3($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
+    )
     out, blobs = [], []
     for row in rows:
         blob: bytes = row["payload_text"].encode()
@@ -117,20 +138,31 @@ async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos:
         if row["encrypted"] and worker.cipher is not None:
             pieces, position = [], 0
             for length in lengths:
-                pieces.append(blob[position:position + length])
+                pieces.append(blob[position : position + length])
                 position += length
             for n in row["encrypted"]:
                 pieces[n - 1] = orjson.dumps(worker.cipher.decrypt(orjson.loads(pieces[n - 1])))
             lengths = [len(piece) for piece in pieces]
             blob = b"".join(pieces)
         blobs.append(blob)
-        out.append({"index": row["range_index"] - 1, "partitionId": str(row["partition_id"]),
-                    "partition": row["partition_name"], "queue": row["queue_name"], "offsets": row["offsets"],
-                    "transactionIds": row["transaction_ids"], "dataBytes": lengths, "createdAtUs": row["created_us"],
-                    "traceIds": row["trace_ids"], "producerSubs": row["producer_subs"]})
+        out.append(
+            {
+                "index": row["range_index"] - 1,
+                "partitionId": str(row["partition_id"]),
+                "partition": row["partition_name"],
+                "queue": row["queue_name"],
+                "offsets": row["offsets"],
+                "transactionIds": row["transaction_ids"],
+                "dataBytes": lengths,
+                "createdAtUs": row["created_us"],
+                "traceIds": row["trace_ids"],
+                "producerSubs": row["producer_subs"],
+            }
+        )
     header = orjson.dumps({"ranges": out})
-    return Response(b"".join([len(header).to_bytes(4, "big"), header, *blobs]), media_type=BINARY,
-                    headers=CORS_HEADERS)
+    return Response(
+        b"".join([len(header).to_bytes(4, "big"), header, *blobs]), media_type=BINARY, headers=CORS_HEADERS
+    )
 
 
 def _column(body: dict[str, Any], name: str, rows: int, *, required: bool = True) -> list[Any]:
@@ -173,17 +205,31 @@ async def spark_rows(request: Request) -> Response:
     encrypted = worker.cipher is not None and bool(await worker.queues_with_encryption({queue or ""}))
     if encrypted and worker.cipher is not None:
         cipher = worker.cipher
-        data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
-                for i, d in enumerate(data)]
+        data = [
+            None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+            for i, d in enumerate(data)
+        ]
     claims = getattr(request.state, "claims", None) or {}
     try:
         staged = await worker.database.fetchval(
             "SELECT queen.spark_stage_v2($1, $2, $3, $4, $5, $6::text[], $7::text[], $8::uuid[], "
             "$9::text[], $10, $11)",
-            key["queryId"], key["batchId"], token, first, queue, partitions, transaction_ids, trace_ids, data,
-            claims.get("sub") or None, encrypted)
+            key["queryId"],
+            key["batchId"],
+            token,
+            first,
+            queue,
+            partitions,
+            transaction_ids,
+            trace_ids,
+            data,
+            claims.get("sub") or None,
+            encrypted,
+        )
     except asyncpg.exceptions.DataError as exc:
-        raise InvalidRequest(f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}") from exc
+        raise InvalidRequest(
+            f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}"
+        ) from exc
     return json_response({"success": True, "staged": staged})
 
 
@@ -206,14 +252,19 @@ async def spark_push(request: Request) -> Response:
         size = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else -1
         if not 0 < size <= len(raw) - 4:
             raise InvalidRequest("a binary body starts with the 4-byte length of its JSON header")
-        body = v.parse_body(raw[4:4 + size])
+        body = v.parse_body(raw[4 : 4 + size])
         if not isinstance(body, dict):
             raise InvalidRequest("request body must be a JSON object")
-        blob = raw[4 + size:]
+        blob = raw[4 + size :]
         lengths = body.get("dataBytes")
-        if not isinstance(lengths, list) or len(lengths) > MAX_STAGE_ROWS or any(
-                isinstance(n, bool) or not isinstance(n, int) or not -1 <= n < 2**31 for n in lengths):
-            raise InvalidRequest(f"dataBytes must be an array of at most {MAX_STAGE_ROWS} lengths (-1 or more)")
+        if (
+            not isinstance(lengths, list)
+            or len(lengths) > MAX_STAGE_ROWS
+            or any(isinstance(n, bool) or not isinstance(n, int) or not -1 <= n < 2**31 for n in lengths)
+        ):
+            raise InvalidRequest(
+                f"dataBytes must be an array of at most {MAX_STAGE_ROWS} lengths (-1 or more)"
+            )
         if sum(n for n in lengths if n > 0) != len(blob):
             raise InvalidRequest("the payload lengths (dataBytes) do not add up to the bytes sent")
         rows = len(lengths)
@@ -255,7 +306,7 @@ async def spark_push(request: Request) -> Response:
                 data.append(None)
                 continue
             try:
-                data.append(blob[position:position + length].decode())
+                data.append(blob[position : position + length].decode())
             except UnicodeDecodeError as exc:
                 raise InvalidRequest(f"data[{i}] is not UTF-8 text") from exc
             position += length
@@ -268,20 +319,48 @@ async def spark_push(request: Request) -> Response:
             text = await worker.database.fetchval(
                 "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
                 "$8::text[], $9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
-                key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
-                blob, body["dataBytes"], sub, stale_ok)
+                key["queryId"],
+                key["batchId"],
+                task,
+                token,
+                queue,
+                partitions,
+                indexes,
+                transaction_ids,
+                trace_ids,
+                blob,
+                body["dataBytes"],
+                sub,
+                stale_ok,
+            )
         else:
             if encrypted and worker.cipher is not None:
                 cipher = worker.cipher
-                data = [None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
-                        for i, d in enumerate(data)]
+                data = [
+                    None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+                    for i, d in enumerate(data)
+                ]
             text = await worker.database.fetchval(
                 "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
                 "$8::text[], $9::uuid[], $10::text[], $11, $12, $13)::text",
-                key["queryId"], key["batchId"], task, token, queue, partitions, indexes, transaction_ids, trace_ids,
-                data, sub, encrypted, stale_ok)
+                key["queryId"],
+                key["batchId"],
+                task,
+                token,
+                queue,
+                partitions,
+                indexes,
+                transaction_ids,
+                trace_ids,
+                data,
+                sub,
+                encrypted,
+                stale_ok,
+            )
     except asyncpg.exceptions.DataError as exc:
-        raise InvalidRequest(f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}") from exc
+        raise InvalidRequest(
+            f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}"
+        ) from exc
     result = orjson.loads(text)
     touched = {(q, p) for q, _, p in (k.partition("/") for k in result.pop("touched", None) or [])}
     if touched:
@@ -308,9 +387,16 @@ async def spark_cursor(request: Request) -> Response:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise InvalidRequest(f"offsets[{key!r}] must be a non-negative integer")
         clean[v.check_uuid(key, "offsets key")] = value
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.spark_commit_cursor_v1($1, $2, $3::jsonb)::text", queue, group,
-        orjson.dumps(clean).decode())).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.spark_commit_cursor_v1($1, $2, $3::jsonb)::text",
+                queue,
+                group,
+                orjson.dumps(clean).decode(),
+            )
+        ).encode()
+    )
 
 
 def _batch_key(body: dict[str, Any]) -> dict[str, Any]:
@@ -334,8 +420,13 @@ async def spark_stage(request: Request) -> Response:
     items = v.validate_push({"items": body.get("items")})
     await worker.encrypt_items(items)
     payload = {**key, "token": v.check_name(body.get("token"), "token"), "items": items}
-    return json_response((await worker.database.fetchval(
-        "SELECT queen.spark_stage_v1($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
+    return json_response(
+        (
+            await worker.database.fetchval(
+                "SELECT queen.spark_stage_v1($1::jsonb)::text", orjson.dumps(payload).decode()
+            )
+        ).encode()
+    )
 
 
 async def spark_commit(request: Request) -> Response:
@@ -347,8 +438,11 @@ async def spark_commit(request: Request) -> Response:
     elif "counts" in body:  # version 2: rows staged by /spark/rows, each token with its row count
         counts = body["counts"]
         payload = {**_batch_key(body), "tokens": _tokens(body), "counts": counts}
-        if (not isinstance(counts, list) or len(counts) != len(payload["tokens"])
-                or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)):
+        if (
+            not isinstance(counts, list)
+            or len(counts) != len(payload["tokens"])
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts)
+        ):
             raise InvalidRequest("counts must be an array of non-negative integers, one per token")
         mode = body.get("mode", "sync")
         if mode not in ("sync", "pipelined"):
@@ -360,10 +454,15 @@ async def spark_commit(request: Request) -> Response:
     else:
         payload = {**_batch_key(body), "tokens": _tokens(body)}
         procedure = "spark_commit_batch_v1"
-    result = orjson.loads(await worker.database.fetchval(f"SELECT queen.{procedure}($1::jsonb)::text",
-                                                         orjson.dumps(payload).decode()))
-    touched = {(queue, partition) for queue, _, partition in
-               (key.partition("/") for key in result.pop("touched", None) or [])}
+    result = orjson.loads(
+        await worker.database.fetchval(
+            f"SELECT queen.{procedure}($1::jsonb)::text", orjson.dumps(payload).decode()
+        )
+    )
+    touched = {
+        (queue, partition)
+        for queue, _, partition in (key.partition("/") for key in result.pop("touched", None) or [])
+    }
     if touched:
         worker.engine.announce(touched)
     if result.get("pending"):
@@ -381,8 +480,13 @@ async def spark_flush(request: Request) -> Response:
 async def spark_abort(request: Request) -> Response:
     body = await json_object(request)
     payload = {**_batch_key(body), "tokens": _tokens(body)}
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.spark_abort_v2($1::jsonb)::text", orjson.dumps(payload).decode())).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.spark_abort_v2($1::jsonb)::text", orjson.dumps(payload).decode()
+            )
+        ).encode()
+    )
 
 
 ENDPOINTS = [

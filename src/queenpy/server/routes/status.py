@@ -24,8 +24,11 @@ _MAX_POINTS = 10_000
 
 def _scope(request: Request) -> dict[str, Any]:
     q = request.query_params
-    return {"queue": v.query_name(q, "queue"), "namespace": v.query_name(q, "namespace") or v.query_name(q, "ns"),
-            "task": v.query_name(q, "task")}
+    return {
+        "queue": v.query_name(q, "queue"),
+        "namespace": v.query_name(q, "namespace") or v.query_name(q, "ns"),
+        "task": v.query_name(q, "task"),
+    }
 
 
 async def _call(request: Request, query: str, *args: object) -> Response:
@@ -36,8 +39,11 @@ async def status(request: Request) -> Response:
     """``GET /api/v1/status?from&to&queue&namespace&task`` (default: the last hour)."""
     start, end, minutes = time_range(request)
     params = {"from": start.isoformat(), "to": end.isoformat(), "bucketMinutes": minutes, **_scope(request)}
-    return await _call(request, "SELECT queen.status_v1($1::jsonb)::text",
-                       orjson.dumps({k: x for k, x in params.items() if x is not None}).decode())
+    return await _call(
+        request,
+        "SELECT queen.status_v1($1::jsonb)::text",
+        orjson.dumps({k: x for k, x in params.items() if x is not None}).decode(),
+    )
 
 
 async def status_queues(request: Request) -> Response:
@@ -52,8 +58,9 @@ async def status_queue(request: Request) -> Response:
     name = v.check_name(request.path_params["queue"], "queue")
     limit, offset = page_params(request)
     after = v.query_name(request.query_params, "cursor")  # keyset paging: the previous page's nextCursor
-    return await _call(request, "SELECT queen.status_queue_v2($1, $2, $3, $4)::text", name, limit, offset,
-                       after)
+    return await _call(
+        request, "SELECT queen.status_queue_v2($1, $2, $3, $4)::text", name, limit, offset, after
+    )
 
 
 async def status_analytics(request: Request) -> Response:
@@ -64,11 +71,16 @@ async def status_analytics(request: Request) -> Response:
     end = end or datetime.now(UTC)
     start = start or end - timedelta(hours=24)
     if (end - start) / _INTERVALS[interval] > _MAX_POINTS:
-        raise InvalidRequest(f"query parameter interval={interval} gives more than {_MAX_POINTS} points between "
-                             "from and to; use a coarser interval or a shorter range")
+        raise InvalidRequest(
+            f"query parameter interval={interval} gives more than {_MAX_POINTS} points between "
+            "from and to; use a coarser interval or a shorter range"
+        )
     params = {"interval": interval, "from": start.isoformat(), "to": end.isoformat(), **_scope(request)}
-    return await _call(request, "SELECT queen.status_analytics_v1($1::jsonb)::text",
-                       orjson.dumps({k: x for k, x in params.items() if x is not None}).decode())
+    return await _call(
+        request,
+        "SELECT queen.status_analytics_v1($1::jsonb)::text",
+        orjson.dumps({k: x for k, x in params.items() if x is not None}).decode(),
+    )
 
 
 async def stats_refresh(request: Request) -> Response:
@@ -80,6 +92,7 @@ async def stats_refresh(request: Request) -> Response:
         raise InvalidRequest("full must be a boolean")
     return await _call(request, "SELECT queen.stats_refresh_v1($1)::text", full)
 
+
 _WHOLE_HISTORY = "1970-01-01T00:00:00+00:00"
 
 
@@ -88,14 +101,21 @@ async def queue_messages(request: Request) -> Response:
     partitionId, queuePath, queue, partition, status, createdAt}]``, newest first, every message of the queue
     (paging honoured, unlike the original)."""
     queue = v.check_name(request.path_params["queue"], "queue")
-    params = {"queue": queue, "from": _WHOLE_HISTORY,
-              "limit": v.query_int(request.query_params, "limit", 50, minimum=1, maximum=10_000),
-              "offset": v.query_int(request.query_params, "offset", 0, maximum=1_000_000)}
-    page = orjson.loads(await worker_of(request).database.fetchval(
-        "SELECT queen.messages_list_v2($1::jsonb)::text", orjson.dumps(params).decode()))
+    params = {
+        "queue": queue,
+        "from": _WHOLE_HISTORY,
+        "limit": v.query_int(request.query_params, "limit", 50, minimum=1, maximum=10_000),
+        "offset": v.query_int(request.query_params, "offset", 0, maximum=1_000_000),
+    }
+    page = orjson.loads(
+        await worker_of(request).database.fetchval(
+            "SELECT queen.messages_list_v2($1::jsonb)::text", orjson.dumps(params).decode()
+        )
+    )
     keys = ("id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status", "createdAt")
-    return json_response([{key: message[key] for key in keys} for message in page["messages"]],
-                         empty_as_body=True)
+    return json_response(
+        [{key: message[key] for key in keys} for message in page["messages"]], empty_as_body=True
+    )
 
 
 ENDPOINTS = [

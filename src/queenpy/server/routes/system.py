@@ -26,40 +26,65 @@ async def health(request: Request) -> Response:
     body = {
         "status": "healthy" if healthy else "unhealthy",
         "database": "connected" if healthy else "disconnected",
-        "server": "queenpy (Python Queen broker)", "worker_id": worker.worker_id, "version": VERSION,
-        "pid": os.getpid(), "shared_state": shared_state(worker),
+        "server": "queenpy (Python Queen broker)",
+        "worker_id": worker.worker_id,
+        "version": VERSION,
+        "pid": os.getpid(),
+        "shared_state": shared_state(worker),
         # the server the pool writes to now (behind a multi-host URL, the primary of the moment) and what a
         # commit waits for: {host, port, inRecovery, synchronousCommit, synchronousStandbyNames}
         "postgres": await worker.database.server_role() if healthy else None,
         "queen": {"worker_id": worker.worker_id, "status": "active"},
-        "services": await worker.services.status() if healthy else {
-            "enabled": bool(worker.services.jobs), "holder": worker.services.holder,
-            "jobs": worker.services.local_status()},
+        "services": await worker.services.status()
+        if healthy
+        else {
+            "enabled": bool(worker.services.jobs),
+            "holder": worker.services.holder,
+            "jobs": worker.services.local_status(),
+        },
     }
-    return Response(orjson.dumps(body), status_code=200 if healthy else 503, media_type="application/json",
-                    headers=CORS_HEADERS)
+    return Response(
+        orjson.dumps(body),
+        status_code=200 if healthy else 503,
+        media_type="application/json",
+        headers=CORS_HEADERS,
+    )
 
 
 async def metrics(request: Request) -> Response:
     worker = worker_of(request)
     engine = worker.engine
     fusions = {
-        name: {"requests": f.stats.requests, "items": f.stats.items, "calls": f.stats.calls,
-               "errors": f.stats.errors, "inflight": f.inflight, "pending": f.pending,
-               "limit": f.limit.limit, "maxBatchSeen": f.stats.max_batch_seen,
-               "avgBatch": round(f.stats.items / f.stats.calls, 2) if f.stats.calls else 0,
-               "avgCallMs": round(1000 * f.stats.busy_s / f.stats.calls, 3) if f.stats.calls else 0}
+        name: {
+            "requests": f.stats.requests,
+            "items": f.stats.items,
+            "calls": f.stats.calls,
+            "errors": f.stats.errors,
+            "inflight": f.inflight,
+            "pending": f.pending,
+            "limit": f.limit.limit,
+            "maxBatchSeen": f.stats.max_batch_seen,
+            "avgBatch": round(f.stats.items / f.stats.calls, 2) if f.stats.calls else 0,
+            "avgCallMs": round(1000 * f.stats.busy_s / f.stats.calls, 3) if f.stats.calls else 0,
+        }
         for name, f in engine.fusions.items()
     }
     pool = worker.database.pool
-    return json_response({
-        "uptime": round(time.time() - worker.started_at, 3), "worker_id": worker.worker_id, "pid": os.getpid(),
-        "database": {"poolSize": pool.get_size(), "idleConnections": pool.get_idle_size()},
-        "fusion": fusions, "longPoll": {
-            "parked": len(engine.waiters), "remoteWaitingQueues": len(engine.remote_waiting_queues),
-            "notificationsSent": engine.notifications_sent,
-            "notificationsSkipped": engine.notifications_skipped},
-    })
+    return json_response(
+        {
+            "uptime": round(time.time() - worker.started_at, 3),
+            "worker_id": worker.worker_id,
+            "pid": os.getpid(),
+            "database": {"poolSize": pool.get_size(), "idleConnections": pool.get_idle_size()},
+            "fusion": fusions,
+            "longPoll": {
+                "parked": len(engine.waiters),
+                "remoteWaitingQueues": len(engine.remote_waiting_queues),
+                "notificationsSent": engine.notifications_sent,
+                "notificationsSkipped": engine.notifications_skipped,
+            },
+        }
+    )
 
 
 async def prometheus(request: Request) -> Response:
@@ -71,13 +96,22 @@ async def prometheus(request: Request) -> Response:
 async def status_buffers(request: Request) -> Response:
     worker = worker_of(request)
     counts = worker.failover.counts()
-    return json_response({"pending": counts["pending"], "failed": 0, "dbHealthy": worker.failover.db_healthy,
-                          "replayed": worker.failover.replayed, "worker": worker.worker_id}, empty_as_body=True)
+    return json_response(
+        {
+            "pending": counts["pending"],
+            "failed": 0,
+            "dbHealthy": worker.failover.db_healthy,
+            "replayed": worker.failover.replayed,
+            "worker": worker.worker_id,
+        },
+        empty_as_body=True,
+    )
 
 
 async def openapi(_request: Request) -> Response:
-    return Response(orjson.dumps(openapi_document(VERSION)), media_type="application/json",
-                    headers=CORS_HEADERS)
+    return Response(
+        orjson.dumps(openapi_document(VERSION)), media_type="application/json", headers=CORS_HEADERS
+    )
 
 
 ENDPOINTS = [

@@ -37,32 +37,52 @@ async def trace_record(request: Request) -> Response:
     clean = {
         "transactionId": v.check_name(body["transactionId"], "transactionId"),
         "partitionId": v.check_uuid(body["partitionId"], "partitionId"),
-        "consumerGroup": group or "__QUEUE_MODE__", "eventType": event_type[:100],
-        "data": body["data"], "traceNames": names or [], "workerId": str(worker.worker_id),
+        "consumerGroup": group or "__QUEUE_MODE__",
+        "eventType": event_type[:100],
+        "data": body["data"],
+        "traceNames": names or [],
+        "workerId": str(worker.worker_id),
     }
-    return json_response((await worker.database.call("trace_record_v1", orjson.dumps(clean).decode())).encode())
+    return json_response(
+        (await worker.database.call("trace_record_v1", orjson.dumps(clean).decode())).encode()
+    )
 
 
 async def traces_for_message(request: Request) -> Response:
     partition_id = v.check_uuid(request.path_params["partition_id"], "partitionId")
     transaction_id = v.check_name(request.path_params["transaction_id"], "transactionId")
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.traces_for_message_v1($1::uuid, $2)::text", partition_id, transaction_id)).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.traces_for_message_v1($1::uuid, $2)::text", partition_id, transaction_id
+            )
+        ).encode()
+    )
 
 
 async def traces_by_name(request: Request) -> Response:
     name = request.path_params["name"]
     limit = v.query_int(request.query_params, "limit", 100, maximum=10_000)
     offset = v.query_int(request.query_params, "offset", 0)
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.traces_by_name_v1($1, $2, $3)::text", name, limit, offset)).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.traces_by_name_v1($1, $2, $3)::text", name, limit, offset
+            )
+        ).encode()
+    )
 
 
 async def trace_names(request: Request) -> Response:
     limit = v.query_int(request.query_params, "limit", 50, maximum=10_000)
     offset = v.query_int(request.query_params, "offset", 0)
-    return json_response((await worker_of(request).database.fetchval(
-        "SELECT queen.trace_names_v1($1, $2)::text", limit, offset)).encode())
+    return json_response(
+        (
+            await worker_of(request).database.fetchval(
+                "SELECT queen.trace_names_v1($1, $2)::text", limit, offset
+            )
+        ).encode()
+    )
 
 
 ENDPOINTS = [
