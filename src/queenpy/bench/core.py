@@ -657,7 +657,7 @@ def _no_charts(document: dict[str, Any], path: Path) -> list[Path]:
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of scenario, as registered in :data:`queenpy.bench.kinds.KINDS` under :attr:`name` (the
+    """A kind of scenario, as found in :data:`queenpy.bench.kinds.KINDS` under :attr:`name` (the
     ``kind`` of its :class:`~queenpy.bench.catalog.Scenario` rows).
 
     - ``run(context, scenario, round_no)``: one measured run; returns the run's dict, made by
