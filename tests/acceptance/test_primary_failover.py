@@ -103,7 +103,9 @@ def test_brokers_follow_a_promoted_standby(
         refused = wait_until(lambda b=broker: (r := pop(b, 1)).status_code == 503 and r, message="pop 503")
         assert refused.headers["retry-after"] == "1" and refused.json()["success"] is False
         ack = http.post(f"{broker.url}/api/v1/ack", json={**acks[0], "consumerGroup": "g"})
-        assert ack.status_code == 503 and ack.headers["retry-after"] == "1"
+        assert ack.status_code == 503 and ack.headers["retry-after"] == "1", (
+            ack.text + broker.log_path.read_text()[-4000:]
+        )
     assert push(second, "tx-during")["status"] == "buffered"
 
     standby.promote()

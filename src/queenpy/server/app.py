@@ -15,6 +15,7 @@ is the CORS preflight (204).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -79,6 +80,15 @@ def guarded(
             if exc.http_status >= 500:
                 metrics.errors += 1
             return error_response(exc.message, exc.http_status)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # this request itself is being cancelled (shutdown, a client gone): nobody to answer
+            # a database call this request waited on was cancelled under it (its connection torn down in a
+            # failover): retryable, as an unreachable database is, never a 500
+            metrics.errors += 1
+            log.warning("database call cancelled on %s %s", request.method, request.url.path)
+            return unavailable_response(f"database unavailable, retry: {exc.__class__.__name__}")
         except ClientDisconnect:
             # the client went away (or a limit closed the connection: queenpy.server.limits) while the body
             # was read: nothing was submitted, and nobody is there to answer

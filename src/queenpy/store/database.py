@@ -50,6 +50,9 @@ ConnectionErrors = (
     # a multi-host URL with target_session_attrs=read-write whose reachable hosts are all standbys (the
     # primary died and no standby is promoted yet)
     asyncpg.exceptions.TargetServerAttributeNotMatched,
+    # the client's side of a connection broke mid-message (asyncpg's ProtocolError) or its statement cache
+    # went stale: the connection is dropped and the same call may be made again on another one
+    asyncpg.exceptions.InternalClientError,
 )
 
 # Errors meaning "PostgreSQL is not reachable" (as opposed to an SQL error): pushes go to the failover
