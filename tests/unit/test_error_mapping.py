@@ -22,13 +22,17 @@ from queenpy.server.auth import Level
 def _worker() -> Any:
     """What ``guarded`` reads of a worker: its latency histogram and its counters."""
     return SimpleNamespace(
-        instruments=SimpleNamespace(request_latency=lambda method, path: SimpleNamespace(observe=lambda s: None)),
+        instruments=SimpleNamespace(
+            request_latency=lambda method, path: SimpleNamespace(observe=lambda s: None)
+        ),
         metrics=SimpleNamespace(errors=0, requests=0),
     )
 
 
 def _request() -> Request:
-    return Request({"type": "http", "method": "POST", "path": "/api/v1/ack", "headers": [], "query_string": b""})
+    return Request(
+        {"type": "http", "method": "POST", "path": "/api/v1/ack", "headers": [], "query_string": b""}
+    )
 
 
 def _wrapped(exc: BaseException) -> Any:
