@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -54,6 +55,35 @@ def brokers(*processes: BrokerProcess) -> Iterator[None]:
     finally:
         for process in processes:
             process.stop()
+
+
+def handoff_transaction(message: dict[str, Any], target: str) -> dict[str, Any]:
+    """The recipe's hand-off of a popped ``message`` (group ``chaos``) as one client transaction: ack it
+    (its lease required) and push ``h-<transactionId>`` to the same partition of ``target``."""
+    return {
+        "operations": [
+            {
+                "type": "ack",
+                "transactionId": message["transactionId"],
+                "partitionId": message["partitionId"],
+                "leaseId": message["leaseId"],
+                "status": "completed",
+                "consumerGroup": "chaos",
+            },
+            {
+                "type": "push",
+                "items": [
+                    {
+                        "queue": target,
+                        "partition": message["partition"],
+                        "transactionId": f"h-{message['transactionId']}",
+                        "payload": {"source": message["transactionId"]},
+                    }
+                ],
+            },
+        ],
+        "requiredLeases": [message["leaseId"]],
+    }
 
 
 async def kill_worker(ctx: Context, result: Result) -> None:
@@ -306,30 +336,7 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
                     continue
                 ledger.record_delivery([m["transactionId"] for m in messages])
                 for m in messages:
-                    body = {
-                        "operations": [
-                            {
-                                "type": "ack",
-                                "transactionId": m["transactionId"],
-                                "partitionId": m["partitionId"],
-                                "leaseId": m["leaseId"],
-                                "status": "completed",
-                                "consumerGroup": "chaos",
-                            },
-                            {
-                                "type": "push",
-                                "items": [
-                                    {
-                                        "queue": target,
-                                        "partition": m["partition"],
-                                        "transactionId": f"h-{m['transactionId']}",
-                                        "payload": {"source": m["transactionId"]},
-                                    }
-                                ],
-                            },
-                        ],
-                        "requiredLeases": [m["leaseId"]],
-                    }
+                    body = handoff_transaction(m, target)
                     for attempt in range(300):
                         try:
                             answer = await client.request(
@@ -706,30 +713,7 @@ async def _failover_load(
                     continue
                 handoff_ledger.record_delivery([m["transactionId"] for m in messages])
                 for m in messages:
-                    body = {
-                        "operations": [
-                            {
-                                "type": "ack",
-                                "transactionId": m["transactionId"],
-                                "partitionId": m["partitionId"],
-                                "leaseId": m["leaseId"],
-                                "status": "completed",
-                                "consumerGroup": "chaos",
-                            },
-                            {
-                                "type": "push",
-                                "items": [
-                                    {
-                                        "queue": target,
-                                        "partition": m["partition"],
-                                        "transactionId": f"h-{m['transactionId']}",
-                                        "payload": {"source": m["transactionId"]},
-                                    }
-                                ],
-                            },
-                        ],
-                        "requiredLeases": [m["leaseId"]],
-                    }
+                    body = handoff_transaction(m, target)
                     for attempt in range(300):
                         try:
                             answer = await client.request(
