@@ -315,7 +315,8 @@ def test_browse_filter_open_and_delete_a_message(
 
     rows.filter(has_text="t2").locator("a").click()
     expect(page.locator("[data-view=message] h1")).to_have_text("Message t2")
-    stored = client.get(f"/api/v1/messages/{listed['messages'][0]['partitionId']}/t2").json()
+    t2_partition = next(m["partitionId"] for m in listed["messages"] if m["transactionId"] == "t2")
+    stored = client.get(f"/api/v1/messages/{t2_partition}/t2").json()
     expect(page.locator("[data-test=payload]")).to_have_text(
         json.dumps(stored["payload"], indent=2, ensure_ascii=False)
     )
