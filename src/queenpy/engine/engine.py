@@ -116,7 +116,8 @@ def ack_results(items: list[dict[str, Any]], text: str) -> list[Any]:
 
 
 def transaction_result(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    """One client transaction's answer from ``queen.transaction_v2`` (040_ack.sql) as the response of API.md
+    """One client transaction's answer from ``queen.transaction_v3`` (022_group_commit.sql; the same answer
+    as ``transaction_v2``, 040_ack.sql) as the response of API.md
     section 9: ``{"transactionId", "success", "results": [...], "error"?}``, one result per ack and per push
     item, numbered in that order; a failed transaction's results stop at its failing operation
     (``failedAt``). What the procedure does not answer comes from the request: an ack's result is its own
@@ -172,7 +173,7 @@ def transaction_result(request: dict[str, Any], answer: dict[str, Any]) -> dict[
 
 
 def transaction_results(requests: list[dict[str, Any]], text: str) -> list[Any]:
-    """Expand ``queen.transaction_v2``'s answer (one per fused client transaction, in order) with
+    """Expand ``queen.transaction_v3``'s answer (one per fused client transaction, in order) with
     :func:`transaction_result`."""
     return [transaction_result(request, answer) for request, answer in zip(requests, orjson.loads(text))]
 
@@ -419,9 +420,10 @@ class Engine:
     async def transaction(self, request: dict[str, Any], size_bytes: int = 0) -> dict[str, Any]:
         """A client transaction ``{"operations": [...], "requiredLeases"?: [...]}`` (API.md section 9), fused
         with the others that arrive while one is in flight into one PostgreSQL transaction
-        (``queen.transaction_v2``: group commit, each client transaction in its own subtransaction, so it
-        commits or fails on its own). A group is capped by operations (``QUEEN_TRANSACTION_MAX_BATCH_SIZE``)
-        and by ``size_bytes`` (the request's size; ``QUEEN_TRANSACTION_MAX_BATCH_BYTES``).
+        (``queen.transaction_v3``: group commit, set-based for a group of recipe-shaped members and each
+        client transaction in its own subtransaction otherwise, so it commits or fails on its own). A group
+        is capped by operations (``QUEEN_TRANSACTION_MAX_BATCH_SIZE``) and by ``size_bytes`` (the request's
+        size; ``QUEEN_TRANSACTION_MAX_BATCH_BYTES``).
 
         Returns the response of API.md section 9 (``success`` false with this transaction's own ``error``
         when it failed). Raises what the procedure call raised (connection lost, a terminated backend,
