@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,64 @@ def handoff_transaction(message: dict[str, Any], target: str) -> dict[str, Any]:
         ],
         "requiredLeases": [message["leaseId"]],
     }
+
+
+@dataclass
+class HandOffs:
+    """What hand-off workers (:func:`hand_off`) saw: ``ledger`` counts A's deliveries and the hand-offs
+    answered ``success`` (its ``confirmed``); ``handed`` the same ids; ``refused`` the ids answered with their
+    own error on a retry (committed before, or their lease ran out) and ``refusals`` those errors' first two
+    words; ``retried`` the sends after the first, per id."""
+
+    ledger: Ledger = field(default_factory=Ledger)
+    handed: set[str] = field(default_factory=set)
+    refused: set[str] = field(default_factory=set)
+    refusals: collections.Counter[str] = field(default_factory=collections.Counter)
+    retried: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+async def hand_off(url: str, source: str, target: str, seen: HandOffs, stopping: asyncio.Event) -> None:
+    """One hand-off worker until ``stopping``: pop 5 from ``source`` (group ``chaos``, long poll), then each
+    message in its own transaction (:func:`handoff_transaction`). A transaction without an answer (no
+    broker, a 503, a lost answer) or answered with the call's error (no ``results``) is sent again unchanged,
+    up to 300 times 0.2 s apart; one answered with its own error is final."""
+    client = transport([url])
+    params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
+    try:
+        while not stopping.is_set():
+            try:
+                popped = await client.request(
+                    "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
+                )
+            except QueenError:
+                await asyncio.sleep(0.2)
+                continue
+            messages = popped.get("messages") if isinstance(popped, dict) else None
+            if not messages:
+                continue
+            seen.ledger.record_delivery([m["transactionId"] for m in messages])
+            for m in messages:
+                body = handoff_transaction(m, target)
+                for attempt in range(300):
+                    try:
+                        answer = await client.request(
+                            "POST", "/api/v1/transaction", body=body, idempotent=False
+                        )
+                    except QueenError:
+                        answer = None
+                    if isinstance(answer, dict) and answer.get("success") is True:
+                        seen.handed.add(m["transactionId"])
+                        seen.ledger.confirmed.add(m["transactionId"])
+                        break
+                    if isinstance(answer, dict) and "results" in answer:  # its own error: final
+                        if attempt:
+                            seen.refusals[" ".join(str(answer.get("error")).split()[:2])] += 1
+                            seen.refused.add(m["transactionId"])
+                        break
+                    seen.retried[m["transactionId"]] += 1
+                    await asyncio.sleep(0.2)
+    finally:
+        await client.aclose()
 
 
 async def kill_worker(ctx: Context, result: Result) -> None:
@@ -311,52 +369,10 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
         database, ctx.workdir, result.name, workers=2, env={"QUEEN_TRANSACTION_MAX_CONCURRENT": "1"}
     )
     source, target = f"chaos-{result.name}-a", f"chaos-{result.name}-b"
-    ledger = Ledger()
-    handed: set[str] = set()  # committed, as answered
-    retried: collections.Counter[str] = collections.Counter()  # id -> sends after the first
-    refused: collections.Counter[str] = collections.Counter()  # error text of a refusal on a retry -> count
-    refused_ids: set[str] = set()
+    seen = HandOffs()
+    ledger = seen.ledger
     largest_group = [0]  # most operations seen in one fused transaction call
     stopping = asyncio.Event()
-
-    async def hand_off() -> None:
-        client = transport([broker.url])
-        params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
-        try:
-            while not stopping.is_set():
-                try:
-                    popped = await client.request(
-                        "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
-                    )
-                except QueenError:
-                    await asyncio.sleep(0.2)
-                    continue
-                messages = popped.get("messages") if isinstance(popped, dict) else None
-                if not messages:
-                    continue
-                ledger.record_delivery([m["transactionId"] for m in messages])
-                for m in messages:
-                    body = handoff_transaction(m, target)
-                    for attempt in range(300):
-                        try:
-                            answer = await client.request(
-                                "POST", "/api/v1/transaction", body=body, idempotent=False
-                            )
-                        except QueenError:
-                            answer = None  # no broker, or the answer was lost: send it again
-                        if isinstance(answer, dict) and answer.get("success") is True:
-                            handed.add(m["transactionId"])
-                            ledger.confirmed.add(m["transactionId"])
-                            break
-                        if isinstance(answer, dict) and "results" in answer:  # its own error: final
-                            if attempt:
-                                refused[" ".join(str(answer.get("error")).split()[:2])] += 1
-                                refused_ids.add(m["transactionId"])
-                            break
-                        retried[m["transactionId"]] += 1
-                        await asyncio.sleep(0.2)
-        finally:
-            await client.aclose()
 
     async def watch_groups() -> None:
         async with httpx.AsyncClient(base_url=broker.url, timeout=2) as client:
@@ -380,7 +396,9 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
             for n in range(2)
         ]
         tasks = [asyncio.create_task(p.run()) for p in producers]
-        workers = [asyncio.create_task(hand_off()) for _ in range(12)] + [asyncio.create_task(watch_groups())]
+        workers = [
+            asyncio.create_task(hand_off(broker.url, source, target, seen, stopping)) for _ in range(12)
+        ] + [asyncio.create_task(watch_groups())]
         try:
             await asyncio.sleep(profile.warmup_s)
             broker.kill()
@@ -390,7 +408,7 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
             for producer in producers:
                 producer.stop(give_up_s=profile.drain_s / 2)
             await asyncio.gather(*tasks)
-            await drain(lambda: len(ledger.acknowledged - handed - set(refused_ids)), profile.drain_s, 900)
+            await drain(lambda: len(ledger.acknowledged - seen.handed - seen.refused), profile.drain_s, 900)
             # a hand-off refused on a retry committed before, or its lease ran out first and it comes back:
             # what B holds tells
             deadline = time.monotonic() + profile.drain_s
@@ -423,9 +441,9 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
         largest_group[0] > 2,
     )
     result.check(
-        f"hand-offs sent again after the kill: {len(retried)} ({sum(refused.values())} refused on a "
-        f"retry, {dict(refused)}: committed before, or their lease ran out and they came back)",
-        len(retried) > 0,
+        f"hand-offs sent again after the kill: {len(seen.retried)} ({sum(seen.refusals.values())} refused on "
+        f"a retry, {dict(seen.refusals)}: committed before, or their lease ran out and they came back)",
+        len(seen.retried) > 0,
     )
     result.check(
         f"every message of A is in B exactly once ({len(in_target)} in B, {len(missing)} missing, "
@@ -689,49 +707,11 @@ async def _failover_load(
     second = BrokerProcess(database, ctx.workdir, f"{result.name}-{len(result.checks)}-2", workers=1, env=env)
     urls = [first.url, second.url]
     queue, source, target = f"chaos-{result.name}", f"chaos-{result.name}-a", f"chaos-{result.name}-b"
-    ledger, handoff_ledger = Ledger(), Ledger()
-    handed: set[str] = set()
-    refused: set[str] = set()
+    ledger, seen = Ledger(), HandOffs()
+    handoff_ledger = seen.ledger
     stopping = asyncio.Event()
     probes: list[str] = []
     moments: dict[str, float] = {}
-
-    async def hand_off(url: str) -> None:
-        client = transport([url])
-        params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
-        try:
-            while not stopping.is_set():
-                try:
-                    popped = await client.request(
-                        "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
-                    )
-                except QueenError:
-                    await asyncio.sleep(0.2)
-                    continue
-                messages = popped.get("messages") if isinstance(popped, dict) else None
-                if not messages:
-                    continue
-                handoff_ledger.record_delivery([m["transactionId"] for m in messages])
-                for m in messages:
-                    body = handoff_transaction(m, target)
-                    for attempt in range(300):
-                        try:
-                            answer = await client.request(
-                                "POST", "/api/v1/transaction", body=body, idempotent=False
-                            )
-                        except QueenError:
-                            answer = None  # 503 during the switch, or the answer was lost: send it again
-                        if isinstance(answer, dict) and answer.get("success") is True:
-                            handed.add(m["transactionId"])
-                            handoff_ledger.confirmed.add(m["transactionId"])
-                            break
-                        if isinstance(answer, dict) and "results" in answer:  # its own error: final
-                            if attempt:
-                                refused.add(m["transactionId"])  # committed before, or its lease ran out
-                            break
-                        await asyncio.sleep(0.2)
-        finally:
-            await client.aclose()
 
     async def probe_outage() -> None:
         """While no server accepts writes: a pop and an ack straight over HTTP, which must be 503s with
@@ -805,7 +785,9 @@ async def _failover_load(
         ]
         loads: list[Producer | Consumer] = [*producers, *feeders, *consumers]
         tasks = [asyncio.create_task(worker.run()) for worker in loads]
-        workers = [asyncio.create_task(hand_off(urls[n % 2])) for n in range(4)]
+        workers = [
+            asyncio.create_task(hand_off(urls[n % 2], source, target, seen, stopping)) for n in range(4)
+        ]
         try:
             await asyncio.sleep(profile.warmup_s)
             moments["killed"] = time.monotonic()
@@ -822,7 +804,7 @@ async def _failover_load(
             await drain(
                 lambda: (
                     len(ledger.acknowledged - ledger.deliveries.keys())
-                    + len(handoff_ledger.acknowledged - handed - refused)
+                    + len(handoff_ledger.acknowledged - seen.handed - seen.refused)
                 ),
                 profile.drain_s,
                 900,
@@ -869,7 +851,7 @@ async def _failover_load(
     result.unexpected_duplicates += len(twice) + sum(handoff_ledger.unexpected.values())
     result.check(
         f"hand-off: {len(handoff_ledger.acknowledged)} acknowledged into A, {len(in_target)} in B, "
-        f"{len(missing)} missing, {len(twice)} twice, {len(refused)} refused on a retry (committed "
+        f"{len(missing)} missing, {len(twice)} twice, {len(seen.refused)} refused on a retry (committed "
         f"before the answer was lost, or their lease ran out and they came back)",
         not missing and not twice,
     )
