@@ -167,14 +167,18 @@ class ServiceSettings:
 # one call per worker lets everything that arrives meanwhile fuse into the next call: with 1 message per
 # request, 50 connections and 2 workers it answered about twice the requests a second of 8 calls in flight
 # (benchmarks/RESULTS.md).
+# Pop and transaction: one call in flight per worker too, for the same reason: what arrives while a call runs
+# fuses into the next, set-based, call (queen.pop_group_v1, queen.transaction_v3), which cost PostgreSQL about
+# half as much CPU per one-message hand-off as four calls of small groups, at the same or a higher rate
+# (benchmarks/journal/2026-11.md, issue 40).
 _FUSION_DEFAULTS = {
     "push": (500, 1),
-    "pop": (100, 4),
+    "pop": (100, 1),
     "ack": (500, 4),
-    # client transactions: group commit (queen.transaction_v2); the batch counts operations (acks and pushed
+    # client transactions: group commit (queen.transaction_v3); the batch counts operations (acks and pushed
     # messages), as many as a fused ack or push call takes, and bytes (below): docs/architecture.md,
     # "Fusion and transactions"
-    "transaction": (1000, 4),
+    "transaction": (1000, 1),
     "renew_lease": (100, 2),
     # Queen Streams cycles: never fused (one PostgreSQL transaction each)
     "streams_cycle": (1, 8),
