@@ -19,7 +19,7 @@ import time
 
 import orjson
 
-from queenpy.chaos.load import transport
+from queenpy.chaos.load import pop_messages, transport
 from queenpy.errors import QueenError
 
 
@@ -31,16 +31,8 @@ def _say(event: dict[str, object]) -> None:
 async def hand_off(url: str, source: str, target: str, group: str, batch: int, pause_ms: int) -> None:
     """Run until killed (see the module docstring)."""
     client = transport([url])
-    params = {"batch": str(batch), "wait": "true", "timeout": "1000", "consumerGroup": group}
     while True:
-        try:
-            result = await client.request(
-                "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
-            )
-        except QueenError:
-            await asyncio.sleep(0.2)
-            continue
-        messages = result.get("messages") if isinstance(result, dict) else None
+        messages = await pop_messages(client, source, group, batch)
         if not messages:
             continue
         _say({"batch": [m["transactionId"] for m in messages], "at": time.monotonic()})

@@ -43,6 +43,19 @@ def transport(urls: list[str], request_s: float = 10.0) -> FailoverTransport:
     )
 
 
+async def pop_messages(client: FailoverTransport, queue: str, group: str, batch: int) -> list[dict[str, Any]]:
+    """One long-poll pop of up to ``batch`` messages of ``queue`` for ``group`` (1 s wait); its messages, or
+    none when nothing came or no broker answered (then after a 0.2 s pause)."""
+    params = {"batch": str(batch), "wait": "true", "timeout": "1000", "consumerGroup": group}
+    try:
+        popped = await client.request("GET", f"/api/v1/pop/queue/{queue}", params=params, read_timeout_s=15)
+    except QueenError:
+        await asyncio.sleep(0.2)
+        return []
+    messages = popped.get("messages") if isinstance(popped, dict) else None
+    return list(messages or [])
+
+
 @dataclass
 class Ledger:
     """Everything the load saw, by message id (times are ``time.monotonic()``)."""

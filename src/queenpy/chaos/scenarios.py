@@ -31,7 +31,7 @@ from queenpy.chaos.core import (
     run_under_load,
     stored_ids,
 )
-from queenpy.chaos.load import Consumer, Ledger, Producer, drain, transport
+from queenpy.chaos.load import Consumer, Ledger, Producer, drain, pop_messages, transport
 from queenpy.chaos.processes import BrokerProcess
 from queenpy.errors import QueenError
 from queenpy.harness import PrivatePostgres, StandbyPostgres, free_port
@@ -106,17 +106,9 @@ async def hand_off(url: str, source: str, target: str, seen: HandOffs, stopping:
     broker, a 503, a lost answer) or answered with the call's error (no ``results``) is sent again unchanged,
     up to 300 times 0.2 s apart; one answered with its own error is final."""
     client = transport([url])
-    params = {"batch": "5", "wait": "true", "timeout": "1000", "consumerGroup": "chaos"}
     try:
         while not stopping.is_set():
-            try:
-                popped = await client.request(
-                    "GET", f"/api/v1/pop/queue/{source}", params=params, read_timeout_s=15
-                )
-            except QueenError:
-                await asyncio.sleep(0.2)
-                continue
-            messages = popped.get("messages") if isinstance(popped, dict) else None
+            messages = await pop_messages(client, source, "chaos", 5)
             if not messages:
                 continue
             seen.ledger.record_delivery([m["transactionId"] for m in messages])
