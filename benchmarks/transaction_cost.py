@@ -12,7 +12,8 @@ trip nor the commit counts):
   * with ``--before REV``: that revision's ``queen.transaction_v1`` (loaded from git under another name) on
     a third batch;
   * a group of 50 client transactions of 1 ack + 1 push each, all pushing to one partition or each to its
-    own, against 50 calls of ``transaction_v2`` with one each (per client transaction);
+    own, against 50 calls of ``transaction_v2`` with one each (per client transaction), and the same group
+    through ``transaction_v3``'s set-based path (the acks under their lease, as a consumer sends them);
   * the MultiXacts a group of 20 and of 60 creates when all its members ack under one lease and push to one
     partition (PostgreSQL's counters around a checkpoint).
 Prints medians and the 10th-90th percentile spread in microseconds.
@@ -199,15 +200,18 @@ def main() -> None:
                 "group of 50, one target partition": [],
                 "group of 50, 50 target partitions": [],
                 "50 calls of one": [],
+                "group of 50, 50 target partitions, transaction_v3 (acks under their lease)": [],
             }
             for rep in range(max(1, args.repetitions // 10)):
                 for name, values in group_samples.items():
                     acks = leased_acks(conn, f"g{rep}", 50, payload)
-                    conn.execute("UPDATE queen.partition_consumers SET batch_size = 1")  # each ack ends it
+                    v3 = "transaction_v3" in name
+                    if not v3:  # each ack ends the lease: acknowledged without it, member by member
+                        conn.execute("UPDATE queen.partition_consumers SET batch_size = 1")
                     members = [
                         {
                             "operations": [
-                                {"type": "ack", **{k: v for k, v in a.items() if k != "leaseId"}},
+                                {"type": "ack", **{k: v for k, v in a.items() if v3 or k != "leaseId"}},
                                 {
                                     "type": "push",
                                     "items": pushes("one" if "one target" in name else f"t{k}", 1, payload),
@@ -221,7 +225,8 @@ def main() -> None:
                             sum(timed(conn, "SELECT queen.transaction_v2($1)", [m]) for m in members) / 50
                         )
                     else:
-                        values.append(timed(conn, "SELECT queen.transaction_v2($1)", members) / 50)
+                        procedure = "transaction_v3" if v3 else "transaction_v2"
+                        values.append(timed(conn, f"SELECT queen.{procedure}($1)", members) / 50)
             for name, values in group_samples.items():
                 print(
                     f"{name + ' (per transaction)':42s} median {statistics.median(values):8.0f} us   "
