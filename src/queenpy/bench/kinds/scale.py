@@ -17,14 +17,23 @@ Steps of a round:
 3. **base**: a queue of 100 partitions, seeded by the same SQL with a deep backlog (its groups must not run
    dry in a window), then push, wildcard pop + ack, cold partition pops and every operator route, measured.
 4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
-   ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest within the last hour), the
-   cursors of ``GROUPS`` consumer groups half-way; then ANALYZE and one full stats run.
+   ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest 30 minutes old, a
+   millisecond apart), the cursors of ``GROUPS`` consumer groups half-way; then ANALYZE and one full stats
+   run. Partition n's messages are n microseconds later than partition 0's: pushes made over time leave
+   every partition its own newest-message time, and the wildcard pop's scan floor (a time,
+   queen.advance_scan_floor_v1) skips the partitions a group consumed only when their times differ. Seeded
+   with one shared time, the floor stayed at it and every pop walked all the partitions the group had
+   emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.
 6. **at scale**: the same measurements as 3 on the big queue.
-7. **retention and cleanup**: retention (one hour) deletes the oldest message of every partition (1/``STORED``
-   of the messages); then ``CLEANUP_PARTITIONS`` empty partitions idle for 40 days are removed by the
-   partition cleanup. Each runs while wrk pushes to the big queue: time, WAL bytes, and the push rate during
-   it over the rate at scale.
+7. **retention and cleanup**: retention deletes the oldest message of every partition (1/``STORED`` of the
+   messages): its period is chosen when it starts, from the seed's two times, so that its cutoff falls half
+   way between them however long the seed took; the count deleted is checked against the partitions. Then
+   ``CLEANUP_PARTITIONS`` empty partitions idle for 40 days are removed by the partition cleanup, step after
+   step until one removes nothing; the idle partitions left are counted. Each runs while wrk pushes to the
+   big queue: time, WAL bytes, and the push rate during it over the rate at scale. The broker's own
+   retention job is held off for the run (``RETENTION_INTERVAL`` of a day): it would run the same cleanup
+   and retention concurrently.
 
 The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
 (the slowest route's max at scale) in ``scale`` of each run and of the median.
@@ -32,12 +41,13 @@ The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale ove
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import statistics
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -64,10 +74,15 @@ ROUTE_REQUESTS = 5
 BYTES_PER_PARTITION = 12_000
 
 # The bulk seed: partitions $3 .. $4 of queue $1 named $2 || n, each with $5 messages of payload $6, the
-# first one created at $7, the others at $8 + seq milliseconds (ids are UUIDv7 of their creation time, so
+# first one created at $7, the others at $8 + seq milliseconds, each of partition n's n microseconds later
+# than partition 0's (every partition its own newest-message time, see the module docstring; ids are UUIDv7
+# of their creation time, so
 # they grow with the offsets as the push procedure makes them; transaction ids are the ids' text, as a push
 # without client transaction ids stores them); then cursors of groups $9 at offset $10.
-_MESSAGE_AT = "CASE WHEN s = 1 THEN $7::timestamptz ELSE $8::timestamptz + s * interval '1 ms' END"
+_MESSAGE_AT = (
+    "CASE WHEN s = 1 THEN $7::timestamptz ELSE $8::timestamptz + s * interval '1 ms' END"
+    " + {n} * interval '1 microsecond'"
+)
 _MESSAGE_ID = (
     "(lpad(to_hex((extract(epoch FROM {at}) * 1000)::bigint), 12, '0') || '7' || substr(h, 1, 3) || '8'"
     " || substr(h, 4, 15))::uuid"
@@ -79,7 +94,7 @@ WITH parts AS (
     SELECT $1::uuid, $2 || g, $7::timestamptz, x.at, $5::int, x.id, x.at
     FROM generate_series($3::int, $4::int) g
     CROSS JOIN LATERAL (
-        SELECT {_MESSAGE_AT.replace("s = 1", "$5::int = 1").replace("s *", "$5::int *")} AS at,
+        SELECT {_MESSAGE_AT.format(n="g").replace("s = 1", "$5::int = 1").replace("s *", "$5::int *")} AS at,
                md5(g::text || '-' || $5::int) AS h) y
     CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) x
     RETURNING id, name
@@ -88,7 +103,8 @@ WITH parts AS (
     SELECT m.id, m.id::text, parts.id, s, $6::jsonb, m.at
     FROM parts CROSS JOIN generate_series(1, $5::int) s
     CROSS JOIN LATERAL (
-        SELECT {_MESSAGE_AT} AS at, md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
+        SELECT {_MESSAGE_AT.format(n="substr(parts.name, length($2) + 1)::int")} AS at,
+               md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
     CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) m
     ORDER BY parts.id, s
     RETURNING partition_id, seq, id, created_at
@@ -173,8 +189,17 @@ def _queue_id(context: Context, queue: str) -> str:
     return str(context.sql.fetchval("SELECT id FROM queen.queues WHERE name = $1", queue))
 
 
-def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: str = "p") -> float:
-    """Seed ``queue`` by SQL (see SEED); returns the seconds it took."""
+class Seeded(NamedTuple):
+    """A seed's duration (s) and its two times: the first message of every partition at ``old`` (plus the
+    partition's microseconds), the others from ``recent`` on."""
+
+    seconds: float
+    old: datetime.datetime
+    recent: datetime.datetime
+
+
+def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: str = "p") -> Seeded:
+    """Seed ``queue`` by SQL (see SEED)."""
     started = time.monotonic()
     queue_id = _queue_id(context, queue)
     groups = [f"g{n}" for n in range(GROUPS)]
@@ -188,7 +213,19 @@ def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: st
             context.log(
                 f"  seeded {hi + 1:,} of {partitions:,} partitions ({time.monotonic() - started:.0f} s)"
             )
-    return time.monotonic() - started
+    return Seeded(time.monotonic() - started, old, recent)
+
+
+def retention_seconds(seeded: Seeded, run_at: datetime.datetime) -> int:
+    """The retention period (s) whose cutoff, for a pass that starts at ``run_at``, falls half way between the
+    seed's two times: the first message of every partition (at ``old`` plus at most one second of
+    per-partition microseconds) is past it, the others (from ``recent`` on) are not, however long the seed
+    and what came after it took. Raises ValueError when ``run_at`` is before the seed's midpoint."""
+    middle = seeded.old + (seeded.recent - seeded.old) / 2
+    seconds = round((run_at - middle).total_seconds())
+    if seconds <= 0:
+        raise ValueError(f"retention at {run_at} is before the seed's midpoint {middle}")
+    return seconds
 
 
 def _fingerprint(context: Context, queue: str) -> dict[str, Any]:
@@ -510,9 +547,8 @@ def _while_pushing(
     return result
 
 
-def _retention(sql: Sql, queue_id: str) -> dict[str, Any]:
-    """One retention pass over the queue, step after step (as the retention job runs it)."""
-    run_at = sql.fetchval("SELECT now()")
+def _retention(sql: Sql, queue_id: str, run_at: datetime.datetime) -> dict[str, Any]:
+    """One retention pass over the queue as of ``run_at``, step after step (as the retention job runs it)."""
     after, inclusive, deleted, steps = "", True, 0, 0
     while True:
         step = _json(
@@ -532,14 +568,28 @@ def _retention(sql: Sql, queue_id: str) -> dict[str, Any]:
         after, inclusive = step["next"], bool(step["inclusive"])
 
 
-def _cleanup(sql: Sql) -> dict[str, Any]:
+IDLE_LEFT = """
+SELECT count(*) FROM queen.partitions WHERE queue_id = $1::uuid AND name LIKE 'idle-%' AND last_seq = 0
+"""
+
+
+def _cleanup(sql: Sql, queue_id: str) -> dict[str, Any]:
+    """Partition cleanup (30 days idle, 1,000 a step) until a step removes nothing; the idle partitions of
+    the queue before and after (a step that removes fewer than 1,000 is not taken as the end: a partition
+    a concurrent statement holds is skipped, not waited for)."""
+    before = int(sql.fetchval(IDLE_LEFT, queue_id))
     removed = steps = 0
     while True:
         step = _json(sql.fetchval("SELECT queen.partition_cleanup_v1($1, 1000)::text", 30 * 86400.0))
         steps += 1
         removed += int(step["partitions"])
-        if int(step["partitions"]) < 1000:
-            return {"partitions": removed, "steps": steps}
+        if int(step["partitions"]) == 0:
+            return {
+                "partitions": removed,
+                "steps": steps,
+                "idle_before": before,
+                "idle_left": int(sql.fetchval(IDLE_LEFT, queue_id)),
+            }
 
 
 def _json(text: str) -> Any:
@@ -574,7 +624,8 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
         figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
-        figures["seed_s"] = round(_seed(context, big_queue, partitions, STORED), 1)
+        seeded = _seed(context, big_queue, partitions, STORED)
+        figures["seed_s"] = round(seeded.seconds, 1)
         started = time.monotonic()
         context.sql.execute("ANALYZE")
         context.sql.fetchval("SELECT queen.stats_refresh_v1(true)::text")
@@ -582,19 +633,32 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
         queue_id = _queue_id(context, big_queue)
+        run_at = context.sql.fetchval("SELECT now()")
+        keep = retention_seconds(seeded, run_at)
         http.post(
             "/api/v1/configure",
-            json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": 3600}},
+            json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": keep}},
         ).raise_for_status()
         figures["retention"] = _while_pushing(
-            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, queue_id)
+            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, queue_id, run_at)
         )
+        deleted = figures["retention"].get("detail", {}).get("deleted")
+        figures["retention"].update(retention_seconds=keep, expected_deleted=partitions)
+        if deleted != partitions:
+            result["problems"].append(
+                f"retention deleted {deleted} messages, not {partitions} (one a partition)"
+            )
         http.post(
             "/api/v1/configure",
             json={"queue": big_queue, "options": {"retentionEnabled": False, "retentionSeconds": 0}},
         ).raise_for_status()
         context.sql.execute(EMPTY_PARTITIONS, queue_id, min(CLEANUP_PARTITIONS, partitions))
-        figures["cleanup"] = _while_pushing(context, result, big_queue, partitions, "cleanup", _cleanup)
+        figures["cleanup"] = _while_pushing(
+            context, result, big_queue, partitions, "cleanup", lambda sql: _cleanup(sql, queue_id)
+        )
+        left = figures["cleanup"].get("detail", {}).get("idle_left")
+        if left != 0:
+            result["problems"].append(f"partition cleanup left {left} idle partitions")
     base, at_scale = figures["base"], figures["at_scale"]
     figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
     figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
@@ -647,4 +711,12 @@ def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
-KIND = Kind("scale", run, summarize=summarize, report_lines=report_lines, planned_s=_planned)
+KIND = Kind(
+    "scale",
+    run,
+    summarize=summarize,
+    report_lines=report_lines,
+    planned_s=_planned,
+    # the broker's retention job would run retention and partition cleanup beside the kind's own passes
+    broker_env={"RETENTION_INTERVAL": str(86_400_000)},
+)
