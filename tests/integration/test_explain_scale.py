@@ -108,3 +108,49 @@ def test_retention_of_the_seeded_queue_deletes_one_message_a_partition_however_l
         assert left == partitions * (scale.STORED - 1)
     finally:
         sql.close()
+
+
+def buffers(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> int:
+    """Shared buffers a call touched, everything it ran inside included."""
+    row = conn.execute(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", params).fetchone()
+    assert row is not None
+    plan = (row[0] if not isinstance(row[0], str) else json.loads(row[0]))[0]["Plan"]
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def test_consumer_group_pages_read_a_page_not_the_group(db_url: str) -> None:
+    """The consumer-group detail and lagging routes' pages (queen.consumer_group_detail_v2,
+    queen.consumer_groups_lagging_v2) read about as much at 4,000 partitions x 10 groups as a page needs; v1
+    read every cursor of the group (detail) or of every group (lagging)."""
+    sql = Sql(db_url)
+    try:
+        scale._seed(SimpleNamespace(sql=sql, log=lambda line: None), "wide", PARTITIONS, scale.STORED)  # type: ignore[arg-type]
+    finally:
+        sql.close()
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("ANALYZE")
+        conn.execute("UPDATE queen.messages SET created_at = created_at - interval '1 day'")  # all lag a day
+        page = json.loads(
+            conn.execute("SELECT queen.consumer_group_detail_v2('g3', NULL, 50)::text").fetchone()[0]  # type: ignore[index]
+        )
+        assert len(page["wide"]["partitions"]) == 50 and page["wide"]["nextCursor"] is not None
+        lagging = json.loads(
+            conn.execute(
+                "SELECT queen.consumer_groups_lagging_v2(3600, NULL, NULL, 50, 5000)::text"
+            ).fetchone()[0]  # type: ignore[index]
+        )
+        assert len(lagging["rows"]) == 50 and lagging["nextCursor"] is not None
+
+        detail_v1 = buffers(conn, "SELECT queen.consumer_group_detail_v1('g3')", ())
+        detail_v2 = buffers(conn, "SELECT queen.consumer_group_detail_v2('g3', NULL, 50)", ())
+        lagging_v1 = buffers(conn, "SELECT queen.consumer_groups_lagging_v1(3600)", ())
+        lagging_v2 = buffers(conn, "SELECT queen.consumer_groups_lagging_v2(3600, NULL, NULL, 50, 5000)", ())
+        # a page of 50 rows: 4 probes each (cursor, partition, queue, oldest message), the stats row, planning
+        assert detail_v2 < 2_000, (detail_v2, detail_v1)
+        assert lagging_v2 < 2_000, (lagging_v2, lagging_v1)
+        assert detail_v1 > 10 * detail_v2 and lagging_v1 > 10 * lagging_v2, (
+            detail_v1,
+            detail_v2,
+            lagging_v1,
+            lagging_v2,
+        )
