@@ -15,7 +15,9 @@ Steps of a round:
    with a ``partition_id``, partition rows, message ids, cursors, consumer group metadata, the stats job's
    rows). A difference fails the round before anything is measured.
 3. **base**: a queue of 100 partitions, seeded by the same SQL with a deep backlog (its groups must not run
-   dry in a window), then push, wildcard pop + ack, cold partition pops and every operator route, measured.
+   dry in a window), then push, wildcard pop + ack, cold partition pops, every operator route through HTTP,
+   and the console's first render in headless Chromium (Playwright, the ``browser`` extra; recorded as
+   skipped, with the reason, where either is missing), measured.
 4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
    ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest 30 minutes old, a
    millisecond apart), the cursors of ``GROUPS`` consumer groups half-way; then ANALYZE and one full stats
@@ -150,6 +152,7 @@ ROUTES = [
     "/api/v1/analytics/queue-ops",
     "/api/v1/consumer-groups",
     "/api/v1/consumer-groups/g0",
+    "/api/v1/consumer-groups/lagging?minLagSeconds=60",
     "/api/v1/dlq?limit=50",
     "/metrics/prometheus",
 ]
@@ -357,6 +360,51 @@ def _route_timings(url: str, queue: str) -> dict[str, Any]:
     return timings
 
 
+#: the console's overview has drawn its figures and at least one row of the deepest queues
+CONSOLE_RENDERED = """() => {
+    const rows = document.querySelectorAll('[data-test=overview-queues] tbody tr');
+    const count = document.querySelector('[data-test=message-count]');
+    return rows.length > 0 && count && count.textContent.trim() !== '' && count.textContent !== '\u2014'
+        ? performance.now() : false;
+}"""
+CONSOLE_LOADS = 3
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+]
+
+
+def _console_render(url: str) -> dict[str, Any]:
+    """The console's first render at ``/`` in headless Chromium (Playwright, the ``browser`` extra; Debian's
+    Chromium at ``QUEENPY_CHROMIUM`` or /usr/bin/chromium), ``CONSOLE_LOADS`` loads in one browser context
+    (the first with an empty cache): ms from navigation to the overview's figures and first queue row
+    drawn, per load, and their max. Without Playwright or Chromium: ``{"skipped": reason}``."""
+    chromium = os.environ.get("QUEENPY_CHROMIUM", "/usr/bin/chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return {"skipped": "Playwright is not installed (pip install -e '.[browser]')"}
+    if not os.path.exists(chromium):
+        return {"skipped": f"no Chromium at {chromium} (apt-get install chromium, or set QUEENPY_CHROMIUM)"}
+    loads: list[float] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 900})
+            page = context.new_page()
+            for _ in range(CONSOLE_LOADS):
+                page.goto(url + "/", wait_until="commit")
+                rendered = page.wait_for_function(CONSOLE_RENDERED, polling="raf", timeout=60_000)
+                loads.append(round(float(rendered.json_value()), 1))
+            context.close()
+        finally:
+            browser.close()
+    return {"first_render_ms": loads, "max_ms": max(loads)}
+
+
 def _cold_pops(url: str, queue: str, partitions: int) -> dict[str, Any]:
     """Partition-specific pops (batch 1, no wait) of a new group on ``COLD_POPS`` partitions spread over the
     queue: none of them was read by this group, and at scale almost none is in PostgreSQL's cache."""
@@ -447,6 +495,7 @@ def _hot_path(
         "pop": pop,
         "cold_pop": _cold_pops(context.broker_url, queue, partitions),
         "routes": _route_timings(context.broker_url, queue),
+        "console": _console_render(context.broker_url),
     }
 
 
@@ -663,6 +712,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
     figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
     figures["route_max_ms"] = max(t["max_ms"] for t in at_scale["routes"].values())
+    figures["console_render_max_ms"] = at_scale["console"].get("max_ms")
     figures["retention_push_ratio"] = _ratio(
         figures["retention"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"]
     )
@@ -677,7 +727,14 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
 
 def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the rounds of push_ratio, pop_ratio and route_max_ms."""
-    keys = ("push_ratio", "pop_ratio", "route_max_ms", "retention_push_ratio", "cleanup_push_ratio")
+    keys = (
+        "push_ratio",
+        "pop_ratio",
+        "route_max_ms",
+        "console_render_max_ms",
+        "retention_push_ratio",
+        "cleanup_push_ratio",
+    )
     out: dict[str, Any] = {}
     for key in keys:
         values = [r["scale"][key] for r in measured if r.get("scale", {}).get(key) is not None]
@@ -697,7 +754,8 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
             f"{number(big['push']['msg_per_s'])} msg/s vs {number(base['push']['msg_per_s'])} at "
             f"{BASE_PARTITIONS} ({figures['push_ratio']}); pop {number(big['pop']['msg_per_s'])} vs "
             f"{number(base['pop']['msg_per_s'])} ({figures['pop_ratio']}); slowest route max "
-            f"{figures['route_max_ms']} ms"
+            f"{figures['route_max_ms']} ms; console first render max "
+            f"{figures.get('console_render_max_ms')} ms"
         )
         for route, timing in big["routes"].items():
             lines.append(
