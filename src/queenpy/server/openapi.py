@@ -98,6 +98,8 @@ def _param(
 
 
 _INT = {"type": "integer", "minimum": 0}
+# rows per page of the consumer-group detail and lagging routes (routes/groups.py)
+_GROUP_PAGE_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000, "default": 1000}
 _BOOL = {"type": "string", "enum": ["true", "false", "1", "0"]}
 _POP_QUERY = [
     _param("batch", schema={"type": "integer", "minimum": 1, "maximum": 10000}),
@@ -441,11 +443,36 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
     ),
     ("get", "/api/v1/consumer-groups"): ("List consumer groups", [], None),
     ("get", "/api/v1/consumer-groups/lagging"): (
-        "Lagging partitions",
-        [_param("minLagSeconds", schema=_INT)],
+        "Lagging partitions, one page",
+        [
+            _param("minLagSeconds", schema=_INT),
+            _param("limit", schema=_GROUP_PAGE_LIMIT),
+            _param(
+                "cursor",
+                schema={
+                    "type": "string",
+                    "description": "keyset paging: the previous page's X-Next-Cursor header (opaque)",
+                },
+            ),
+        ],
         None,
     ),
-    ("get", "/api/v1/consumer-groups/{group}"): ("Consumer group detail", [_param("group", "path")], None),
+    ("get", "/api/v1/consumer-groups/{group}"): (
+        "Consumer group detail, one page of its partitions",
+        [
+            _param("group", "path"),
+            _param("limit", schema=_GROUP_PAGE_LIMIT),
+            _param(
+                "cursor",
+                schema={
+                    "type": "string",
+                    "format": "uuid",
+                    "description": "keyset paging: the previous page's nextCursor (a partition id)",
+                },
+            ),
+        ],
+        None,
+    ),
     ("delete", "/api/v1/consumer-groups/{group}"): (
         "Delete a consumer group",
         [_param("group", "path"), _param("deleteMetadata", schema=_BOOL)],
@@ -790,11 +817,18 @@ _DESCRIPTIONS = {
     (
         "get",
         "/api/v1/consumer-groups/lagging",
-    ): "No lagging partition answers `[]` (the original: an empty body).",
+    ): "No lagging partition answers `[]` (the original: an empty body). One page: at most `limit` rows "
+    "(default 1,000), found among at most 5,000 cursors read in (group, partition id) order after `cursor`, "
+    "most lagging first within the page (the original sorts all of them, reading every cursor). The next "
+    "page's `cursor` is the `X-Next-Cursor` response header, absent on the last page; a page may be empty "
+    "and still name a next one.",
     (
         "get",
         "/api/v1/consumer-groups/{group}",
-    ): "An unknown group answers `{}` (the original: an empty body).",
+    ): "An unknown group answers `{}` (the original: an empty body). One page of at most `limit` of the "
+    "group's partitions (default 1,000) in partition id order after `cursor`; each queue object carries "
+    "`nextCursor` (the next page's `cursor`, also the `X-Next-Cursor` header; null on the last page), "
+    "`total` (the group's partitions in that queue as the stats job last counted them: `estimated` is true).",
 }
 
 # operations that answer something other than JSON: (method, path) -> responses
@@ -823,6 +857,16 @@ _RESPONSES: dict[tuple[str, str], dict[str, Any]] = {
 }
 
 
+# routes that page with a keyset cursor in a response header
+_NEXT_CURSOR_HEADER = {
+    "X-Next-Cursor": {
+        "description": "the next page's `cursor` query parameter; absent on the last page",
+        "schema": {"type": "string"},
+    }
+}
+_PAGED_BY_HEADER = {("get", "/api/v1/consumer-groups/lagging"), ("get", "/api/v1/consumer-groups/{group}")}
+
+
 def _responses(method: str, path: str) -> dict[str, Any]:
     result: Schema = RESULTS[(method, path)]
     responses: dict[str, Any] = {
@@ -832,6 +876,8 @@ def _responses(method: str, path: str) -> dict[str, Any]:
             "content": {"application/json": {"schema": result}},
         }
     }
+    if (method, path) in _PAGED_BY_HEADER:
+        responses["200"]["headers"] = _NEXT_CURSOR_HEADER
     if path == "/api/v1/push":
         responses["201"] = {
             "description": "Pushed (a real 201 when the result is not an error body): "

@@ -733,6 +733,10 @@ RESULTS: dict[tuple[str, str], Schema] = {
             "nullable": True,
             "additionalProperties": obj(
                 ["partitions"],
+                # one page (issue 44): the next page's cursor (null on the last), the stats job's count
+                nextCursor=nullable(UUID),
+                total=nullable(INT),
+                estimated=BOOL,
                 partitions=array(
                     obj(
                         ["partition"],

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -31,28 +34,68 @@ async def groups_list(request: Request) -> Response:
     )
 
 
+#: cursor rows one page of /consumer-groups/lagging reads at most (queen.consumer_groups_lagging_v2)
+LAGGING_BUDGET = 5_000
+
+
 async def groups_lagging(request: Request) -> Response:
-    minimum = v.query_int(request.query_params, "minLagSeconds", 3600)
-    return json_response(
-        (
-            await worker_of(request).database.fetchval(
-                "SELECT queen.consumer_groups_lagging_v1($1)::text", minimum
-            )
-        ).encode(),
-        empty_as_body=True,
+    """``GET /api/v1/consumer-groups/lagging?minLagSeconds=3600&limit=1000&cursor``: v1's array of lagging
+    partitions, one page: at most ``limit`` rows, read from at most ``LAGGING_BUDGET`` cursors in (group,
+    partition id) order after ``cursor``, most lagging first within the page. The next page's ``cursor`` is
+    the ``X-Next-Cursor`` header (opaque; absent on the last page; a page may be empty and still have
+    one). A bad ``cursor`` or ``limit`` answers 400 naming it."""
+    q = request.query_params
+    minimum = v.query_int(q, "minLagSeconds", 3600)
+    limit = v.query_int(q, "limit", 1000, minimum=1, maximum=10_000)
+    after_group, after_partition = _lagging_cursor(q.get("cursor"))
+    page = orjson.loads(
+        await worker_of(request).database.fetchval(
+            "SELECT queen.consumer_groups_lagging_v2($1, $2, $3::uuid, $4, $5)::text",
+            minimum,
+            after_group,
+            after_partition,
+            limit,
+            LAGGING_BUDGET,
+        )
     )
+    response = json_response(orjson.dumps(page["rows"]), empty_as_body=True)
+    if page["nextCursor"] is not None:
+        token = base64.urlsafe_b64encode(orjson.dumps(page["nextCursor"])).rstrip(b"=")
+        response.headers["X-Next-Cursor"] = token.decode()
+    return response
+
+
+def _lagging_cursor(raw: str | None) -> tuple[str | None, str | None]:
+    """An X-Next-Cursor of /consumer-groups/lagging (base64url of ``[group, partition id]``, ASCII whatever
+    the group's name) -> (group, partition id); anything else answers 400 naming the parameter."""
+    if not raw:
+        return None, None
+    try:
+        group, partition_id = orjson.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest(f"query parameter cursor is not a cursor of this route: {raw[:64]!r}") from exc
+    return v.check_name(group, "query parameter cursor"), v.check_uuid(partition_id, "query parameter cursor")
 
 
 async def group_detail(request: Request) -> Response:
+    """``GET /api/v1/consumer-groups/{group}?limit=1000&cursor``: ``{"<queue>": {"partitions": [...],
+    "nextCursor", "total", "estimated": true}}``, one page of at most ``limit`` of the group's partitions in
+    partition id order after ``cursor`` (a partition id: the previous page's ``nextCursor``, also sent as
+    the ``X-Next-Cursor`` header); ``nextCursor`` is null on the last page, ``total`` is the stats job's
+    count of the group's partitions in that queue (estimated). A bad ``cursor`` or ``limit`` answers 400."""
     group = v.check_name(request.path_params["group"], "consumerGroup")
-    return json_response(
-        (
-            await worker_of(request).database.fetchval(
-                "SELECT queen.consumer_group_detail_v1($1)::text", group
-            )
-        ).encode(),
-        empty_as_body=True,
+    q = request.query_params
+    limit = v.query_int(q, "limit", 1000, minimum=1, maximum=10_000)
+    after = v.check_uuid(q["cursor"], "query parameter cursor") if q.get("cursor") else None
+    text = await worker_of(request).database.fetchval(
+        "SELECT queen.consumer_group_detail_v2($1, $2::uuid, $3)::text", group, after, limit
     )
+    response = json_response(text.encode(), empty_as_body=True)
+    queues = orjson.loads(text)
+    cursor = next((page.get("nextCursor") for page in queues.values()), None)
+    if cursor is not None:
+        response.headers["X-Next-Cursor"] = cursor
+    return response
 
 
 async def group_delete(request: Request) -> Response:

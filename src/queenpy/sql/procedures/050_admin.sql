@@ -253,6 +253,126 @@ LANGUAGE sql STABLE AS $$
       AND oldest_unconsumed_at <= now() - make_interval(secs => p_min_lag_seconds)
 $$;
 
+-- GET /api/v1/consumer-groups/{group}, one page (issue 44): v1 built one object per (partition, group) row of
+-- the group in one answer, at 1,000,000 partitions 30 s. A page is p_limit cursor rows of the group after
+-- partition id p_after, read in (consumer_group, partition_id) order from partition_consumers_group_partition_idx
+-- (never sorted out of the group's rows), each with one probe of its partition, its queue and its oldest
+-- unconsumed message. Same shape as v1 ({"<queue>": {"partitions": [...]}}, partitions in id order), each
+-- queue object with "nextCursor" (the page's last partition id when the page is full, else null: pass it as
+-- p_after for the next page; the same on every queue object of the page), "total" (the group's partitions in
+-- that queue as the stats job last counted them, null before its first run) and "estimated": true (for
+-- "total").
+CREATE OR REPLACE FUNCTION queen.consumer_group_detail_v2(p_group text, p_after uuid, p_limit integer)
+RETURNS jsonb
+LANGUAGE sql STABLE
+SET enable_seqscan = off
+SET enable_sort = off
+SET enable_bitmapscan = off
+AS $$
+    WITH page AS MATERIALIZED (
+        SELECT pc.partition_id, pc.worker_id, pc.last_consumed_at, pc.total_messages_consumed,
+               pc.last_consumed_seq, pc.lease_expires_at
+        FROM queen.partition_consumers pc
+        WHERE pc.consumer_group = p_group
+          AND pc.partition_id > coalesce(p_after, '00000000-0000-0000-0000-000000000000'::uuid)
+        ORDER BY pc.consumer_group, pc.partition_id
+        LIMIT p_limit
+    ), next AS (
+        SELECT CASE WHEN count(*) >= p_limit THEN (array_agg(partition_id ORDER BY partition_id DESC))[1]::text
+               END AS cursor
+        FROM page
+    ), rows AS (
+        SELECT page.*, pt.name AS partition_name, q.id AS queue_id, q.name AS queue_name,
+               greatest(pt.last_seq - page.last_consumed_seq, 0) AS offset_lag,
+               (SELECT m.created_at FROM queen.messages m
+                WHERE m.partition_id = page.partition_id AND m.seq > page.last_consumed_seq
+                ORDER BY m.seq LIMIT 1) AS oldest_unconsumed_at
+        FROM page
+        JOIN queen.partitions pt ON pt.id = page.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+    )
+    SELECT coalesce(jsonb_object_agg(t.queue_name, jsonb_build_object(
+               'partitions', t.parts, 'total', g.partitions, 'estimated', true,
+               'nextCursor', (SELECT cursor FROM next))), '{}'::jsonb)
+    FROM (SELECT queue_id, queue_name, jsonb_agg(jsonb_build_object(
+              'partition', partition_name, 'partitionId', partition_id, 'workerId', worker_id,
+              'lastConsumedAt', queen.iso_ms(last_consumed_at), 'totalConsumed', total_messages_consumed,
+              'offset', last_consumed_seq, 'offsetLag', offset_lag,
+              'timeLagSeconds', coalesce(extract(epoch FROM now() - oldest_unconsumed_at), 0)::bigint,
+              'leaseActive', lease_expires_at IS NOT NULL AND lease_expires_at > now())
+              ORDER BY partition_id) AS parts
+          FROM rows GROUP BY queue_id, queue_name) t
+    LEFT JOIN queen.queue_group_stats g ON g.queue_id = t.queue_id AND g.consumer_group = p_group
+$$;
+
+-- GET /api/v1/consumer-groups/lagging, one page (issue 44): v1 read every cursor of every group (the
+-- queen.consumer_lag view) to sort them all by lag. A page walks the cursor rows after (p_after_group,
+-- p_after_partition) in (consumer_group, partition_id) order on partition_consumers_group_partition_idx, each
+-- with a probe of its partition and, when it is behind the partition's last offset, of its oldest unconsumed
+-- message, and stops at p_limit rows lagging at least p_min_lag_seconds or after p_budget cursor rows. The
+-- rows are v1's, most lagging first within the page. Returns {"rows": [...], "nextCursor": [group, partition
+-- id] of the last row read when the page stopped at p_limit or p_budget, else null}.
+CREATE OR REPLACE FUNCTION queen.consumer_groups_lagging_v2(p_min_lag_seconds integer, p_after_group text,
+                                                            p_after_partition uuid, p_limit integer,
+                                                            p_budget integer)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET enable_seqscan = off
+SET enable_bitmapscan = off
+SET enable_sort = off
+SET enable_hashjoin = off
+SET enable_mergejoin = off
+AS $$
+DECLARE
+    v_group text := coalesce(p_after_group, '');
+    v_partition uuid := coalesce(p_after_partition, '00000000-0000-0000-0000-000000000000'::uuid);
+    v_rows jsonb;
+    v_count integer;
+    v_last jsonb;
+    v_next jsonb;
+BEGIN
+    -- one pipelined walk: the nested loops probe row after row and stop at the p_limit-th lagging one
+    SELECT jsonb_agg(l.item ORDER BY l.oldest_unconsumed_at, l.n), count(*),
+           (array_agg(jsonb_build_array(l.consumer_group, l.partition_id) ORDER BY l.n DESC))[1]
+    INTO v_rows, v_count, v_last
+    FROM (
+        SELECT s.n, s.consumer_group, s.partition_id, o.created_at AS oldest_unconsumed_at,
+               jsonb_build_object(
+                   'consumer_group', s.consumer_group, 'queue_name', q.name, 'partition_name', pt.name,
+                   'partition_id', s.partition_id, 'worker_id', s.worker_id,
+                   'offset_lag', greatest(pt.last_seq - s.last_consumed_seq, 0),
+                   'time_lag_seconds', extract(epoch FROM now() - o.created_at)::bigint,
+                   'lag_hours', round((extract(epoch FROM now() - o.created_at) / 3600.0)::numeric, 2),
+                   'oldest_unconsumed_at', queen.iso_ms(o.created_at),
+                   'last_consumed_at', queen.iso_ms(s.last_consumed_at)) AS item
+        FROM (SELECT pc.consumer_group, pc.partition_id, pc.worker_id, pc.last_consumed_seq, pc.last_consumed_at,
+                     row_number() OVER (ORDER BY pc.consumer_group, pc.partition_id) AS n
+              FROM queen.partition_consumers pc
+              WHERE (pc.consumer_group, pc.partition_id) > (v_group, v_partition)
+              ORDER BY pc.consumer_group, pc.partition_id
+              LIMIT p_budget) s
+        JOIN queen.partitions pt ON pt.id = s.partition_id
+        JOIN queen.queues q ON q.id = pt.queue_id
+        CROSS JOIN LATERAL (SELECT m.created_at FROM queen.messages m
+                            WHERE m.partition_id = s.partition_id AND m.seq > s.last_consumed_seq
+                            ORDER BY m.seq LIMIT 1) o
+        WHERE pt.last_seq > s.last_consumed_seq
+          AND o.created_at <= now() - make_interval(secs => p_min_lag_seconds)
+        LIMIT p_limit
+    ) l;
+    IF v_count >= p_limit THEN
+        v_next := v_last;
+    ELSE  -- the page read its whole budget when a p_budget-th cursor row exists: the next page starts there
+        SELECT jsonb_build_array(pc.consumer_group, pc.partition_id) INTO v_next
+        FROM queen.partition_consumers pc
+        WHERE (pc.consumer_group, pc.partition_id) > (v_group, v_partition)
+        ORDER BY pc.consumer_group, pc.partition_id
+        OFFSET p_budget - 1 LIMIT 1;
+    END IF;
+    RETURN jsonb_build_object('rows', coalesce(v_rows, '[]'::jsonb), 'nextCursor', v_next);
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION queen.consumer_group_delete_v1(p_group text, p_queue text, p_delete_metadata boolean)
 RETURNS jsonb
 LANGUAGE plpgsql AS $$
