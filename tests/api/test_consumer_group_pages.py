@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import psycopg
 
 from helpers import unique
 
@@ -36,6 +37,11 @@ def test_group_detail_pages_cover_every_partition_once(broker: Any) -> None:
         assert whole[queue]["nextCursor"] is None and whole[queue]["estimated"] is True
         assert len(whole[queue]["partitions"]) == PARTITIONS
         assert {p["offsetLag"] for p in whole[queue]["partitions"]} == {1}
+        # the queue's total lag, as the stats job counts it (the console shows it beside one page)
+        assert broker.database_url is not None
+        with psycopg.connect(broker.database_url, autocommit=True) as conn:
+            conn.execute("SELECT queen.stats_refresh_v1(false)")
+        assert http.get(f"/api/v1/consumer-groups/{group}").json()[queue]["offsetLag"] == PARTITIONS
 
         seen: list[str] = []
         cursor = None

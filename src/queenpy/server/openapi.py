@@ -828,7 +828,8 @@ _DESCRIPTIONS = {
     ): "An unknown group answers `{}` (the original: an empty body). One page of at most `limit` of the "
     "group's partitions (default 1,000) in partition id order after `cursor`; each queue object carries "
     "`nextCursor` (the next page's `cursor`, also the `X-Next-Cursor` header; null on the last page), "
-    "`total` (the group's partitions in that queue as the stats job last counted them: `estimated` is true).",
+    "`total` and `offsetLag` (the group's partitions in that queue and their summed offset lag, as the stats "
+    "job last counted them: `estimated` is true).",
 }
 
 # operations that answer something other than JSON: (method, path) -> responses

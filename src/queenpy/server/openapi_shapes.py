@@ -736,6 +736,7 @@ RESULTS: dict[tuple[str, str], Schema] = {
                 # one page (issue 44): the next page's cursor (null on the last), the stats job's count
                 nextCursor=nullable(UUID),
                 total=nullable(INT),
+                offsetLag=nullable(INT),
                 estimated=BOOL,
                 partitions=array(
                     obj(

@@ -87,6 +87,14 @@ QC.url = function (path, params) {
 QC.seg = (value) => encodeURIComponent(value);
 
 /* ---------- formatting ---------- */
+// A consumer group's offset lag on one queue from its detail (GET /api/v1/consumer-groups/{group}): the sum
+// over the listed partitions when the page holds them all (exact, current), else the stats job's total
+// (the detail lists one page of partitions; the total is as of the job's last run).
+QC.groupLag = (value) => {
+  const parts = value?.partitions || [];
+  const sum = parts.reduce((s, p) => s + (Number(p.offsetLag) || 0), 0);
+  return value?.nextCursor && value.offsetLag !== null && value.offsetLag !== undefined ? value.offsetLag : sum;
+};
 QC.num = (n) => (n === null || n === undefined || n === "" ? "—" : Number(n).toLocaleString("en-US"));
 QC.rate = (n) => (n === null || n === undefined ? "—" : Number(n).toLocaleString("en-US", { maximumFractionDigits: 1 }));
 QC.time = function (iso) {

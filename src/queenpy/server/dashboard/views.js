@@ -196,7 +196,7 @@ document.addEventListener("alpine:init", () => {
           const details = await Promise.all(mine.map((g) => QC.get(`/api/v1/consumer-groups/${QC.seg(g.name)}`)));
           return mine.map((g, i) => {
             const parts = details[i]?.[this.name]?.partitions || [];
-            return { ...g, offsetLag: parts.reduce((sum, p) => sum + (Number(p.offsetLag) || 0), 0), parts };
+            return { ...g, offsetLag: QC.groupLag(details[i]?.[this.name]), parts };
           });
         }),
       ]);
@@ -274,7 +274,7 @@ document.addEventListener("alpine:init", () => {
     queues() {
       return Object.entries(this.detail.data || {}).map(([queue, value]) => ({
         queue, partitions: value.partitions || [],
-        offsetLag: (value.partitions || []).reduce((s, p) => s + (Number(p.offsetLag) || 0), 0),
+        offsetLag: QC.groupLag(value),
       }));
     },
     async seek(queue, toEnd) {

@@ -292,7 +292,7 @@ AS $$
         JOIN queen.queues q ON q.id = pt.queue_id
     )
     SELECT coalesce(jsonb_object_agg(t.queue_name, jsonb_build_object(
-               'partitions', t.parts, 'total', g.partitions, 'estimated', true,
+               'partitions', t.parts, 'total', g.partitions, 'offsetLag', g.offset_lag, 'estimated', true,
                'nextCursor', (SELECT cursor FROM next))), '{}'::jsonb)
     FROM (SELECT queue_id, queue_name, jsonb_agg(jsonb_build_object(
               'partition', partition_name, 'partitionId', partition_id, 'workerId', worker_id,
