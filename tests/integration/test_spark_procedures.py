@@ -190,6 +190,15 @@ def test_range_read_v2_returns_several_ranges_as_columns(db_url: str) -> None:
         assert [orjson.loads(t) for t in rows[0][6]] == [[1], [2]]  # payloads as JSON text, in offset order
         assert rows[1][5] == ["a0", "a1"] and rows[1][10] == []  # transaction ids; nothing encrypted
         assert all(isinstance(us, int) and us > 1_700_000_000_000_000 for us in rows[1][7])
+        # version 4 (the broker's binary read): the same ranges, the payloads as one text with their lengths,
+        # the rows in any order (the caller sorts them by range_index)
+        rows = conn.execute(
+            "SELECT * FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], %s::bigint[]) ORDER BY range_index",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2]),
+        ).fetchall()
+        assert [(r[0], r[2], r[3], r[4]) for r in rows] == [(1, "b", "r2", [2, 3]), (3, "a", "r2", [1, 2])]
+        assert (rows[0][6], rows[0][7]) == ("[1][2]", [3, 3])
+        assert rows[1][5] == ["a0", "a1"] and rows[1][11] == []  # nothing encrypted (offsets when some are)
 
 
 def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: str) -> None:
@@ -376,7 +385,7 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
 
 def push_direct(
     conn: psycopg.Connection[Any],
-    rows: list[tuple[str, str | None, str]],
+    rows: list[tuple[str, str | None, str | None]],
     *,
     batch: int = 0,
     task: int = 0,
@@ -385,11 +394,13 @@ def push_direct(
     queue: str = "dstd",
     stale_ok: bool = False,
 ) -> Any:
-    """One chunk of a direct write task: rows (partition, transactionId, payload text)."""
+    """One chunk of a direct write task (spark_push_direct_v3, the broker's): rows (partition, transactionId,
+    payload text or None)."""
     names = sorted({p for p, _, _ in rows})
+    payloads = [None if d is None else d.encode() for _, _, d in rows]
     row = conn.execute(
-        "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
-        "%s::uuid[], %s::text[], NULL, false, %s)::text",
+        "SELECT queen.spark_push_direct_v3(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
+        "%s::uuid[], %s::bytea, %s::int[], NULL, false, %s)::text",
         (
             query,
             batch,
@@ -400,7 +411,8 @@ def push_direct(
             [names.index(p) for p, _, _ in rows],
             [t for _, t, _ in rows],
             [None] * len(rows),
-            [d for _, _, d in rows],
+            b"".join(d for d in payloads if d is not None),
+            [-1 if d is None else len(d) for d in payloads],
             stale_ok,
         ),
     ).fetchone()
