@@ -517,3 +517,22 @@ def test_direct_push_into_a_capped_queue_fails_rather_than_dropping(db_url: str)
         assert stored_in(conn, "cappedd") == []
         ok = push_direct(conn, [("p", f"c{i}", str(i)) for i in range(2)], query="qc", queue="cappedd")
         assert ok["pushed"] == 2
+        assert [(seq, payload) for _, seq, _, payload in stored_in(conn, "cappedd")] == [(1, 0), (2, 1)]
+
+
+def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_lengths(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = [("p", "b1", None), ("p", "b2", '{"é": "ü"}'), ("q", "b3", "[1, 2]")]
+        assert push_direct(conn, rows, query="qb", queue="bytesd")["pushed"] == 3
+        assert [(n, s, p) for n, s, _, p in stored_in(conn, "bytesd")] == [
+            ("p", 1, None),
+            ("p", 2, {"é": "ü"}),
+            ("q", 1, [1, 2]),
+        ]
+        with pytest.raises(psycopg.Error, match="do not add up"):
+            conn.execute(
+                "SELECT queen.spark_push_direct_v3('qb', 1, 0, 't', 'bytesd', ARRAY['p'], ARRAY[0], "
+                "ARRAY['b9'], ARRAY[NULL]::uuid[], '\\x7b7d'::bytea, ARRAY[3], NULL, false, false)"
+            )
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            push_direct(conn, [("p", "b8", "{oops")], query="qb", batch=2, queue="bytesd")
