@@ -9,6 +9,7 @@ import orjson
 import psycopg
 import pytest
 
+from queenpy.bench.core import BULK_LOAD
 from queenpy.services.jobs import RetentionJob
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
@@ -536,3 +537,41 @@ def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_length
             )
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
             push_direct(conn, [("p", "b8", "{oops")], query="qb", batch=2, queue="bytesd")
+
+
+def test_a_page_read_and_a_push_chunk_of_1kb_messages_write_no_temporary_file(db_url: str) -> None:
+    """spark_read_v4 and spark_push_direct_v3 keep a reader's page (50 ranges, 10,000 messages) and a 4 MB
+    push chunk in memory: their predecessors spilled them (a sort, a tuplestore) past work_mem."""
+    payload = orjson.dumps({"k": "x" * 1014}).decode()
+    names = [f"p{i}" for i in range(50)]
+
+    def temp_bytes(conn: psycopg.Connection[Any]) -> int:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT queen.create_partitions_v1(%s, %s)", (["spill"] * 50, names))
+        load = BULK_LOAD.replace("$1", "%(queue)s").replace("$2", "%(n)s").replace("$3", "%(payload)s")
+        conn.execute(load, {"queue": "spill", "n": 200, "payload": payload})
+        ids = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                "WHERE q.name = 'spill' ORDER BY p.id"
+            ).fetchall()
+        ]
+        before = temp_bytes(conn)
+        rows = conn.execute(
+            "SELECT range_index, cardinality(offsets) FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], "
+            "%s::bigint[])",
+            (ids, [0] * 50, [200] * 50),
+        ).fetchall()
+        assert sorted(rows) == [(i, 200) for i in range(1, 51)]
+        chunk = [(names[i * 50 // 3700], f"s{i}", payload) for i in range(3700)]
+        assert push_direct(conn, chunk, query="qs", queue="spill-out")["pushed"] == 3700
+        assert temp_bytes(conn) == before
