@@ -1,7 +1,7 @@
 -- The Spark copy's read and direct push, version 3/4 (issue 42: what PostgreSQL spends on a copied message
 -- beyond a push's insert; figures in benchmarks/journal/2026-11.md).
 
--- spark_read_v3 without its two avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them for a page of
+-- spark_read_v3 without its avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them for a page of
 -- 10,000 messages of 1 KB over 50 ranges:
 --   * the final ORDER BY of the ranges sorted the wide rows (10 MB of payload text) and, past work_mem, spilled
 --     them to a temporary file (external merge): a quarter of the call. The rows come in input order here and
