@@ -9,6 +9,7 @@ import orjson
 import psycopg
 import pytest
 
+from queenpy.bench.core import BULK_LOAD
 from queenpy.services.jobs import RetentionJob
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
@@ -190,6 +191,15 @@ def test_range_read_v2_returns_several_ranges_as_columns(db_url: str) -> None:
         assert [orjson.loads(t) for t in rows[0][6]] == [[1], [2]]  # payloads as JSON text, in offset order
         assert rows[1][5] == ["a0", "a1"] and rows[1][10] == []  # transaction ids; nothing encrypted
         assert all(isinstance(us, int) and us > 1_700_000_000_000_000 for us in rows[1][7])
+        # version 4 (the broker's binary read): the same ranges, the payloads as one text with their lengths,
+        # the rows in any order (the caller sorts them by range_index)
+        rows = conn.execute(
+            "SELECT * FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], %s::bigint[]) ORDER BY range_index",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2]),
+        ).fetchall()
+        assert [(r[0], r[2], r[3], r[4]) for r in rows] == [(1, "b", "r2", [2, 3]), (3, "a", "r2", [1, 2])]
+        assert (rows[0][6], rows[0][7]) == ("[1][2]", [3, 3])
+        assert rows[1][5] == ["a0", "a1"] and rows[1][11] == []  # nothing encrypted (offsets when some are)
 
 
 def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: str) -> None:
@@ -376,7 +386,7 @@ def test_pipelined_commit_records_the_batch_then_applies_it_once_in_batch_order(
 
 def push_direct(
     conn: psycopg.Connection[Any],
-    rows: list[tuple[str, str | None, str]],
+    rows: list[tuple[str, str | None, str | None]],
     *,
     batch: int = 0,
     task: int = 0,
@@ -385,11 +395,13 @@ def push_direct(
     queue: str = "dstd",
     stale_ok: bool = False,
 ) -> Any:
-    """One chunk of a direct write task: rows (partition, transactionId, payload text)."""
+    """One chunk of a direct write task (spark_push_direct_v3, the broker's): rows (partition, transactionId,
+    payload text or None)."""
     names = sorted({p for p, _, _ in rows})
+    payloads = [None if d is None else d.encode() for _, _, d in rows]
     row = conn.execute(
-        "SELECT queen.spark_push_direct_v1(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
-        "%s::uuid[], %s::text[], NULL, false, %s)::text",
+        "SELECT queen.spark_push_direct_v3(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
+        "%s::uuid[], %s::bytea, %s::int[], NULL, false, %s)::text",
         (
             query,
             batch,
@@ -400,7 +412,8 @@ def push_direct(
             [names.index(p) for p, _, _ in rows],
             [t for _, t, _ in rows],
             [None] * len(rows),
-            [d for _, _, d in rows],
+            b"".join(d for d in payloads if d is not None),
+            [-1 if d is None else len(d) for d in payloads],
             stale_ok,
         ),
     ).fetchone()
@@ -505,3 +518,60 @@ def test_direct_push_into_a_capped_queue_fails_rather_than_dropping(db_url: str)
         assert stored_in(conn, "cappedd") == []
         ok = push_direct(conn, [("p", f"c{i}", str(i)) for i in range(2)], query="qc", queue="cappedd")
         assert ok["pushed"] == 2
+        assert [(seq, payload) for _, seq, _, payload in stored_in(conn, "cappedd")] == [(1, 0), (2, 1)]
+
+
+def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_lengths(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        rows = [("p", "b1", None), ("p", "b2", '{"é": "ü"}'), ("q", "b3", "[1, 2]")]
+        assert push_direct(conn, rows, query="qb", queue="bytesd")["pushed"] == 3
+        assert [(n, s, p) for n, s, _, p in stored_in(conn, "bytesd")] == [
+            ("p", 1, None),
+            ("p", 2, {"é": "ü"}),
+            ("q", 1, [1, 2]),
+        ]
+        with pytest.raises(psycopg.Error, match="do not add up"):
+            conn.execute(
+                "SELECT queen.spark_push_direct_v3('qb', 1, 0, 't', 'bytesd', ARRAY['p'], ARRAY[0], "
+                "ARRAY['b9'], ARRAY[NULL]::uuid[], '\\x7b7d'::bytea, ARRAY[3], NULL, false, false)"
+            )
+        with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+            push_direct(conn, [("p", "b8", "{oops")], query="qb", batch=2, queue="bytesd")
+
+
+def test_a_page_read_and_a_push_chunk_of_1kb_messages_write_no_temporary_file(db_url: str) -> None:
+    """spark_read_v4 and spark_push_direct_v3 keep a reader's page (50 ranges, 10,000 messages) and a 4 MB
+    push chunk in memory: their predecessors spilled them (a sort, a tuplestore) past work_mem."""
+    payload = orjson.dumps({"k": "x" * 1014}).decode()
+    names = [f"p{i}" for i in range(50)]
+
+    def temp_bytes(conn: psycopg.Connection[Any]) -> int:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT temp_bytes FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT queen.create_partitions_v1(%s, %s)", (["spill"] * 50, names))
+        load = BULK_LOAD.replace("$1", "%(queue)s").replace("$2", "%(n)s").replace("$3", "%(payload)s")
+        conn.execute(load, {"queue": "spill", "n": 200, "payload": payload})
+        ids = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+                "WHERE q.name = 'spill' ORDER BY p.id"
+            ).fetchall()
+        ]
+        before = temp_bytes(conn)
+        rows = conn.execute(
+            "SELECT range_index, cardinality(offsets) FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], "
+            "%s::bigint[])",
+            (ids, [0] * 50, [200] * 50),
+        ).fetchall()
+        assert sorted(rows) == [(i, 200) for i in range(1, 51)]
+        chunk = [(names[i * 50 // 3700], f"s{i}", payload) for i in range(3700)]
+        assert push_direct(conn, chunk, query="qs", queue="spill-out")["pushed"] == 3700
+        assert temp_bytes(conn) == before

@@ -129,8 +129,9 @@ async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos:
     ``data``), then every range's payloads, concatenated in order (UTF-8 JSON texts). The payloads pass
     through as bytes: no JSON string per message to escape here and unescape in the connector."""
     rows = await worker.database.fetch(
-        "SELECT * FROM queen.spark_read_v3($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
+        "SELECT * FROM queen.spark_read_v4($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
     )
+    rows.sort(key=lambda row: int(row["range_index"]))  # spark_read_v4 leaves the order to its caller
     out, blobs = [], []
     for row in rows:
         blob: bytes = row["payload_text"].encode()
@@ -140,8 +141,10 @@ async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos:
             for length in lengths:
                 pieces.append(blob[position : position + length])
                 position += length
-            for n in row["encrypted"]:
-                pieces[n - 1] = orjson.dumps(worker.cipher.decrypt(orjson.loads(pieces[n - 1])))
+            place = {offset: i for i, offset in enumerate(row["offsets"])}
+            for offset in row["encrypted"]:  # offsets of the encrypted payloads
+                i = place[offset]
+                pieces[i] = orjson.dumps(worker.cipher.decrypt(orjson.loads(pieces[i])))
             lengths = [len(piece) for piece in pieces]
             blob = b"".join(pieces)
         blobs.append(blob)
@@ -242,7 +245,7 @@ async def spark_push(request: Request) -> Response:
     same JSON object with ``dataBytes`` (each payload's length in bytes, -1 for none) instead of ``data``,
     then the payloads' UTF-8 texts, concatenated: they pass through to PostgreSQL as bytes (no JSON string per
     row to unescape here). Answers ``{"success", "committed", "stale", "pushed", "duplicates"}``
-    (procedures/110_spark_rows.sql, spark_push_direct_v1); a row that is not JSON text is a 400 and nothing of
+    (procedures/115_spark_copy.sql, spark_push_direct_v3); a row that is not JSON text is a 400 and nothing of
     the request is stored."""
     worker = worker_of(request)
     blob: bytes | None = None
@@ -314,49 +317,37 @@ async def spark_push(request: Request) -> Response:
     claims = getattr(request.state, "claims", None) or {}
     sub = claims.get("sub") or None
     stale_ok = bool(body.get("staleOk", False))
+    if blob is None:  # JSON texts (encrypted here when the queue asks for it) as the bytes of a binary body
+        if encrypted and worker.cipher is not None:
+            cipher = worker.cipher
+            data = [
+                None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
+                for i, d in enumerate(data)
+            ]
+        encoded = [None if d is None else d.encode() for d in data]
+        blob = b"".join(e for e in encoded if e is not None)
+        lengths = [-1 if e is None else len(e) for e in encoded]
+    else:
+        lengths = body["dataBytes"]
     try:
-        if blob is not None:
-            text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
-                "$8::text[], $9::uuid[], $10::bytea, $11::integer[], $12, $13)::text",
-                key["queryId"],
-                key["batchId"],
-                task,
-                token,
-                queue,
-                partitions,
-                indexes,
-                transaction_ids,
-                trace_ids,
-                blob,
-                body["dataBytes"],
-                sub,
-                stale_ok,
-            )
-        else:
-            if encrypted and worker.cipher is not None:
-                cipher = worker.cipher
-                data = [
-                    None if d is None else orjson.dumps(cipher.encrypt(_json_text(d, i))).decode()
-                    for i, d in enumerate(data)
-                ]
-            text = await worker.database.fetchval(
-                "SELECT queen.spark_push_direct_v1($1, $2, $3, $4, $5, $6::text[], $7::integer[], "
-                "$8::text[], $9::uuid[], $10::text[], $11, $12, $13)::text",
-                key["queryId"],
-                key["batchId"],
-                task,
-                token,
-                queue,
-                partitions,
-                indexes,
-                transaction_ids,
-                trace_ids,
-                data,
-                sub,
-                encrypted,
-                stale_ok,
-            )
+        text = await worker.database.fetchval(
+            "SELECT queen.spark_push_direct_v3($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+            "$9::uuid[], $10::bytea, $11::integer[], $12, $13, $14)::text",
+            key["queryId"],
+            key["batchId"],
+            task,
+            token,
+            queue,
+            partitions,
+            indexes,
+            transaction_ids,
+            trace_ids,
+            blob,
+            lengths,
+            sub,
+            encrypted,
+            stale_ok,
+        )
     except asyncpg.exceptions.DataError as exc:
         raise InvalidRequest(
             f"data: a row is not JSON text that PostgreSQL's jsonb can store: {exc}"
