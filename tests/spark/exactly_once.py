@@ -99,9 +99,11 @@ def copy_query(
     *,
     drain: bool,
     commit: str = "sync",
+    stage_batch_size: int = 10_000,
 ) -> StreamingQuery:
     """Start the copy: ``source`` → ``target`` keeping partitions, availableNow if ``drain`` else every 500
-    ms; ``commit`` is the sink's commit mode (``sync`` | ``pipelined`` | ``direct``)."""
+    ms; ``commit`` is the sink's commit mode (``sync`` | ``pipelined`` | ``direct``); ``stage_batch_size``
+    the most rows per sink request (the sink's ``stageBatchSize``)."""
     reader = (
         spark.readStream.format("queen")
         .option("url", url)
@@ -117,6 +119,7 @@ def copy_query(
         .option("url", url)
         .option("queue", target)
         .option("commit", commit)
+        .option("stageBatchSize", str(stage_batch_size))
         .option("checkpointLocation", checkpoint)
         .queryName("copy")
     )
@@ -142,6 +145,7 @@ def run_driver(args: argparse.Namespace) -> int:
         args.max_per_trigger,
         drain=args.drain,
         commit=args.commit,
+        stage_batch_size=args.stage_batch_size,
     )
     query.awaitTermination()
     error = query.exception()
@@ -427,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument(
         "--commit", choices=("sync", "pipelined", "direct"), default="sync", help="the sink's commit mode"
+    )
+    parser.add_argument(
+        "--stage-batch-size", type=int, default=10_000, help="most rows per sink request (stageBatchSize)"
     )
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--source", default="")

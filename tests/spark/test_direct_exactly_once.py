@@ -70,6 +70,10 @@ def driver(
         str(PER_TRIGGER),
         "--commit",
         "direct",
+        # small sink requests: a task pushes its rows in several requests, so a kill that sees pushed rows
+        # lands while tasks still run far more often than when each task pushes once
+        "--stage-batch-size",
+        "200",
     ]
     with log.open("ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
