@@ -79,10 +79,11 @@ def _lagging_cursor(raw: str | None) -> tuple[str | None, str | None]:
 
 async def group_detail(request: Request) -> Response:
     """``GET /api/v1/consumer-groups/{group}?limit=1000&cursor``: ``{"<queue>": {"partitions": [...],
-    "nextCursor", "total", "estimated": true}}``, one page of at most ``limit`` of the group's partitions in
-    partition id order after ``cursor`` (a partition id: the previous page's ``nextCursor``, also sent as
-    the ``X-Next-Cursor`` header); ``nextCursor`` is null on the last page, ``total`` is the stats job's
-    count of the group's partitions in that queue (estimated). A bad ``cursor`` or ``limit`` answers 400."""
+    "nextCursor", "total", "offsetLag", "estimated": true}}``, one page of at most ``limit`` of the group's
+    partitions in partition id order after ``cursor`` (a partition id: the previous page's ``nextCursor``,
+    also sent as the ``X-Next-Cursor`` header); ``nextCursor`` is null on the last page, ``total`` and
+    ``offsetLag`` are the stats job's count of the group's partitions in that queue and their summed lag
+    (estimated). A bad ``cursor`` or ``limit`` answers 400."""
     group = v.check_name(request.path_params["group"], "consumerGroup")
     q = request.query_params
     limit = v.query_int(q, "limit", 1000, minimum=1, maximum=10_000)
