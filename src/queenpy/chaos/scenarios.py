@@ -57,6 +57,10 @@ def brokers(*processes: BrokerProcess) -> Iterator[None]:
             process.stop()
 
 
+#: most broker kills of kill-broker-tx before one lands while a hand-off is in flight
+KILL_TRIES = 3
+
+
 def handoff_transaction(message: dict[str, Any], target: str) -> dict[str, Any]:
     """The recipe's hand-off of a popped ``message`` (group ``chaos``) as one client transaction: ack it
     (its lease required) and push ``h-<transactionId>`` to the same partition of ``target``."""
@@ -364,6 +368,7 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
     seen = HandOffs()
     ledger = seen.ledger
     largest_group = [0]  # most operations seen in one fused transaction call
+    kills = [0]
     stopping = asyncio.Event()
 
     async def watch_groups() -> None:
@@ -393,9 +398,16 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
         ] + [asyncio.create_task(watch_groups())]
         try:
             await asyncio.sleep(profile.warmup_s)
-            broker.kill()
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(broker.start)
+            # a kill when every worker waits in a long-poll pop interrupts no transaction: kill again (up to
+            # KILL_TRIES times, 2 s of load apart) until a hand-off had to be sent again
+            for attempt in range(1, KILL_TRIES + 1):
+                kills[0] = attempt
+                broker.kill()
+                await asyncio.sleep(1.0)
+                await asyncio.to_thread(broker.start)
+                if seen.retried:
+                    break
+                await asyncio.sleep(2.0)
             await asyncio.sleep(profile.handoff_after_s)
             for producer in producers:
                 producer.stop(give_up_s=profile.drain_s / 2)
@@ -433,8 +445,9 @@ async def kill_broker_transactions(ctx: Context, result: Result) -> None:
         largest_group[0] > 2,
     )
     result.check(
-        f"hand-offs sent again after the kill: {len(seen.retried)} ({sum(seen.refusals.values())} refused on "
-        f"a retry, {dict(seen.refusals)}: committed before, or their lease ran out and they came back)",
+        f"hand-offs sent again after {kills[0]} kill(s): {len(seen.retried)} ({sum(seen.refusals.values())} "
+        f"refused on a retry, {dict(seen.refusals)}: committed before, or their lease ran out and they came "
+        f"back)",
         len(seen.retried) > 0,
     )
     result.check(
