@@ -27,12 +27,17 @@ def rows_removed(plan: dict[str, Any]) -> int:
     return int(plan.get("Rows Removed by Filter", 0)) + sum(rows_removed(p) for p in plan.get("Plans", []))
 
 
-def test_wildcard_pop_skips_the_partitions_a_group_emptied_in_the_seeded_queue(db_url: str) -> None:
+def seed_wide(db_url: str) -> None:
+    """Queue ``wide``: PARTITIONS partitions seeded by the scale kind's own SQL (``scale._seed``)."""
     sql = Sql(db_url)
     try:
         scale._seed(SimpleNamespace(sql=sql, log=lambda line: None), "wide", PARTITIONS, scale.STORED)  # type: ignore[arg-type]
     finally:
         sql.close()
+
+
+def test_wildcard_pop_skips_the_partitions_a_group_emptied_in_the_seeded_queue(db_url: str) -> None:
+    seed_wide(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
         queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'wide'").fetchone()[0]  # type: ignore[index]
         # group g0 has read and acked the first half of the partitions (in the scan's order) to their end
@@ -122,11 +127,7 @@ def test_consumer_group_pages_read_a_page_not_the_group(db_url: str) -> None:
     """The consumer-group detail and lagging routes' pages (queen.consumer_group_detail_v2,
     queen.consumer_groups_lagging_v2) read about as much at 4,000 partitions x 10 groups as a page needs; v1
     read every cursor of the group (detail) or of every group (lagging)."""
-    sql = Sql(db_url)
-    try:
-        scale._seed(SimpleNamespace(sql=sql, log=lambda line: None), "wide", PARTITIONS, scale.STORED)  # type: ignore[arg-type]
-    finally:
-        sql.close()
+    seed_wide(db_url)
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("ANALYZE")
         conn.execute("UPDATE queen.messages SET created_at = created_at - interval '1 day'")  # all lag a day
