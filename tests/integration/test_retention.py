@@ -354,8 +354,8 @@ def test_partition_cleanup_removes_empty_idle_partitions_with_their_cursors(
     )
     conn.execute(
         "UPDATE queen.partitions SET created_at = now() - interval '2 days', "
-        "last_activity = now() - interval '2 days'"
-    )
+        "last_activity = now() - interval '2 days', last_message_at = now() - interval '2 days'"
+    )  # as pushes two days ago left them (a push sets both times)
     conn.execute(
         "UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "
         "last_consumed_at = now() - interval '2 days'"
@@ -388,7 +388,8 @@ def test_partition_cleanup_records_the_deletions_the_stats_job_has_not_seen(
     age(conn, "swept", 7, partition="p")
     conn.execute(
         "UPDATE queen.partitions SET created_at = now() - interval '2 days', "
-        "last_activity = now() - interval '2 days' WHERE name = 'p'"
+        "last_activity = now() - interval '2 days', last_message_at = now() - interval '2 days' "
+        "WHERE name = 'p'"
     )
     conn.execute(
         "UPDATE queen.partition_consumers SET created_at = now() - interval '2 days', "

@@ -175,7 +175,7 @@ class RetentionJob(Job):
         while True:
             step = await _json(
                 database,
-                "SELECT queen.partition_cleanup_v1($1, $2)::text",
+                "SELECT queen.partition_cleanup_v2($1, $2)::text",
                 settings.partition_cleanup_days * _DAY_S,
                 CLEANUP_PER_STEP,
             )

@@ -635,7 +635,7 @@ def _cleanup(sql: Sql, queue_id: str) -> dict[str, Any]:
     before = int(sql.fetchval(IDLE_LEFT, queue_id))
     removed = steps = 0
     while True:
-        step = _json(sql.fetchval("SELECT queen.partition_cleanup_v1($1, 1000)::text", 30 * 86400.0))
+        step = _json(sql.fetchval("SELECT queen.partition_cleanup_v2($1, 1000)::text", 30 * 86400.0))
         steps += 1
         removed += int(step["partitions"])
         if int(step["partitions"]) == 0:
