@@ -131,6 +131,9 @@ class ServiceSettings:
     messages since its last vacuum, it runs ``VACUUM (SKIP_LOCKED) queen.messages`` itself, which bounds the
     dead space the table carries by rows instead of by delete rate x ``autovacuum_naptime``; 0 (the default)
     leaves vacuuming to autovacuum.
+    ``stats_reconcile_chunk`` (``STATS_RECONCILE_CHUNK``, queenpy's own): the stats job's reconcile, started
+    every ``stats_reconcile_interval_ms``, is a pass over the partitions that adds this many of them to each
+    run (``queen.stats_refresh_v2``), so no reconcile run's cost grows with the partitions stored.
     """
 
     enabled: bool = True
@@ -142,6 +145,7 @@ class ServiceSettings:
     metrics_retention_days: float = 90.0
     stats_interval_ms: int = 10_000
     stats_reconcile_interval_ms: int = 120_000
+    stats_reconcile_chunk: int = 10_000
     stats_history_retention_days: float = 7.0
     retention_vacuum_rows: int = 0
 
@@ -157,6 +161,7 @@ class ServiceSettings:
             metrics_retention_days=_float(env, "METRICS_RETENTION_DAYS", 90.0),
             stats_interval_ms=_int(env, "STATS_INTERVAL_MS", 10_000),
             stats_reconcile_interval_ms=_int(env, "STATS_RECONCILE_INTERVAL_MS", 120_000),
+            stats_reconcile_chunk=max(1, _int(env, "STATS_RECONCILE_CHUNK", 10_000)),
             stats_history_retention_days=_float(env, "STATS_HISTORY_RETENTION_DAYS", 7.0),
             retention_vacuum_rows=_int(env, "RETENTION_VACUUM_ROWS", 0),
         )

@@ -18,6 +18,7 @@ from helpers import call_procedure
 
 TABLES = (
     "messages",
+    "consumer_stats",
     "partitions",
     "partition_consumers",
     "dead_letter_queue",
@@ -264,3 +265,40 @@ def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(
     assert "messages" not in scans, scans
     # 50,000 dead index entries span about 150 leaf pages (and a heap page per entry on a first walk)
     assert buffers < 150, buffers
+
+
+def test_a_v2_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_the_queue(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """One cursor of one group moved among 20,000 consumer rows (2,000 partitions, 10 groups): v1
+    re-aggregated every consumer row of the queue (ten million at a million partitions, every run); v2 adds
+    the changed row's deltas to its group and probes two indexes (journal, issue 44)."""
+    call_procedure(conn, "configure_queue_v1", {"queue": "wide"})
+    conn.execute("""
+        INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
+        SELECT q.id, 'p' || s, 10, now() FROM queen.queues q, generate_series(1, 2000) s
+        WHERE q.name = 'wide'""")
+    conn.execute("""
+        INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq)
+        SELECT p.id, 'g' || g, 5 FROM queen.partitions p, generate_series(1, 10) g WHERE p.name LIKE 'p%'""")
+    conn.execute("ANALYZE")
+    conn.execute("SELECT queen.stats_refresh_v2(true, NULL)")
+    move = (
+        "UPDATE queen.partition_consumers SET last_consumed_seq = last_consumed_seq + 1, "
+        "last_consumed_at = now() "
+        "WHERE consumer_group = 'g3' AND partition_id = (SELECT id FROM queen.partitions WHERE name = 'p7')"
+    )
+    conn.execute(move)
+    _, v1_scans, v1_fetched = measure(conn, "SELECT queen.stats_refresh_v1(false)", ())
+    assert v1_fetched.get("consumer_stats", 0) + 20_000 * v1_scans.get("consumer_stats", 0) >= 20_000
+    conn.execute(move)
+    _, scans, fetched = measure(conn, "SELECT queen.stats_refresh_v2(false, 1000)", ())
+    # (both versions still find their candidates by one filtered scan of partitions, partition_counters and
+    # partition_consumers: the timestamps they filter on carry no index, the hot path writes them)
+    assert "consumer_stats" not in scans, scans
+    # the partition's 10 consumer rows (step 2), one index probe per changed group and per changed queue
+    assert fetched.get("consumer_stats", 0) <= 40, fetched
+    group = conn.execute(
+        "SELECT offset_lag FROM queen.queue_group_stats WHERE consumer_group = 'g3'"
+    ).fetchone()
+    assert group == (2000 * 5 - 2,)

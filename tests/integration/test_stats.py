@@ -1,6 +1,8 @@
-"""The stats job (queen.stats_refresh_v1) and the counters it reads: the numbers equal what counting the
-messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, and a run
-never scans the messages table."""
+"""The stats job (queen.stats_refresh_v1 and v2) and the counters it reads: the numbers equal what counting
+the messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, and a
+run never scans the messages table. Every test runs on both versions (the two v2 tests at the end run twice,
+calling v2 each time): they check that v2's (queue, group) sums kept by deltas equal a re-aggregation, and its
+reconcile pass in chunks."""
 
 from __future__ import annotations
 
@@ -14,6 +16,17 @@ from helpers import call_procedure
 QM = "__QUEUE_MODE__"
 
 
+VERSION = {"current": "v1"}
+V1_KEYS = ("partitions", "consumers", "queues", "groups", "candidates", "full")
+
+
+@pytest.fixture(autouse=True, params=["v1", "v2"])
+def version(request: pytest.FixtureRequest) -> Any:
+    VERSION["current"] = request.param
+    yield request.param
+    VERSION["current"] = "v1"
+
+
 @pytest.fixture
 def conn(db_url: str) -> Any:
     with psycopg.connect(db_url, autocommit=True) as connection:
@@ -21,9 +34,13 @@ def conn(db_url: str) -> Any:
 
 
 def refresh(conn: psycopg.Connection[Any], full: bool = False) -> dict[str, Any]:
-    row = conn.execute("SELECT queen.stats_refresh_v1(%s)", (full,)).fetchone()
+    """One run of the version under test, v1's keys of its answer (v2: a full run is a whole pass at once)."""
+    if VERSION["current"] == "v1":
+        row = conn.execute("SELECT queen.stats_refresh_v1(%s)", (full,)).fetchone()
+    else:
+        row = conn.execute("SELECT queen.stats_refresh_v2(%s, NULL)", (full,)).fetchone()
     assert row is not None
-    return dict(row[0])
+    return {key: row[0][key] for key in V1_KEYS}
 
 
 def partition_id(conn: psycopg.Connection[Any], queue: str, partition: str) -> Any:
@@ -301,3 +318,108 @@ def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
             pushing.close()
         conn.execute("SELECT queen.delete_queue_v1('busy')")  # the stats rows of its partitions go with them
         assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (0,)
+
+
+GROUP_TRUTH = """
+SELECT cs.queue_id, cs.consumer_group, count(*)::integer,
+       (count(*) FILTER (WHERE cs.offset_lag > 0))::integer, sum(cs.offset_lag)::bigint,
+       sum(cs.in_flight)::bigint, count(cs.lease_expires_at)::integer,
+       sum(cs.total_consumed)::bigint, max(cs.last_consumed_at),
+       min(cs.oldest_unconsumed_at) FILTER (WHERE cs.offset_lag > 0)
+FROM queen.consumer_stats cs GROUP BY 1, 2 ORDER BY 1, 2
+"""
+GROUP_KEPT = """
+SELECT queue_id, consumer_group, partitions, partitions_with_lag, offset_lag, in_flight, leases,
+       total_consumed, last_consumed_at, oldest_unconsumed_at
+FROM queen.queue_group_stats ORDER BY 1, 2
+"""
+QUEUE_KEPT = "SELECT queue_id, consumer_groups, max_offset_lag FROM queen.queue_stats ORDER BY 1"
+QUEUE_TRUTH = """
+SELECT q.id,
+       (SELECT count(DISTINCT cs.consumer_group) FROM queen.consumer_stats cs WHERE cs.queue_id = q.id)::int,
+       coalesce((SELECT max(cs.offset_lag) FROM queen.consumer_stats cs WHERE cs.queue_id = q.id), 0)::bigint
+FROM queen.queues q ORDER BY 1
+"""
+
+
+def v2(conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = None) -> dict[str, Any]:
+    row = conn.execute("SELECT queen.stats_refresh_v2(%s, %s)", (full, chunk)).fetchone()
+    assert row is not None
+    return dict(row[0])
+
+
+def test_v2_group_sums_kept_by_deltas_equal_a_re_aggregation(
+    conn: psycopg.Connection[Any], version: str
+) -> None:
+    """Incremental v2 runs add what each rewritten or removed consumer row changed; after every step of
+    pushes, pops (leased and autoAck), acks, a lease that ends, a new group and a deleted one, the kept
+    (queue, group) sums and the queues' group counts and largest lags equal what re-aggregating every row
+    gives."""
+    push = [{"queue": "d", "partition": f"p{n % 4}", "payload": n} for n in range(40)]
+    call_procedure(conn, "push_items_v1", push)
+    v2(conn)  # the first run: exact
+
+    def check(label: str) -> None:
+        done = v2(conn)
+        assert done["exact"] is False, (label, done)
+        assert conn.execute(GROUP_KEPT).fetchall() == conn.execute(GROUP_TRUTH).fetchall(), label
+        assert conn.execute(QUEUE_KEPT).fetchall() == conn.execute(QUEUE_TRUTH).fetchall(), label
+
+    leased = call_procedure(conn, "pop_v1", [{"queue": "d", "partition": "p1", "batch": 4}])[0]["messages"]
+    call_procedure(conn, "pop_v1", [{"queue": "d", "partition": "p0", "batch": 10, "autoAck": True}])
+    check("a lease and an autoAck pop")
+    for group in ("a", "b"):
+        call_procedure(
+            conn,
+            "pop_v1",
+            [{"queue": "d", "consumerGroup": group, "batch": 3, "autoAck": True, "partitions": 4}],
+        )
+    check("two new groups")
+    call_procedure(
+        conn,
+        "ack_v1",
+        [
+            {
+                "transactionId": m["transactionId"],
+                "partitionId": m["partitionId"],
+                "leaseId": m["leaseId"],
+                "status": "completed",
+            }
+            for m in leased[:2]
+        ],
+    )
+    check("two of the four leased acked")
+    conn.execute(
+        "UPDATE queen.partition_consumers SET lease_expires_at = clock_timestamp() WHERE batch_size > 0"
+    )
+    check("the lease ended")
+    call_procedure(conn, "push_items_v1", [{"queue": "d", "partition": "p9", "payload": 1}] * 3)
+    check("a new partition")
+    conn.execute("SELECT queen.consumer_group_delete_v1('a', NULL, true)")
+    check("group a deleted")
+    assert [r[1] for r in conn.execute(GROUP_KEPT).fetchall()] == [QM, "b"]
+
+
+def test_v2_reconcile_is_a_pass_in_chunks(conn: psycopg.Connection[Any]) -> None:
+    """p_full starts a pass; each run adds the next p_chunk partitions (in id order) to its candidates; the
+    run that reaches the end repairs and re-aggregates exactly; a change with no timestamp (a seek) is seen by
+    the pass, not by the incremental runs."""
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "r", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
+    v2(conn)
+    call_procedure(conn, "pop_v1", [{"queue": "r", "partition": "p1", "batch": 1, "autoAck": True}])
+    v2(conn)
+    conn.execute("SELECT queen.consumer_group_seek_v1('__QUEUE_MODE__', 'r', false, '-infinity')")
+    assert v2(conn, chunk=2)["partitions"] == 0  # no pass in progress: incremental
+    runs = [v2(conn, full=True, chunk=2)]
+    while runs[-1]["pass"] != "finished":
+        runs.append(v2(conn, full=False, chunk=2))
+        assert len(runs) < 10
+    assert [r["pass"] for r in runs] == ["started", "continued", "finished"]
+    assert [r["exact"] for r in runs] == [False, False, True]
+    assert sum(r["partitions"] for r in runs) == 1  # p1's rows, once its chunk came
+    assert stats_of(conn, partition_id(conn, "r", "p1"))["unconsumed"] == 1
+    assert runs[-1]["passAfter"] is None
+    state = conn.execute("SELECT value FROM queen.system_state WHERE key = 'stats_refresh'").fetchone()
+    assert state is not None and "passAfter" not in state[0]

@@ -4,8 +4,9 @@ Each run is a sequence of short transactions (one procedure call each, autocommi
 for long and a run interrupted by a crash leaves consistent counters behind (every step counts its own
 deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_stats.sql``.
 
-- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v1``; every ``STATS_RECONCILE_INTERVAL_MS``
-  a full refresh, plus a recount of every capped queue's stored count (``queen.recount_queue_capacity_v1``).
+- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v2``; every ``STATS_RECONCILE_INTERVAL_MS``
+  a reconcile pass starts (``STATS_RECONCILE_CHUNK`` partitions a run until it ends), plus a recount of
+  every capped queue's stored count (``queen.recount_queue_capacity_v1``).
 - :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
   them (``queen.retention_step_v1``, ``RETENTION_BATCH_SIZE`` messages per step), partition cleanup
   (``PARTITION_CLEANUP_DAYS``), then trimming of the metrics and history tables (``METRICS_RETENTION_DAYS``,
@@ -86,7 +87,12 @@ class StatsJob(Job):
             self._last_full is None
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
-        details = await _json(database, "SELECT queen.stats_refresh_v1($1)::text", full)
+        details = await _json(
+            database,
+            "SELECT queen.stats_refresh_v2($1, $2)::text",
+            full,
+            self.settings.stats_reconcile_chunk,
+        )
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full:
             self._last_full = now
