@@ -145,10 +145,13 @@ def copy(
     options: dict[str, str],
     columns: list[str],
     checkpoint: Path,
+    schema: str = "",
 ) -> tuple[float, Any]:
+    reader = spark.readStream.format("queen")
+    if schema:
+        reader = reader.schema(schema)
     rows = (
-        spark.readStream.format("queen")
-        .option("url", url)
+        reader.option("url", url)
         .option("queue", source)
         .option("maxMessagesPerTrigger", str(per_trigger))
         .load()
@@ -230,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--columns", default="", help="columns the copy passes to the sink (default: all)")
+    parser.add_argument(
+        "--schema", default="", help="the schema the copy reads with (DDL, a subset of the source's columns)"
+    )
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark settings")
     parser.add_argument("--py-spy", default="", metavar="DIR", help="profile the Python workers of copy 1")
     args = parser.parse_args(argv)
@@ -271,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             sink_options,
             columns,
             tmp / "ck-warm",
+            args.schema,
         )
         log("warm-up copy done")
         rows = []
@@ -315,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 sink_options,
                 columns,
                 tmp / f"ck-{n}",
+                args.schema,
             )
             used = meter.delta(before, meter.snapshot())
             by_thread = thread_shares(threads_before, jvm_threads(jvm))
