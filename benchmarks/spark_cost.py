@@ -9,7 +9,9 @@ One-off measuring script for issue 42 (the direct sink and Spark's own cost); th
 2. a local SparkSession copies a small queue (warm-up: JIT, Python workers), then copies the backlog
    ``--repeats`` times, each into a new queue from a new checkpoint, availableNow, ``--max-per-trigger``
    messages per micro-batch, with the sink's ``--commit`` mode. Per copy: wall time, msg/s, and the CPU
-   of each component from /proc over the whole query (first micro-batch included).
+   of each component from /proc over the whole query (first micro-batch included), and the JVM's CPU by
+   thread name (``C1``/``C2 CompilerThread``: the JIT compilers; ``Executor task launch worker``: the tasks;
+   the GC threads...).
 
 With ``--py-spy DIR`` the executors' Python workers (the ``pyspark.daemon`` tree) are sampled by py-spy during
 the first measured copy; DIR gets the collapsed stacks (``workers-<pid>.txt``) and the top functions are
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import shutil
 import signal
 import statistics
@@ -141,10 +145,13 @@ def copy(
     options: dict[str, str],
     columns: list[str],
     checkpoint: Path,
+    schema: str = "",
 ) -> tuple[float, Any]:
+    reader = spark.readStream.format("queen")
+    if schema:
+        reader = reader.schema(schema)
     rows = (
-        spark.readStream.format("queen")
-        .option("url", url)
+        reader.option("url", url)
         .option("queue", source)
         .option("maxMessagesPerTrigger", str(per_trigger))
         .load()
@@ -170,7 +177,33 @@ def copy(
 
 def python_children(jvm: int) -> list[int]:
     """The JVM's Python processes (the daemons that fork the workers, and the runners it starts itself)."""
-    return [stat.pid for stat in procfs.tree_of(jvm) if stat.ppid == jvm and kind_of(stat.pid) == "python"]
+    children = [stat.pid for stat in procfs.tree_of(jvm) if stat.ppid == jvm]
+    return [pid for pid in children if kind_of(pid).startswith("python")]
+
+
+def jvm_threads(jvm: int) -> dict[int, tuple[str, int]]:
+    """The JVM's threads: tid → (name, digits folded to N but the JIT tier's, utime+stime ticks so far)."""
+    threads = {}
+    for entry in os.scandir(f"/proc/{jvm}/task"):
+        try:
+            name = Path(entry.path, "comm").read_text().strip()
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # the thread ended while we looked
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if not name.startswith(("C1 ", "C2 ")):  # the JIT compilers' threads keep their tier
+            name = re.sub(r"\d+", "N", name)
+        threads[int(entry.name)] = (name, int(fields[11]) + int(fields[12]))
+    return threads
+
+
+def thread_shares(start: dict[int, tuple[str, int]], end: dict[int, tuple[str, int]]) -> Counter[str]:
+    """CPU seconds per thread name between two :func:`jvm_threads` snapshots (threads that ended in between
+    are not counted)."""
+    used: Counter[str] = Counter()
+    for tid, (name, ticks) in end.items():
+        used[name] += (ticks - start.get(tid, (name, 0))[1]) / procfs.TICKS_PER_SECOND
+    return used
 
 
 def top_functions(collapsed: list[Path], n: int = 30) -> list[tuple[str, float]]:
@@ -200,6 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--sink-option", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--columns", default="", help="columns the copy passes to the sink (default: all)")
+    parser.add_argument(
+        "--schema", default="", help="the schema the copy reads with (DDL, a subset of the source's columns)"
+    )
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark settings")
     parser.add_argument("--py-spy", default="", metavar="DIR", help="profile the Python workers of copy 1")
     args = parser.parse_args(argv)
@@ -241,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             sink_options,
             columns,
             tmp / "ck-warm",
+            args.schema,
         )
         log("warm-up copy done")
         rows = []
@@ -274,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 time.sleep(1.0)
             before = meter.snapshot()
+            threads_before = jvm_threads(jvm)
             elapsed, query = copy(
                 spark,
                 url,
@@ -284,8 +322,10 @@ def main(argv: list[str] | None = None) -> int:
                 sink_options,
                 columns,
                 tmp / f"ck-{n}",
+                args.schema,
             )
             used = meter.delta(before, meter.snapshot())
+            by_thread = thread_shares(threads_before, jvm_threads(jvm))
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
                 spy.wait(timeout=60)
@@ -306,6 +346,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{k.removeprefix('python:')} {v:.1f}"
                     for k, v in per.items()
                     if k.startswith("python:") or k == "exited"
+                )
+            )
+            log(
+                "  JVM by thread (µs/msg): "
+                + ", ".join(
+                    f"{name} {seconds / args.messages * 1e6:.1f}"
+                    for name, seconds in by_thread.most_common(8)
+                    if seconds > 0
                 )
             )
             if copied != args.messages:

@@ -8,8 +8,8 @@ One-off measuring script for issue 42 (``benchmarks/spark_cost.py`` measures the
 - the read of one task's page as the connector asks for it: half of the partitions, ``(0, per-partition]``
   each, in one call (``spark_read_v3`` before, ``spark_read_v4`` now);
 - one direct push chunk of ``--chunk`` rows spread over the partitions, with derived transaction ids
-  (``spark_push_direct_v2`` before, ``spark_push_direct_v3`` now), next to ``push_items_v3`` of the same rows
-  without and with client transaction ids (the broker's push).
+  (``spark_push_direct_v3``; version 2, this script's "before" until it was dropped, is in git history), next
+  to ``push_items_v3`` of the same rows without and with client transaction ids (the broker's push).
 
 Prints the best and the median of the rounds per call, in ms and µs per message. With ``--explain`` it
 also prints ``EXPLAIN (ANALYZE, BUFFERS)`` of both reads' queries. The machine may be shared: compare the
@@ -38,10 +38,6 @@ from queenpy.harness import PrivatePostgres
 from queenpy.store.migrate import apply_migrations
 
 READ = "SELECT * FROM queen.{}($1::uuid[], $2::bigint[], $3::bigint[])"
-PUSH_V2 = (
-    "SELECT queen.spark_push_direct_v2($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
-    "$9::uuid[], $10::bytea, $11::integer[], NULL, false)::text"
-)
 PUSH_V3 = (
     "SELECT queen.spark_push_direct_v3($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
     "$9::uuid[], $10::bytea, $11::integer[], NULL, false, false)::text"
@@ -97,8 +93,7 @@ async def measure(pg: PrivatePostgres, args: argparse.Namespace) -> None:
             times.setdefault(name, []).append(await timed(conn.fetch(READ.format(name), *ranges)))
         times.setdefault("push_items_v3", []).append(await timed(push_items(False)))
         times.setdefault("push_items_v3 (client ids)", []).append(await timed(push_items(True)))
-        times.setdefault("spark_push_direct_v2", []).append(await timed(push_direct(PUSH_V2, 2 * r)))
-        times.setdefault("spark_push_direct_v3", []).append(await timed(push_direct(PUSH_V3, 2 * r + 1)))
+        times.setdefault("spark_push_direct_v3", []).append(await timed(push_direct(PUSH_V3, r)))
     print(f"read: a page of {page:,} messages over {len(ids)} ranges; push: {n:,} rows; {args.rounds} rounds")
     for name, values in times.items():
         count = page if name.startswith("spark_read") else n

@@ -95,3 +95,24 @@ def test_a_task_with_more_than_the_broker_body_limit_is_staged_in_several_reques
     df.write.format("queen").option("url", broker.url).option("queue", queue).mode("append").save()
     written = read_queue(broker.url, queue)
     assert sorted(m["data"]["k"] for ms in written.values() for m in ms) == list(range(3000))
+
+
+def test_a_batch_read_builds_only_the_columns_of_a_given_schema(spark, broker) -> None:
+    queue = unique("sp-cols")
+    configure(broker.url, queue)
+    push(broker.url, queue, "only", [{"n": i} for i in range(50)], "m")
+    df = (
+        spark.read.format("queen")
+        .schema("offset BIGINT, data STRING")
+        .option("url", broker.url)
+        .option("queue", queue)
+        .load()
+    )
+    assert df.columns == ["offset", "data"]
+    assert sorted((r.offset, json.loads(r.data)["n"]) for r in df.collect()) == [
+        (i + 1, i) for i in range(50)
+    ]
+    with pytest.raises(Exception, match="no column 'payload'"):
+        spark.read.format("queen").schema("payload STRING").option("url", broker.url).option(
+            "queue", queue
+        ).load().collect()

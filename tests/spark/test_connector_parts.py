@@ -324,3 +324,22 @@ def test_binary_blocks_become_the_same_arrow_batch_as_json_blocks() -> None:
     assert as_bytes.to_pylist() == as_json.to_pylist()
     assert [r["data"] for r in as_bytes.to_pylist()] == ['{"a": 1}', '"é"', "[1, 2, 3]"]
     assert [r["partition"] for r in as_bytes.to_pylist()] == ["p0", "p0", "p2"]
+
+
+def test_a_given_schema_selects_columns_and_a_bad_one_is_refused() -> None:
+    from queenpy.spark.schema import blocks_to_arrow, columns_of
+
+    assert columns_of([("offset", "bigint"), ("data", "string")]) == ("offset", "data")
+    for fields, error in (
+        ([("payload", "string")], "no column 'payload'"),
+        ([("offset", "string")], "'offset' of the queen source is BIGINT, not STRING"),
+        ([("data", "string"), ("data", "string")], "named twice"),
+        ([], "names no column"),
+    ):
+        with pytest.raises(ValueError, match=error):
+            columns_of(fields)
+    blocks = PagedBroker([1, 2, 3]).read([(PID, 0, 3)])
+    whole = blocks_to_arrow(blocks)
+    some = blocks_to_arrow(blocks, ("offset", "partitionId", "data"))
+    assert some.schema == arrow_schema(("offset", "partitionId", "data"))
+    assert some.to_pydict() == {name: whole.column(name).to_pylist() for name in some.schema.names}

@@ -195,3 +195,40 @@ def test_a_windowed_count_in_append_mode_commits_directly_with_id_columns(
     assert set(got) <= set(closed) and len(got) >= len(closed) - 3
     batches = sink_batches(broker.database_url, str(query.id))
     assert batches and all(direct for _, _, direct in batches)
+
+
+def test_a_copy_reading_only_the_columns_it_needs_keeps_order_and_identity(
+    spark, broker, tmp_path: Path
+) -> None:
+    """The source builds only the columns of a schema the query gives (no select needed): a direct copy of
+    data, partition, partitionId and offset."""
+    source, target = unique("cols-src"), unique("cols-dst")
+    configure(broker.url, source)
+    sent = {"a": 700, "b": 400}
+    for name, count in sent.items():
+        push(broker.url, source, name, [{"p": name, "i": i} for i in range(count)], f"{name}")
+    rows = (
+        spark.readStream.format("queen")
+        .schema("data STRING, partition STRING, partitionId STRING, offset BIGINT")
+        .option("url", broker.url)
+        .option("queue", source)
+        .option("maxMessagesPerTrigger", "500")
+        .load()
+    )
+    assert rows.columns == ["data", "partition", "partitionId", "offset"]
+    query = run(
+        rows.writeStream.format("queen")
+        .option("url", broker.url)
+        .option("queue", target)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    copied = read_queue(broker.url, target)
+    for name, count in sent.items():
+        assert [json.loads(m["data"]) if isinstance(m["data"], str) else m["data"] for m in copied[name]] == [
+            {"p": name, "i": i} for i in range(count)
+        ]
+    batches = sink_batches(broker.database_url, str(query.id))
+    assert len(batches) >= 3 and all(direct for _, _, direct in batches)
+    assert sum(pushed for _, pushed, _ in batches) == sum(sent.values())

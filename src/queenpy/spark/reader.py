@@ -30,7 +30,7 @@ a warning.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -91,10 +91,16 @@ def _partitions_of(ranges: list[OffsetRange], options: SourceOptions) -> list[In
 
 
 def read_range(
-    broker: SparkBroker, part: QueenInputPartition, *, page_size: int, fail_on_data_loss: bool
+    broker: SparkBroker,
+    part: QueenInputPartition,
+    *,
+    page_size: int,
+    fail_on_data_loss: bool,
+    columns: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch per
-    request, in range and offset order.
+    """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch of
+    ``columns`` (default: all, see :func:`queenpy.spark.schema.columns_of`) per request, in range and offset
+    order.
 
     Raises:
         DataLossError: offsets are missing inside a range and ``fail_on_data_loss`` is set (otherwise the gap
@@ -113,7 +119,7 @@ def read_range(
             if block and offsets:
                 found.append(block)
         if found:
-            yield blocks_to_arrow(found)
+            yield blocks_to_arrow(found, columns)
 
 
 def _gap(r: OffsetRange, block: dict[str, Any] | None, offsets: list[int], fail: bool) -> None:
@@ -148,8 +154,9 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     at the heads seen by ``prepareForTriggerAvailableNow``.
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: Sequence[str] | None = None) -> None:
         self.options = options
+        self.columns = columns  # None: all (the source's own schema)
         self.broker = SparkBroker(options.url, options.token)
         self._initial: dict[str, Any] | None = None
         self._target: dict[str, int] | None = None
@@ -245,7 +252,7 @@ class QueenStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """Messages of one range as Arrow record batches (see :func:`read_range`)."""
-        return _read_partition(self.options, partition)
+        return _read_partition(self.options, partition, self.columns)
 
 
 class QueenBatchReader(DataSourceReader):
@@ -254,8 +261,9 @@ class QueenBatchReader(DataSourceReader):
     planning time; a JSON ``{partitionId: n}`` ends the named partitions at ``n`` and the others at their
     head). Reading does not move the group's cursor."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, columns: Sequence[str] | None = None) -> None:
         self.options = options
+        self.columns = columns  # None: all (the source's own schema)
 
     def partitions(self) -> list[InputPartition]:
         options = self.options
@@ -283,13 +291,19 @@ class QueenBatchReader(DataSourceReader):
         return _partitions_of(split_ranges(start, end), options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_partition(self.options, partition)
+        return _read_partition(self.options, partition, self.columns)
 
 
-def _read_partition(options: SourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+def _read_partition(
+    options: SourceOptions, partition: InputPartition, columns: Sequence[str] | None
+) -> Iterator[pa.RecordBatch]:
     """Executor side of both readers: one range, on a connection of its own."""
     assert isinstance(partition, QueenInputPartition)
     with SparkBroker(options.url, options.token) as broker:
         yield from read_range(
-            broker, partition, page_size=options.page_size, fail_on_data_loss=options.fail_on_data_loss
+            broker,
+            partition,
+            page_size=options.page_size,
+            fail_on_data_loss=options.fail_on_data_loss,
+            columns=columns,
         )

@@ -15,6 +15,13 @@ createdAt   TIMESTAMP         broker time of the push (µs, UTC)
 traceId     STRING            trace id, or null
 producerSub STRING            JWT subject of the producer, or null
 ========== ================== ===================================================================
+
+A query that needs fewer columns names them in a schema of its own, e.g.
+``spark.readStream.format("queen").schema("data STRING, partitionId STRING, offset BIGINT")``: the source then
+builds only those, in that order (:func:`columns_of`), and Spark converts only those between
+Arrow and its rows (the Python Data Source API has no column pruning of its own). A copy to a queue needs
+``data``, ``partition``, ``partitionId`` and ``offset`` (the row identity of a direct commit), and ``traceId``
+when its messages carry trace ids.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ import orjson
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["COLUMNS", "SCHEMA_DDL", "arrow_schema", "blocks_to_arrow", "messages_to_arrow"]
+__all__ = ["COLUMNS", "SCHEMA_DDL", "arrow_schema", "blocks_to_arrow", "columns_of", "messages_to_arrow"]
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("data", "STRING"),
@@ -43,12 +50,38 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
 
 
-def arrow_schema() -> pa.Schema:
-    """The Arrow schema ``read()`` yields; it must equal Spark's ``to_arrow_schema`` of :data:`SCHEMA_DDL`."""
+_KINDS = dict(COLUMNS)
+
+
+def columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """The columns a reader builds for a schema given as ``(name, Spark type's simple string)`` pairs, e.g.
+    ``[("data", "string"), ("offset", "bigint")]``: their names, in that order.
+
+    Raises:
+        ValueError: a name is not a column of :data:`COLUMNS`, has another type, or repeats; or no column.
+    """
+    names = []
+    for name, kind in fields:
+        if name not in _KINDS:
+            raise ValueError(f"the queen source has no column {name!r}; its columns are {', '.join(_KINDS)}")
+        if kind.upper() != _KINDS[name]:
+            raise ValueError(f"column {name!r} of the queen source is {_KINDS[name]}, not {kind.upper()}")
+        if name in names:
+            raise ValueError(f"column {name!r} is named twice in the queen source's schema")
+        names.append(name)
+    if not names:
+        raise ValueError("the queen source's schema names no column")
+    return tuple(names)
+
+
+def arrow_schema(columns: Sequence[str] | None = None) -> pa.Schema:
+    """The Arrow schema ``read()`` yields for ``columns`` (default: all of :data:`COLUMNS`); it must equal
+    Spark's ``to_arrow_schema`` of the query's schema."""
     import pyarrow as pa
 
     kinds = {"STRING": pa.string(), "BIGINT": pa.int64(), "TIMESTAMP": pa.timestamp("us", tz="UTC")}
-    return pa.schema([pa.field(name, kinds[kind]) for name, kind in COLUMNS])
+    names = [name for name, _ in COLUMNS] if columns is None else columns
+    return pa.schema([pa.field(name, kinds[_KINDS[name]]) for name in names])
 
 
 def messages_to_arrow(page: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
@@ -75,9 +108,12 @@ def messages_to_arrow(page: Mapping[str, Any], messages: Sequence[Mapping[str, A
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+def blocks_to_arrow(
+    blocks: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None
+) -> pa.RecordBatch:
     """Range blocks of ``POST /api/v1/spark/read`` (column lists per range, see
-    :meth:`queenpy.spark.api.SparkBroker.read`) → one Arrow record batch, in block order.
+    :meth:`queenpy.spark.api.SparkBroker.read`) → one Arrow record batch of ``columns`` (default: all), in
+    block order; the columns not asked for are not built.
 
     Payloads given as ``dataBytes`` + ``blob`` become the ``data`` column without a Python object per message
     (an Arrow string array over the blob's bytes, offsets from the lengths); the blocks must be the blob's in
@@ -86,11 +122,19 @@ def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
     import numpy as np
     import pyarrow as pa
 
-    schema = arrow_schema()
-    columns: dict[str, list[Any]] = {
-        name: [] for name in ("transactionId", "offset", "createdAt", "traceId", "producerSub")
+    schema = arrow_schema(columns)
+    wanted = set(schema.names)
+    keys = {
+        "transactionId": "transactionIds",
+        "offset": "offsets",
+        "createdAt": "createdAtUs",
+        "traceId": "traceIds",
+        "producerSub": "producerSubs",
     }
-    repeated: dict[str, list[Any]] = {"queue": [], "partition": [], "partitionId": []}
+    lists: dict[str, list[Any]] = {name: [] for name in keys if name in wanted}
+    repeated: dict[str, list[Any]] = {
+        name: [] for name in ("queue", "partition", "partitionId") if name in wanted
+    }
     texts: list[Any] = []
     lengths: list[int] = []
     blob = None
@@ -101,27 +145,25 @@ def blocks_to_arrow(blocks: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
             blob = block["blob"]
         else:
             texts.extend(block["data"])
-        columns["transactionId"].extend(block["transactionIds"])
-        columns["offset"].extend(block["offsets"])
-        columns["createdAt"].extend(block["createdAtUs"])
-        columns["traceId"].extend(block["traceIds"])
-        columns["producerSub"].extend(block["producerSubs"])
+        for name, values in lists.items():
+            values.extend(block[keys[name]])
         for name, parts in repeated.items():
             parts.append(pa.repeat(pa.scalar(block[name], pa.string()), n))
-    if blob is not None:
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-        np.cumsum(lengths, out=offsets[1:])
-        data = pa.StringArray.from_buffers(
-            len(lengths), pa.py_buffer(offsets), pa.py_buffer(blob[: int(offsets[-1])])
-        )
-    else:
-        data = pa.array(texts, type=pa.string())
-    arrays: dict[str, Any] = {"data": data}
+    arrays: dict[str, Any] = {}
+    if "data" in wanted:
+        if blob is not None:
+            offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+            np.cumsum(lengths, out=offsets[1:])
+            arrays["data"] = pa.StringArray.from_buffers(
+                len(lengths), pa.py_buffer(offsets), pa.py_buffer(blob[: int(offsets[-1])])
+            )
+        else:
+            arrays["data"] = pa.array(texts, type=pa.string())
     for name, parts in repeated.items():
         arrays[name] = pa.concat_arrays(parts) if parts else pa.array([], type=pa.string())
     for field in schema:
-        if field.name in columns:
-            values = columns[field.name]
+        if field.name in lists:
+            values = lists[field.name]
             arrays[field.name] = (
                 pa.nulls(len(values), field.type)
                 if field.name in ("traceId", "producerSub") and not any(values)

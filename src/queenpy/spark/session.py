@@ -35,15 +35,20 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MASTER",
+    "LOCAL_JAVA_OPTIONS",
     "LOG4J2_PROPERTIES",
     "build_session",
     "compiled_spark_home",
     "get_session",
     "prepare_environment",
     "register",
+    "session_settings",
 ]
 
 DEFAULT_MASTER = "local[*]"
+#: JVM options of a local master's driver (which runs the executors too): C1-compiled code only, see
+#: :func:`build_session`
+LOCAL_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 MASTER_ENV = "QUEENPY_SPARK_MASTER"
 SHIM_ENV = "QUEENPY_SPARK_HOME_SHIM"  # "0" keeps SPARK_HOME as pyspark finds it
 
@@ -133,30 +138,11 @@ def compiled_spark_home() -> Path | None:
     return target
 
 
-def build_session(
-    master: str | None = None,
-    app_name: str = "queenpy",
-    *,
-    config: Mapping[str, Any] | None = None,
-    quiet: bool = True,
-) -> SparkSession:
-    """A SparkSession tuned for queue pipelines, with the ``queen`` source registered.
-
-    Args:
-        master: ``local[*]`` (default, or ``$QUEENPY_SPARK_MASTER``), ``local[2]``, ``spark://host:7077``, ...
-        app_name: the Spark application name.
-        config: extra Spark settings, applied last (they win).
-        quiet: Spark logs at ERROR only (see :func:`prepare_environment`).
-
-    Local masters bind to 127.0.0.1; shuffles use as many partitions as local cores; the UI and console
-    progress bars are off; state stores use RocksDB; queries share the cores with the FAIR scheduler.
-    """
-    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
-    prepare_environment(master, quiet=quiet)
-    from pyspark.sql import SparkSession
-
+def session_settings(master: str, config: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The Spark settings :func:`build_session` gives a session of ``master``: ours, then ``config``
+    (its values win), all as text."""
     cores = os.cpu_count() or 2
-    settings: dict[str, Any] = {
+    settings: dict[str, str] = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(min(cores, 8) if _is_local(master) else 16),
@@ -175,9 +161,43 @@ def build_session(
                 "spark.default.parallelism": str(min(cores, 8)),
                 "spark.driver.bindAddress": "127.0.0.1",
                 "spark.driver.host": "127.0.0.1",
+                "spark.driver.extraJavaOptions": LOCAL_JAVA_OPTIONS,
             }
         )
     settings.update({k: str(v) for k, v in (config or {}).items()})
+    return settings
+
+
+def build_session(
+    master: str | None = None,
+    app_name: str = "queenpy",
+    *,
+    config: Mapping[str, Any] | None = None,
+    quiet: bool = True,
+) -> SparkSession:
+    """A SparkSession tuned for queue pipelines, with the ``queen`` source registered.
+
+    Args:
+        master: ``local[*]`` (default, or ``$QUEENPY_SPARK_MASTER``), ``local[2]``, ``spark://host:7077``, ...
+        app_name: the Spark application name.
+        config: extra Spark settings, applied last (they win).
+        quiet: Spark logs at ERROR only (see :func:`prepare_environment`).
+
+    Local masters bind to 127.0.0.1; shuffles use as many partitions as local cores; the UI and console
+    progress bars are off; state stores use RocksDB; queries share the cores with the FAIR scheduler.
+
+    A local master's JVM runs with :data:`LOCAL_JAVA_OPTIONS` (``spark.driver.extraJavaOptions``, honoured
+    when this call starts the JVM; a ``config`` value replaces it): the C1 compiler only. A streaming query
+    runs Spark's per-micro-batch code (planning, task and closure serialisation, offset and progress JSON)
+    a few hundred times a minute, so its methods keep crossing the C2 compiler's thresholds for many minutes,
+    and on a small machine the C2 compiler threads took more CPU than the executors (docs/spark.md,
+    "Local"). Cluster masters keep the JVM's defaults.
+    """
+    master = master or os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+    prepare_environment(master, quiet=quiet)
+    from pyspark.sql import SparkSession
+
+    settings = session_settings(master, config)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)

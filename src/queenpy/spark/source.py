@@ -48,13 +48,15 @@ class QueenDataSource(DataSource):
         from .options import SourceOptions
         from .reader import QueenBatchReader
 
-        return QueenBatchReader(SourceOptions.parse(self.options))
+        return QueenBatchReader(SourceOptions.parse(self.options), _columns(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        """A reader of the columns of ``schema``: this source's, or a subset the query gave with
+        ``.schema(...)`` (:func:`queenpy.spark.schema.columns_of`; raises ValueError on a column it lacks)."""
         from .options import SourceOptions
         from .reader import QueenStreamReader
 
-        return QueenStreamReader(SourceOptions.parse(self.options))
+        return QueenStreamReader(SourceOptions.parse(self.options), _columns(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .writer import QueenBatchWriter, sink_options
@@ -68,6 +70,14 @@ class QueenDataSource(DataSource):
         _append_only(overwrite)
         options = sink_options(self.options, schema)
         return QueenStreamWriter(options, plan_commit(schema.fieldNames(), options))
+
+
+def _columns(schema: StructType) -> tuple[str, ...] | None:
+    """The columns of a schema the query gave (checked), or None for this source's own (all)."""
+    from .schema import COLUMNS, columns_of
+
+    columns = columns_of([(field.name, field.dataType.simpleString()) for field in schema.fields])
+    return None if columns == tuple(name for name, _ in COLUMNS) else columns
 
 
 def _append_only(overwrite: bool) -> None:

@@ -56,14 +56,33 @@ LANGUAGE sql STABLE AS $$
                 ELSE 'null'::jsonb END
 $$;
 
--- spark_push_direct_v1 (110_spark_rows.sql, which says what it does) with the chunk's payloads as bytes, and
--- the one the broker calls for every direct push: p_blob holds their UTF-8 JSON texts concatenated in row
--- order, p_lengths each one's length in bytes (-1: no payload, stored as JSON null); p_encrypted: the texts are
--- the broker's envelopes. Unlike spark_push_direct_v2 (which split p_blob into a text array and called
--- version 1), a payload is cut from p_blob and parsed only for a row that is stored, in the INSERT itself: no
--- second copy of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: the INSERT sorts
--- its rows by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700
--- rows of 1 KB (4.3 MB, in versions 1 and 2 too) to a temporary file.
+-- Versions 1 (payloads as a text array) and 2 (bytes split into such an array, then version 1) are gone: the
+-- broker calls version 3 for every direct push, and nothing else called them.
+DROP FUNCTION IF EXISTS queen.spark_push_direct_v2(text, bigint, integer, text, text, text[], integer[], text[],
+                                                   uuid[], bytea, integer[], text, boolean);
+DROP FUNCTION IF EXISTS queen.spark_push_direct_v1(text, bigint, integer, text, text, text[], integer[], text[],
+                                                   uuid[], text[], text, boolean, boolean);
+
+-- Push one chunk of a write task's rows into queue p_queue, for micro-batch (p_query, p_batch), task p_task,
+-- attempt p_token (the broker's POST /api/v1/spark/push). Arrays are parallel, one element per row, except
+-- p_partitions: the chunk's distinct partition names, which p_partition_indexes (0-based) point into. Rows keep
+-- their order within each partition. p_blob holds the payloads' UTF-8 JSON texts concatenated in row order,
+-- p_lengths each one's length in bytes (-1: no payload, stored as JSON null); p_encrypted: the texts are the
+-- broker's envelopes.
+--   * a batch recorded as committed pushes nothing and answers "committed": every row of it is in already
+--     (a replay after the commit reached the broker);
+--   * the task's first push records when its first attempt started; a later attempt (another token: a retry,
+--     or the batch replayed after a restart) older than the queue's dedupe window (spark_dedupe_window_v1)
+--     may meet rows of the first attempt that were deleted since, and push them again: it fails with QN400,
+--     unless p_stale_ok (then it answers "stale": true and pushes);
+--   * a row whose (partition, transactionId) is stored already, or repeats an earlier row of the chunk, is
+--     skipped (a duplicate), as push_items_v2 does; a queue with maxSize goes through push_items_v2 itself,
+--     and a full queue fails the chunk (QN500) instead of dropping rows.
+-- Returns {"committed", "stale", "pushed", "duplicates", "touched": ["queue/partition", ...]}.
+-- A payload is cut from p_blob and parsed only for a row that is stored, in the INSERT itself: no second copy
+-- of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: the INSERT sorts its rows
+-- by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700 rows of
+-- 1 KB (4.3 MB) to a temporary file.
 CREATE OR REPLACE FUNCTION queen.spark_push_direct_v3(p_query text, p_batch bigint, p_task integer, p_token text,
                                                       p_queue text, p_partitions text[],
                                                       p_partition_indexes integer[], p_transaction_ids text[],
