@@ -228,3 +228,41 @@ def test_cpu_by_kind_sums_to_the_tree() -> None:
     total_after = 6 + 150 + 30 + 67
     assert sum(split.values()) == pytest.approx(total_after - total_before)
     assert (end.cpu_s - start.cpu_s) * TICKS_PER_SECOND == pytest.approx(total_after - total_before)
+
+
+def test_a_tree_tracker_keeps_the_cpu_of_children_nobody_waits_for() -> None:
+    """A child of a parent that ignores SIGCHLD (as PySpark's worker daemon does) is reaped by the kernel and
+    its CPU never reaches the parent's cutime: two snapshots miss it, the tracker's polls keep it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from queenpy.bench.procfs import TreeTracker, cpu_by_kind_s, tree_of, tree_ticks
+
+    program = (
+        "import os, signal, time\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        "if os.fork() == 0:\n"
+        "    end = time.process_time() + 0.6\n"
+        "    while time.process_time() < end: pass\n"
+        "    os._exit(0)\n"
+        "time.sleep(5)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", program])
+    try:
+        time.sleep(0.2)  # the child is busy
+        start = tree_ticks(parent.pid, lambda pid: "p")
+        tracker = TreeTracker(parent.pid, lambda pid: "p", interval_s=0.02).start()
+        deadline = time.monotonic() + 20
+        while len(tree_of(parent.pid)) > 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(tree_of(parent.pid)) == 1  # the child has ended, unwaited
+        snapshots = cpu_by_kind_s(start, tree_ticks(parent.pid, lambda pid: "p"))
+        tracked = tracker.split()
+    finally:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+    assert sum(snapshots.values()) < 0.1  # lost (or negative: what the first snapshot saw of the child)
+    assert tracked["exited"] >= 0.25  # about 0.4 s of the child's 0.6 s came after the tracker's start

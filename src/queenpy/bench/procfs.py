@@ -26,6 +26,7 @@ __all__ = [
     "MemorySampler",
     "SamplerThread",
     "TreeTicks",
+    "TreeTracker",
     "cpu_by_kind_s",
     "local_postmaster",
     "machine_cpu",
@@ -220,6 +221,53 @@ class MemorySampler(SamplerThread):
                 self.sample()
             except OSError:
                 pass
+
+
+class TreeTracker(SamplerThread):
+    """The CPU of a tree whose parents may not wait for their children, polled every ``interval_s`` in a
+    thread between :meth:`start` and :meth:`split`.
+
+    PySpark's worker daemon ignores SIGCHLD, so the kernel discards the CPU of a Python worker that exits
+    instead of adding it to the daemon's cutime: a difference of two snapshots (:func:`cpu_by_kind_s`) then
+    loses the worker's time and even subtracts what the first snapshot saw of it. Here each process's last
+    polled ticks are kept; a process gone by the end counts, under ``exited``, what it used from the start (or
+    from its birth) to its last poll, or what the reaped ticks say when they say more (children that were
+    waited for). A process that ends between two polls loses at most its last interval.
+    """
+
+    def __init__(self, root: int, kind_of: Callable[[int], str], interval_s: float = 0.05) -> None:
+        super().__init__("queenbench-cpu", interval_s)
+        self.root, self.kind_of = root, kind_of
+        self.first = tree_ticks(root, kind_of)
+        self._last: dict[int, tuple[str, int]] = dict(self.first.live)
+
+    def poll(self) -> TreeTicks:
+        """One snapshot of the tree, its live processes' ticks kept."""
+        snapshot = tree_ticks(self.root, self.kind_of)
+        with self._lock:
+            self._last.update(snapshot.live)
+        return snapshot
+
+    def run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.poll()
+            except OSError:
+                pass
+
+    def split(self) -> dict[str, float]:
+        """Stops the polling; CPU seconds per kind since the tracker was made (see the class docstring)."""
+        self.stop()
+        end = self.poll()
+        out = cpu_by_kind_s(self.first, end)
+        with self._lock:
+            tracked = sum(
+                ticks - self.first.live.get(pid, (kind, 0))[1]
+                for pid, (kind, ticks) in self._last.items()
+                if pid not in end.live
+            )
+        out["exited"] = max(out["exited"], tracked / TICKS_PER_SECOND)
+        return out
 
 
 def sleep_until(deadline: float) -> None:

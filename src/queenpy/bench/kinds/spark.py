@@ -231,7 +231,7 @@ def _read(context: Context, spark: _Spark, run: dict[str, Any], source: str, exp
     read."""
     jvm = spark.jvm_pid
     window = context.open_window()
-    spark_start = procfs.tree_ticks(jvm, _spark_kind)
+    tracker = procfs.TreeTracker(jvm, _spark_kind).start()
     counted = int(
         spark.session.read.format("queen")
         .option("url", context.broker_url)
@@ -240,7 +240,7 @@ def _read(context: Context, spark: _Spark, run: dict[str, Any], source: str, exp
         .count()
     )
     context.close_window(window)
-    spark_cpu = procfs.cpu_by_kind_s(spark_start, procfs.tree_ticks(jvm, _spark_kind))
+    spark_cpu = tracker.split()
     context.fill_window(run, counted, window, [], None, extra_cpu_s={"spark": sum(spark_cpu.values())})
     run["spark"] = {
         "mode": "read",
@@ -291,14 +291,15 @@ def _copy_window(
     )
     first: tuple[float, int] | None = None  # (when, rows) of the first micro-batch
     window: Window | None = None
-    spark_start = spark_end = None
+    tracker: procfs.TreeTracker | None = None
+    spark_cpu: dict[str, float] | None = None
     landing: float | None = None  # pipelined: the last micro-batch lands after the query has ended
     while time.monotonic() < started + QUERY_LIMIT_S:
         count = rows()
         if first is None and first_batch_done(count):
             first = time.monotonic(), rows()
             window = context.open_window()
-            spark_start = procfs.tree_ticks(jvm, _spark_kind)
+            tracker = procfs.TreeTracker(jvm, _spark_kind).start()
         if (
             count < expected
             and not query.isActive
@@ -312,7 +313,7 @@ def _copy_window(
         if count >= expected or not query.isActive:
             if count >= expected and window is not None:
                 context.close_window(window)
-                spark_end = procfs.tree_ticks(jvm, _spark_kind)
+                spark_cpu = tracker.split() if tracker is not None else None
             break
         time.sleep(POLL_S)
     query.awaitTermination(120)
@@ -321,10 +322,11 @@ def _copy_window(
         run["problems"].append(f"the query did not finish within {QUERY_LIMIT_S} s")
     if query.exception() is not None:
         run["problems"].append(f"query failed: {str(query.exception()).splitlines()[0]}")
-    if first is None or window is None or window.end is None or spark_start is None or spark_end is None:
+    if tracker is not None and spark_cpu is None:
+        tracker.stop()
+    if first is None or window is None or window.end is None or spark_cpu is None:
         run["problems"].append(f"target holds {rows()} of {expected} messages when the query ended")
         return
-    spark_cpu = procfs.cpu_by_kind_s(spark_start, spark_end)
     messages = rows() - first[1]
     context.fill_window(run, messages, window, [], None, extra_cpu_s={"spark": sum(spark_cpu.values())})
     progress = [p for p in query.recentProgress if p.numInputRows]
