@@ -457,6 +457,7 @@ def _hot_path(
     window = pushed.window
     push = {
         "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
+        "window_s": round(window.seconds, 2),
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         "postgres_us_per_msg": round((window.end.postgres_s - window.start.postgres_s) / messages * 1e6, 1)
         if messages and window.end is not None and window.start.postgres_ticks is not None
@@ -490,6 +491,7 @@ def _hot_path(
     pops = counters.get("pops", 0)
     pop = {
         "msg_per_s": round((popped.after - popped.before) / max(1e-9, popped.window.seconds), 1),
+        "window_s": round(popped.window.seconds, 2),
         "empty_pop_share": round(counters.get("empty_pops", 0) / pops, 4) if pops else None,
         "messages_per_pop": round(counters.get("delivered", 0) / pops, 2) if pops else None,
         "p99_ms": round(popped.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
