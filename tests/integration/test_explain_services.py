@@ -146,10 +146,11 @@ def test_a_retention_step_reads_and_deletes_a_bounded_batch_through_indexes(
 
 
 def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.Connection[Any]) -> None:
-    """v2 reads its candidates through indexes: idle partitions that never held a message (20,000 here) and
-    those whose newest message is older than the cutoff (one more, still holding it, so it stays), never the
-    partitions of the busy queue beside them (50,000 messages in one partition, plus 20,000 young partitions):
-    v1 walked every partition in each step, about 2 s a step at a million (journal, issue 44)."""
+    """Cleanup reads its candidates through indexes: idle partitions that never held a message (20,000
+    here) and those whose newest message is older than the cutoff (one more, still holding it, so it stays),
+    never the partitions of the busy queue beside them (50,000 messages in one partition, plus 20,000 young
+    partitions): version 1 walked every partition in each step, about 2 s a step at a million (journal,
+    issue 44)."""
     call_procedure(conn, "configure_queue_v1", {"queue": "many"})
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
@@ -170,24 +171,20 @@ def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.C
         SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, 20000) s
         WHERE q.name = 'young'""")
     conn.execute("ANALYZE queen.partitions")
-    for procedure in ("partition_cleanup_v1", "partition_cleanup_v2"):  # v1: the walk this version removes
-        buffers, scans, fetched = measure(conn, f"SELECT queen.{procedure}(%s, %s)", (30 * 86400.0, 500))
-        if procedure == "partition_cleanup_v1":
-            assert scans.get("partitions") == 1 or fetched.get("partitions", 0) > 20_000, (scans, fetched)
-            continue
-        # no scan of the partitions: the candidates come from the two indexes, the 19,000 idle ones left and
-        # the old one still holding messages; the young queue's partitions are never read. Each deletion's
-        # cascades are index probes (the tables they cascade to are empty here: the case in which a plan made
-        # once per session would otherwise scan them for every deleted partition)
-        assert "partitions" not in scans and set(scans) <= {"partition_consumers"}, scans
-        assert all(n == 1 for n in scans.values()), scans
-        assert fetched.get("partitions", 0) <= 2 * 19_501, fetched
-        assert fetched.get("messages", 0) <= 2, fetched  # a row of the old non-empty partition ends its probe
-        # per deleted partition: its row and its consumer row, each probe of the nine tables its delete
-        # cascades to, about 40 buffers
-        assert fetched.get("partition_consumers", 0) <= 2 * 500, fetched
-        assert buffers < 60 * 500 + 3 * 19_501, (buffers, fetched)
-    assert conn.execute("SELECT count(*) FROM queen.partitions WHERE name LIKE 'p%'").fetchone() == (19000,)
+    buffers, scans, fetched = measure(conn, "SELECT queen.partition_cleanup_v2(%s, %s)", (30 * 86400.0, 500))
+    # no scan of the partitions: the candidates come from the two indexes, the 20,000 idle ones and the old
+    # one still holding messages; the young queue's partitions are never read. Each deletion's cascades are
+    # index probes (the tables they cascade to are empty here: the case in which a plan made once per session
+    # would otherwise scan them for every deleted partition)
+    assert "partitions" not in scans and set(scans) <= {"partition_consumers"}, scans
+    assert all(n == 1 for n in scans.values()), scans
+    assert fetched.get("partitions", 0) <= 2 * 20_001, fetched
+    assert fetched.get("messages", 0) <= 2, fetched  # a row of the old non-empty partition ends its probe
+    # per deleted partition: its row and its consumer row, each probe of the nine tables its delete cascades
+    # to, about 40 buffers
+    assert fetched.get("partition_consumers", 0) <= 2 * 500, fetched
+    assert buffers < 60 * 500 + 3 * 20_001, (buffers, fetched)
+    assert conn.execute("SELECT count(*) FROM queen.partitions WHERE name LIKE 'p%'").fetchone() == (19500,)
     assert conn.execute(
         "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
         "WHERE q.name = 'other'"
@@ -256,10 +253,11 @@ def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(
         "UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 50000", (partition,)
     )
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'floor'").fetchone()[0]  # type: ignore[index]
-    conn.execute("SELECT queen.stats_refresh_v1(true)")
+    conn.execute("SELECT queen.stats_refresh_v2(true)")
+    conn.execute("SELECT queen.stats_refresh_v2(false)")  # an incremental run's statements met once (catalog)
     step = "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100000, now())"
     assert conn.execute(step, (queue_id,)).fetchone()[0]["deleted"] == 50_000  # type: ignore[index]
-    buffers, scans, _ = measure(conn, "SELECT queen.stats_refresh_v1(false)", ())
+    buffers, scans, _ = measure(conn, "SELECT queen.stats_refresh_v2(false)", ())
     row = conn.execute("SELECT oldest_seq FROM queen.partition_stats WHERE partition_id = %s", (partition,))
     assert row.fetchone() == (50_001,)
     assert "messages" not in scans, scans
@@ -267,12 +265,12 @@ def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(
     assert buffers < 150, buffers
 
 
-def test_a_v2_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_the_queue(
+def test_a_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_the_queue(
     conn: psycopg.Connection[Any],
 ) -> None:
-    """One cursor of one group moved among 20,000 consumer rows (2,000 partitions, 10 groups): v1
-    re-aggregated every consumer row of the queue (ten million at a million partitions, every run); v2 adds
-    the changed row's deltas to its group and probes two indexes (journal, issue 44)."""
+    """One cursor of one group moved among 20,000 consumer rows (2,000 partitions, 10 groups): version 1
+    re-aggregated every consumer row of the queue (ten million at a million partitions, every run); version 2
+    adds the changed row's deltas to its group and probes two indexes (journal, issue 44)."""
     call_procedure(conn, "configure_queue_v1", {"queue": "wide"})
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
@@ -289,16 +287,13 @@ def test_a_v2_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_th
         "WHERE consumer_group = 'g3' AND partition_id = (SELECT id FROM queen.partitions WHERE name = 'p7')"
     )
     conn.execute(move)
-    _, v1_scans, v1_fetched = measure(conn, "SELECT queen.stats_refresh_v1(false)", ())
-    assert v1_fetched.get("consumer_stats", 0) + 20_000 * v1_scans.get("consumer_stats", 0) >= 20_000
-    conn.execute(move)
     _, scans, fetched = measure(conn, "SELECT queen.stats_refresh_v2(false, 1000)", ())
-    # (both versions still find their candidates by one filtered scan of partitions, partition_counters and
-    # partition_consumers: the timestamps they filter on carry no index, the hot path writes them)
+    # (the run still finds its candidates by one filtered scan of partitions, partition_counters and
+    # partition_consumers: the timestamps it filters on carry no index, the hot path writes them)
     assert "consumer_stats" not in scans, scans
     # the partition's 10 consumer rows (step 2), one index probe per changed group and per changed queue
     assert fetched.get("consumer_stats", 0) <= 40, fetched
     group = conn.execute(
         "SELECT offset_lag FROM queen.queue_group_stats WHERE consumer_group = 'g3'"
     ).fetchone()
-    assert group == (2000 * 5 - 2,)
+    assert group == (2000 * 5 - 1,)

@@ -1,8 +1,7 @@
-"""The stats job (queen.stats_refresh_v1 and v2) and the counters it reads: the numbers equal what counting
-the messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, and a
-run never scans the messages table. Every test runs on both versions (the two v2 tests at the end run twice,
-calling v2 each time): they check that v2's (queue, group) sums kept by deltas equal a re-aggregation, and its
-reconcile pass in chunks."""
+"""The stats job (queen.stats_refresh_v2) and the counters it reads: the numbers equal what counting the
+messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, a run
+never scans the messages table, the (queue, group) sums kept by deltas equal a re-aggregation, and the
+reconcile is a pass in chunks."""
 
 from __future__ import annotations
 
@@ -16,15 +15,7 @@ from helpers import call_procedure
 QM = "__QUEUE_MODE__"
 
 
-VERSION = {"current": "v1"}
-V1_KEYS = ("partitions", "consumers", "queues", "groups", "candidates", "full")
-
-
-@pytest.fixture(autouse=True, params=["v1", "v2"])
-def version(request: pytest.FixtureRequest) -> Any:
-    VERSION["current"] = request.param
-    yield request.param
-    VERSION["current"] = "v1"
+KEYS = ("partitions", "consumers", "queues", "groups", "candidates", "full")
 
 
 @pytest.fixture
@@ -34,13 +25,10 @@ def conn(db_url: str) -> Any:
 
 
 def refresh(conn: psycopg.Connection[Any], full: bool = False) -> dict[str, Any]:
-    """One run of the version under test, v1's keys of its answer (v2: a full run is a whole pass at once)."""
-    if VERSION["current"] == "v1":
-        row = conn.execute("SELECT queen.stats_refresh_v1(%s)", (full,)).fetchone()
-    else:
-        row = conn.execute("SELECT queen.stats_refresh_v2(%s, NULL)", (full,)).fetchone()
+    """One run (full: the whole reconcile pass in this run), the counts of its answer."""
+    row = conn.execute("SELECT queen.stats_refresh_v2(%s, NULL)", (full,)).fetchone()
     assert row is not None
-    return {key: row[0][key] for key in V1_KEYS}
+    return {key: row[0][key] for key in KEYS}
 
 
 def partition_id(conn: psycopg.Connection[Any], queue: str, partition: str) -> Any:
@@ -348,8 +336,8 @@ def v2(conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = No
     return dict(row[0])
 
 
-def test_v2_group_sums_kept_by_deltas_equal_a_re_aggregation(
-    conn: psycopg.Connection[Any], version: str
+def test_group_sums_kept_by_deltas_equal_a_re_aggregation(
+    conn: psycopg.Connection[Any],
 ) -> None:
     """Incremental v2 runs add what each rewritten or removed consumer row changed; after every step of
     pushes, pops (leased and autoAck), acks, a lease that ends, a new group and a deleted one, the kept
@@ -400,7 +388,7 @@ def test_v2_group_sums_kept_by_deltas_equal_a_re_aggregation(
     assert [r[1] for r in conn.execute(GROUP_KEPT).fetchall()] == [QM, "b"]
 
 
-def test_v2_reconcile_is_a_pass_in_chunks(conn: psycopg.Connection[Any]) -> None:
+def test_reconcile_is_a_pass_in_chunks(conn: psycopg.Connection[Any]) -> None:
     """p_full starts a pass; each run adds the next p_chunk partitions (in id order) to its candidates; the
     run that reaches the end repairs and re-aggregates exactly; a change with no timestamp (a seek) is seen by
     the pass, not by the incremental runs."""

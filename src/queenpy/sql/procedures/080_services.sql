@@ -497,9 +497,8 @@ $$;
 
 -- Partition cleanup: at most p_limit partitions with no message, created and last pushed to before the idle
 -- cutoff, whose consumer rows (if any) hold no live lease and saw no activity since then, are deleted with
--- their consumer rows (cascade). Candidates are found by a scan of queen.partitions (once per retention run);
--- each is checked by an index probe of messages, and locked with SKIP LOCKED, so a partition a push is
--- writing to is left alone; a push that finds its partition gone when it locks creates it again
+-- their consumer rows (cascade). Candidates are found through indexes (below); each is checked by an index
+-- probe of messages, and locked with SKIP LOCKED, so a partition a push is writing to is left alone; a push that finds its partition gone when it locks creates it again
 -- (push_items_v2). One retention_history row per queue.
 -- Known limit: a pop that creates a group's first consumer row on a partition at the moment this deletes it
 -- (the partition idle and empty for PARTITION_CLEANUP_DAYS) waits for the delete and then fails its foreign
@@ -512,74 +511,16 @@ $$;
 -- growth of their offsets, dead letters and deletions since their partition_stats rows (the deletions of the
 -- retention step that just emptied a partition, above all). Their consumed totals are not read again: the
 -- consumer rows saw no consumption since the cutoff, so a stats run since then recorded it. The stats job's
--- lock (stats_refresh_v1) is taken first: a run in flight commits its rows before they are read, and none
+-- lock (stats_refresh_v2) is taken first: a run in flight commits its rows before they are read, and none
 -- starts until this commits, so nothing is recorded twice or lost.
-CREATE OR REPLACE FUNCTION queen.partition_cleanup_v1(p_idle_seconds double precision, p_limit integer)
-RETURNS jsonb
-LANGUAGE plpgsql
-SET enable_seqscan = off
-AS $$
-DECLARE
-    v_cutoff timestamptz := now() - make_interval(secs => p_idle_seconds);
-    v_deleted integer;
-BEGIN
-    PERFORM set_config('queen.deletion_kind', 'partition_cleanup', true);
-    PERFORM pg_advisory_xact_lock(737013);  -- the stats job's (081_stats.sql)
-    WITH doomed AS (
-        SELECT p.id FROM queen.partitions p
-        WHERE p.last_activity < v_cutoff AND p.created_at < v_cutoff
-          -- scalar subqueries, not NOT EXISTS: probes per candidate, never an anti-join over a whole table
-          AND (SELECT m.seq FROM queen.messages m WHERE m.partition_id = p.id LIMIT 1) IS NULL
-          AND (SELECT true FROM queen.partition_consumers pc
-               WHERE pc.partition_id = p.id
-                 AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
-                      OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff)
-               LIMIT 1) IS NULL
-        LIMIT p_limit
-        FOR UPDATE OF p SKIP LOCKED
-    ), unrecorded AS (
-        SELECT p.queue_id, greatest(p.last_seq - coalesce(s.last_seq, 0), 0) AS ingested,
-               greatest(coalesce(c.dead_lettered, 0) - coalesce(s.dead_lettered, 0), 0) AS dead_lettered,
-               greatest(coalesce(c.messages_deleted, 0) - coalesce(s.messages_deleted, 0), 0) AS deleted
-        FROM doomed d
-        JOIN queen.partitions p ON p.id = d.id
-        LEFT JOIN queen.partition_counters c ON c.partition_id = d.id
-        LEFT JOIN queen.partition_stats s ON s.partition_id = d.id
-    ), recorded AS (
-        INSERT INTO queen.queue_throughput AS t (queue_id, bucket, ingested, processed, dead_lettered, deleted)
-        SELECT u.queue_id, date_trunc('minute', now()), sum(u.ingested), 0, sum(u.dead_lettered), sum(u.deleted)
-        FROM unrecorded u
-        GROUP BY u.queue_id
-        HAVING sum(u.ingested) + sum(u.dead_lettered) + sum(u.deleted) > 0
-        ON CONFLICT (queue_id, bucket) DO UPDATE
-        SET ingested = t.ingested + EXCLUDED.ingested, dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered,
-            deleted = t.deleted + EXCLUDED.deleted
-        RETURNING 1
-    ), gone AS (
-        DELETE FROM queen.partitions p USING doomed d WHERE p.id = d.id
-        RETURNING p.id, p.queue_id
-    ), history AS (
-        INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
-                                             retention_type)
-        SELECT CASE WHEN count(*) = 1 THEN (array_agg(g.id))[1] END, g.queue_id, q.name, count(*), 0,
-               'partition_cleanup'
-        FROM gone g JOIN queen.queues q ON q.id = g.queue_id
-        GROUP BY g.queue_id, q.name
-        RETURNING 1
-    )
-    SELECT count(*) INTO v_deleted FROM gone;
-    PERFORM set_config('queen.deletion_kind', '', true);
-    RETURN jsonb_build_object('partitions', v_deleted);
-END;
-$$;
-
--- Partition cleanup, version 2: v1's selection, its candidates read through indexes. v1 walked every partition
--- of every queue in each step (no index on last_activity), so a step's cost grew with the partitions stored:
--- about 2 s a step at a million (benchmarks/journal/2026-11.md, issue 44). Every push sets last_message_at and
+-- Version 2: the candidates are read through indexes. Version 1 (dropped) walked every partition of every
+-- queue in each step (no index on last_activity), so a step's cost grew with the partitions stored: about 2 s
+-- a step at a million (benchmarks/journal/2026-11.md, issue 44). Every push sets last_message_at and
 -- last_activity to the same time, so an idle partition that held messages has its newest before the cutoff
 -- (partitions_queue_last_message_idx, per queue), and one that never held any is in partitions_never_pushed_idx
 -- (migration 020). A step reads the old partitions, not all of them: partitions whose newest message is old
 -- but that still hold messages are probed again by each step (one index probe each).
+DROP FUNCTION IF EXISTS queen.partition_cleanup_v1(double precision, integer);
 CREATE OR REPLACE FUNCTION queen.partition_cleanup_v2(p_idle_seconds double precision, p_limit integer)
 RETURNS jsonb
 LANGUAGE plpgsql
