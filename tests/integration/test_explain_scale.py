@@ -158,8 +158,8 @@ def test_consumer_group_pages_read_a_page_not_the_group(db_url: str) -> None:
 
 
 def test_the_message_list_reads_the_cursors_of_its_page_not_of_every_partition(db_url: str) -> None:
-    """The message list's consumption mode (queen.consumption_mode_v2 in queen.messages_list_v3) reads the
-    cursors of the listed partitions only. Under the list's enable_sort = off, PostgreSQL 16 planned v1's
+    """The message list's consumption mode (queen.consumption_mode_v1, with sorting allowed) reads the cursors
+    of the listed partitions only. Under the list's enable_sort = off, PostgreSQL 16 planned its
     count(DISTINCT consumer_group) as a walk of the whole (consumer_group, partition_id) index: every cursor
     of the database per list, 0.5-1.7 s at 200,000 partitions x 10 groups on the embedded server (journal,
     issue 44)."""
@@ -170,24 +170,14 @@ def test_the_message_list_reads_the_cursors_of_its_page_not_of_every_partition(d
         for params in ({"limit": 50, "queue": "wide", "partition": "p7"}, {"limit": 50, "queue": "wide"}):
             text = json.dumps(params)
             listed = json.loads(
-                conn.execute("SELECT queen.messages_list_v3(%s::jsonb)::text", (text,)).fetchone()[0]  # type: ignore[index]
-            )
-            before = json.loads(
                 conn.execute("SELECT queen.messages_list_v2(%s::jsonb)::text", (text,)).fetchone()[0]  # type: ignore[index]
             )
             # one partition: its messages of the last hour (the seed's first one is two hours old)
             assert len(listed["messages"]) == (scale.STORED - 1 if "partition" in params else 50), listed
             assert listed["mode"] == {"type": "bus", "hasQueueMode": False, "busGroupsCount": scale.GROUPS}
-            assert {k: v for k, v in listed.items() if k != "timeRange"} == {
-                k: v for k, v in before.items() if k != "timeRange"
-            }
         # one partition's list: its page, its cursors and the partition probe (224 buffers when written), not
-        # the 40,000 cursors of the queue, whose index and heap rows v2 walked (1,138; a gap that grows with
-        # the partitions)
+        # the 40,000 cursors of the queue, whose index and heap rows the mode walked on PostgreSQL 16 without
+        # sorting (1,138; a gap that grows with the partitions)
         text = json.dumps({"limit": 50, "queue": "wide", "partition": "p7"})
-        v2 = buffers(conn, "SELECT queen.messages_list_v2(%s::jsonb)", (text,))
-        v3 = buffers(conn, "SELECT queen.messages_list_v3(%s::jsonb)", (text,))
-        assert v3 < 600, (v3, v2)
-        version = conn.execute("SHOW server_version_num").fetchone()[0]  # type: ignore[index]
-        if int(version) >= 160000:  # the plan v2 chose there (15 sorts inside the aggregate)
-            assert v2 > v3 + 600, (v2, v3)
+        listed_buffers = buffers(conn, "SELECT queen.messages_list_v2(%s::jsonb)", (text,))
+        assert listed_buffers < 600, listed_buffers

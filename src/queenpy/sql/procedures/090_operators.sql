@@ -102,22 +102,14 @@ LANGUAGE sql STABLE AS $$
         ELSE 'pending' END
 $$;
 
--- {hasQueueMode, busGroupsCount, type: queue|bus|hybrid|none} of a set of partitions
+-- {hasQueueMode, busGroupsCount, type: queue|bus|hybrid|none} of a set of partitions. Sorting is allowed
+-- whatever the caller set (the operators' procedures run with enable_sort = off): under it, PostgreSQL 16 (which
+-- gives an aggregate's DISTINCT a presorted input path; 15 sorts inside the aggregate) planned the
+-- count(DISTINCT) as a walk of the whole (consumer_group, partition_id) index filtered by partition, every cursor
+-- row of the database per call: 0.4-0.8 s per message list at 200,000 partitions x 10 groups on the embedded
+-- server (journal, issue 44). With sorting it sorts the partitions' few cursor rows, found by the
+-- (partition_id, consumer_group) key. Not inlined (a SET clause): one call per list or message.
 CREATE OR REPLACE FUNCTION queen.consumption_mode_v1(p_partition_ids uuid[])
-RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-    SELECT jsonb_build_object('hasQueueMode', qm, 'busGroupsCount', bus,
-        'type', CASE WHEN qm AND bus > 0 THEN 'hybrid' WHEN qm THEN 'queue' WHEN bus > 0 THEN 'bus' ELSE 'none' END)
-    FROM (SELECT coalesce(bool_or(c.consumer_group = '__QUEUE_MODE__'), false) AS qm,
-                 count(DISTINCT c.consumer_group) FILTER (WHERE c.consumer_group <> '__QUEUE_MODE__') AS bus
-          FROM queen.partition_consumers c WHERE c.partition_id = ANY (p_partition_ids)) t
-$$;
-
--- consumption_mode_v1 with sorting allowed whatever its caller set (enable_sort = off in the operators'
--- procedures): its count(DISTINCT) then sorts the partitions' few cursor rows, found by the (partition_id,
--- consumer_group) key, instead of walking the whole (consumer_group, partition_id) index in order
--- (messages_list_v3). Not inlined (a SET clause): one call per list.
-CREATE OR REPLACE FUNCTION queen.consumption_mode_v2(p_partition_ids uuid[])
 RETURNS jsonb
 LANGUAGE sql STABLE
 SET enable_sort = on
@@ -404,171 +396,10 @@ BEGIN
 END;
 $$;
 
--- GET /api/v1/messages: messages_list_v2 calling queen.consumption_mode_v2. Under v2's enable_sort = off,
--- PostgreSQL 16 (which gives an aggregate's DISTINCT a presorted input path; 15 sorts inside the aggregate)
--- planned consumption_mode_v1's count(DISTINCT consumer_group) as a full scan of the (consumer_group,
--- partition_id) index filtered by partition: every cursor row of the database per list, 0.4-0.8 s at 200,000
--- partitions x 10 groups on the embedded server (journal, issue 44). v2 is kept for brokers not yet updated.
-CREATE OR REPLACE FUNCTION queen.messages_list_v3(p jsonb)
-RETURNS jsonb
-LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off
-SET enable_sort = off
-AS $$
-DECLARE
-    v_from timestamptz := coalesce((p->>'from')::timestamptz, now() - interval '1 hour');
-    v_to timestamptz := date_trunc('minute', coalesce((p->>'to')::timestamptz, now())) + interval '1 minute';
-    v_lim integer := coalesce((p->>'limit')::int, 200);
-    v_off integer := coalesce((p->>'offset')::int, 0);
-    v_status text := p->>'status';
-    v_cursor uuid := (p->>'cursor')::uuid;
-    v_queue text := p->>'queue';
-    v_partition text := p->>'partition';
-    v_namespace text := p->>'namespace';
-    v_task text := p->>'task';
-    v_budget constant integer := 5000;
-    v_active integer;
-    v_lo uuid;
-    v_hi uuid;
-    v_plan jsonb;
-    v_total bigint;
-    v_rows jsonb[] := '{}';
-    v_ids uuid[] := '{}';
-    v_partition_ids uuid[] := '{}';
-    v_skipped integer := 0;
-    v_scanned integer := 0;
-    v_last uuid;
-    v_next uuid;
-    v_c queen.partition_consumption;
-    v_state text;
-    r record;
-    v_result jsonb;
-BEGIN
-    IF v_partition IS NOT NULL THEN
-        -- one partition per queue at most, by the (queue_id, name) key: a statement of its own, so its
-        -- generic plan probes by name (an "IS NULL OR" condition cannot be an index condition)
-        SELECT count(*) INTO v_active FROM queen.queues q
-        JOIN queen.partitions pt ON pt.queue_id = q.id AND pt.name = v_partition
-        WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
-          AND (v_task IS NULL OR q.task = v_task);
-    ELSE
-        SELECT count(*) INTO v_active FROM (
-            SELECT 1 FROM queen.queues q
-            CROSS JOIN LATERAL (
-                SELECT pt.id FROM queen.partitions pt
-                WHERE pt.queue_id = q.id AND pt.last_message_at >= v_from
-                LIMIT 1001) x
-            WHERE (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
-              AND (v_task IS NULL OR q.task = v_task)
-            LIMIT 1001) s;
-    END IF;
-
-    IF v_active <= 1000 THEN
-        WITH w AS MATERIALIZED (
-            SELECT pt.id AS partition_id, pt.name AS partition_name, q.name AS queue_name, q.namespace, q.task,
-                   q.priority, c,
-                   CASE WHEN pt.created_at >= v_from THEN 0
-                        ELSE queen.partition_seq_at_v1(pt.id, v_from, pt.last_seq) END AS lo,
-                   CASE WHEN pt.last_message_at < v_to THEN pt.last_seq + 1
-                        ELSE queen.partition_seq_at_v1(pt.id, v_to, pt.last_seq) END AS hi
-            FROM queen.queues q
-            CROSS JOIN LATERAL (
-                SELECT pt.* FROM queen.partitions pt
-                WHERE pt.queue_id = q.id AND pt.name = v_partition AND pt.last_message_at >= v_from
-                UNION ALL
-                SELECT pt.* FROM queen.partitions pt
-                WHERE v_partition IS NULL AND pt.queue_id = q.id AND pt.last_message_at >= v_from) pt
-            JOIN queen.partition_consumption c ON c.partition_id = pt.id
-            WHERE pt.created_at < v_to
-              AND (v_queue IS NULL OR q.name = v_queue) AND (v_namespace IS NULL OR q.namespace = v_namespace)
-              AND (v_task IS NULL OR q.task = v_task)
-        ), candidates AS (
-            SELECT w.*, m.id, m.transaction_id, m.trace_id, m.producer_sub, m.created_at, m.seq,
-                   queen.message_status_v1(m.id, m.seq, w.c) AS status
-            FROM w CROSS JOIN LATERAL (
-                SELECT m.* FROM queen.messages m
-                WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
-                  AND (v_cursor IS NULL OR m.id < v_cursor)
-                  AND (v_status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = v_status)
-                ORDER BY m.seq DESC
-                LIMIT v_off + v_lim) m
-        ), page AS (
-            SELECT * FROM candidates ORDER BY id DESC LIMIT v_lim OFFSET v_off
-        )
-        SELECT coalesce(array_agg(queen.listed_message_v1(page.id, page.transaction_id, page.trace_id,
-                   page.producer_sub, page.created_at, page.seq, page.partition_id, page.partition_name,
-                   page.queue_name, page.namespace, page.task, page.priority, page.status, page.c)
-                   ORDER BY page.id DESC), '{}'),
-               coalesce(array_agg(page.id ORDER BY page.id DESC), '{}'),
-               (SELECT coalesce(sum(t.n), 0) FROM w CROSS JOIN LATERAL (
-                    SELECT count(*) AS n FROM queen.messages m
-                    WHERE m.partition_id = w.partition_id AND m.seq >= w.lo AND m.seq < w.hi
-                      AND (v_status IS NULL OR queen.message_status_v1(m.id, m.seq, w.c) = v_status)) t),
-               (SELECT coalesce(array_agg(w.partition_id), '{}') FROM w)
-        INTO v_rows, v_ids, v_total, v_partition_ids
-        FROM page;
-        IF cardinality(v_ids) = v_lim THEN
-            v_next := v_ids[v_lim];
-        END IF;
-        v_result := jsonb_build_object('total', v_total, 'estimated', false);
-    ELSE
-        v_lo := queen.uuid_v7_floor_v1(v_from);
-        v_hi := queen.uuid_v7_floor_v1(v_to);
-        EXECUTE format('EXPLAIN (FORMAT JSON) SELECT 1 FROM queen.messages WHERE id >= %L::uuid AND id < %L::uuid',
-                       v_lo, v_hi) INTO v_plan;
-        v_total := (v_plan->0->'Plan'->>'Plan Rows')::bigint;
-        IF v_cursor IS NOT NULL AND v_cursor < v_hi THEN
-            v_hi := v_cursor;
-        END IF;
-        FOR r IN
-            SELECT m.id, m.transaction_id, m.trace_id, m.producer_sub, m.created_at, m.seq, m.partition_id,
-                   x.partition_name, x.queue_name, x.namespace, x.task, x.priority,
-                   (v_queue IS NULL OR x.queue_name = v_queue) AND (v_partition IS NULL OR x.partition_name = v_partition)
-                   AND (v_namespace IS NULL OR x.namespace = v_namespace) AND (v_task IS NULL OR x.task = v_task)
-                   AND m.created_at >= v_from AND m.created_at < v_to AS matches
-            FROM queen.messages m
-            CROSS JOIN LATERAL (
-                SELECT pt.name AS partition_name, q.name AS queue_name, q.namespace, q.task, q.priority
-                FROM queen.partitions pt JOIN queen.queues q ON q.id = pt.queue_id
-                WHERE pt.id = m.partition_id) x
-            WHERE m.id >= v_lo AND m.id < v_hi
-            ORDER BY m.id DESC
-            LIMIT v_budget
-        LOOP
-            v_scanned := v_scanned + 1;
-            v_last := r.id;
-            CONTINUE WHEN NOT r.matches;
-            SELECT c.* INTO v_c FROM queen.partition_consumption c WHERE c.partition_id = r.partition_id;
-            v_state := queen.message_status_v1(r.id, r.seq, v_c);
-            CONTINUE WHEN v_status IS NOT NULL AND v_state <> v_status;
-            IF v_skipped < v_off THEN
-                v_skipped := v_skipped + 1;
-                CONTINUE;
-            END IF;
-            v_rows := v_rows || queen.listed_message_v1(r.id, r.transaction_id, r.trace_id, r.producer_sub,
-                r.created_at, r.seq, r.partition_id, r.partition_name, r.queue_name, r.namespace, r.task,
-                r.priority, v_state, v_c);
-            v_ids := v_ids || r.id;
-            v_partition_ids := v_partition_ids || r.partition_id;
-            EXIT WHEN cardinality(v_ids) = v_lim;
-        END LOOP;
-        IF cardinality(v_ids) = v_lim THEN
-            v_next := v_ids[v_lim];
-        ELSIF v_scanned = v_budget THEN
-            v_next := v_last;  -- the read stopped before the window's start: continue from there
-        END IF;
-        v_result := jsonb_build_object('total', greatest(v_total, cardinality(v_ids) + v_off), 'estimated', true);
-    END IF;
-
-    RETURN v_result || jsonb_build_object(
-        'messages', to_jsonb(v_rows),
-        'mode', queen.consumption_mode_v2(v_partition_ids),
-        'nextCursor', v_next,
-        'pagination', jsonb_build_object('limit', v_lim, 'offset', v_off),
-        'timeRange', jsonb_build_object('from', queen.iso_ms(v_from),
-                                        'to', queen.iso_ms(least(v_to, '9999-12-31 23:59:59.999+00'))));
-END;
-$$;
+-- messages_list_v3 and consumption_mode_v2 were v2 and consumption_mode_v1 with sorting allowed in the mode;
+-- consumption_mode_v1 now allows it itself (above), for every caller.
+DROP FUNCTION IF EXISTS queen.messages_list_v3(jsonb);
+DROP FUNCTION IF EXISTS queen.consumption_mode_v2(uuid[]);
 
 -- GET /api/v1/messages/:partitionId/:transactionId (API.md 10.2); the payload as stored (the server
 -- decrypts it). {"error": "Message not found"} when there is none.
