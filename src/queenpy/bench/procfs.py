@@ -179,8 +179,18 @@ class SamplerThread:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def run(self) -> None:
+    def sample(self) -> None:
+        """One sample, a subclass's: :meth:`run` calls it every ``interval_s``."""
         raise NotImplementedError
+
+    def run(self) -> None:
+        """:meth:`sample` every ``interval_s`` until :meth:`stop`; a sample that meets a process ending while
+        it reads /proc (OSError) is skipped."""
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.sample()
+            except OSError:
+                pass
 
 
 class MemorySampler(SamplerThread):
@@ -215,13 +225,6 @@ class MemorySampler(SamplerThread):
             elif pss > self._peak[1]:
                 self._peak = (self._peak[0], pss, self._peak[2])
 
-    def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.sample()
-            except OSError:
-                pass
-
 
 class TreeTracker(SamplerThread):
     """The CPU of a tree whose parents may not wait for their children, polled every ``interval_s`` in a
@@ -248,12 +251,8 @@ class TreeTracker(SamplerThread):
             self._last.update(snapshot.live)
         return snapshot
 
-    def run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.poll()
-            except OSError:
-                pass
+    def sample(self) -> None:
+        self.poll()
 
     def split(self) -> dict[str, float]:
         """Stops the polling; CPU seconds per kind since the tracker was made (see the class docstring)."""
