@@ -365,6 +365,24 @@ _FUSION: Schema = {
         maxBatch=INT,
     ),
 }
+
+#: POST /api/v1/stats/refresh: rows rewritten by the run, partitions looked at; "exact": every queue and
+#: (queue, group) re-aggregated; "pass": the reconcile pass's step ({"full": true}: the whole pass,
+#: "finished"); "passAfter": the partition id it goes on after
+_STATS_RUN = obj(
+    ["partitions", "consumers", "queues", "groups", "candidates", "full", "exact", "pass", "passAfter"],
+    partitions=INT,
+    consumers=INT,
+    queues=INT,
+    groups=INT,
+    candidates=INT,
+    full=BOOL,
+    exact=BOOL,
+    passAfter=nullable(UUID),
+)
+_STATS_RUN["properties"]["pass"] = nullable(
+    {"type": "string", "enum": ["started", "continued", "finished", None]}
+)
 _RATIO = nullable(NUM)  # a percentage; null when nothing was counted (0 / 0)
 _POSTGRES_STATS = obj(
     [
@@ -1436,17 +1454,7 @@ RESULTS: dict[tuple[str, str], Schema] = {
             **_FROM_TO,
         )
     ),
-    ("post", "/api/v1/stats/refresh"): _or_failure(
-        obj(
-            ["partitions", "consumers", "queues", "groups", "candidates", "full"],
-            partitions=INT,
-            consumers=INT,
-            queues=INT,
-            groups=INT,
-            candidates=INT,
-            full=BOOL,
-        )
-    ),  # rows rewritten by the run, partitions looked at
+    ("post", "/api/v1/stats/refresh"): _or_failure(_STATS_RUN),
     ("post", "/streams/v1/state/get"): _or_failure(
         obj(
             ["success", "rows"],
