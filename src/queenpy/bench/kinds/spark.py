@@ -58,6 +58,10 @@ __all__ = ["KIND", "report_lines", "run", "spark_missing", "summarize"]
 COPY_SCHEMA = "data STRING, partition STRING, partitionId STRING, offset BIGINT, traceId STRING"
 POLL_S = 0.02
 WARM_PER_PARTITION = 10
+#: the measured copy runs at least this many micro-batches after the first: at three (60,000 messages, 2-3 s)
+#: one autovacuum worker's half second moved PostgreSQL's µs/msg by a third (benchmarks/journal/2026-11.md,
+#: 2026-11-29 03:51)
+MIN_STEADY_BATCHES = 10
 QUERY_LIMIT_S = 600
 
 Q_PER_PARTITION = (
@@ -206,7 +210,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     spark = _spark(context)
     per_trigger = scenario.batch
     estimate = context.estimates.get(scenario.name, scenario.initial_rate)
-    steady = max(3 * per_trigger, int(estimate * context.options.seconds))
+    steady = max(MIN_STEADY_BATCHES * per_trigger, int(estimate * context.options.seconds))
     total = per_trigger * (1 + -(-steady // per_trigger))
     source = _source(context, spark, scenario, -(-total // scenario.partitions))
     expected = int(context.sql.fetchval(Q_QUEUE_ROWS, source))
