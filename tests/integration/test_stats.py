@@ -1,4 +1,4 @@
-"""The stats job (queen.stats_refresh_v2) and the counters it reads: the numbers equal what counting the
+"""The stats job (queen.stats_refresh_v3) and the counters it reads: the numbers equal what counting the
 messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, a run
 never scans the messages table, the (queue, group) sums kept by deltas equal a re-aggregation, and the
 reconcile is a pass in chunks."""
@@ -26,7 +26,7 @@ def conn(db_url: str) -> Any:
 
 def refresh(conn: psycopg.Connection[Any], full: bool = False) -> dict[str, Any]:
     """One run (full: the whole reconcile pass in this run), the counts of its answer."""
-    row = conn.execute("SELECT queen.stats_refresh_v2(%s, NULL)", (full,)).fetchone()
+    row = conn.execute("SELECT queen.stats_refresh_v3(%s, NULL)", (full,)).fetchone()
     assert row is not None
     return {key: row[0][key] for key in KEYS}
 
@@ -330,8 +330,11 @@ FROM queen.queues q ORDER BY 1
 """
 
 
-def v2(conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = None) -> dict[str, Any]:
-    row = conn.execute("SELECT queen.stats_refresh_v2(%s, %s)", (full, chunk)).fetchone()
+def run(
+    conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = None, limit: int | None = None
+) -> dict[str, Any]:
+    """One run with the job's arguments (p_chunk, p_limit), its whole answer."""
+    row = conn.execute("SELECT queen.stats_refresh_v3(%s, %s, %s)", (full, chunk, limit)).fetchone()
     assert row is not None
     return dict(row[0])
 
@@ -339,16 +342,16 @@ def v2(conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = No
 def test_group_sums_kept_by_deltas_equal_a_re_aggregation(
     conn: psycopg.Connection[Any],
 ) -> None:
-    """Incremental v2 runs add what each rewritten or removed consumer row changed; after every step of
+    """Incremental runs add what each rewritten or removed consumer row changed; after every step of
     pushes, pops (leased and autoAck), acks, a lease that ends, a new group and a deleted one, the kept
     (queue, group) sums and the queues' group counts and largest lags equal what re-aggregating every row
     gives."""
     push = [{"queue": "d", "partition": f"p{n % 4}", "payload": n} for n in range(40)]
     call_procedure(conn, "push_items_v1", push)
-    v2(conn)  # the first run: exact
+    run(conn)  # the first run: exact
 
     def check(label: str) -> None:
-        done = v2(conn)
+        done = run(conn)
         assert done["exact"] is False, (label, done)
         assert conn.execute(GROUP_KEPT).fetchall() == conn.execute(GROUP_TRUTH).fetchall(), label
         assert conn.execute(QUEUE_KEPT).fetchall() == conn.execute(QUEUE_TRUTH).fetchall(), label
@@ -395,14 +398,14 @@ def test_reconcile_is_a_pass_in_chunks(conn: psycopg.Connection[Any]) -> None:
     call_procedure(
         conn, "push_items_v1", [{"queue": "r", "partition": f"p{n}", "payload": n} for n in range(5)]
     )
-    v2(conn)
+    run(conn)
     call_procedure(conn, "pop_v1", [{"queue": "r", "partition": "p1", "batch": 1, "autoAck": True}])
-    v2(conn)
+    run(conn)
     conn.execute("SELECT queen.consumer_group_seek_v1('__QUEUE_MODE__', 'r', false, '-infinity')")
-    assert v2(conn, chunk=2)["partitions"] == 0  # no pass in progress: incremental
-    runs = [v2(conn, full=True, chunk=2)]
+    assert run(conn, chunk=2)["partitions"] == 0  # no pass in progress: incremental
+    runs = [run(conn, full=True, chunk=2)]
     while runs[-1]["pass"] != "finished":
-        runs.append(v2(conn, full=False, chunk=2))
+        runs.append(run(conn, full=False, chunk=2))
         assert len(runs) < 10
     assert [r["pass"] for r in runs] == ["started", "continued", "finished"]
     assert [r["exact"] for r in runs] == [False, False, True]
@@ -411,3 +414,36 @@ def test_reconcile_is_a_pass_in_chunks(conn: psycopg.Connection[Any]) -> None:
     assert runs[-1]["passAfter"] is None
     state = conn.execute("SELECT value FROM queen.system_state WHERE key = 'stats_refresh'").fetchone()
     assert state is not None and "passAfter" not in state[0]
+
+
+def test_changed_partitions_are_taken_p_limit_a_run_in_a_sweep(conn: psycopg.Connection[Any]) -> None:
+    """p_limit bounds the changed partitions a run takes: they come in id order, a sweep of runs, until a run
+    finds fewer; a partition that changes behind the sweep (after its bound) is taken by the next sweep; at
+    the end every partition's numbers equal the counted truth."""
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "s", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
+    run(conn)  # the first run: every partition
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "s", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
+    names = {
+        row[1]: row[0]
+        for row in conn.execute(
+            "SELECT p.name, p.id FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = 's'"
+        ).fetchall()
+    }
+    ids = sorted(names)
+    runs = [run(conn, limit=2)]
+    assert (runs[0]["candidates"], runs[0]["sweepAfter"]) == (2, str(ids[1]))
+    behind = names[ids[0]]  # taken by the first run; pushed to again, mid-sweep
+    call_procedure(conn, "push_items_v1", [{"queue": "s", "partition": behind, "payload": "again"}])
+    runs += [run(conn, limit=2), run(conn, limit=2)]
+    assert [(r["candidates"], r["sweepAfter"]) for r in runs[1:]] == [(2, str(ids[3])), (1, None)]
+    after = run(conn, limit=2)  # the next sweep: what changed behind the last one
+    assert (after["candidates"], after["sweepAfter"]) == (1, None)
+    assert run(conn, limit=2)["candidates"] == 0
+    for pid in ids:
+        kept, counted = stats_of(conn, pid), truth(conn, pid)
+        assert {k: kept[k] for k in counted} == counted, names[pid]

@@ -368,9 +368,21 @@ _FUSION: Schema = {
 
 #: POST /api/v1/stats/refresh: rows rewritten by the run, partitions looked at; "exact": every queue and
 #: (queue, group) re-aggregated; "pass": the reconcile pass's step ({"full": true}: the whole pass,
-#: "finished"); "passAfter": the partition id it goes on after
+#: "finished"); "passAfter": the partition id it goes on after; "sweepAfter": the last changed partition it
+#: took when the next run goes on after it (the route's runs take every changed partition: null)
 _STATS_RUN = obj(
-    ["partitions", "consumers", "queues", "groups", "candidates", "full", "exact", "pass", "passAfter"],
+    [
+        "partitions",
+        "consumers",
+        "queues",
+        "groups",
+        "candidates",
+        "full",
+        "exact",
+        "pass",
+        "passAfter",
+        "sweepAfter",
+    ],
     partitions=INT,
     consumers=INT,
     queues=INT,
@@ -379,6 +391,7 @@ _STATS_RUN = obj(
     full=BOOL,
     exact=BOOL,
     passAfter=nullable(UUID),
+    sweepAfter=nullable(UUID),
 )
 _STATS_RUN["properties"]["pass"] = nullable(
     {"type": "string", "enum": ["started", "continued", "finished", None]}

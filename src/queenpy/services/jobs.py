@@ -4,7 +4,8 @@ Each run is a sequence of short transactions (one procedure call each, autocommi
 for long and a run interrupted by a crash leaves consistent counters behind (every step counts its own
 deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_stats.sql``.
 
-- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v2``; every ``STATS_RECONCILE_INTERVAL_MS``
+- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v3``, at most ``STATS_RUN_PARTITIONS``
+  changed partitions a run; every ``STATS_RECONCILE_INTERVAL_MS``
   a reconcile pass starts (``STATS_RECONCILE_CHUNK`` partitions a run until it ends), plus a recount of
   every capped queue's stored count (``queen.recount_queue_capacity_v1``).
 - :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
@@ -13,14 +14,22 @@ deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_
   ``STATS_HISTORY_RETENTION_DAYS``); with ``RETENTION_VACUUM_ROWS`` set, a vacuum of ``queen.messages`` once
   it has deleted that many messages since the last one.
 - :class:`EvictionJob` (``EVICTION_INTERVAL``): ``maxWaitTimeSeconds`` eviction (``EVICTION_BATCH_SIZE``).
+
+Every step is paced (:class:`Pace`, ``SERVICES_DUTY_CYCLE``): after a step that took t seconds the job
+rests t x (1 - d) / d, so its steps take at most the share d of its wall time, however much work a run
+finds. Run flat out, retention over a million partitions and the partition cleanup each took a third or
+more of the push rate on two cores; the stats job's runs after a large retention took 20-30 s back to back
+(benchmarks/journal/2026-11.md, issue 44).
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 import orjson
@@ -28,12 +37,54 @@ import orjson
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
 
-__all__ = ["EvictionJob", "Job", "RetentionJob", "RunResult", "StatsJob", "jobs_for"]
+__all__ = ["EvictionJob", "Job", "Pace", "RetentionJob", "RunResult", "StatsJob", "jobs_for", "rest_after"]
 
 PARTITIONS_PER_STEP = 500
 CLEANUP_PER_STEP = 1000
 TRIM_PER_STEP = 5000
 _DAY_S = 86_400.0
+T = TypeVar("T")
+
+
+def rest_after(busy_s: float, duty: float) -> float:
+    """Seconds to rest after a step that took ``busy_s`` seconds so that steps take the share ``duty`` of the
+    wall time (busy / (busy + rest) = duty): ``busy_s * (1 - duty) / duty``; 0 when ``duty >= 1`` (flat out).
+    The idea of PostgreSQL's cost-based vacuum delay (its manual, "Cost-based Vacuum Delay"), in time instead
+    of page costs. Raises ValueError when ``duty`` is not positive."""
+    if duty <= 0:
+        raise ValueError(f"duty must be positive, not {duty}")
+    return 0.0 if duty >= 1 else busy_s * (1 - duty) / duty
+
+
+class Pace:
+    """A job run's steps at a duty cycle: :meth:`step` awaits one step, then rests :func:`rest_after` its
+    duration. ``busy_s`` and ``rested_s`` add up what the run spent in each (seconds)."""
+
+    def __init__(self, duty: float) -> None:
+        rest_after(0.0, duty)  # validates duty
+        self.duty = duty
+        self.busy_s = 0.0
+        self.rested_s = 0.0
+
+    async def step(self, work: Awaitable[T]) -> T:
+        """``await work``, then rest; an exception propagates at once (no rest)."""
+        clock = time.monotonic()
+        result = await work
+        busy = time.monotonic() - clock
+        self.busy_s += busy
+        rest = rest_after(busy, self.duty)
+        if rest > 0:
+            await asyncio.sleep(rest)
+            self.rested_s += rest
+        return result
+
+    def details(self) -> dict[str, float]:
+        """``{"busyMs", "restedMs", "duty"}`` for the run's record."""
+        return {
+            "busyMs": round(self.busy_s * 1000, 1),
+            "restedMs": round(self.rested_s * 1000, 1),
+            "duty": self.duty,
+        }
 
 
 @dataclass
@@ -87,42 +138,49 @@ class StatsJob(Job):
             self._last_full is None
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
-        details = await _json(
-            database,
-            "SELECT queen.stats_refresh_v2($1, $2)::text",
-            full,
-            self.settings.stats_reconcile_chunk,
+        pace = Pace(self.settings.duty_cycle)
+        details = await pace.step(
+            _json(
+                database,
+                "SELECT queen.stats_refresh_v3($1, $2, $3)::text",
+                full,
+                self.settings.stats_reconcile_chunk,
+                self.settings.stats_run_partitions,
+            )
         )
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full:
             self._last_full = now
             capped = await database.fetchval("SELECT queen.capped_queues_v1()")
             for queue_id in capped or []:
-                await database.fetchval("SELECT queen.recount_queue_capacity_v1($1)", queue_id)
+                await pace.step(database.fetchval("SELECT queen.recount_queue_capacity_v1($1)", queue_id))
             details["capacityRecounts"] = len(capped or [])
+        details["pace"] = pace.details()
         return RunResult(rows, details)
 
 
 async def _delete_kind(
-    database: Database, kind: str, batch: int, run_at: datetime.datetime
+    database: Database, pace: Pace, kind: str, batch: int, run_at: datetime.datetime
 ) -> dict[str, int]:
-    """Every queue with ``kind`` configured, step after step until each reports no more work."""
+    """Every queue with ``kind`` configured, step after step (paced) until each reports no more work."""
     queues = await _json(database, "SELECT queen.retention_queues_v1($1)::text", kind)
     deleted = steps = 0
     for queue in queues:
         after, inclusive = "", True
         while True:
-            step = await _json(
-                database,
-                "SELECT queen.retention_step_v1($1, $2::uuid, $3::text[], $4, $5, $6, $7, $8)::text",
-                kind,
-                queue["queueId"],
-                queue["groups"],
-                after,
-                inclusive,
-                PARTITIONS_PER_STEP,
-                batch,
-                run_at,
+            step = await pace.step(
+                _json(
+                    database,
+                    "SELECT queen.retention_step_v1($1, $2::uuid, $3::text[], $4, $5, $6, $7, $8)::text",
+                    kind,
+                    queue["queueId"],
+                    queue["groups"],
+                    after,
+                    inclusive,
+                    PARTITIONS_PER_STEP,
+                    batch,
+                    run_at,
+                )
             )
             steps += 1
             deleted += int(step["deleted"])
@@ -167,10 +225,11 @@ class RetentionJob(Job):
     async def run(self, database: Database) -> RunResult:
         settings = self.settings
         run_at = await database.fetchval("SELECT now()")
+        pace = Pace(settings.duty_cycle)
         details: dict[str, Any] = {}
         rows = 0
         for kind in ("retention", "completed_retention"):
-            part = await _delete_kind(database, kind, settings.retention_batch_size, run_at)
+            part = await _delete_kind(database, pace, kind, settings.retention_batch_size, run_at)
             details[kind] = part
             rows += part["deleted"]
         self._unvacuumed += rows
@@ -179,11 +238,13 @@ class RetentionJob(Job):
             details["vacuum"] = vacuum
         removed = 0
         while True:
-            step = await _json(
-                database,
-                "SELECT queen.partition_cleanup_v2($1, $2)::text",
-                settings.partition_cleanup_days * _DAY_S,
-                CLEANUP_PER_STEP,
+            step = await pace.step(
+                _json(
+                    database,
+                    "SELECT queen.partition_cleanup_v2($1, $2)::text",
+                    settings.partition_cleanup_days * _DAY_S,
+                    CLEANUP_PER_STEP,
+                )
             )
             removed += int(step["partitions"])
             if int(step["partitions"]) < CLEANUP_PER_STEP:
@@ -193,18 +254,21 @@ class RetentionJob(Job):
         metrics_before = run_at - datetime.timedelta(days=settings.metrics_retention_days)
         stats_before = run_at - datetime.timedelta(days=settings.stats_history_retention_days)
         while True:
-            step = await _json(
-                database,
-                "SELECT queen.trim_history_v1($1, $2, $3)::text",
-                metrics_before,
-                stats_before,
-                TRIM_PER_STEP,
+            step = await pace.step(
+                _json(
+                    database,
+                    "SELECT queen.trim_history_v1($1, $2, $3)::text",
+                    metrics_before,
+                    stats_before,
+                    TRIM_PER_STEP,
+                )
             )
             for table, count in step.items():
                 trimmed[table] = trimmed.get(table, 0) + int(count)
             if all(int(count) < TRIM_PER_STEP for count in step.values()):
                 break
         details["trimmed"] = {table: count for table, count in trimmed.items() if count}
+        details["pace"] = pace.details()
         return RunResult(rows, details)
 
 
@@ -218,10 +282,11 @@ class EvictionJob(Job):
 
     async def run(self, database: Database) -> RunResult:
         run_at = await database.fetchval("SELECT now()")
+        pace = Pace(self.settings.duty_cycle)
         part = await _delete_kind(
-            database, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
+            database, pace, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
         )
-        return RunResult(part["deleted"], {"max_wait_time_eviction": part})
+        return RunResult(part["deleted"], {"max_wait_time_eviction": part, "pace": pace.details()})
 
 
 def jobs_for(settings: ServiceSettings) -> list[Job]:

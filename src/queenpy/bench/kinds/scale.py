@@ -31,11 +31,12 @@ Steps of a round:
 7. **retention and cleanup**: retention deletes the oldest message of every partition (1/``STORED`` of the
    messages): its period is chosen when it starts, from the seed's two times, so that its cutoff falls half
    way between them however long the seed took; the count deleted is checked against the partitions. Then
-   ``CLEANUP_PARTITIONS`` empty partitions idle for 40 days are removed by the partition cleanup, step after
-   step until one removes nothing; the idle partitions left are counted. Each runs while wrk pushes to the
-   big queue: time, WAL bytes, and the push rate during it over the rate at scale. The broker's own
-   retention job is held off for the run (``RETENTION_INTERVAL`` of a day): it would run the same cleanup
-   and retention concurrently.
+   ``CLEANUP_PARTITIONS`` empty partitions idle for 40 days are removed by the partition cleanup; the idle
+   partitions left are counted. Each is one run of the broker's own retention job
+   (:class:`queenpy.services.jobs.RetentionJob`, its batch sizes and its pace, ``SERVICES_DUTY_CYCLE``),
+   started here while wrk pushes to the big queue: time, WAL bytes, the job's busy and rested time, and the
+   push rate during it over the rate at scale. The broker's own retention job is held off for the run
+   (``RETENTION_INTERVAL`` of a day): it would run the same cleanup and retention concurrently.
 
 The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
 (the slowest route's max at scale) in ``scale`` of each run and of the median.
@@ -43,6 +44,7 @@ The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale ove
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import os
 import shutil
@@ -59,6 +61,9 @@ from queenpy.bench.load import measured_window
 from queenpy.bench.postgres import Sql
 from queenpy.bench.report import number
 from queenpy.bench.wrk import render_script
+from queenpy.services.jobs import RetentionJob
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
 
 __all__ = ["KIND", "report_lines", "run"]
 
@@ -338,7 +343,7 @@ def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, 
             ]
             http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": f"g{g}"})
     _seed(context, seeded, 3, STORED)
-    context.sql.fetchval("SELECT queen.stats_refresh_v2(true)::text")
+    context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
     mine, theirs = _fingerprint(context, seeded), _fingerprint(context, pushed)
     return {key: {"seeded": mine[key], "pushed": theirs[key]} for key in mine if mine[key] != theirs[key]}
 
@@ -604,25 +609,27 @@ def _while_pushing(
     return result
 
 
-def _retention(sql: Sql, queue_id: str, run_at: datetime.datetime) -> dict[str, Any]:
-    """One retention pass over the queue as of ``run_at``, step after step (as the retention job runs it)."""
-    after, inclusive, deleted, steps = "", True, 0, 0
-    while True:
-        step = _json(
-            sql.fetchval(
-                "SELECT queen.retention_step_v1('retention', $1::uuid, '{}'::text[], $2, $3, "
-                "500, 10000, $4)::text",
-                queue_id,
-                after,
-                inclusive,
-                run_at,
-            )
-        )
-        steps += 1
-        deleted += int(step["deleted"])
-        if step["next"] is None:
-            return {"deleted": deleted, "steps": steps}
-        after, inclusive = step["next"], bool(step["inclusive"])
+def _retention_job(url: str) -> dict[str, Any]:
+    """One run of the broker's own retention job (:class:`queenpy.services.jobs.RetentionJob`: retention,
+    partition cleanup, trimming; its batch sizes and its pace, ``SERVICES_DUTY_CYCLE`` as the broker would
+    read it) on a pool of its own: the run's details."""
+
+    async def once() -> dict[str, Any]:
+        database = Database(url, pool_size=1)
+        await database.open()
+        try:
+            return (await RetentionJob(ServiceSettings.from_env(os.environ)).run(database)).details
+        finally:
+            await database.close()
+
+    return asyncio.run(once())
+
+
+def _retention(sql: Sql, url: str) -> dict[str, Any]:
+    """A run of the retention job while the big queue has its retention period set: the messages it
+    deleted, its steps, and its pace."""
+    details = _retention_job(url)
+    return {**details["retention"], "pace": details["pace"]}
 
 
 IDLE_LEFT = """
@@ -630,23 +637,17 @@ SELECT count(*) FROM queen.partitions WHERE queue_id = $1::uuid AND name LIKE 'i
 """
 
 
-def _cleanup(sql: Sql, queue_id: str) -> dict[str, Any]:
-    """Partition cleanup (30 days idle, 1,000 a step) until a step removes nothing; the idle partitions of
-    the queue before and after (a step that removes fewer than 1,000 is not taken as the end: a partition
-    a concurrent statement holds is skipped, not waited for)."""
+def _cleanup(sql: Sql, queue_id: str, url: str) -> dict[str, Any]:
+    """A run of the retention job (its partition cleanup: 30 days idle by default) with the queue's retention
+    off: the partitions it removed, its pace, and the idle partitions of the queue before and after."""
     before = int(sql.fetchval(IDLE_LEFT, queue_id))
-    removed = steps = 0
-    while True:
-        step = _json(sql.fetchval("SELECT queen.partition_cleanup_v2($1, 1000)::text", 30 * 86400.0))
-        steps += 1
-        removed += int(step["partitions"])
-        if int(step["partitions"]) == 0:
-            return {
-                "partitions": removed,
-                "steps": steps,
-                "idle_before": before,
-                "idle_left": int(sql.fetchval(IDLE_LEFT, queue_id)),
-            }
+    details = _retention_job(url)
+    return {
+        "partitions": details["partitionCleanup"]["partitions"],
+        "pace": details["pace"],
+        "idle_before": before,
+        "idle_left": int(sql.fetchval(IDLE_LEFT, queue_id)),
+    }
 
 
 def _json(text: str) -> Any:
@@ -678,14 +679,14 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context.created_queues.update({base_queue, big_queue, f"{prefix}ref-pushed", f"{prefix}ref-seeded"})
         _seed(context, base_queue, BASE_PARTITIONS, BASE_STORED)
         context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v2(true)::text")
+        context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
         figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
         seeded = _seed(context, big_queue, partitions, STORED)
         figures["seed_s"] = round(seeded.seconds, 1)
         started = time.monotonic()
         context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v2(true)::text")
+        context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
@@ -697,7 +698,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": keep}},
         ).raise_for_status()
         figures["retention"] = _while_pushing(
-            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, queue_id, run_at)
+            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, context.pg.url)
         )
         deleted = figures["retention"].get("detail", {}).get("deleted")
         figures["retention"].update(retention_seconds=keep, expected_deleted=partitions)
@@ -711,7 +712,12 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         ).raise_for_status()
         context.sql.execute(EMPTY_PARTITIONS, queue_id, min(CLEANUP_PARTITIONS, partitions))
         figures["cleanup"] = _while_pushing(
-            context, result, big_queue, partitions, "cleanup", lambda sql: _cleanup(sql, queue_id)
+            context,
+            result,
+            big_queue,
+            partitions,
+            "cleanup",
+            lambda sql: _cleanup(sql, queue_id, context.pg.url),
         )
         left = figures["cleanup"].get("detail", {}).get("idle_left")
         if left != 0:

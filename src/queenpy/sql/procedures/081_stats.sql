@@ -2,6 +2,7 @@
 -- counters it reads).
 
 DROP FUNCTION IF EXISTS queen.stats_refresh_v1(boolean);
+DROP FUNCTION IF EXISTS queen.stats_refresh_v2(boolean, integer);
 
 -- One run of the stats job (migration 009 defines the numbers). Looks at the partitions that may have changed
 -- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
@@ -23,9 +24,10 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v1(boolean);
 -- plan_cache_mode = force_custom_plan: each statement is planned with this run's candidate list (a handful of
 -- partitions, or all of them), once per run (every few seconds).
 --
--- This is version 2, for a million partitions (issue 44; benchmarks/journal/2026-11.md). Version 1 (dropped)
+-- Versions 2 and 3 are for a million partitions (issue 44; benchmarks/journal/2026-11.md). Version 1 (dropped)
 -- re-aggregated every consumer row of a queue whenever one changed (10 million rows at a million partitions
--- and ten groups, every run), and its full reconcile was one transaction over every partition. Version 2:
+-- and ten groups, every run), and its full reconcile was one transaction over every partition. Version 2
+-- (dropped; version 3 keeps all of it):
 -- - the (queue, group) sums follow the rows step 2 rewrites or removes (deltas), the oldest unconsumed time and
 --   the largest lag come from index probes (migration 021), the consumer groups from queue_group_stats; the
 --   queues' sums over partition_stats are re-aggregated (a tenth of the consumer rows);
@@ -33,10 +35,20 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v1(boolean);
 --   added to the run's candidates; p_full starts a pass when none is in progress, and the run that ends it
 --   repairs missing rows and re-aggregates every queue and group from all their rows;
 --   p_full with p_chunk NULL (POST /api/v1/stats/refresh {"full": true}) is the whole pass in this one run.
+-- Version 3 bounds the partitions that changed which one run takes (p_limit, STATS_RUN_PARTITIONS): after a
+-- retention pass had touched every one of a million partitions, each v2 run took all of them, hit the
+-- statement timeout and rolled back, run after run (benchmarks/journal/2026-11.md, issue 44). The changed
+-- partitions are taken in id order, p_limit a run: a sweep. Its first run fixes its bound; its runs look
+-- "since" the previous sweep's bound and after the last id taken; the run that finds fewer than p_limit ends
+-- it, and the next sweep looks since its bound (what changed meanwhile behind the sweep carries a time at or
+-- after that bound, by the argument above). Offsets that grew during a sweep count in the minute of
+-- queue_throughput of the run that took their partition.
 -- Returns {"partitions", "consumers", "queues", "groups": rows rewritten, "candidates", "full": every
 -- partition a candidate, "exact" (every queue and group re-aggregated), "pass" ('started', 'continued',
--- 'finished' or null) and "passAfter" (where the pass continues; null when none is in progress).
-CREATE OR REPLACE FUNCTION queen.stats_refresh_v2(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL)
+-- 'finished' or null), "passAfter" (where the pass continues; null when none is in progress) and
+-- "sweepAfter" (the last changed partition taken when the sweep goes on in the next run; null when it ended).
+CREATE OR REPLACE FUNCTION queen.stats_refresh_v3(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
+                                                  p_limit integer DEFAULT NULL)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -58,6 +70,9 @@ DECLARE
     v_chunk uuid[] := '{}';
     v_pass text;                -- 'started', 'continued', 'finished' or NULL
     v_candidates uuid[];
+    v_changed uuid[];           -- partitions that changed since v_since, after v_sweep_after, p_limit of them
+    v_sweep_after uuid;         -- the sweep of changed partitions: the last id it took (NULL: none in progress)
+    v_sweep_bound timestamptz;  -- the bound of the sweep's first run: the next sweep's "since"
     v_group_deltas jsonb;
 BEGIN
     PERFORM pg_advisory_xact_lock(737013);
@@ -69,6 +84,11 @@ BEGIN
     SELECT s.value INTO v_state FROM queen.system_state s WHERE s.key = 'stats_refresh';
     v_since := (v_state->>'since')::timestamptz;
     v_after := (v_state->>'passAfter')::uuid;
+    v_sweep_after := (v_state->>'sweepAfter')::uuid;
+    v_sweep_bound := coalesce((v_state->>'sweepBound')::timestamptz, v_bound);
+    IF v_sweep_after IS NULL THEN
+        v_sweep_bound := v_bound;
+    END IF;
     IF v_since IS NULL OR (p_full AND p_chunk IS NULL) THEN
         v_full := true;
         v_pass := CASE WHEN p_full THEN 'finished' END;
@@ -112,16 +132,30 @@ BEGIN
     END IF;
     IF v_full THEN
         SELECT coalesce(array_agg(p.id), '{}') INTO v_candidates FROM queen.partitions p;
+        v_sweep_after := NULL;
+        v_sweep_bound := v_bound;
     ELSE
+        v_changed := ARRAY(
+            SELECT DISTINCT x.id FROM (
+                SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
+                UNION ALL
+                SELECT c.partition_id FROM queen.partition_counters c WHERE c.updated_at >= v_since
+                UNION ALL
+                SELECT pc.partition_id FROM queen.partition_consumers pc
+                WHERE pc.last_consumed_at >= v_since OR pc.lease_acquired_at >= v_since
+                   OR pc.created_at >= v_since
+                   OR (pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now())
+                   OR pc.retry_available_at >= v_since) x
+            WHERE x.id > coalesce(v_sweep_after, '00000000-0000-0000-0000-000000000000')
+            ORDER BY x.id
+            LIMIT p_limit);
+        IF p_limit IS NOT NULL AND cardinality(v_changed) >= p_limit THEN
+            v_sweep_after := v_changed[cardinality(v_changed)];  -- the sweep goes on; "since" stays
+        ELSE
+            v_sweep_after := NULL;  -- the sweep ends: the next one looks since its bound
+        END IF;
         SELECT coalesce(array_agg(DISTINCT x.id), '{}') INTO v_candidates FROM (
-            SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
-            UNION ALL
-            SELECT c.partition_id FROM queen.partition_counters c WHERE c.updated_at >= v_since
-            UNION ALL
-            SELECT pc.partition_id FROM queen.partition_consumers pc
-            WHERE pc.last_consumed_at >= v_since OR pc.lease_acquired_at >= v_since OR pc.created_at >= v_since
-               OR (pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now())
-               OR pc.retry_available_at >= v_since
+            SELECT k.id FROM unnest(v_changed) k(id)
             UNION ALL
             SELECT k.id FROM unnest(v_chunk) k(id)) x;
     END IF;
@@ -457,10 +491,16 @@ BEGIN
     SELECT count(*) INTO v_queues FROM written;
 
     INSERT INTO queen.system_state (key, value, updated_at)
-    VALUES ('stats_refresh', jsonb_strip_nulls(jsonb_build_object('since', v_bound, 'passAfter', v_after)), now())
+    VALUES ('stats_refresh',
+            jsonb_strip_nulls(jsonb_build_object(
+                'since', CASE WHEN v_sweep_after IS NULL THEN v_sweep_bound ELSE v_since END,
+                'passAfter', v_after, 'sweepAfter', v_sweep_after,
+                'sweepBound', CASE WHEN v_sweep_after IS NOT NULL THEN v_sweep_bound END)),
+            now())
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
     RETURN jsonb_build_object('partitions', v_partitions, 'consumers', v_consumers, 'queues', v_queues,
                               'groups', v_groups, 'candidates', cardinality(v_candidates), 'full', v_full,
-                              'exact', v_exact, 'pass', v_pass, 'passAfter', v_after);
+                              'exact', v_exact, 'pass', v_pass, 'passAfter', v_after,
+                              'sweepAfter', v_sweep_after);
 END;
 $$;

@@ -1,0 +1,57 @@
+"""The background jobs' duty cycle (``queenpy.services.jobs.Pace``, ``SERVICES_DUTY_CYCLE``): the rest after a
+step, and a paced sequence of steps whose busy share of the wall time is the duty asked for."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from queenpy.services.jobs import Pace, rest_after
+from queenpy.settings import Settings
+
+
+def test_rest_after_makes_the_busy_share_the_duty() -> None:
+    for duty in (0.1, 0.25, 0.5, 0.9):
+        rest = rest_after(2.0, duty)
+        assert rest > 0
+        assert 2.0 / (2.0 + rest) == pytest.approx(duty)
+    assert rest_after(2.0, 1.0) == 0.0  # flat out
+    with pytest.raises(ValueError, match="positive"):
+        rest_after(1.0, 0.0)
+
+
+async def test_paced_steps_take_the_duty_share_of_the_wall_time() -> None:
+    async def step() -> str:
+        await asyncio.sleep(0.05)  # a database step of 50 ms
+        return "done"
+
+    pace = Pace(0.25)
+    started = time.monotonic()
+    results = [await pace.step(step()) for _ in range(4)]
+    wall = time.monotonic() - started
+    assert results == ["done"] * 4
+    assert pace.busy_s >= 0.2
+    assert pace.rested_s == pytest.approx(3 * pace.busy_s)
+    assert wall >= pace.busy_s + pace.rested_s
+    assert pace.busy_s / wall == pytest.approx(0.25, abs=0.03)
+    assert pace.details()["duty"] == 0.25
+
+
+async def test_a_failed_step_raises_without_resting() -> None:
+    async def failing() -> None:
+        await asyncio.sleep(0.05)
+        raise RuntimeError("lost the connection")
+
+    pace = Pace(0.1)
+    with pytest.raises(RuntimeError, match="lost the connection"):
+        await pace.step(failing())
+    assert pace.rested_s == 0.0
+
+
+def test_the_duty_cycle_setting_is_clamped_to_a_positive_share() -> None:
+    assert Settings.from_env({}).services.duty_cycle == 0.25
+    assert Settings.from_env({"SERVICES_DUTY_CYCLE": "0.5"}).services.duty_cycle == 0.5
+    assert Settings.from_env({"SERVICES_DUTY_CYCLE": "3"}).services.duty_cycle == 1.0
+    assert Settings.from_env({"SERVICES_DUTY_CYCLE": "0"}).services.duty_cycle == 0.01
