@@ -266,3 +266,22 @@ def test_a_tree_tracker_keeps_the_cpu_of_children_nobody_waits_for() -> None:
         parent.wait()
     assert sum(snapshots.values()) < 0.1  # lost (or negative: what the first snapshot saw of the child)
     assert tracked["exited"] >= 0.25  # about 0.4 s of the child's 0.6 s came after the tracker's start
+
+
+def test_postgres_cpu_leaves_the_harness_backends_out() -> None:
+    """The harness's own backends (application_name queenbench, queenbench-waits) are the measurement: they
+    are counted apart, and PostgreSQL's CPU per message is the rest."""
+    from queenpy.bench.core import CpuMark, postgres_cpu
+    from queenpy.bench.procfs import TICKS_PER_SECOND, MachineCpu, TreeTicks
+
+    def mark(ticks: TreeTicks | None) -> CpuMark:
+        return CpuMark(0.0, 0.0, MachineCpu(0.0, 0.0), 0.0, ticks, None)  # type: ignore[arg-type]
+
+    kinds = ("backend:queenpy", "backend:queenbench", "backend:queenbench-waits", "walwriter")
+    start = TreeTicks({pid: (kind, 0) for pid, kind in enumerate(kinds)}, reaped=0)
+    end = TreeTicks({pid: (kind, ticks) for pid, (kind, ticks) in enumerate(zip(kinds, (300, 20, 5, 10)))}, 0)
+    system, harness, by_kind = postgres_cpu(mark(start), mark(end))
+    assert system * TICKS_PER_SECOND == pytest.approx(310)
+    assert harness * TICKS_PER_SECOND == pytest.approx(25)
+    assert {kind for kind, seconds in by_kind.items() if seconds} == set(kinds)
+    assert postgres_cpu(mark(None), mark(None))[1:] == (0.0, {})

@@ -74,6 +74,23 @@ Q_INSERTS = (
     "SELECT coalesce(n_tup_ins, 0) FROM pg_stat_user_tables "
     "WHERE schemaname = 'queen' AND relname = 'messages'"
 )
+#: application_name prefix of the harness's own connections (``queenbench``, ``queenbench-waits``), as
+#: :meth:`Context._process_kind` labels their backends
+HARNESS_BACKENDS = "backend:queenbench"
+
+
+def postgres_cpu(start: CpuMark, end: CpuMark) -> tuple[float, float, dict[str, float]]:
+    """PostgreSQL's CPU seconds between two marks: (all its processes but the harness's own backends, the
+    harness's backends, every kind's). The harness's backends (its ground-truth polls, the wait sampler) are
+    the measurement, not the system measured: they are listed by kind and left out of the first figure. The
+    kinds are empty when PostgreSQL's processes are not on this machine."""
+    if start.postgres_ticks is None or end.postgres_ticks is None:
+        return end.postgres_s - start.postgres_s, 0.0, {}
+    by_kind = procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks)
+    harness = sum(seconds for kind, seconds in by_kind.items() if kind.startswith(HARNESS_BACKENDS))
+    return end.postgres_s - start.postgres_s - harness, harness, by_kind
+
+
 Q_CHECKPOINTS = "SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
 # rows the pgbench limits inserted so far (each row takes nextval): their ground truth, read at the window's
 # edges
@@ -388,12 +405,13 @@ class Context:
         window = end.at - start.at
         broker_s = end.broker_s - start.broker_s
         postgres_seen = start.postgres_ticks is not None and end.postgres_ticks is not None
-        postgres_s = end.postgres_s - start.postgres_s
+        postgres_s, harness_postgres_s, by_kind = postgres_cpu(start, end)
         wrk_s = sum(w.cpu_s for w in wrk_runs)
         extra = dict(extra_cpu_s or {})
         busy = end.machine.busy_s - start.machine.busy_s
         total = max(1e-9, end.machine.total_s - start.machine.total_s)
-        ours = broker_s + postgres_s + wrk_s + sum(extra.values()) + (end.harness_s - start.harness_s)
+        harness_s = end.harness_s - start.harness_s + harness_postgres_s
+        ours = broker_s + postgres_s + wrk_s + sum(extra.values()) + harness_s
 
         def per(seconds: float) -> float | None:
             return seconds / messages * 1e6 if messages > 0 else None
@@ -414,14 +432,9 @@ class Context:
                 # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited
                 # ...
                 "postgres_cpu_s_by_kind": {
-                    kind: seconds
-                    for kind, seconds in sorted(
-                        procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()
-                    )
-                    if seconds
-                }
-                if start.postgres_ticks is not None and end.postgres_ticks is not None
-                else {},
+                    kind: seconds for kind, seconds in sorted(by_kind.items()) if seconds
+                },
+                "postgres_harness_cpu_s": harness_postgres_s,
                 "cpu_share_of_machine": {
                     "broker": broker_s / total,
                     "postgres": postgres_s / total,
@@ -592,7 +605,7 @@ class Context:
             rows = (rows_after - rows_before) * (limit.rows if limit.kind == "cycle" else 1)
             rate = rows / wall if wall > 0 else 0.0
         seen = start.postgres_ticks is not None and end.postgres_ticks is not None
-        postgres_s = end.postgres_s - start.postgres_s
+        postgres_s, _, by_kind = postgres_cpu(start, end)
         figures: dict[str, Any] = {
             "limit": limit.key,
             "round": round_no,
@@ -609,14 +622,8 @@ class Context:
             "pg_waits": self.waits.shares(),
             "wal_per_msg": end.wal.per_message(start.wal, rows),
         }
-        if start.postgres_ticks is not None and end.postgres_ticks is not None:
-            figures["postgres_cpu_s_by_kind"] = {
-                kind: seconds
-                for kind, seconds in sorted(
-                    procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks).items()
-                )
-                if seconds
-            }
+        if by_kind:
+            figures["postgres_cpu_s_by_kind"] = {kind: sec for kind, sec in sorted(by_kind.items()) if sec}
         # pgbench's own CPU is known for its whole run only (wait4): per row of the whole run
         total_rows = run.result.transactions * (limit.rows if limit.kind != "select1" else 1)
         figures["cpu_us_per_msg"]["pgbench"] = run.client_cpu_s / total_rows * 1e6 if total_rows else None

@@ -56,7 +56,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from queenpy.bench.catalog import Options, Scenario, payload
-from queenpy.bench.core import Context, Kind, ScenarioSkipped
+from queenpy.bench.core import Context, Kind, ScenarioSkipped, postgres_cpu
 from queenpy.bench.load import measured_window
 from queenpy.bench.postgres import Sql
 from queenpy.bench.report import number
@@ -464,7 +464,7 @@ def _hot_path(
         "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
         "window_s": round(window.seconds, 2),
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
-        "postgres_us_per_msg": round((window.end.postgres_s - window.start.postgres_s) / messages * 1e6, 1)
+        "postgres_us_per_msg": round(postgres_cpu(window.start, window.end)[0] / messages * 1e6, 1)
         if messages and window.end is not None and window.start.postgres_ticks is not None
         else None,
     }
