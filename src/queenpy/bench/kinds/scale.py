@@ -450,13 +450,7 @@ def _hot_path(
         },
         context.workdir,
     )
-    rows = lambda: int(
-        context.sql.fetchval(
-            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
-            "ON q.id = p.queue_id WHERE q.name = $1",
-            queue,
-        )
-    )
+    rows = lambda: _pushed(context.sql, queue)
     pushed = measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push")
     messages = pushed.after - pushed.before
     window = pushed.window
@@ -466,6 +460,9 @@ def _hot_path(
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         "postgres_us_per_msg": round(postgres_cpu(window.start, window.end)[0] / messages * 1e6, 1)
         if messages and window.end is not None and window.start.postgres_ticks is not None
+        else None,
+        "wal_bytes_per_msg": window.end.wal.per_message(window.start.wal, messages)["bytes"]
+        if window.end is not None
         else None,
     }
     groups = [f"g{n}" for n in range(GROUPS)]
@@ -555,11 +552,31 @@ def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
     }
 
 
+def _pushed(sql: Sql, queue: str) -> int:
+    """Messages ever pushed to ``queue``: the sum of its partitions' offsets."""
+    return int(
+        sql.fetchval(
+            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
+            "ON q.id = p.queue_id WHERE q.name = $1",
+            queue,
+        )
+    )
+
+
 def _while_pushing(
-    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, work: Any
+    context: Context,
+    run: dict[str, Any],
+    queue: str,
+    partitions: int,
+    label: str,
+    work: Any,
+    push_wal_per_msg: float | None,
 ) -> dict[str, Any]:
     """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue`` for one window:
-    the work's time and WAL bytes, and the push rate meanwhile."""
+    the work's time, the push rate meanwhile, and the server's WAL bytes during the work. Those include the
+    WAL of the pushes made meanwhile (the server's WAL position is one for all backends): ``wal_bytes_work``
+    estimates the work's own as the rest, after the pushes counted during the work at ``push_wal_per_msg``
+    (the WAL bytes per message of the push window at scale)."""
     result: dict[str, Any] = {}
 
     def drive() -> None:
@@ -569,10 +586,15 @@ def _while_pushing(
             return int(sql.fetchval("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"))
 
         try:
-            before, started = wal(), time.monotonic()
+            before, pushed_before, started = wal(), _pushed(sql, queue), time.monotonic()
             result["detail"] = work(sql)
             result["seconds"] = round(time.monotonic() - started, 2)
             result["wal_bytes"] = wal() - before
+            result["pushed_during"] = _pushed(sql, queue) - pushed_before
+            if push_wal_per_msg is not None:
+                result["wal_bytes_work"] = round(
+                    result["wal_bytes"] - result["pushed_during"] * push_wal_per_msg
+                )
         except Exception as exc:  # noqa: BLE001 (reported in the run, not raised from a thread)
             result["error"] = repr(exc)
         finally:
@@ -591,13 +613,7 @@ def _while_pushing(
         },
         context.workdir,
     )
-    rows = lambda: int(
-        context.sql.fetchval(
-            "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
-            "ON q.id = p.queue_id WHERE q.name = $1",
-            queue,
-        )
-    )
+    rows = lambda: _pushed(context.sql, queue)
     thread = threading.Thread(target=drive, name=f"scale-{label}")
     thread.start()
     pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
@@ -698,7 +714,13 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": keep}},
         ).raise_for_status()
         figures["retention"] = _while_pushing(
-            context, result, big_queue, partitions, "retention", lambda sql: _retention(sql, context.pg.url)
+            context,
+            result,
+            big_queue,
+            partitions,
+            "retention",
+            lambda sql: _retention(sql, context.pg.url),
+            figures["at_scale"]["push"].get("wal_bytes_per_msg"),
         )
         deleted = figures["retention"].get("detail", {}).get("deleted")
         figures["retention"].update(retention_seconds=keep, expected_deleted=partitions)
@@ -718,6 +740,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             partitions,
             "cleanup",
             lambda sql: _cleanup(sql, queue_id, context.pg.url),
+            figures["at_scale"]["push"].get("wal_bytes_per_msg"),
         )
         left = figures["cleanup"].get("detail", {}).get("idle_left")
         if left != 0:
@@ -778,6 +801,19 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
         for route, timing in big["routes"].items():
             lines.append(
                 f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms"
+            )
+        for part in ("retention", "cleanup"):
+            done = figures.get(part) or {}
+            if "seconds" not in done:
+                continue
+            pace = (done.get("detail") or {}).get("pace") or {}
+            own = done.get("wal_bytes_work")
+            lines.append(
+                f"- {part} (the retention job's run): {done['seconds']} s"
+                + (f" (busy {pace['busyMs'] / 1000:.1f} s at duty {pace['duty']})" if pace else "")
+                + f"; push during it {figures.get(f'{part}_push_ratio')} x the rate at scale; WAL "
+                f"{done['wal_bytes'] / 1e9:.2f} GB"
+                + (f", of which its own about {own / 1e9:.2f} GB" if own is not None else "")
             )
     return lines
 
