@@ -447,3 +447,20 @@ def test_changed_partitions_are_taken_p_limit_a_run_in_a_sweep(conn: psycopg.Con
     for pid in ids:
         kept, counted = stats_of(conn, pid), truth(conn, pid)
         assert {k: kept[k] for k in counted} == counted, names[pid]
+
+
+def test_a_job_run_skips_while_another_run_holds_the_lock(conn: psycopg.Connection[Any], db_url: str) -> None:
+    """p_wait false (the job's runs) answers "skipped" at once while another run holds the stats lock (a whole
+    pass the operators' route started), instead of waiting until the statement timeout; p_wait true waits."""
+    call_procedure(conn, "push_items_v1", [{"queue": "w", "partition": "p", "payload": 1}])
+    with psycopg.connect(db_url, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(737013)")
+        skipped = conn.execute("SELECT queen.stats_refresh_v3(false, NULL, NULL, false)").fetchone()
+        assert skipped is not None and skipped[0] == {"skipped": "another run holds the stats lock"}
+        conn.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            conn.execute("SELECT queen.stats_refresh_v3(false)")
+        conn.execute("RESET lock_timeout")
+        holder.execute("SELECT pg_advisory_unlock(737013)")
+    done = conn.execute("SELECT queen.stats_refresh_v3(false, NULL, NULL, false)").fetchone()
+    assert done is not None and "skipped" not in done[0] and done[0]["partitions"] >= 1

@@ -142,14 +142,14 @@ class StatsJob(Job):
         details = await pace.step(
             _json(
                 database,
-                "SELECT queen.stats_refresh_v3($1, $2, $3)::text",
+                "SELECT queen.stats_refresh_v3($1, $2, $3, false)::text",
                 full,
                 self.settings.stats_reconcile_chunk,
                 self.settings.stats_run_partitions,
             )
         )
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
-        if full:
+        if full and "skipped" not in details:
             self._last_full = now
             capped = await database.fetchval("SELECT queen.capped_queues_v1()")
             for queue_id in capped or []:

@@ -3,6 +3,7 @@
 
 DROP FUNCTION IF EXISTS queen.stats_refresh_v1(boolean);
 DROP FUNCTION IF EXISTS queen.stats_refresh_v2(boolean, integer);
+DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer);
 
 -- One run of the stats job (migration 009 defines the numbers). Looks at the partitions that may have changed
 -- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
@@ -47,8 +48,11 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v2(boolean, integer);
 -- partition a candidate, "exact" (every queue and group re-aggregated), "pass" ('started', 'continued',
 -- 'finished' or null), "passAfter" (where the pass continues; null when none is in progress) and
 -- "sweepAfter" (the last changed partition taken when the sweep goes on in the next run; null when it ended).
+-- p_wait false (the job's runs): when another run holds the lock (a full pass the operators' route started,
+-- which may take minutes at a million partitions), answer {"skipped": ...} at once instead of waiting for it
+-- until the statement timeout.
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v3(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
-                                                  p_limit integer DEFAULT NULL)
+                                                  p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -75,7 +79,11 @@ DECLARE
     v_sweep_bound timestamptz;  -- the bound of the sweep's first run: the next sweep's "since"
     v_group_deltas jsonb;
 BEGIN
-    PERFORM pg_advisory_xact_lock(737013);
+    IF p_wait THEN
+        PERFORM pg_advisory_xact_lock(737013);
+    ELSIF NOT pg_try_advisory_xact_lock(737013) THEN
+        RETURN jsonb_build_object('skipped', 'another run holds the stats lock');
+    END IF;
     -- first the bound (before any write transaction in flight began), then, in later statements, the reads
     SELECT least(statement_timestamp(),
                  (SELECT min(a.xact_start) FROM pg_stat_activity a
