@@ -307,12 +307,14 @@ BEGIN
 END;
 $$;
 
--- spark_push_direct_v3 with two costs of its own removed (benchmarks/journal/2026-11.md, issue 42):
+-- spark_push_direct_v3 with three costs of its own removed (benchmarks/journal/2026-11.md, issue 42):
 --   * the dedupe ran queen.message_by_transaction_v1 as a subquery per row: a regular expression (is the
 --     transactionId a message id's text?), a primary-key probe and a dedupe-index probe under an Append and a
 --     Limit. The dedupe-index probe is now an anti-join, and the primary-key probe runs only for a chunk that
 --     holds a transactionId of a message id's form (the sink's derived ids never have it). Same rule, same
 --     result: a row is skipped when its (partition, transactionId) is stored, or repeats an earlier row;
+--   * the window that finds a chunk's repeated transactionIds sorted them in the database's collation
+--     (strcoll, unless it is C); it sorts them by bytes (COLLATE "C", as push_items_v3);
 --   * the INSERT sorted its rows with their parsed payloads; it sorts narrow rows and parses after.
 -- Arguments, errors and answer as version 3.
 CREATE OR REPLACE FUNCTION queen.spark_push_direct_v4(p_query text, p_batch bigint, p_task integer, p_token text,
@@ -450,8 +452,9 @@ BEGIN
         ), ranked AS (
             SELECT i.*,
                    CASE WHEN i.client_transaction_id IS NULL THEN 1 ELSE
-                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id ORDER BY i.pos) END
-                       AS occurrence
+                       -- byte order groups equal ids as the database's collation does, without strcoll
+                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id COLLATE "C" ORDER BY i.pos)
+                   END AS occurrence
             FROM input i
         ), fresh AS (
             SELECT n.*, queen.uuid_add_v1(v_id_bases[n.part], n.k_n) AS new_id
