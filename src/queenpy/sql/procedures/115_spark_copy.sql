@@ -1,8 +1,8 @@
--- The Spark copy's read and direct push, version 3/4 (issue 42: what PostgreSQL spends on a copied message
--- beyond a push's insert; figures in benchmarks/journal/2026-11.md).
+-- The Spark copy's read and direct push, versions 5 and 4 (issue 42: what PostgreSQL spends on a copied
+-- message beyond a push's insert; figures in benchmarks/journal/2026-11.md).
 
--- spark_read_v3 without its avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them for a page of
--- 10,000 messages of 1 KB over 50 ranges:
+-- The read. Version 4 was spark_read_v3 without its avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them
+-- for a page of 10,000 messages of 1 KB over 50 ranges:
 --   * the final ORDER BY of the ranges sorted the wide rows (10 MB of payload text) and, past work_mem, spilled
 --     them to a temporary file (external merge): a quarter of the call. The rows come in input order here and
 --     the caller orders them by range_index (the route does; there are at most as many as ranges);
@@ -13,42 +13,9 @@
 --     (enable_seqscan = off): one primary-key probe per range now;
 -- and the row_number window over each range (for the positions of encrypted payloads) is gone: `encrypted`
 -- holds their offsets. What remains per message is the index scan and jsonb's text output of the payload.
-CREATE OR REPLACE FUNCTION queen.spark_read_v4(p_partition_ids uuid[], p_after bigint[], p_upto bigint[])
-RETURNS TABLE (range_index integer, partition_id uuid, partition_name text, queue_name text, offsets bigint[],
-               transaction_ids text[], payload_text text, payload_bytes integer[], created_us bigint[],
-               trace_ids text[], producer_subs text[], encrypted bigint[])
-LANGUAGE sql STABLE
-SET enable_seqscan = off
-SET work_mem = '64MB'
-AS $$
-    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets, m.transaction_ids, m.payload_text, m.payload_bytes,
-           m.created_us, m.trace_ids, m.producer_subs, m.encrypted
-    FROM unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
-    -- LIMIT 1: a primary-key probe per range (flattened, the join hashed a scan of every partition)
-    CROSS JOIN LATERAL (SELECT pp.id, pp.name, pp.queue_id FROM queen.partitions pp
-                        WHERE pp.id = r.partition_id LIMIT 1) p
-    JOIN queen.queues q ON q.id = p.queue_id
-    CROSS JOIN LATERAL (
-        SELECT coalesce(array_agg(x.seq ORDER BY x.seq), '{}') AS offsets,
-               coalesce(array_agg(x.transaction_id ORDER BY x.seq), '{}') AS transaction_ids,
-               coalesce(string_agg(x.txt, '' ORDER BY x.seq), '') AS payload_text,
-               coalesce(array_agg(octet_length(x.txt) ORDER BY x.seq), '{}') AS payload_bytes,
-               coalesce(array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq),
-                        '{}') AS created_us,
-               coalesce(array_agg(x.trace_id::text ORDER BY x.seq), '{}') AS trace_ids,
-               coalesce(array_agg(x.producer_sub ORDER BY x.seq), '{}') AS producer_subs,
-               coalesce(array_agg(x.seq ORDER BY x.seq) FILTER (WHERE x.is_encrypted), '{}') AS encrypted
-        FROM (SELECT mm.seq, mm.transaction_id, mm.payload::text AS txt, mm.created_at, mm.trace_id,
-                     mm.producer_sub, mm.is_encrypted
-              FROM queen.messages mm
-              WHERE mm.partition_id = r.partition_id AND mm.seq > r.after_offset AND mm.seq <= r.upto_offset
-              ORDER BY mm.seq) x
-    ) m
-$$;
-
--- spark_read_v4 computing only the columns its caller asks for. p_columns names them as the broker's read answers
--- them: 'data' (payload_text, payload_bytes and encrypted), 'transactionIds', 'createdAtUs', 'traceIds',
--- 'producerSubs'; a column not named is NULL, its per-row work skipped (an aggregate whose FILTER is false
+-- Version 5 is version 4 computing only the columns its caller asks for. p_columns names them as the broker's
+-- read answers them: 'data' (payload_text, payload_bytes and encrypted), 'transactionIds', 'createdAtUs',
+-- 'traceIds', 'producerSubs'; a column not named is NULL, its per-row work skipped (an aggregate whose FILTER is false
 -- does not evaluate its argument, and the payload's text is made only when 'data' is named). The range's
 -- identity (range_index, partition, queue) and its offsets always come: the reader checks the offsets for
 -- gaps. The jsonb-to-text conversion of the payload is most of what remains (benchmarks/journal/2026-11.md,
@@ -107,8 +74,12 @@ LANGUAGE sql STABLE AS $$
                 ELSE 'null'::jsonb END
 $$;
 
--- Versions 1 (payloads as a text array) and 2 (bytes split into such an array, then version 1) are gone: the
--- broker calls version 3 for every direct push, and nothing else called them.
+-- Version 4 of the read (every column) and version 3 of the direct push are gone: the broker calls versions 5
+-- and 4, and nothing else called them.
+DROP FUNCTION IF EXISTS queen.spark_read_v4(uuid[], bigint[], bigint[]);
+DROP FUNCTION IF EXISTS queen.spark_push_direct_v3(text, bigint, integer, text, text, text[], integer[], text[],
+                                                   uuid[], bytea, integer[], text, boolean, boolean);
+-- Versions 1 (payloads as a text array) and 2 (bytes split into such an array, then version 1) are gone too.
 DROP FUNCTION IF EXISTS queen.spark_push_direct_v2(text, bigint, integer, text, text, text[], integer[], text[],
                                                    uuid[], bytea, integer[], text, boolean);
 DROP FUNCTION IF EXISTS queen.spark_push_direct_v1(text, bigint, integer, text, text, text[], integer[], text[],
@@ -131,183 +102,10 @@ DROP FUNCTION IF EXISTS queen.spark_push_direct_v1(text, bigint, integer, text, 
 --     and a full queue fails the chunk (QN500) instead of dropping rows.
 -- Returns {"committed", "stale", "pushed", "duplicates", "touched": ["queue/partition", ...]}.
 -- A payload is cut from p_blob and parsed only for a row that is stored, in the INSERT itself: no second copy
--- of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: the INSERT sorts its rows
--- by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700 rows of
--- 1 KB (4.3 MB) to a temporary file.
-CREATE OR REPLACE FUNCTION queen.spark_push_direct_v3(p_query text, p_batch bigint, p_task integer, p_token text,
-                                                      p_queue text, p_partitions text[],
-                                                      p_partition_indexes integer[], p_transaction_ids text[],
-                                                      p_trace_ids uuid[], p_blob bytea, p_lengths integer[],
-                                                      p_producer_sub text, p_encrypted boolean, p_stale_ok boolean)
-RETURNS jsonb
-LANGUAGE plpgsql
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-SET work_mem = '64MB'
-AS $$
-DECLARE
-    v_first_token text;
-    v_started timestamptz;
-    v_window double precision;
-    v_stale boolean := false;
-    v_now timestamptz;
-    v_queue_names text[];
-    v_partition_ids uuid[];
-    v_all_exist boolean;
-    v_capped boolean;
-    v_locked bigint;
-    v_attempts integer := 0;
-    v_bases bigint[];
-    v_id_bases uuid[];
-    v_results jsonb;
-    v_pushed integer := 0;
-    v_rows integer := coalesce(cardinality(p_lengths), 0);
-    v_starts integer[];  -- each payload's first byte in p_blob (1-based)
-    v_total bigint;
-BEGIN
-    SELECT array_agg((t.at - greatest(t.l, 0) + 1)::integer ORDER BY t.i), coalesce(sum(greatest(t.l, 0)), 0)
-    INTO v_starts, v_total
-    FROM (SELECT u.l, u.i, sum(greatest(u.l, 0)) OVER (ORDER BY u.i) AS at
-          FROM unnest(p_lengths) WITH ORDINALITY AS u(l, i)) t;
-    IF v_total <> coalesce(octet_length(p_blob), 0) THEN
-        RAISE EXCEPTION 'the payload lengths do not add up to the bytes sent' USING ERRCODE = 'QN400';
-    END IF;
-    IF cardinality(p_partition_indexes) <> v_rows OR cardinality(p_transaction_ids) <> v_rows
-       OR cardinality(p_trace_ids) <> v_rows THEN
-        RAISE EXCEPTION 'the row arrays differ in length' USING ERRCODE = 'QN400';
-    END IF;
-    PERFORM 1 FROM queen.spark_sink_batches b WHERE b.query_id = p_query AND b.batch_id = p_batch;
-    IF FOUND THEN
-        RETURN jsonb_build_object('committed', true, 'stale', false, 'pushed', 0, 'duplicates', 0,
-                                  'touched', '[]'::jsonb);
-    END IF;
-    INSERT INTO queen.spark_direct_tasks (query_id, batch_id, task, token) VALUES (p_query, p_batch, p_task, p_token)
-    ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-        SELECT t.token, t.started_at INTO v_first_token, v_started FROM queen.spark_direct_tasks t
-        WHERE t.query_id = p_query AND t.batch_id = p_batch AND t.task = p_task;
-        IF v_first_token IS DISTINCT FROM p_token THEN
-            v_window := queen.spark_dedupe_window_v1(p_queue);
-            IF v_window IS NOT NULL AND extract(epoch FROM now() - v_started) > v_window THEN
-                IF NOT p_stale_ok THEN
-                    RAISE EXCEPTION 'task % of micro-batch % of query % is replayed % s after its first attempt, '
-                        'but queue % keeps transactionIds for dedupe only % s (its retention): messages of the '
-                        'first attempt may be gone and would be pushed again. Set the sink option '
-                        'staleReplay=warn to push anyway (at-least-once for this batch).',
-                        p_task, p_batch, p_query, round(extract(epoch FROM now() - v_started)), p_queue,
-                        v_window USING ERRCODE = 'QN400';
-                END IF;
-                v_stale := true;
-            END IF;
-        END IF;
-    END IF;
-    IF v_rows = 0 THEN
-        RETURN jsonb_build_object('committed', false, 'stale', v_stale, 'pushed', 0, 'duplicates', 0,
-                                  'touched', '[]'::jsonb);
-    END IF;
-
-    -- the chunk's partitions, created on first push and locked in id order (as push_items_v3: a partition
-    -- deleted between the read and the lock is created and locked again)
-    LOOP
-        SELECT array_agg(x.id ORDER BY t.i), coalesce(bool_and(x.id IS NOT NULL), false),
-               coalesce(bool_or(x.max_queue_size > 0), false)
-        INTO v_partition_ids, v_all_exist, v_capped
-        FROM unnest(p_partitions) WITH ORDINALITY AS t(partition_name, i)
-        LEFT JOIN LATERAL (
-            SELECT p.id, q.max_queue_size FROM queen.queues q
-            CROSS JOIN LATERAL (SELECT p.id FROM queen.partitions p
-                                WHERE p.queue_id = q.id AND p.name = t.partition_name LIMIT 1) p
-            WHERE q.name = p_queue) x ON true;
-        IF v_all_exist THEN
-            SELECT count(*) INTO v_locked
-            FROM (SELECT p.id FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE) x;
-            EXIT WHEN v_locked = cardinality(v_partition_ids);
-        ELSE
-            v_queue_names := array_fill(p_queue, ARRAY[cardinality(p_partitions)]);
-            PERFORM queen.create_partitions_v1(v_queue_names, p_partitions);
-        END IF;
-        v_attempts := v_attempts + 1;
-        IF v_attempts > 10 THEN
-            RAISE EXCEPTION 'spark push: the partitions were deleted while it was stored, again and again'
-                USING ERRCODE = '40001';
-        END IF;
-    END LOOP;
-
-    IF v_capped THEN
-        SELECT queen.push_items_v2(coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
-                   'index', r.pos - 1, 'queue', p_queue, 'partition', p_partitions[r.part + 1],
-                   'transactionId', nullif(r.transaction_id, ''), 'traceId', r.trace_id,
-                   'producerSub', p_producer_sub, 'isEncrypted', p_encrypted))
-                   || jsonb_build_object('payload', queen.spark_payload_v1(p_blob, v_starts[r.pos], p_lengths[r.pos]))
-                   ORDER BY r.pos), '[]'::jsonb), false, false)
-        INTO v_results
-        FROM unnest(p_partition_indexes, p_transaction_ids, p_trace_ids)
-             WITH ORDINALITY AS r(part, transaction_id, trace_id, pos);
-        IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'failed') THEN
-            RAISE EXCEPTION 'the target queue is full (maxSize): the micro-batch was not pushed' USING ERRCODE = 'QN500';
-        END IF;
-        v_pushed := (SELECT count(*) FROM jsonb_array_elements(v_results) r WHERE r->>'status' = 'queued');
-    ELSE
-        -- each partition's last offset under the lock, and the id its new messages count up from
-        -- (queen.message_id_base_v1, as push_items_v3)
-        v_now := clock_timestamp();
-        SELECT array_agg(p.last_seq ORDER BY t.i), array_agg(queen.message_id_base_v1(p.last_message_id, v_now) ORDER BY t.i)
-        INTO v_bases, v_id_bases
-        FROM unnest(v_partition_ids) WITH ORDINALITY AS t(id, i)
-        JOIN queen.partitions p ON p.id = t.id;
-        -- narrow rows through the windows (no payload); the payload is cut from p_blob by position in the
-        -- INSERT, for the new rows only (v_starts and p_lengths are expanded arrays in PL/pgSQL: subscripting
-        -- them is O(1))
-        WITH input AS (
-            SELECT r.pos, r.part + 1 AS part, nullif(r.transaction_id, '') AS client_transaction_id
-            FROM unnest(p_partition_indexes, p_transaction_ids) WITH ORDINALITY AS r(part, transaction_id, pos)
-        ), ranked AS (
-            SELECT i.*,
-                   CASE WHEN i.client_transaction_id IS NULL THEN 1 ELSE
-                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id ORDER BY i.pos) END
-                       AS occurrence,
-                   CASE WHEN i.client_transaction_id IS NOT NULL THEN
-                       (SELECT m.id
-                        FROM queen.message_by_transaction_v1(v_partition_ids[i.part], i.client_transaction_id) m)
-                   END AS existing_id
-            FROM input i
-        ), fresh AS (
-            SELECT n.*, queen.uuid_add_v1(v_id_bases[n.part], n.k_n) AS new_id
-            FROM (SELECT k.pos, k.part, k.client_transaction_id,
-                         row_number() OVER (PARTITION BY k.part ORDER BY k.pos) AS k_n,
-                         count(*) OVER (PARTITION BY k.part) AS total
-                  FROM ranked k
-                  WHERE k.occurrence = 1 AND k.existing_id IS NULL) n
-        ), advanced AS (
-            UPDATE queen.partitions p
-            SET last_seq = p.last_seq + f.total, last_message_id = f.new_id, last_message_at = v_now,
-                last_activity = v_now
-            FROM fresh f
-            WHERE f.k_n = f.total AND p.id = v_partition_ids[f.part]
-            RETURNING 1
-        ), inserted AS (
-            INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
-                                        is_encrypted, producer_sub)
-            SELECT f.new_id, coalesce(f.client_transaction_id, f.new_id::text), p_trace_ids[f.pos],
-                   v_partition_ids[f.part], v_bases[f.part] + f.k_n,
-                   queen.spark_payload_v1(p_blob, v_starts[f.pos], p_lengths[f.pos]),
-                   v_now, p_encrypted, nullif(p_producer_sub, '')
-            FROM fresh f
-            ORDER BY f.part, f.k_n
-            RETURNING 1
-        )
-        SELECT (SELECT count(*) FROM inserted) INTO v_pushed;
-    END IF;
-
-    UPDATE queen.spark_direct_tasks t SET pushed = t.pushed + v_pushed
-    WHERE t.query_id = p_query AND t.batch_id = p_batch AND t.task = p_task;
-    RETURN jsonb_build_object('committed', false, 'stale', v_stale, 'pushed', v_pushed,
-                              'duplicates', v_rows - v_pushed,
-                              'touched', to_jsonb(ARRAY(SELECT p_queue || '/' || t.name FROM unnest(p_partitions) t(name))));
-END;
-$$;
-
--- spark_push_direct_v3 with three costs of its own removed (benchmarks/journal/2026-11.md, issue 42):
+-- of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: version 3's INSERT sorted
+-- its rows by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700
+-- rows of 1 KB (4.3 MB) to a temporary file.
+-- Version 4 is version 3 with three costs of its own removed (benchmarks/journal/2026-11.md, issue 42):
 --   * the dedupe ran queen.message_by_transaction_v1 as a subquery per row: a regular expression (is the
 --     transactionId a message id's text?), a primary-key probe and a dedupe-index probe under an Append and a
 --     Limit. The dedupe-index probe is now an anti-join, and the primary-key probe runs only for a chunk that
@@ -316,7 +114,6 @@ $$;
 --   * the window that finds a chunk's repeated transactionIds sorted them in the database's collation
 --     (strcoll, unless it is C); it sorts them by bytes (COLLATE "C", as push_items_v3);
 --   * the INSERT sorted its rows with their parsed payloads; it sorts narrow rows and parses after.
--- Arguments, errors and answer as version 3.
 CREATE OR REPLACE FUNCTION queen.spark_push_direct_v4(p_query text, p_batch bigint, p_task integer, p_token text,
                                                       p_queue text, p_partitions text[],
                                                       p_partition_indexes integer[], p_transaction_ids text[],
