@@ -6,9 +6,10 @@ One-off measuring script for issue 42 (``benchmarks/spark_cost.py`` measures the
 ``--rounds`` interleaved rounds:
 
 - the read of one task's page as the connector asks for it: half of the partitions, ``(0, per-partition]``
-  each, in one call (``spark_read_v3`` before, ``spark_read_v4`` now);
+  each, in one call (``spark_read_v3`` before, ``spark_read_v5`` with every column now; ``spark_read_v4``, its
+  predecessor, is in git history);
 - one direct push chunk of ``--chunk`` rows spread over the partitions, with derived transaction ids
-  (``spark_push_direct_v3``; version 2, this script's "before" until it was dropped, is in git history), next
+  (``spark_push_direct_v4``; versions 2 and 3, this script's earlier subjects, are in git history), next
   to ``push_items_v3`` of the same rows without and with client transaction ids (the broker's push).
 
 Prints the best and the median of the rounds per call, in ms and µs per message. With ``--explain`` it
@@ -37,9 +38,10 @@ from queenpy.bench.core import BULK_LOAD
 from queenpy.harness import PrivatePostgres
 from queenpy.store.migrate import apply_migrations
 
-READ = "SELECT * FROM queen.{}($1::uuid[], $2::bigint[], $3::bigint[])"
-PUSH_V3 = (
-    "SELECT queen.spark_push_direct_v3($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+READ = "SELECT * FROM queen.{}($1::uuid[], $2::bigint[], $3::bigint[]{})"
+EVERY = ["data", "transactionIds", "createdAtUs", "traceIds", "producerSubs"]
+PUSH_V4 = (
+    "SELECT queen.spark_push_direct_v4($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
     "$9::uuid[], $10::bytea, $11::integer[], NULL, false, false)::text"
 )
 
@@ -89,11 +91,13 @@ async def measure(pg: PrivatePostgres, args: argparse.Namespace) -> None:
         )
 
     for r in range(args.rounds):
-        for name in ("spark_read_v3", "spark_read_v4"):
-            times.setdefault(name, []).append(await timed(conn.fetch(READ.format(name), *ranges)))
+        for name in ("spark_read_v3", "spark_read_v5"):
+            extra = (EVERY,) if name == "spark_read_v5" else ()
+            sql = READ.format(name, ", $4::text[]" if extra else "")
+            times.setdefault(name, []).append(await timed(conn.fetch(sql, *ranges, *extra)))
         times.setdefault("push_items_v3", []).append(await timed(push_items(False)))
         times.setdefault("push_items_v3 (client ids)", []).append(await timed(push_items(True)))
-        times.setdefault("spark_push_direct_v3", []).append(await timed(push_direct(PUSH_V3, r)))
+        times.setdefault("spark_push_direct_v4", []).append(await timed(push_direct(PUSH_V4, r)))
     print(f"read: a page of {page:,} messages over {len(ids)} ranges; push: {n:,} rows; {args.rounds} rounds")
     for name, values in times.items():
         count = page if name.startswith("spark_read") else n
@@ -104,16 +108,18 @@ async def measure(pg: PrivatePostgres, args: argparse.Namespace) -> None:
         )
     if args.explain:
         await conn.execute("SET enable_seqscan = off")
-        for name in ("spark_read_v3", "spark_read_v4"):
+        for name in ("spark_read_v3", "spark_read_v5"):
             body = await conn.fetchval("SELECT prosrc FROM pg_proc WHERE proname = $1", name)
             for old, new in (
                 ("p_partition_ids", "$1::uuid[]"),
                 ("p_after", "$2::bigint[]"),
                 ("p_upto", "$3::bigint[]"),
+                ("p_columns", "$4::text[]"),
             ):
                 body = body.replace(old, new)
             print(f"-- {name}")
-            for row in await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + body, *ranges):
+            extra = (EVERY,) if name == "spark_read_v5" else ()
+            for row in await conn.fetch("EXPLAIN (ANALYZE, BUFFERS) " + body, *ranges, *extra):
                 print(row[0])
     await conn.close()
 

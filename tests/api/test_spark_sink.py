@@ -179,6 +179,33 @@ def test_range_read_answers_payload_bytes_after_a_json_header_when_asked(http: h
     assert block == as_json
 
 
+def test_range_read_leaves_out_the_fields_not_asked_for(http: httpx.Client) -> None:
+    import orjson
+
+    queue = unique("colread")
+    items = [
+        {"queue": queue, "partition": "p", "payload": {"n": i}, "transactionId": f"c{i}"} for i in range(3)
+    ]
+    assert http.post("/api/v1/push", json={"items": items}).status_code == 200
+    pid = http.get("/api/v1/spark/offsets", params={"queue": queue}).json()["partitions"][0]["partitionId"]
+    ranges = [{"partitionId": pid, "after": 0, "upto": 3}]
+    identity = {"index", "partitionId", "partition", "queue", "offsets"}
+    as_json = http.post("/api/v1/spark/read", json={"ranges": ranges, "columns": ["traceIds"]}).json()
+    assert set(as_json["ranges"][0]) == identity | {"traceIds"}
+    raw = http.post(
+        "/api/v1/spark/read",
+        json={"ranges": ranges, "columns": ["transactionIds"]},
+        headers={"Accept": "application/octet-stream"},
+    )
+    size = int.from_bytes(raw.content[:4], "big")
+    block = orjson.loads(raw.content[4 : 4 + size])["ranges"][0]
+    assert set(block) == identity | {"transactionIds"} and raw.content[4 + size :] == b""
+    assert (block["offsets"], block["transactionIds"]) == ([1, 2, 3], ["c0", "c1", "c2"])
+    for bad in (["payload"], "data", None):
+        response = http.post("/api/v1/spark/read", json={"ranges": ranges, "columns": bad})
+        assert response.status_code == 400 and "columns" in response.json()["error"], response.text
+
+
 def binary_push(
     http: httpx.Client, query: str, queue: str, texts: list[str | None], **extra: Any
 ) -> httpx.Response:

@@ -191,15 +191,35 @@ def test_range_read_v2_returns_several_ranges_as_columns(db_url: str) -> None:
         assert [orjson.loads(t) for t in rows[0][6]] == [[1], [2]]  # payloads as JSON text, in offset order
         assert rows[1][5] == ["a0", "a1"] and rows[1][10] == []  # transaction ids; nothing encrypted
         assert all(isinstance(us, int) and us > 1_700_000_000_000_000 for us in rows[1][7])
-        # version 4 (the broker's binary read): the same ranges, the payloads as one text with their lengths,
-        # the rows in any order (the caller sorts them by range_index)
+        v2_created = rows[1][7]
+        # version 5 (the broker's binary read): the same ranges, the payloads as one text with their lengths,
+        # the rows in any order (the caller sorts them by range_index), the columns the caller names
+        every = ["data", "transactionIds", "createdAtUs", "traceIds", "producerSubs"]
         rows = conn.execute(
-            "SELECT * FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], %s::bigint[]) ORDER BY range_index",
-            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2]),
+            "SELECT * FROM queen.spark_read_v5(%s::uuid[], %s::bigint[], %s::bigint[], %s::text[]) "
+            "ORDER BY range_index",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2], every),
         ).fetchall()
         assert [(r[0], r[2], r[3], r[4]) for r in rows] == [(1, "b", "r2", [2, 3]), (3, "a", "r2", [1, 2])]
         assert (rows[0][6], rows[0][7]) == ("[1][2]", [3, 3])
         assert rows[1][5] == ["a0", "a1"] and rows[1][11] == []  # nothing encrypted (offsets when some are)
+        assert rows[1][8] == v2_created and rows[1][9] == [None, None] and rows[1][10] == [None, None]
+        # a column not named is NULL; the named ones and the ranges' identity are as with every column
+        some = conn.execute(
+            "SELECT * FROM queen.spark_read_v5(%s::uuid[], %s::bigint[], %s::bigint[], %s::text[]) "
+            "ORDER BY range_index",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2], ["data", "traceIds"]),
+        ).fetchall()
+        assert [r[:5] for r in some] == [r[:5] for r in rows]
+        assert [(r[6], r[7], r[9], r[11]) for r in some] == [(r[6], r[7], r[9], r[11]) for r in rows]
+        assert {(r[5], r[8], r[10]) for r in some} == {(None, None, None)}
+        bare = conn.execute(
+            "SELECT * FROM queen.spark_read_v5(%s::uuid[], %s::bigint[], %s::bigint[], '{}') "
+            "ORDER BY range_index",
+            ([ids["b"], missing, ids["a"]], [1, 0, 0], [3, 9, 2]),
+        ).fetchall()
+        assert [r[:5] for r in bare] == [r[:5] for r in rows]  # offsets always come (the gap check)
+        assert {r[5:] for r in bare} == {(None,) * 7}
 
 
 def test_micro_batch_commit_v2_is_all_or_nothing_once_and_in_task_order(db_url: str) -> None:
@@ -395,12 +415,12 @@ def push_direct(
     queue: str = "dstd",
     stale_ok: bool = False,
 ) -> Any:
-    """One chunk of a direct write task (spark_push_direct_v3, the broker's): rows (partition, transactionId,
+    """One chunk of a direct write task (spark_push_direct_v4, the broker's): rows (partition, transactionId,
     payload text or None)."""
     names = sorted({p for p, _, _ in rows})
     payloads = [None if d is None else d.encode() for _, _, d in rows]
     row = conn.execute(
-        "SELECT queen.spark_push_direct_v3(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
+        "SELECT queen.spark_push_direct_v4(%s, %s, %s, %s, %s, %s::text[], %s::int[], %s::text[], "
         "%s::uuid[], %s::bytea, %s::int[], NULL, false, %s)::text",
         (
             query,
@@ -521,7 +541,36 @@ def test_direct_push_into_a_capped_queue_fails_rather_than_dropping(db_url: str)
         assert [(seq, payload) for _, seq, _, payload in stored_in(conn, "cappedd")] == [(1, 0), (2, 1)]
 
 
-def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_lengths(db_url: str) -> None:
+def test_direct_push_dedupes_a_transaction_id_that_is_a_stored_message_id(db_url: str) -> None:
+    """The rule of queen.message_by_transaction_v1 holds in the direct push: a transactionId equal to the id
+    of a message of the partition that the broker gave its own transactionId (a consumer re-pushing what it
+    popped) is a duplicate; the same id in another partition, or an id of that length but another form, is
+    not."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        call_procedure(conn, "push_items_v1", [{"queue": "dstu", "partition": "p", "payload": 0}])
+        row = conn.execute(
+            "SELECT m.id::text, m.transaction_id FROM queen.messages m JOIN queen.partitions p "
+            "ON p.id = m.partition_id JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'dstu'"
+        ).fetchone()
+        assert row is not None and row[0] == row[1]  # a broker-given transactionId: the message id's text
+        stored = row[0]
+        lookalike = "spark-0123456789abcdef01234567-12345"  # 36 bytes, not a UUID
+        result = push_direct(
+            conn, [("p", stored, "1"), ("q", stored, "2"), ("p", lookalike, "3")], query="qu", queue="dstu"
+        )
+        assert (result["pushed"], result["duplicates"]) == (2, 1)
+        assert [(n, s, t) for n, s, t, _ in stored_in(conn, "dstu")] == [
+            ("p", 1, stored),
+            ("p", 2, lookalike),
+            ("q", 1, stored),
+        ]
+        again = push_direct(
+            conn, [("p", lookalike, "3"), ("q", stored, "2")], query="qu", token="u1", queue="dstu"
+        )
+        assert (again["pushed"], again["duplicates"]) == (0, 2)
+
+
+def test_direct_push_v4_cuts_each_payload_from_the_bytes_and_checks_their_lengths(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         rows = [("p", "b1", None), ("p", "b2", '{"é": "ü"}'), ("q", "b3", "[1, 2]")]
         assert push_direct(conn, rows, query="qb", queue="bytesd")["pushed"] == 3
@@ -532,7 +581,7 @@ def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_length
         ]
         with pytest.raises(psycopg.Error, match="do not add up"):
             conn.execute(
-                "SELECT queen.spark_push_direct_v3('qb', 1, 0, 't', 'bytesd', ARRAY['p'], ARRAY[0], "
+                "SELECT queen.spark_push_direct_v4('qb', 1, 0, 't', 'bytesd', ARRAY['p'], ARRAY[0], "
                 "ARRAY['b9'], ARRAY[NULL]::uuid[], '\\x7b7d'::bytea, ARRAY[3], NULL, false, false)"
             )
         with pytest.raises(psycopg.errors.InvalidTextRepresentation):
@@ -540,7 +589,7 @@ def test_direct_push_v3_cuts_each_payload_from_the_bytes_and_checks_their_length
 
 
 def test_a_page_read_and_a_push_chunk_of_1kb_messages_write_no_temporary_file(db_url: str) -> None:
-    """spark_read_v4 and spark_push_direct_v3 keep a reader's page (50 ranges, 10,000 messages) and a 4 MB
+    """spark_read_v5 and spark_push_direct_v4 keep a reader's page (50 ranges, 10,000 messages) and a 4 MB
     push chunk in memory: their predecessors spilled them (a sort, a tuplestore) past work_mem."""
     payload = orjson.dumps({"k": "x" * 1014}).decode()
     names = [f"p{i}" for i in range(50)]
@@ -567,9 +616,14 @@ def test_a_page_read_and_a_push_chunk_of_1kb_messages_write_no_temporary_file(db
         ]
         before = temp_bytes(conn)
         rows = conn.execute(
-            "SELECT range_index, cardinality(offsets) FROM queen.spark_read_v4(%s::uuid[], %s::bigint[], "
-            "%s::bigint[])",
-            (ids, [0] * 50, [200] * 50),
+            "SELECT range_index, cardinality(offsets) FROM queen.spark_read_v5(%s::uuid[], %s::bigint[], "
+            "%s::bigint[], %s::text[])",
+            (
+                ids,
+                [0] * 50,
+                [200] * 50,
+                ["data", "transactionIds", "createdAtUs", "traceIds", "producerSubs"],
+            ),
         ).fetchall()
         assert sorted(rows) == [(i, 200) for i in range(1, 51)]
         chunk = [(names[i * 50 // 3700], f"s{i}", payload) for i in range(3700)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 import pytest
 from spark_helpers import configure, partitions, push, read_queue
@@ -116,3 +117,61 @@ def test_a_batch_read_builds_only_the_columns_of_a_given_schema(spark, broker) -
         spark.read.format("queen").schema("payload STRING").option("url", broker.url).option(
             "queue", queue
         ).load().collect()
+
+
+def test_a_copy_schema_reads_the_same_rows_and_the_broker_leaves_the_other_fields_out(spark, broker) -> None:
+    """The copy's schema (``data, partition, partitionId, offset, traceId``) gives the rows of the full
+    schema, column for column; the broker answers such a read without the fields no column needs
+    (transaction ids, push times, producer subjects: PostgreSQL does not compute them, spark_read_v5), and a
+    read of offsets only carries no payload bytes."""
+    import httpx
+
+    from queenpy.errors import InvalidRequest
+    from queenpy.spark.api import SparkBroker
+    from queenpy.spark.schema import blocks_to_arrow, read_fields
+
+    queue = unique("sp-copycols")
+    configure(broker.url, queue)
+    trace = "0b3e5a56-6f8e-4b8a-9d2c-3f1e2d4c5b6a"
+    items = [
+        {
+            "queue": queue,
+            "partition": f"p{i % 3}",
+            "payload": {"n": i, "s": "é" * (i % 4)},
+            "transactionId": f"t{i}",
+        }
+        | ({"traceId": trace} if i % 5 == 0 else {})
+        for i in range(90)
+    ]
+    httpx.post(f"{broker.url}/api/v1/push", json={"items": items}, timeout=30).raise_for_status()
+    copy = ["data", "partition", "partitionId", "offset", "traceId"]
+
+    def rows(df: Any) -> list[tuple[Any, ...]]:
+        return sorted(tuple(r[c] for c in copy) for r in df.select(*copy).collect())
+
+    reader = spark.read.format("queen").option("url", broker.url).option("queue", queue)
+    full = rows(reader.load())
+    some = rows(
+        reader.schema(", ".join(f"{c} {'BIGINT' if c == 'offset' else 'STRING'}" for c in copy)).load()
+    )
+    assert len(full) == 90 and some == full
+    assert sorted(json.loads(d)["n"] for d, *_ in some) == list(range(90))
+    assert sum(1 for *_, t in some if t == trace) == 18
+
+    heads = partitions(broker.url, queue)
+    ranges = [(p["partitionId"], 0, int(p["head"])) for p in heads if p["head"]]  # p0, p1, p2
+    with SparkBroker(broker.url) as client:
+        fields = read_fields(copy)
+        assert fields == ["data", "traceIds"]
+        blocks = client.read(ranges, fields)
+        assert len(blocks) == 3
+        for block in blocks:
+            assert not {"transactionIds", "createdAtUs", "producerSubs"} & set(block)
+            assert len(block["dataBytes"]) == len(block["offsets"]) == len(block["traceIds"]) == 30
+        built = blocks_to_arrow(sorted(blocks, key=lambda b: b["index"]), copy)
+        assert sorted(zip(*(built.column(c).to_pylist() for c in copy), strict=True)) == full
+        bare = client.read(ranges, [])
+        assert [len(b["offsets"]) for b in bare] == [30, 30, 30]
+        assert not {"dataBytes", "traceIds"} & set(bare[0]) and len(bare[0]["blob"]) == 0
+        with pytest.raises(InvalidRequest, match="columns"):
+            client.read(ranges, ["payload"])

@@ -36,8 +36,11 @@ class PagedBroker:
         self.offsets = offsets
         self.calls: list[list[tuple[str, int, int]]] = []
 
-    def read(self, ranges: list[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    def read(
+        self, ranges: list[tuple[str, int, int]], fields: list[str] | None = None
+    ) -> list[dict[str, Any]]:
         self.calls.append(list(ranges))
+        self.fields = fields
         blocks = []
         for index, (partition_id, after, upto) in enumerate(ranges):
             chosen = [o for o in self.offsets if after < o <= upto]
@@ -76,6 +79,16 @@ def test_range_read_pages_through_the_range_in_order() -> None:
     broker = PagedBroker(list(range(1, 21)))
     assert offsets_read(broker, 2, 13, fail=True) == list(range(3, 14))
     assert broker.calls == [[(PID, 2, 6)], [(PID, 6, 10)], [(PID, 10, 13)]]  # pages of 4, last one short
+
+
+def test_a_task_asks_the_broker_for_the_fields_of_its_columns_only() -> None:
+    broker = PagedBroker([1, 2, 3])
+    part = QueenInputPartition([(PID, 0, 3)])
+    copy = ("data", "partition", "partitionId", "offset", "traceId")
+    batches = list(read_range(broker, part, page_size=5, fail_on_data_loss=True, columns=copy))  # type: ignore[arg-type]
+    assert broker.fields == ["data", "traceIds"] and batches[0].schema.names == list(copy)
+    list(read_range(broker, part, page_size=5, fail_on_data_loss=True))  # type: ignore[arg-type]
+    assert broker.fields is None  # every column: every field
 
 
 def test_a_task_reads_several_partitions_per_request_in_order() -> None:

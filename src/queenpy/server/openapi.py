@@ -574,7 +574,15 @@ OPERATIONS: dict[tuple[str, str], tuple[str, list[dict[str, Any]], dict[str, Any
                             "upto": _INT,
                         },
                     },
-                }
+                },
+                "columns": {
+                    "type": "array",
+                    "description": "per-message fields wanted (default: all); the others are left out",
+                    "items": {
+                        "type": "string",
+                        "enum": ["data", "transactionIds", "createdAtUs", "traceIds", "producerSubs"],
+                    },
+                },
             },
         },
     ),

@@ -872,7 +872,7 @@ RESULTS: dict[tuple[str, str], Schema] = {
             ["ranges"],
             ranges=array(
                 obj(
-                    ["index", "partitionId", "offsets", "data"],
+                    ["index", "partitionId", "offsets"],  # the other fields: as "columns" asks
                     index=INT,
                     partitionId=UUID,
                     partition=STR,

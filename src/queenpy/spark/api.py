@@ -160,7 +160,9 @@ class SparkBroker:
         page: dict[str, Any] = self._call("GET", "/api/v1/spark/messages", params=params)
         return page
 
-    def read(self, ranges: Sequence[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    def read(
+        self, ranges: Sequence[tuple[str, int, int]], fields: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
         """Messages of several ranges ``(partitionId, after, upto)`` in one call
         (``POST /api/v1/spark/read``).
 
@@ -169,14 +171,16 @@ class SparkBroker:
         "producerSubs"}`` and the payloads as ``"dataBytes"`` (each one's length in bytes) plus ``"blob"`` (a
         ``memoryview`` of them all, concatenated in block order, shared by the blocks), or, from a broker
         without the binary answer, as ``"data"`` (JSON texts). The lists are parallel and in offset order. The
-        ranges may span 100,000 offsets.
+        ranges may span 100,000 offsets. ``fields`` (default: all) names the per-message fields wanted among
+        ``data``, ``transactionIds``, ``createdAtUs``, ``traceIds``, ``producerSubs``: a broker that knows the
+        option leaves the others out (and PostgreSQL does not compute them); an older one sends them all.
         """
-        body = self._call(
-            "POST",
-            "/api/v1/spark/read",
-            json={"ranges": [{"partitionId": p, "after": a, "upto": u} for p, a, u in ranges]},
-            accept=BINARY,
-        )
+        request: dict[str, Any] = {
+            "ranges": [{"partitionId": p, "after": a, "upto": u} for p, a, u in ranges]
+        }
+        if fields is not None:
+            request["columns"] = list(fields)
+        body = self._call("POST", "/api/v1/spark/read", json=request, accept=BINARY)
         if isinstance(body, bytes | memoryview):
             view = memoryview(body)
             size = int.from_bytes(view[:4], "big")

@@ -100,16 +100,19 @@ def read_range(
 ) -> Iterator[pa.RecordBatch]:
     """Fetch the task's ranges, ``page_size`` offsets per request, and yield one Arrow record batch of
     ``columns`` (default: all, see :func:`queenpy.spark.schema.columns_of`) per request, in range and offset
-    order.
+    order. The broker is asked for the fields these columns need only (:func:`schema.read_fields`).
 
     Raises:
         DataLossError: offsets are missing inside a range and ``fail_on_data_loss`` is set (otherwise the gap
             is logged and skipped).
     """
-    from .schema import blocks_to_arrow
+    from .schema import blocks_to_arrow, read_fields
 
+    fields = read_fields(columns)
     for page in pages((OffsetRange(*r) for r in part.ranges), page_size):
-        blocks = {int(b["index"]): b for b in broker.read([(r.partition_id, r.after, r.upto) for r in page])}
+        blocks = {
+            int(b["index"]): b for b in broker.read([(r.partition_id, r.after, r.upto) for r in page], fields)
+        }
         found = []
         for i, r in enumerate(page):
             block = blocks.get(i)

@@ -34,7 +34,15 @@ import orjson
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["COLUMNS", "SCHEMA_DDL", "arrow_schema", "blocks_to_arrow", "columns_of", "messages_to_arrow"]
+__all__ = [
+    "COLUMNS",
+    "SCHEMA_DDL",
+    "arrow_schema",
+    "blocks_to_arrow",
+    "columns_of",
+    "messages_to_arrow",
+    "read_fields",
+]
 
 COLUMNS: tuple[tuple[str, str], ...] = (
     ("data", "STRING"),
@@ -51,6 +59,23 @@ SCHEMA_DDL = ", ".join(f"`{name}` {kind}" for name, kind in COLUMNS)
 
 
 _KINDS = dict(COLUMNS)
+# the per-message field of a ``/spark/read`` block each column is built from (the others come per range)
+_FIELDS = {
+    "data": "data",
+    "transactionId": "transactionIds",
+    "createdAt": "createdAtUs",
+    "traceId": "traceIds",
+    "producerSub": "producerSubs",
+}
+
+
+def read_fields(columns: Sequence[str] | None) -> list[str] | None:
+    """The per-message fields of ``POST /api/v1/spark/read`` that ``columns`` (default: all) are built
+    from, for its ``columns`` option: e.g. ``["data", "traceIds"]`` for ``data, partition, partitionId,
+    offset, traceId``; None (all) for None."""
+    if columns is None:
+        return None
+    return [field for name, field in _FIELDS.items() if name in columns]
 
 
 def columns_of(fields: Sequence[tuple[str, str]]) -> tuple[str, ...]:
@@ -140,7 +165,9 @@ def blocks_to_arrow(
     blob = None
     for block in blocks:
         n = len(block["offsets"])
-        if "dataBytes" in block:
+        if "data" not in wanted:
+            pass
+        elif "dataBytes" in block:
             lengths.extend(block["dataBytes"])
             blob = block["blob"]
         else:

@@ -61,14 +61,19 @@ MAX_READ_RANGES = 10_000
 BINARY = "application/octet-stream"
 MAX_READ_MESSAGES = 100_000
 MAX_STAGE_ROWS = 100_000
+#: the per-message fields of a ``/spark/read`` answer that a caller may leave out (``columns``); a range's
+#: index, partitionId, partition, queue and offsets always come
+READ_COLUMNS = ("data", "transactionIds", "createdAtUs", "traceIds", "producerSubs")
 
 
 async def spark_read(request: Request) -> Response:
-    """Several offset ranges in one call: ``{"ranges": [{"partitionId", "after", "upto"}]}`` (at most
-    ``MAX_READ_MESSAGES`` offsets in all) -> ``{"ranges": [{"index", "partitionId", "partition", "queue",
-    "offsets", "transactionIds", "data", "createdAtUs", "traceIds", "producerSubs"}]}``: per range (in request
-    order; an unknown partition is left out) its messages in offset order as parallel arrays, ``data`` as JSON
-    text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch. With ``Accept:
+    """Several offset ranges in one call: ``{"ranges": [{"partitionId", "after", "upto"}], "columns"?:
+    [name]}`` (at most ``MAX_READ_MESSAGES`` offsets in all) -> ``{"ranges": [{"index", "partitionId",
+    "partition", "queue", "offsets", "transactionIds", "data", "createdAtUs", "traceIds", "producerSubs"}]}``:
+    per range (in request order; an unknown partition is left out) its messages in offset order as parallel
+    arrays, ``data`` as JSON text (decrypted), ``createdAtUs`` as microseconds since the Unix epoch.
+    ``columns`` (default: all of ``READ_COLUMNS``) names the per-message fields wanted; the others are left
+    out of the answer, and PostgreSQL does not compute them (spark_read_v5). With ``Accept:
     application/octet-stream`` the payloads come as bytes after a JSON header (:func:`_read_binary`)."""
     worker = worker_of(request)
     body = await json_object(request)
@@ -93,8 +98,9 @@ async def spark_read(request: Request) -> Response:
         uptos.append(int(upto))
     if sum(uptos) - sum(afters) > MAX_READ_MESSAGES:
         raise InvalidRequest(f"ranges span {sum(uptos) - sum(afters)} offsets, more than {MAX_READ_MESSAGES}")
+    columns = _read_columns(body.get("columns", list(READ_COLUMNS)))
     if request.headers.get("accept") == BINARY:
-        return await _read_binary(worker, ids, afters, uptos)
+        return await _read_binary(worker, ids, afters, uptos, columns)
     rows = await worker.database.fetch(
         "SELECT * FROM queen.spark_read_v2($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
     )
@@ -120,20 +126,54 @@ async def spark_read(request: Request) -> Response:
                 "producerSubs": row["producer_subs"],
             }
         )
+    if len(columns) < len(READ_COLUMNS):  # version 2 computes every field: leave out the others here
+        for block in out:
+            for name in set(READ_COLUMNS) - set(columns):
+                del block[name]
     return json_response({"ranges": out}, empty_as_body=True)
 
 
-async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos: list[int]) -> Response:
+def _read_columns(value: Any) -> list[str]:
+    if not isinstance(value, list) or any(name not in READ_COLUMNS for name in value):
+        raise InvalidRequest(f"columns must be an array of names among {', '.join(READ_COLUMNS)}")
+    return [name for name in READ_COLUMNS if name in value]
+
+
+async def _read_binary(
+    worker: Worker, ids: list[str], afters: list[int], uptos: list[int], columns: list[str]
+) -> Response:
     """``/spark/read`` with ``Accept: application/octet-stream``: a 4-byte big-endian length, that many bytes
     of JSON header (the JSON answer's ranges with ``dataBytes``, each payload's length in bytes, instead of
     ``data``), then every range's payloads, concatenated in order (UTF-8 JSON texts). The payloads pass
-    through as bytes: no JSON string per message to escape here and unescape in the connector."""
+    through as bytes: no JSON string per message to escape here and unescape in the connector. Without
+    ``data`` in ``columns``, no ``dataBytes`` and no payload bytes."""
     rows = await worker.database.fetch(
-        "SELECT * FROM queen.spark_read_v4($1::uuid[], $2::bigint[], $3::bigint[])", ids, afters, uptos
+        "SELECT * FROM queen.spark_read_v5($1::uuid[], $2::bigint[], $3::bigint[], $4::text[])",
+        ids,
+        afters,
+        uptos,
+        columns,
     )
-    rows.sort(key=lambda row: int(row["range_index"]))  # spark_read_v4 leaves the order to its caller
+    rows.sort(key=lambda row: int(row["range_index"]))  # spark_read_v5 leaves the order to its caller
+    fields = {
+        "transactionIds": "transaction_ids",
+        "createdAtUs": "created_us",
+        "traceIds": "trace_ids",
+        "producerSubs": "producer_subs",
+    }
     out, blobs = [], []
     for row in rows:
+        block: dict[str, Any] = {
+            "index": row["range_index"] - 1,
+            "partitionId": str(row["partition_id"]),
+            "partition": row["partition_name"],
+            "queue": row["queue_name"],
+            "offsets": row["offsets"],
+        }
+        block.update((name, row[fields[name]]) for name in columns if name in fields)
+        out.append(block)
+        if "data" not in columns:
+            continue
         blob: bytes = row["payload_text"].encode()
         lengths: list[int] = row["payload_bytes"]
         if row["encrypted"] and worker.cipher is not None:
@@ -148,20 +188,7 @@ async def _read_binary(worker: Worker, ids: list[str], afters: list[int], uptos:
             lengths = [len(piece) for piece in pieces]
             blob = b"".join(pieces)
         blobs.append(blob)
-        out.append(
-            {
-                "index": row["range_index"] - 1,
-                "partitionId": str(row["partition_id"]),
-                "partition": row["partition_name"],
-                "queue": row["queue_name"],
-                "offsets": row["offsets"],
-                "transactionIds": row["transaction_ids"],
-                "dataBytes": lengths,
-                "createdAtUs": row["created_us"],
-                "traceIds": row["trace_ids"],
-                "producerSubs": row["producer_subs"],
-            }
-        )
+        block["dataBytes"] = lengths
     header = orjson.dumps({"ranges": out})
     return Response(
         b"".join([len(header).to_bytes(4, "big"), header, *blobs]), media_type=BINARY, headers=CORS_HEADERS
@@ -245,7 +272,7 @@ async def spark_push(request: Request) -> Response:
     same JSON object with ``dataBytes`` (each payload's length in bytes, -1 for none) instead of ``data``,
     then the payloads' UTF-8 texts, concatenated: they pass through to PostgreSQL as bytes (no JSON string per
     row to unescape here). Answers ``{"success", "committed", "stale", "pushed", "duplicates"}``
-    (procedures/115_spark_copy.sql, spark_push_direct_v3); a row that is not JSON text is a 400 and nothing of
+    (procedures/115_spark_copy.sql, spark_push_direct_v4); a row that is not JSON text is a 400 and nothing of
     the request is stored."""
     worker = worker_of(request)
     blob: bytes | None = None
@@ -331,7 +358,7 @@ async def spark_push(request: Request) -> Response:
         lengths = body["dataBytes"]
     try:
         text = await worker.database.fetchval(
-            "SELECT queen.spark_push_direct_v3($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
+            "SELECT queen.spark_push_direct_v4($1, $2, $3, $4, $5, $6::text[], $7::integer[], $8::text[], "
             "$9::uuid[], $10::bytea, $11::integer[], $12, $13, $14)::text",
             key["queryId"],
             key["batchId"],

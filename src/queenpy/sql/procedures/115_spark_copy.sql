@@ -1,8 +1,8 @@
--- The Spark copy's read and direct push, version 3/4 (issue 42: what PostgreSQL spends on a copied message
--- beyond a push's insert; figures in benchmarks/journal/2026-11.md).
+-- The Spark copy's read and direct push, versions 5 and 4 (issue 42: what PostgreSQL spends on a copied
+-- message beyond a push's insert; figures in benchmarks/journal/2026-11.md).
 
--- spark_read_v3 without its avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them for a page of
--- 10,000 messages of 1 KB over 50 ranges:
+-- The read. Version 4 was spark_read_v3 without its avoidable costs, as EXPLAIN (ANALYZE, BUFFERS) showed them
+-- for a page of 10,000 messages of 1 KB over 50 ranges:
 --   * the final ORDER BY of the ranges sorted the wide rows (10 MB of payload text) and, past work_mem, spilled
 --     them to a temporary file (external merge): a quarter of the call. The rows come in input order here and
 --     the caller orders them by range_index (the route does; there are at most as many as ranges);
@@ -13,7 +13,16 @@
 --     (enable_seqscan = off): one primary-key probe per range now;
 -- and the row_number window over each range (for the positions of encrypted payloads) is gone: `encrypted`
 -- holds their offsets. What remains per message is the index scan and jsonb's text output of the payload.
-CREATE OR REPLACE FUNCTION queen.spark_read_v4(p_partition_ids uuid[], p_after bigint[], p_upto bigint[])
+-- Version 5 is version 4 computing only the columns its caller asks for. p_columns names them as the broker's
+-- read answers them: 'data' (payload_text, payload_bytes and encrypted), 'transactionIds', 'createdAtUs',
+-- 'traceIds', 'producerSubs'; a column not named is NULL, its per-row work skipped (an aggregate whose FILTER is false
+-- does not evaluate its argument, and the payload's text is made only when 'data' is named). The range's
+-- identity (range_index, partition, queue) and its offsets always come: the reader checks the offsets for
+-- gaps. The jsonb-to-text conversion of the payload is most of what remains (benchmarks/journal/2026-11.md,
+-- issue 42); the Spark copy's source asks for data and traceIds only (its query's schema), which spares it
+-- transaction_ids, created_us (numeric arithmetic per row) and producer_subs.
+CREATE OR REPLACE FUNCTION queen.spark_read_v5(p_partition_ids uuid[], p_after bigint[], p_upto bigint[],
+                                               p_columns text[])
 RETURNS TABLE (range_index integer, partition_id uuid, partition_name text, queue_name text, offsets bigint[],
                transaction_ids text[], payload_text text, payload_bytes integer[], created_us bigint[],
                trace_ids text[], producer_subs text[], encrypted bigint[])
@@ -21,25 +30,34 @@ LANGUAGE sql STABLE
 SET enable_seqscan = off
 SET work_mem = '64MB'
 AS $$
-    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets, m.transaction_ids, m.payload_text, m.payload_bytes,
-           m.created_us, m.trace_ids, m.producer_subs, m.encrypted
-    FROM unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
+    SELECT r.idx::integer, p.id, p.name, q.name, m.offsets,
+           CASE WHEN w.transaction_ids THEN coalesce(m.transaction_ids, '{}') END,
+           CASE WHEN w.data THEN coalesce(m.payload_text, '') END,
+           CASE WHEN w.data THEN coalesce(m.payload_bytes, '{}') END,
+           CASE WHEN w.created THEN coalesce(m.created_us, '{}') END,
+           CASE WHEN w.trace_ids THEN coalesce(m.trace_ids, '{}') END,
+           CASE WHEN w.producer_subs THEN coalesce(m.producer_subs, '{}') END,
+           CASE WHEN w.data THEN coalesce(m.encrypted, '{}') END
+    FROM (SELECT 'data' = ANY (p_columns) AS data, 'transactionIds' = ANY (p_columns) AS transaction_ids,
+                 'createdAtUs' = ANY (p_columns) AS created, 'traceIds' = ANY (p_columns) AS trace_ids,
+                 'producerSubs' = ANY (p_columns) AS producer_subs) w
+    CROSS JOIN unnest(p_partition_ids, p_after, p_upto) WITH ORDINALITY AS r(partition_id, after_offset, upto_offset, idx)
     -- LIMIT 1: a primary-key probe per range (flattened, the join hashed a scan of every partition)
     CROSS JOIN LATERAL (SELECT pp.id, pp.name, pp.queue_id FROM queen.partitions pp
                         WHERE pp.id = r.partition_id LIMIT 1) p
     JOIN queen.queues q ON q.id = p.queue_id
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(x.seq ORDER BY x.seq), '{}') AS offsets,
-               coalesce(array_agg(x.transaction_id ORDER BY x.seq), '{}') AS transaction_ids,
-               coalesce(string_agg(x.txt, '' ORDER BY x.seq), '') AS payload_text,
-               coalesce(array_agg(octet_length(x.txt) ORDER BY x.seq), '{}') AS payload_bytes,
-               coalesce(array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq),
-                        '{}') AS created_us,
-               coalesce(array_agg(x.trace_id::text ORDER BY x.seq), '{}') AS trace_ids,
-               coalesce(array_agg(x.producer_sub ORDER BY x.seq), '{}') AS producer_subs,
-               coalesce(array_agg(x.seq ORDER BY x.seq) FILTER (WHERE x.is_encrypted), '{}') AS encrypted
-        FROM (SELECT mm.seq, mm.transaction_id, mm.payload::text AS txt, mm.created_at, mm.trace_id,
-                     mm.producer_sub, mm.is_encrypted
+               array_agg(x.transaction_id ORDER BY x.seq) FILTER (WHERE w.transaction_ids) AS transaction_ids,
+               string_agg(x.txt, '' ORDER BY x.seq) FILTER (WHERE w.data) AS payload_text,
+               array_agg(octet_length(x.txt) ORDER BY x.seq) FILTER (WHERE w.data) AS payload_bytes,
+               array_agg(floor(extract(epoch FROM x.created_at) * 1000000)::bigint ORDER BY x.seq)
+                   FILTER (WHERE w.created) AS created_us,
+               array_agg(x.trace_id::text ORDER BY x.seq) FILTER (WHERE w.trace_ids) AS trace_ids,
+               array_agg(x.producer_sub ORDER BY x.seq) FILTER (WHERE w.producer_subs) AS producer_subs,
+               array_agg(x.seq ORDER BY x.seq) FILTER (WHERE w.data AND x.is_encrypted) AS encrypted
+        FROM (SELECT mm.seq, mm.transaction_id, CASE WHEN w.data THEN mm.payload::text END AS txt, mm.created_at,
+                     mm.trace_id, mm.producer_sub, mm.is_encrypted
               FROM queen.messages mm
               WHERE mm.partition_id = r.partition_id AND mm.seq > r.after_offset AND mm.seq <= r.upto_offset
               ORDER BY mm.seq) x
@@ -56,8 +74,12 @@ LANGUAGE sql STABLE AS $$
                 ELSE 'null'::jsonb END
 $$;
 
--- Versions 1 (payloads as a text array) and 2 (bytes split into such an array, then version 1) are gone: the
--- broker calls version 3 for every direct push, and nothing else called them.
+-- Version 4 of the read (every column) and version 3 of the direct push are gone: the broker calls versions 5
+-- and 4, and nothing else called them.
+DROP FUNCTION IF EXISTS queen.spark_read_v4(uuid[], bigint[], bigint[]);
+DROP FUNCTION IF EXISTS queen.spark_push_direct_v3(text, bigint, integer, text, text, text[], integer[], text[],
+                                                   uuid[], bytea, integer[], text, boolean, boolean);
+-- Versions 1 (payloads as a text array) and 2 (bytes split into such an array, then version 1) are gone too.
 DROP FUNCTION IF EXISTS queen.spark_push_direct_v2(text, bigint, integer, text, text, text[], integer[], text[],
                                                    uuid[], bytea, integer[], text, boolean);
 DROP FUNCTION IF EXISTS queen.spark_push_direct_v1(text, bigint, integer, text, text, text[], integer[], text[],
@@ -80,10 +102,19 @@ DROP FUNCTION IF EXISTS queen.spark_push_direct_v1(text, bigint, integer, text, 
 --     and a full queue fails the chunk (QN500) instead of dropping rows.
 -- Returns {"committed", "stale", "pushed", "duplicates", "touched": ["queue/partition", ...]}.
 -- A payload is cut from p_blob and parsed only for a row that is stored, in the INSERT itself: no second copy
--- of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: the INSERT sorts its rows
--- by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700 rows of
--- 1 KB (4.3 MB) to a temporary file.
-CREATE OR REPLACE FUNCTION queen.spark_push_direct_v3(p_query text, p_batch bigint, p_task integer, p_token text,
+-- of the chunk, and nothing parsed for a duplicate. work_mem is 64 MB for the call: version 3's INSERT sorted
+-- its rows by partition and offset with their parsed payloads, and at 4 MB that sort spilled a chunk of 3,700
+-- rows of 1 KB (4.3 MB) to a temporary file.
+-- Version 4 is version 3 with three costs of its own removed (benchmarks/journal/2026-11.md, issue 42):
+--   * the dedupe ran queen.message_by_transaction_v1 as a subquery per row: a regular expression (is the
+--     transactionId a message id's text?), a primary-key probe and a dedupe-index probe under an Append and a
+--     Limit. The dedupe-index probe is now an anti-join, and the primary-key probe runs only for a chunk that
+--     holds a transactionId of a message id's form (the sink's derived ids never have it). Same rule, same
+--     result: a row is skipped when its (partition, transactionId) is stored, or repeats an earlier row;
+--   * the window that finds a chunk's repeated transactionIds sorted them in the database's collation
+--     (strcoll, unless it is C); it sorts them by bytes (COLLATE "C", as push_items_v3);
+--   * the INSERT sorted its rows with their parsed payloads; it sorts narrow rows and parses after.
+CREATE OR REPLACE FUNCTION queen.spark_push_direct_v4(p_query text, p_batch bigint, p_task integer, p_token text,
                                                       p_queue text, p_partitions text[],
                                                       p_partition_indexes integer[], p_transaction_ids text[],
                                                       p_trace_ids uuid[], p_blob bytea, p_lengths integer[],
@@ -102,6 +133,8 @@ DECLARE
     v_now timestamptz;
     v_queue_names text[];
     v_partition_ids uuid[];
+    v_partition_texts text[];  -- v_partition_ids as text, the dedupe index's key
+    v_uuid_ids boolean;  -- some transactionId has a message id's form (then a primary-key probe too)
     v_all_exist boolean;
     v_capped boolean;
     v_locked bigint;
@@ -204,6 +237,9 @@ BEGIN
         INTO v_bases, v_id_bases
         FROM unnest(v_partition_ids) WITH ORDINALITY AS t(id, i)
         JOIN queen.partitions p ON p.id = t.id;
+        v_partition_texts := v_partition_ids::text[];
+        v_uuid_ids := EXISTS (SELECT 1 FROM unnest(p_transaction_ids) t(id)
+                              WHERE octet_length(t.id) = 36 AND queen.generated_transaction_uuid_v1(t.id) IS NOT NULL);
         -- narrow rows through the windows (no payload); the payload is cut from p_blob by position in the
         -- INSERT, for the new rows only (v_starts and p_lengths are expanded arrays in PL/pgSQL: subscripting
         -- them is O(1))
@@ -213,12 +249,9 @@ BEGIN
         ), ranked AS (
             SELECT i.*,
                    CASE WHEN i.client_transaction_id IS NULL THEN 1 ELSE
-                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id ORDER BY i.pos) END
-                       AS occurrence,
-                   CASE WHEN i.client_transaction_id IS NOT NULL THEN
-                       (SELECT m.id
-                        FROM queen.message_by_transaction_v1(v_partition_ids[i.part], i.client_transaction_id) m)
-                   END AS existing_id
+                       -- byte order groups equal ids as the database's collation does, without strcoll
+                       row_number() OVER (PARTITION BY i.part, i.client_transaction_id COLLATE "C" ORDER BY i.pos)
+                   END AS occurrence
             FROM input i
         ), fresh AS (
             SELECT n.*, queen.uuid_add_v1(v_id_bases[n.part], n.k_n) AS new_id
@@ -226,7 +259,16 @@ BEGIN
                          row_number() OVER (PARTITION BY k.part ORDER BY k.pos) AS k_n,
                          count(*) OVER (PARTITION BY k.part) AS total
                   FROM ranked k
-                  WHERE k.occurrence = 1 AND k.existing_id IS NULL) n
+                  WHERE k.occurrence = 1
+                    -- stored already: queen.message_by_transaction_v1's rule, its dedupe-index probe as an
+                    -- anti-join (no key matches a NULL transactionId), its primary-key probe only for a chunk
+                    -- with a transactionId of a message id's form
+                    AND NOT EXISTS (SELECT 1 FROM queen.messages m
+                                    WHERE m.transaction_id = k.client_transaction_id AND m.transaction_id <> m.id::text
+                                      AND (m.partition_id::text) = v_partition_texts[k.part])
+                    AND (NOT v_uuid_ids
+                         OR NOT EXISTS (SELECT 1 FROM queen.message_by_transaction_v1(v_partition_ids[k.part],
+                                                                                       k.client_transaction_id)))) n
         ), advanced AS (
             UPDATE queen.partitions p
             SET last_seq = p.last_seq + f.total, last_message_id = f.new_id, last_message_at = v_now,
@@ -237,12 +279,14 @@ BEGIN
         ), inserted AS (
             INSERT INTO queen.messages (id, transaction_id, trace_id, partition_id, seq, payload, created_at,
                                         is_encrypted, producer_sub)
-            SELECT f.new_id, coalesce(f.client_transaction_id, f.new_id::text), p_trace_ids[f.pos],
-                   v_partition_ids[f.part], v_bases[f.part] + f.k_n,
-                   queen.spark_payload_v1(p_blob, v_starts[f.pos], p_lengths[f.pos]),
+            SELECT o.new_id, coalesce(o.client_transaction_id, o.new_id::text), p_trace_ids[o.pos],
+                   v_partition_ids[o.part], v_bases[o.part] + o.k_n,
+                   queen.spark_payload_v1(p_blob, v_starts[o.pos], p_lengths[o.pos]),
                    v_now, p_encrypted, nullif(p_producer_sub, '')
-            FROM fresh f
-            ORDER BY f.part, f.k_n
+            -- the payload is parsed after the sort (a sorted subquery is not flattened): the sort copies
+            -- narrow rows, not the parsed payloads
+            FROM (SELECT f.new_id, f.client_transaction_id, f.pos, f.part, f.k_n FROM fresh f
+                  ORDER BY f.part, f.k_n) o
             RETURNING 1
         )
         SELECT (SELECT count(*) FROM inserted) INTO v_pushed;
