@@ -3,7 +3,8 @@ by version and by column: the CPU time of the backend (``/proc/<pid>/schedstat``
 machine counts less than in wall time) around single calls on a private PostgreSQL (embedded, the broker's
 procedures applied), no broker and no Spark.
 
-Measuring script for issue 42 (``benchmarks/spark_sql_cost.py`` is the earlier one, wall time). It loads
+Measuring script for issue 42 (it replaced ``benchmarks/spark_sql_cost.py``, in git history, which timed the
+same calls by wall time only and could print their plans). It loads
 ``--partitions`` partitions of ``--per-partition`` messages of ``--size`` bytes (the bench's payload, by the
 bench's bulk SQL), then, in ``--rounds`` rounds, each variant once, in turn:
 
