@@ -141,6 +141,8 @@ def dispatch(kind: Kind, context: Context, scenario: Scenario, round_no: int) ->
 
 
 def _git_describe() -> dict[str, Any]:
+    """The commit the run measures, and whether tracked files outside ``benchmarks/`` differ from it (the
+    records there, history.ndjson first, which every run appends to, are not code the run measures)."""
     here = Path(__file__).resolve().parent
     try:
         commit = subprocess.run(
@@ -148,7 +150,15 @@ def _git_describe() -> dict[str, Any]:
         ).stdout.strip()
         dirty = bool(
             subprocess.run(
-                ["git", "status", "--porcelain", "--untracked-files=no"],
+                [
+                    "git",
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ":/",
+                    ":(top,exclude)benchmarks",
+                ],
                 cwd=here,
                 capture_output=True,
                 text=True,
