@@ -853,10 +853,13 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 else ""
             )
         )
-        for route, timing in big["routes"].items():
-            lines.append(
-                f"- {route}: p50 {number(timing['p50_ms'], 1)} ms, max {number(timing['max_ms'], 1)} ms"
+        lines.append(
+            "- operator routes at scale, max (p50) ms: "
+            + "; ".join(
+                f"`{route}` {number(timing['max_ms'], 1)} ({number(timing['p50_ms'], 1)})"
+                for route, timing in big["routes"].items()
             )
+        )
         for part in ("retention", "retention_vacuum", "cleanup"):
             done = figures.get(part) or {}
             if "seconds" not in done:
