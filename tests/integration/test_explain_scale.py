@@ -7,6 +7,8 @@ retention pass deletes exactly one message a partition, however late after the s
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import json
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +17,9 @@ import psycopg
 
 from queenpy.bench.kinds import scale
 from queenpy.bench.postgres import Sql
+from queenpy.services.jobs import Pace, _delete_kind
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
 
 from helpers import call_procedure
 
@@ -81,6 +86,19 @@ def test_wildcard_pop_skips_the_partitions_a_group_emptied_in_the_seeded_queue(d
         assert distinct == (PARTITIONS,)
 
 
+async def retention_at(url: str, run_at: datetime.datetime) -> dict[str, int]:
+    """The retention job's pass over every queue with a retention period (``_delete_kind``, its steps and
+    batch size), as if it ran at ``run_at``, flat out."""
+    database = Database(url, pool_size=1)
+    await database.open()
+    try:
+        return await _delete_kind(
+            database, Pace(1.0), "retention", ServiceSettings().retention_batch_size, run_at
+        )
+    finally:
+        await database.close()
+
+
 def test_retention_of_the_seeded_queue_deletes_one_message_a_partition_however_late_it_runs(
     db_url: str,
 ) -> None:
@@ -103,7 +121,7 @@ def test_retention_of_the_seeded_queue_deletes_one_message_a_partition_however_l
                 keep,
                 queue_id,
             )
-            done = scale._retention(sql, queue_id, run_at)
+            done = asyncio.run(retention_at(db_url, run_at))  # the retention job's own steps, at run_at
             assert done["deleted"] == (partitions if minutes_later == 28 else 0), (minutes_later, done)
         left = sql.fetchval(
             "SELECT count(*) FROM queen.messages m JOIN queen.partitions p ON p.id = m.partition_id "

@@ -92,10 +92,18 @@ class Database:
             ``host:port`` separated by commas).
         pool_size: most connections this process opens for requests.
         statement_timeout_ms: server-side ``statement_timeout`` of every pooled connection.
+        application_name: how the pool's connections are named in ``pg_stat_activity``.
     """
 
-    def __init__(self, url: str, pool_size: int = 10, statement_timeout_ms: int = 30000) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool_size: int = 10,
+        statement_timeout_ms: int = 30000,
+        application_name: str = "queenpy",
+    ) -> None:
         self.url = url
+        self.application_name = application_name
         self.pool_size = pool_size
         self.statement_timeout_ms = statement_timeout_ms
         self._pool: asyncpg.Pool | None = None
@@ -114,7 +122,7 @@ class Database:
                 timeout=CONNECT_TIMEOUT_S,
                 server_settings={
                     "statement_timeout": str(self.statement_timeout_ms),
-                    "application_name": "queenpy",
+                    "application_name": self.application_name,
                     "jit": "off",
                 },
             )

@@ -620,6 +620,20 @@ def _while_pushing(
     thread.start()
     pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
     result["push_msg_per_s"] = round((pushed.after - pushed.before) / max(1e-9, pushed.window.seconds), 1)
+    if (
+        pushed.window.end is not None
+    ):  # where PostgreSQL's CPU went in the window (the job's backend included)
+        _, _, by_kind = postgres_cpu(pushed.window.start, pushed.window.end)
+        result["postgres_cpu_s_by_kind"] = {
+            kind: round(sec, 2) for kind, sec in sorted(by_kind.items()) if sec
+        }
+        result["cpu_share_of_machine"] = {
+            "broker": round(
+                (pushed.window.end.broker_s - pushed.window.start.broker_s)
+                / max(1e-9, pushed.window.end.machine.total_s - pushed.window.start.machine.total_s),
+                3,
+            ),
+        }
     thread.join()
     result["finished_inside_window"] = "seconds" in result and result["seconds"] <= pushed.window.seconds
     if "error" in result:
@@ -630,10 +644,11 @@ def _while_pushing(
 def _retention_job(url: str) -> dict[str, Any]:
     """One run of the broker's own retention job (:class:`queenpy.services.jobs.RetentionJob`: retention,
     partition cleanup, trimming; its batch sizes and its pace, ``SERVICES_DUTY_CYCLE`` as the broker would
-    read it) on a pool of its own: the run's details."""
+    read it) on a pool of its own (``application_name`` queenpy-retention-job, so its backend's CPU is told
+    apart from the broker's): the run's details."""
 
     async def once() -> dict[str, Any]:
-        database = Database(url, pool_size=1)
+        database = Database(url, pool_size=1, application_name="queenpy-retention-job")
         await database.open()
         try:
             return (await RetentionJob(ServiceSettings.from_env(os.environ)).run(database)).details
