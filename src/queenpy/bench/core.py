@@ -81,12 +81,13 @@ HARNESS_BACKENDS = "backend:queenbench"
 
 def postgres_cpu(start: CpuMark, end: CpuMark) -> tuple[float, float, dict[str, float]]:
     """PostgreSQL's CPU seconds between two marks: (all its processes but the harness's own backends, the
-    harness's backends, every kind's). The harness's backends (its ground-truth polls, the wait sampler) are
-    the measurement, not the system measured: they are listed by kind and left out of the first figure. The
-    kinds are empty when PostgreSQL's processes are not on this machine."""
+    harness's backends, every kind that used some, in name order). The harness's backends (its ground-truth
+    polls, the wait sampler) are the measurement, not the system measured: they are listed by kind and left
+    out of the first figure. The kinds are empty when PostgreSQL's processes are not on this machine."""
     if start.postgres_ticks is None or end.postgres_ticks is None:
         return end.postgres_s - start.postgres_s, 0.0, {}
-    by_kind = procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks)
+    split = procfs.cpu_by_kind_s(start.postgres_ticks, end.postgres_ticks)
+    by_kind = {kind: seconds for kind, seconds in sorted(split.items()) if seconds}
     harness = sum(seconds for kind, seconds in by_kind.items() if kind.startswith(HARNESS_BACKENDS))
     return end.postgres_s - start.postgres_s - harness, harness, by_kind
 
@@ -431,9 +432,7 @@ class Context:
                 },
                 # where PostgreSQL's CPU went: backends, autovacuum workers, walwriter, checkpointer, exited
                 # ...
-                "postgres_cpu_s_by_kind": {
-                    kind: seconds for kind, seconds in sorted(by_kind.items()) if seconds
-                },
+                "postgres_cpu_s_by_kind": by_kind,
                 "postgres_harness_cpu_s": harness_postgres_s,
                 "cpu_share_of_machine": {
                     "broker": broker_s / total,
@@ -622,8 +621,8 @@ class Context:
             "pg_waits": self.waits.shares(),
             "wal_per_msg": end.wal.per_message(start.wal, rows),
         }
-        if by_kind:
-            figures["postgres_cpu_s_by_kind"] = {kind: sec for kind, sec in sorted(by_kind.items()) if sec}
+        if seen:
+            figures["postgres_cpu_s_by_kind"] = by_kind
         # pgbench's own CPU is known for its whole run only (wait4): per row of the whole run
         total_rows = run.result.transactions * (limit.rows if limit.kind != "select1" else 1)
         figures["cpu_us_per_msg"]["pgbench"] = run.client_cpu_s / total_rows * 1e6 if total_rows else None

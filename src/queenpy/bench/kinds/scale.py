@@ -620,13 +620,9 @@ def _while_pushing(
     thread.start()
     pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
     result["push_msg_per_s"] = round((pushed.after - pushed.before) / max(1e-9, pushed.window.seconds), 1)
-    if (
-        pushed.window.end is not None
-    ):  # where PostgreSQL's CPU went in the window (the job's backend included)
+    if pushed.window.end is not None:  # where PostgreSQL's CPU went in the window (the job's backend apart)
         _, _, by_kind = postgres_cpu(pushed.window.start, pushed.window.end)
-        result["postgres_cpu_s_by_kind"] = {
-            kind: round(sec, 2) for kind, sec in sorted(by_kind.items()) if sec
-        }
+        result["postgres_cpu_s_by_kind"] = {kind: round(sec, 2) for kind, sec in by_kind.items()}
         result["cpu_share_of_machine"] = {
             "broker": round(
                 (pushed.window.end.broker_s - pushed.window.start.broker_s)
@@ -687,8 +683,8 @@ VACUUM_WAIT_S = 900.0
 
 def _vacuum_after(sql: Sql) -> dict[str, Any]:
     """Wait until autovacuum has caught up with what the previous step left (:data:`VACUUM_DUE` is 0 at three
-    polls a second apart), at most :data:`VACUUM_WAIT_S`: its seconds, the tables autovacuum vacuumed
-    meanwhile, and whether it caught up. Retention's deletions and the counters it updated leave dead rows in
+    polls a second apart), at most :data:`VACUUM_WAIT_S`: the tables autovacuum vacuumed meanwhile, and
+    whether it caught up. Retention's deletions and the counters it updated leave dead rows in
     several tables, and their vacuum is part of its cost: measured on its own window, it no longer falls into
     the next step's (journal, issue 44)."""
     before = {row[0]: int(row[1]) for row in sql.fetch(VACUUM_COUNTS)}
