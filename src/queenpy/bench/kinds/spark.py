@@ -60,7 +60,7 @@ POLL_S = 0.02
 WARM_PER_PARTITION = 10
 #: the measured copy runs at least this many micro-batches after the first: at three (60,000 messages, 2-3 s)
 #: one autovacuum worker's half second moved PostgreSQL's µs/msg by a third (benchmarks/journal/2026-11.md,
-#: 2026-11-29 03:51)
+#: issue 42)
 MIN_STEADY_BATCHES = 10
 QUERY_LIMIT_S = 600
 
