@@ -14,19 +14,34 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import platformdirs
+import psutil
 
-__all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir"]
+__all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir", "shared_buffers_for"]
+
+
+def shared_buffers_for(memory_bytes: int) -> str:
+    """``shared_buffers`` for a machine of ``memory_bytes`` of RAM: a sixteenth of it, at least initdb's
+    128 MB and at most 1 GB, in whole megabytes (``"1024MB"``).
+
+    PostgreSQL's documentation starts a dedicated server at a quarter of RAM ("Resource Consumption"); the
+    embedded server shares its machine with the broker and the user's programs, and the kernel's page cache
+    holds what does not fit. 1 GB is the tuned server's setting in the benchmarks (benchmarks/README.md)."""
+    megabytes = memory_bytes // 16 // (1024 * 1024)
+    return f"{min(max(megabytes, 128), 1024)}MB"
+
 
 #: Server settings the embedded PostgreSQL runs with, applied with ``ALTER SYSTEM`` and a reload on every
-#: start (all take effect without a restart). initdb's defaults suit no workload in particular; a queue writes
-#: WAL for every push, ack and retention delete, so checkpoints forced by ``max_wal_size`` every few seconds
-#: make each page touched after one log a full-page image again; and its table of messages, deleted behind the
-#: consumers as fast as it is filled, carries the dead rows of one ``autovacuum_naptime`` (measured:
-#: benchmarks/RESULTS.md).
+#: start; ``shared_buffers`` needs a restart, done once when it changes (:class:`EmbeddedPostgres`).
+#: initdb's defaults suit no workload in particular; a queue writes WAL for every push, ack and retention
+#: delete, so checkpoints forced by ``max_wal_size`` every few seconds make each page touched after one log a
+#: full-page image again; its table of messages, deleted behind the consumers as fast as it is filled, carries
+#: the dead rows of one ``autovacuum_naptime``; and with a million partitions the per-partition tables are
+#: gigabytes, against initdb's 128 MB of shared buffers (measured: benchmarks/RESULTS.md, issue 44).
 EMBEDDED_SETTINGS: dict[str, str] = {
     "max_wal_size": "4GB",
     "wal_compression": "pglz",
     "autovacuum_naptime": "10s",
+    "shared_buffers": shared_buffers_for(psutil.virtual_memory().total),
 }
 
 
@@ -85,9 +100,30 @@ class EmbeddedPostgres:
 
     def _configure(self, settings: Mapping[str, str]) -> None:
         """``ALTER SYSTEM SET`` each of ``settings`` (names and values are ours, never a user's), then
-        reload."""
+        reload; when ``shared_buffers`` (taken only at a restart) is among them and differs from the
+        running value, restart the server (``pg_ctl restart -m fast``, with the options it was started
+        with). Raises ``subprocess.CalledProcessError`` when psql or pg_ctl fails."""
         statements = "".join(f"ALTER SYSTEM SET {name} = '{value}';\n" for name, value in settings.items())
         self._server.psql(statements + "SELECT pg_reload_conf();\n")
+        if "shared_buffers" not in settings:
+            return
+        # the running value, read from the server's memory (not pg_settings.pending_restart, which a
+        # session sees only once it has processed the reload's signal)
+        answer = self._server.psql(
+            "SELECT 'restart:' || (pg_size_bytes(current_setting('shared_buffers'))"
+            f" <> pg_size_bytes('{settings['shared_buffers']}'))::text;\n"
+        )
+        if "restart:true" in answer:
+            from pgserver import _commands, utils  # a queenpy dependency; pg_ctl as pgserver's system user
+
+            _commands.pg_ctl(  # type: ignore[attr-defined]
+                ["-w", "-m", "fast", "-l", str(self._server.log), "restart"],
+                pgdata=self.data_dir,
+                user=self._server.system_user,
+                timeout=120,
+            )
+            # pgserver stops the server it knows by its postmaster's pid: the new one
+            self._server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(self.data_dir)
 
     @property
     def url(self) -> str:
