@@ -219,3 +219,33 @@ def test_services_can_be_off_in_a_process_and_paused_everywhere(
     wait_until(lambda: set(holders(database)) == set(JOBS), message="the jobs held")
     on.stop(signal.SIGTERM)
     assert runs(database) == []  # held, but paused: nothing ran
+
+
+def test_the_jobs_run_on_a_pool_of_their_own_named_queenpy_jobs(
+    new_database: Callable[[], str], start_broker: Callable[..., BrokerProcess]
+) -> None:
+    """The jobs' statements run on connections named ``queenpy-jobs`` (at most one per job), so their
+    PostgreSQL CPU is told from the requests' (``queenpy``) by application_name; none of the broker's
+    request pool ran a job's procedure."""
+    database = new_database()
+    start_broker(database, workers=1, extra_env=FAST)
+    wait_until(lambda: len(runs(database)) >= 6, message="a few runs")
+
+    def named(name: str) -> int:
+        with psycopg.connect(database, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = %s",
+                (name,),
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    assert 1 <= named("queenpy-jobs") <= len(JOBS)
+    with psycopg.connect(database, autocommit=True) as conn:
+        ran_elsewhere = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name <> 'queenpy-jobs' AND query LIKE '%stats_refresh_v3%' "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()
+    assert ran_elsewhere is not None and ran_elsewhere[0] == 0

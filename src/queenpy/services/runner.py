@@ -48,9 +48,14 @@ class Services:
     """The background jobs of one broker process.
 
     Args:
-        database: the process's database (its pool runs the jobs' steps).
+        database: the process's database (its pool records the runs and answers the status).
         settings: intervals, batch sizes, retention periods.
         holder: how this process is named in ``service_status.holder`` (host, port, worker, pid).
+
+    The jobs' steps run on a pool of their own (one connection per job, opened when this process first leads
+    a job), named ``queenpy-jobs`` in ``pg_stat_activity``: a job's work does not wait behind the requests
+    for a connection, and PostgreSQL's CPU for the jobs can be told from the hot path's (the benchmarks
+    label backends by ``application_name``).
     """
 
     def __init__(self, database: Database, settings: ServiceSettings, holder: str) -> None:
@@ -61,6 +66,23 @@ class Services:
         self.leadership = Leadership(database.url)
         self.local: dict[str, LocalState] = {job.name: LocalState() for job in self.jobs}
         self._tasks: list[asyncio.Task[None]] = []
+        self._job_database: Database | None = None
+        self._job_database_lock = asyncio.Lock()
+
+    async def job_database(self) -> Database:
+        """The jobs' pool (``application_name`` queenpy-jobs), opened on first use. Raises
+        :class:`queenpy.errors.DatabaseUnavailable` when PostgreSQL cannot be reached."""
+        async with self._job_database_lock:
+            if self._job_database is None:
+                database = Database(
+                    self.database.url,
+                    pool_size=max(1, len(self.jobs)),
+                    statement_timeout_ms=self.database.statement_timeout_ms,
+                    application_name="queenpy-jobs",
+                )
+                await database.open()
+                self._job_database = database
+            return self._job_database
 
     async def start(self) -> None:
         """Start one loop per job (none when the services are off)."""
@@ -79,6 +101,9 @@ class Services:
                 await task
         self._tasks = []
         await self.leadership.close()
+        database, self._job_database = self._job_database, None
+        if database is not None:
+            await database.close()
 
     async def _loop(self, job: Job) -> None:
         while True:
@@ -105,7 +130,7 @@ class Services:
         error: str | None = None
         result = RunResult()
         try:
-            result = await job.run(self.database)
+            result = await job.run(await self.job_database())
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded, logged, retried next interval

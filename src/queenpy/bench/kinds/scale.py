@@ -434,6 +434,25 @@ def _cold_pops(url: str, queue: str, partitions: int) -> dict[str, Any]:
     return {"pops": len(seconds), "empty": empty, "p50_ms": _ms(seconds, 0.5), "p99_ms": _ms(seconds, 0.99)}
 
 
+def _cpu_split(window: Any, messages: int) -> dict[str, Any]:
+    """Where the CPU went in a measured window of ``messages`` messages: PostgreSQL's µs a message (the
+    harness's backends left out), its seconds by process kind (``backend:queenpy`` the broker's requests,
+    ``backend:queenpy-jobs`` its background jobs, autovacuum, checkpointer, ...) and the broker's share of the
+    machine. Empty when the window did not close or PostgreSQL's processes are not on this machine."""
+    if window.end is None or window.start.postgres_ticks is None:
+        return {}
+    postgres_s, _, by_kind = postgres_cpu(window.start, window.end)
+    machine_s = max(1e-9, window.end.machine.total_s - window.start.machine.total_s)
+    return {
+        "postgres_us_per_msg": round(postgres_s / messages * 1e6, 1) if messages else None,
+        "postgres_cpu_s_by_kind": {kind: round(seconds, 2) for kind, seconds in by_kind.items()},
+        "cpu_share_of_machine": {
+            "broker": round((window.end.broker_s - window.start.broker_s) / machine_s, 3),
+            "postgres": round(postgres_s / machine_s, 3),
+        },
+    }
+
+
 def _hot_path(
     context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
 ) -> dict[str, Any]:
@@ -460,9 +479,7 @@ def _hot_path(
         "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
         "window_s": round(window.seconds, 2),
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
-        "postgres_us_per_msg": round(postgres_cpu(window.start, window.end)[0] / messages * 1e6, 1)
-        if messages and window.end is not None and window.start.postgres_ticks is not None
-        else None,
+        **_cpu_split(window, messages),
         "wal_bytes_per_msg": window.end.wal.per_message(window.start.wal, messages)["bytes"]
         if window.end is not None
         else None,
@@ -499,6 +516,7 @@ def _hot_path(
         "empty_pop_share": round(counters.get("empty_pops", 0) / pops, 4) if pops else None,
         "messages_per_pop": round(counters.get("delivered", 0) / pops, 2) if pops else None,
         "p99_ms": round(popped.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
+        **_cpu_split(popped.window, popped.after - popped.before),
     }
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the push window's
         context.fill_window(run, messages, window, [pushed.wrk], pushed.wrk)
@@ -620,16 +638,8 @@ def _while_pushing(
     thread.start()
     pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
     result["push_msg_per_s"] = round((pushed.after - pushed.before) / max(1e-9, pushed.window.seconds), 1)
-    if pushed.window.end is not None:  # where PostgreSQL's CPU went in the window (the job's backend apart)
-        _, _, by_kind = postgres_cpu(pushed.window.start, pushed.window.end)
-        result["postgres_cpu_s_by_kind"] = {kind: round(sec, 2) for kind, sec in by_kind.items()}
-        result["cpu_share_of_machine"] = {
-            "broker": round(
-                (pushed.window.end.broker_s - pushed.window.start.broker_s)
-                / max(1e-9, pushed.window.end.machine.total_s - pushed.window.start.machine.total_s),
-                3,
-            ),
-        }
+    # where PostgreSQL's CPU went in the window (the job's backend apart)
+    result.update(_cpu_split(pushed.window, pushed.after - pushed.before))
     thread.join()
     result["finished_inside_window"] = "seconds" in result and result["seconds"] <= pushed.window.seconds
     if "error" in result:
