@@ -133,10 +133,11 @@ class ServiceSettings:
     leaves vacuuming to autovacuum.
     ``stats_reconcile_chunk`` (``STATS_RECONCILE_CHUNK``, queenpy's own): the stats job's reconcile, started
     every ``stats_reconcile_interval_ms``, is a pass over the partitions that adds this many of them to each
-    run (``queen.stats_refresh_v3``), so no reconcile run's cost grows with the partitions stored.
-    ``stats_run_partitions`` (``STATS_RUN_PARTITIONS``, queenpy's own): the most changed partitions one stats
-    run takes (in id order; the next run goes on after the last), so a run after a retention pass over
-    every partition stays inside the statement timeout.
+    run (``queen.stats_refresh_v4``), so no reconcile run's cost grows with the partitions stored.
+    ``stats_run_partitions`` (``STATS_RUN_PARTITIONS``, queenpy's own): the most changed partitions one step
+    of a stats run takes (in id order; the run's next step goes on after the last, paced, until the sweep of
+    what changed ends), so no step keeps a core busy for long: at a million partitions a step of 10,000
+    took 5 to 10 s (benchmarks/journal/2026-11.md, issue 44).
     ``duty_cycle`` (``SERVICES_DUTY_CYCLE``, queenpy's own, 0 < d <= 1): the share of its wall time a job's
     database steps may take; after a step of t seconds it rests t x (1 - d) / d
     (``queenpy.services.jobs.Pace``). 1 runs the jobs flat out.
@@ -151,8 +152,8 @@ class ServiceSettings:
     metrics_retention_days: float = 90.0
     stats_interval_ms: int = 10_000
     stats_reconcile_interval_ms: int = 120_000
-    stats_reconcile_chunk: int = 10_000
-    stats_run_partitions: int = 10_000
+    stats_reconcile_chunk: int = 1_000
+    stats_run_partitions: int = 1_000
     stats_history_retention_days: float = 7.0
     retention_vacuum_rows: int = 0
     duty_cycle: float = 0.25
@@ -169,8 +170,8 @@ class ServiceSettings:
             metrics_retention_days=_float(env, "METRICS_RETENTION_DAYS", 90.0),
             stats_interval_ms=_int(env, "STATS_INTERVAL_MS", 10_000),
             stats_reconcile_interval_ms=_int(env, "STATS_RECONCILE_INTERVAL_MS", 120_000),
-            stats_reconcile_chunk=max(1, _int(env, "STATS_RECONCILE_CHUNK", 10_000)),
-            stats_run_partitions=max(1, _int(env, "STATS_RUN_PARTITIONS", 10_000)),
+            stats_reconcile_chunk=max(1, _int(env, "STATS_RECONCILE_CHUNK", 1_000)),
+            stats_run_partitions=max(1, _int(env, "STATS_RUN_PARTITIONS", 1_000)),
             stats_history_retention_days=_float(env, "STATS_HISTORY_RETENTION_DAYS", 7.0),
             retention_vacuum_rows=_int(env, "RETENTION_VACUUM_ROWS", 0),
             duty_cycle=min(1.0, max(0.01, _float(env, "SERVICES_DUTY_CYCLE", 0.25))),

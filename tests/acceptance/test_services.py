@@ -245,7 +245,7 @@ def test_the_jobs_run_on_a_pool_of_their_own_named_queenpy_jobs(
     with psycopg.connect(database, autocommit=True) as conn:
         ran_elsewhere = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name <> 'queenpy-jobs' AND query LIKE '%stats_refresh_v3%' "
+            "AND application_name <> 'queenpy-jobs' AND query LIKE '%stats_refresh_v4%' "
             "AND pid <> pg_backend_pid()"
         ).fetchone()
     assert ran_elsewhere is not None and ran_elsewhere[0] == 0

@@ -40,7 +40,7 @@ def test_group_detail_pages_cover_every_partition_once(broker: Any) -> None:
         # the queue's total lag, as the stats job counts it (the console shows it beside one page)
         assert broker.database_url is not None
         with psycopg.connect(broker.database_url, autocommit=True) as conn:
-            conn.execute("SELECT queen.stats_refresh_v3(false)")
+            conn.execute("SELECT queen.stats_refresh_v4(false)")
         assert http.get(f"/api/v1/consumer-groups/{group}").json()[queue]["offsetLag"] == PARTITIONS
 
         seen: list[str] = []

@@ -141,7 +141,7 @@ def test_the_consumer_group_list_reads_the_stats_of_a_wide_queue_and_the_cursors
         INSERT INTO queen.partition_consumers
             (partition_id, consumer_group, last_consumed_seq, last_consumed_at)
         SELECT p.id, 'g', 1, now() FROM queen.partitions p""")  # every partition of both queues consumed by g
-    conn.execute("SELECT queen.stats_refresh_v3(true)")
+    conn.execute("SELECT queen.stats_refresh_v4(true)")
     query = (
         "SELECT relname, seq_scan, idx_tup_fetch FROM pg_stat_xact_user_tables WHERE schemaname = 'queen' "
         "AND relname = 'partition_consumers'"

@@ -253,16 +253,18 @@ def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(
         "UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 50000", (partition,)
     )
     queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'floor'").fetchone()[0]  # type: ignore[index]
-    conn.execute("SELECT queen.stats_refresh_v3(true)")
-    conn.execute("SELECT queen.stats_refresh_v3(false)")  # an incremental run's statements met once (catalog)
+    conn.execute("SELECT queen.stats_refresh_v4(true)")
+    conn.execute("SELECT queen.stats_refresh_v4(false)")  # an incremental run's statements met once (catalog)
     step = "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 100000, now())"
     assert conn.execute(step, (queue_id,)).fetchone()[0]["deleted"] == 50_000  # type: ignore[index]
-    buffers, scans, _ = measure(conn, "SELECT queen.stats_refresh_v3(false)", ())
+    buffers, scans, _ = measure(conn, "SELECT queen.stats_refresh_v4(false)", ())
     row = conn.execute("SELECT oldest_seq FROM queen.partition_stats WHERE partition_id = %s", (partition,))
     assert row.fetchone() == (50_001,)
     assert "messages" not in scans, scans
-    # 50,000 dead index entries span about 150 leaf pages (and a heap page per entry on a first walk)
-    assert buffers < 150, buffers
+    # 50,000 dead index entries span about 150 leaf pages (and a heap page per entry on a first walk); the
+    # run's own pages, the sweep's list (queen.stats_sweep) among them, were 160 when this was written, so a
+    # walk would take it well past the bound
+    assert buffers < 200, buffers
 
 
 def test_a_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_the_queue(
@@ -280,14 +282,14 @@ def test_a_stats_run_reads_the_consumer_rows_that_changed_not_every_one_of_the_q
         INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq)
         SELECT p.id, 'g' || g, 5 FROM queen.partitions p, generate_series(1, 10) g WHERE p.name LIKE 'p%'""")
     conn.execute("ANALYZE")
-    conn.execute("SELECT queen.stats_refresh_v3(true, NULL)")
+    conn.execute("SELECT queen.stats_refresh_v4(true, NULL)")
     move = (
         "UPDATE queen.partition_consumers SET last_consumed_seq = last_consumed_seq + 1, "
         "last_consumed_at = now() "
         "WHERE consumer_group = 'g3' AND partition_id = (SELECT id FROM queen.partitions WHERE name = 'p7')"
     )
     conn.execute(move)
-    _, scans, fetched = measure(conn, "SELECT queen.stats_refresh_v3(false, 1000)", ())
+    _, scans, fetched = measure(conn, "SELECT queen.stats_refresh_v4(false, 1000)", ())
     # (the run still finds its candidates by one filtered scan of partitions, partition_counters and
     # partition_consumers: the timestamps it filters on carry no index, the hot path writes them)
     assert "consumer_stats" not in scans, scans

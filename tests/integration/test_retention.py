@@ -613,3 +613,28 @@ def test_a_retention_step_takes_no_lock_a_push_holds(db_url: str) -> None:
         conn.execute("SELECT queen.delete_queue_v1('held')")  # counters and stats rows go with the partitions
         for table in ("partition_counters", "partition_stats", "consumer_stats"):
             assert conn.execute(f"SELECT count(*) FROM queen.{table}").fetchone() == (0,), table
+
+
+def test_a_stats_job_run_takes_its_sweep_in_paced_steps(db_url: str) -> None:
+    """A run of the stats job calls queen.stats_refresh_v4 a step of STATS_RUN_PARTITIONS changed partitions
+    at a time until the sweep ends, each step paced: 5 changed partitions at 2 a step are 3 steps, and every
+    partition's numbers are then current."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        for n in range(5):
+            push(conn, "steps", 1, partition=f"p{n}")
+        run_job(db_url, StatsJob)
+        for n in range(5):
+            push(conn, "steps", 2, partition=f"p{n}")
+        done = run_job(db_url, StatsJob, stats_run_partitions=2, stats_reconcile_chunk=1, duty_cycle=1.0)
+        assert done.details["steps"] == 3, done.details
+        assert done.details["sweepAfter"] is None
+        depths = conn.execute(
+            "SELECT s.depth FROM queen.partition_stats s JOIN queen.partitions p ON p.id = s.partition_id "
+            "JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'steps' ORDER BY p.name"
+        ).fetchall()
+        assert depths == [(3,)] * 5
+        queue = conn.execute(
+            "SELECT s.depth FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id "
+            "WHERE q.name = 'steps'"
+        ).fetchone()
+        assert queue == (15,)

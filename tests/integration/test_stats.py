@@ -1,4 +1,4 @@
-"""The stats job (queen.stats_refresh_v3) and the counters it reads: the numbers equal what counting the
+"""The stats job (queen.stats_refresh_v4) and the counters it reads: the numbers equal what counting the
 messages says, they follow deletions and dead letters, a run with nothing changed rewrites nothing, a run
 never scans the messages table, the (queue, group) sums kept by deltas equal a re-aggregation, and the
 reconcile is a pass in chunks."""
@@ -26,7 +26,7 @@ def conn(db_url: str) -> Any:
 
 def refresh(conn: psycopg.Connection[Any], full: bool = False) -> dict[str, Any]:
     """One run (full: the whole reconcile pass in this run), the counts of its answer."""
-    row = conn.execute("SELECT queen.stats_refresh_v3(%s, NULL)", (full,)).fetchone()
+    row = conn.execute("SELECT queen.stats_refresh_v4(%s, NULL)", (full,)).fetchone()
     assert row is not None
     return {key: row[0][key] for key in KEYS}
 
@@ -334,7 +334,7 @@ def run(
     conn: psycopg.Connection[Any], full: bool = False, chunk: int | None = None, limit: int | None = None
 ) -> dict[str, Any]:
     """One run with the job's arguments (p_chunk, p_limit), its whole answer."""
-    row = conn.execute("SELECT queen.stats_refresh_v3(%s, %s, %s)", (full, chunk, limit)).fetchone()
+    row = conn.execute("SELECT queen.stats_refresh_v4(%s, %s, %s)", (full, chunk, limit)).fetchone()
     assert row is not None
     return dict(row[0])
 
@@ -449,18 +449,77 @@ def test_changed_partitions_are_taken_p_limit_a_run_in_a_sweep(conn: psycopg.Con
         assert {k: kept[k] for k in counted} == counted, names[pid]
 
 
+def test_a_sweep_keeps_the_list_its_first_run_found(conn: psycopg.Connection[Any]) -> None:
+    """The sweep's first run finds the changed partitions by the filtered scans and keeps them
+    (queen.stats_sweep); its later runs take the next p_limit from that list without looking again, so a
+    partition created mid-sweep (a later id than every listed one) is the next sweep's."""
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "k", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
+    run(conn)
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "k", "partition": f"p{n}", "payload": n} for n in range(5)]
+    )
+    first = run(conn, limit=2)
+    assert first["candidates"] == 2 and first["sweepAfter"] is not None
+    assert conn.execute("SELECT count(*) FROM queen.stats_sweep").fetchone() == (5,)
+    call_procedure(conn, "push_items_v1", [{"queue": "k", "partition": "new", "payload": "mid-sweep"}])
+    assert [run(conn, limit=2)["candidates"] for _ in range(2)] == [2, 1]  # the listed five, not the new one
+    nxt = run(conn, limit=2)  # the next sweep: the partition created after the first one's bound
+    assert (nxt["candidates"], nxt["sweepAfter"]) == (1, None)
+    assert stats_of(conn, partition_id(conn, "k", "new"))["depth"] == 1
+    for name in [f"p{n}" for n in range(5)] + ["new"]:
+        pid = partition_id(conn, "k", name)
+        kept, counted = stats_of(conn, pid), truth(conn, pid)
+        assert {k: kept[k] for k in counted} == counted, name
+
+
+def test_the_queue_sums_wait_for_p_aggregate_or_the_sweep_s_end(conn: psycopg.Connection[Any]) -> None:
+    """Step 4 (a queue's sums over all its partitions) runs when p_aggregate is true or the sweep ends; a run
+    without it keeps the queues to re-aggregate in the state, and the run that aggregates takes them."""
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "a", "partition": f"p{n}", "payload": n} for n in range(3)]
+    )
+    run(conn)
+    assert conn.execute(
+        "SELECT s.depth FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id WHERE q.name = 'a'"
+    ).fetchone() == (3,)
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "a", "partition": f"p{n}", "payload": n} for n in range(3)]
+    )
+    depth = (
+        "SELECT s.depth FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id WHERE q.name = 'a'"
+    )
+    step = "SELECT queen.stats_refresh_v4(false, NULL, 1, true, %s)"
+    first = conn.execute(step, (False,)).fetchone()[0]  # type: ignore[index]
+    assert (first["aggregated"], first["queues"]) == (False, 0)
+    assert conn.execute(depth).fetchone() == (3,)
+    state = conn.execute("SELECT value FROM queen.system_state WHERE key = 'stats_refresh'").fetchone()
+    assert state is not None and len(state[0]["queues"]) == 1
+    second = conn.execute(step, (True,)).fetchone()[0]  # type: ignore[index]
+    assert (second["aggregated"], second["queues"]) == (True, 1)
+    assert conn.execute(depth).fetchone() == (
+        5,
+    )  # two partitions' new numbers in (2 + 2 + 1); the third's next
+    last = conn.execute(step, (False,)).fetchone()[0]  # type: ignore[index]
+    assert (last["sweepAfter"], last["aggregated"]) == (None, True)  # the sweep's end aggregates
+    assert conn.execute(depth).fetchone() == (6,)
+    state = conn.execute("SELECT value FROM queen.system_state WHERE key = 'stats_refresh'").fetchone()
+    assert state is not None and "queues" not in state[0]
+
+
 def test_a_job_run_skips_while_another_run_holds_the_lock(conn: psycopg.Connection[Any], db_url: str) -> None:
     """p_wait false (the job's runs) answers "skipped" at once while another run holds the stats lock (a whole
     pass the operators' route started), instead of waiting until the statement timeout; p_wait true waits."""
     call_procedure(conn, "push_items_v1", [{"queue": "w", "partition": "p", "payload": 1}])
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(737013)")
-        skipped = conn.execute("SELECT queen.stats_refresh_v3(false, NULL, NULL, false)").fetchone()
+        skipped = conn.execute("SELECT queen.stats_refresh_v4(false, NULL, NULL, false)").fetchone()
         assert skipped is not None and skipped[0] == {"skipped": "another run holds the stats lock"}
         conn.execute("SET lock_timeout = '200ms'")
         with pytest.raises(psycopg.errors.LockNotAvailable):
-            conn.execute("SELECT queen.stats_refresh_v3(false)")
+            conn.execute("SELECT queen.stats_refresh_v4(false)")
         conn.execute("RESET lock_timeout")
         holder.execute("SELECT pg_advisory_unlock(737013)")
-    done = conn.execute("SELECT queen.stats_refresh_v3(false, NULL, NULL, false)").fetchone()
+    done = conn.execute("SELECT queen.stats_refresh_v4(false, NULL, NULL, false)").fetchone()
     assert done is not None and "skipped" not in done[0] and done[0]["partitions"] >= 1

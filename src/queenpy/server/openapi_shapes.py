@@ -369,7 +369,8 @@ _FUSION: Schema = {
 #: POST /api/v1/stats/refresh: rows rewritten by the run, partitions looked at; "exact": every queue and
 #: (queue, group) re-aggregated; "pass": the reconcile pass's step ({"full": true}: the whole pass,
 #: "finished"); "passAfter": the partition id it goes on after; "sweepAfter": the last changed partition it
-#: took when the next run goes on after it (the route's runs take every changed partition: null)
+#: took when the next run goes on after it (the route's runs take every changed partition: null);
+#: "aggregated": the queues' sums were re-aggregated (always, for the route's runs)
 _STATS_RUN = obj(
     [
         "partitions",
@@ -382,6 +383,7 @@ _STATS_RUN = obj(
         "pass",
         "passAfter",
         "sweepAfter",
+        "aggregated",
     ],
     partitions=INT,
     consumers=INT,
@@ -392,6 +394,7 @@ _STATS_RUN = obj(
     exact=BOOL,
     passAfter=nullable(UUID),
     sweepAfter=nullable(UUID),
+    aggregated=BOOL,
 )
 _STATS_RUN["properties"]["pass"] = nullable(
     {"type": "string", "enum": ["started", "continued", "finished", None]}

@@ -4,10 +4,10 @@ Each run is a sequence of short transactions (one procedure call each, autocommi
 for long and a run interrupted by a crash leaves consistent counters behind (every step counts its own
 deletions). The procedures are in ``sql/procedures/080_services.sql`` and ``081_stats.sql``.
 
-- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v3``, at most ``STATS_RUN_PARTITIONS``
-  changed partitions a run; every ``STATS_RECONCILE_INTERVAL_MS``
-  a reconcile pass starts (``STATS_RECONCILE_CHUNK`` partitions a run until it ends), plus a recount of
-  every capped queue's stored count (``queen.recount_queue_capacity_v1``).
+- :class:`StatsJob` (``STATS_INTERVAL_MS``): ``queen.stats_refresh_v4`` in steps of at most
+  ``STATS_RUN_PARTITIONS`` changed partitions until the sweep of what changed ends; every
+  ``STATS_RECONCILE_INTERVAL_MS`` a reconcile pass starts (``STATS_RECONCILE_CHUNK`` partitions a run until
+  it ends), plus a recount of every capped queue's stored count (``queen.recount_queue_capacity_v1``).
 - :class:`RetentionJob` (``RETENTION_INTERVAL``): retention then completed retention of every queue that has
   them (``queen.retention_step_v1``, ``RETENTION_BATCH_SIZE`` messages per step), partition cleanup
   (``PARTITION_CLEANUP_DAYS``), then trimming of the metrics and history tables (``METRICS_RETENTION_DAYS``,
@@ -127,27 +127,55 @@ class StatsJob(Job):
     def __init__(self, settings: ServiceSettings) -> None:
         super().__init__(settings)
         self._last_full: float | None = None
+        self._last_aggregate: float | None = None
 
     @property
     def interval_s(self) -> float:
         return self.settings.stats_interval_ms / 1000
 
     async def run(self, database: Database) -> RunResult:
+        """One run: the steps of a sweep (``queen.stats_refresh_v4``, ``STATS_RUN_PARTITIONS`` changed
+        partitions a step, each paced) until the sweep ends; the first step also takes the reconcile pass's
+        next chunk (and starts a pass every ``STATS_RECONCILE_INTERVAL_MS``); the queues' sums are
+        re-aggregated at most once a ``STATS_INTERVAL_MS`` and when the sweep ends. Details: the steps'
+        counts summed, ``steps``, and the first step's reconcile fields."""
         now = time.monotonic()
         full = (
             self._last_full is None
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
         pace = Pace(self.settings.duty_cycle)
-        details = await pace.step(
-            _json(
-                database,
-                "SELECT queen.stats_refresh_v3($1, $2, $3, false)::text",
-                full,
-                self.settings.stats_reconcile_chunk,
-                self.settings.stats_run_partitions,
+        details: dict[str, Any] = {}
+        steps = 0
+        while True:
+            aggregate = (
+                self._last_aggregate is None or time.monotonic() - self._last_aggregate >= self.interval_s
             )
-        )
+            step = await pace.step(
+                _json(
+                    database,
+                    "SELECT queen.stats_refresh_v4($1, $2, $3, false, $4)::text",
+                    full and steps == 0,
+                    self.settings.stats_reconcile_chunk if steps == 0 else None,
+                    self.settings.stats_run_partitions,
+                    aggregate,
+                )
+            )
+            steps += 1
+            if "skipped" in step:
+                details = {**step, **details}
+                break
+            if step.get("aggregated"):
+                self._last_aggregate = time.monotonic()
+            if steps == 1:
+                details = dict(step)
+            else:
+                for key in ("partitions", "consumers", "queues", "groups", "candidates"):
+                    details[key] = int(details.get(key) or 0) + int(step.get(key) or 0)
+                details["sweepAfter"] = step.get("sweepAfter")
+            if step.get("sweepAfter") is None:
+                break
+        details["steps"] = steps
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full and "skipped" not in details:
             self._last_full = now

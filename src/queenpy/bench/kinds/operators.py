@@ -86,7 +86,7 @@ def _seed(context: Context, queues: int, partitions: int) -> dict[str, Any]:
     context.sql.execute(SEED_CURSORS, SEED_PREFIX)
     context.sql.execute("ANALYZE")
     # the status routes and the scrape read the stats: one full run now, as the stats job would do
-    context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
+    context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
     return {"seeded_now": True, "seed_s": round(time.monotonic() - started, 2)}
 
 

@@ -345,7 +345,7 @@ def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, 
             ]
             http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": f"g{g}"})
     _seed(context, seeded, 3, STORED)
-    context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
+    context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
     mine, theirs = _fingerprint(context, seeded), _fingerprint(context, pushed)
     return {key: {"seeded": mine[key], "pushed": theirs[key]} for key in mine if mine[key] != theirs[key]}
 
@@ -756,14 +756,14 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context.created_queues.update({base_queue, big_queue, f"{prefix}ref-pushed", f"{prefix}ref-seeded"})
         _seed(context, base_queue, BASE_PARTITIONS, BASE_STORED)
         context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
+        context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
         figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
         seeded = _seed(context, big_queue, partitions, STORED)
         figures["seed_s"] = round(seeded.seconds, 1)
         started = time.monotonic()
         context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v3(true)::text")
+        context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)

@@ -90,7 +90,7 @@ async def stats_refresh(request: Request) -> Response:
     full = body.get("full", False)
     if not isinstance(full, bool):
         raise InvalidRequest("full must be a boolean")
-    return await _call(request, "SELECT queen.stats_refresh_v3($1, NULL)::text", full)
+    return await _call(request, "SELECT queen.stats_refresh_v4($1, NULL)::text", full)
 
 
 _WHOLE_HISTORY = "1970-01-01T00:00:00+00:00"

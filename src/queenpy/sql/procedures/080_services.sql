@@ -511,7 +511,7 @@ $$;
 -- growth of their offsets, dead letters and deletions since their partition_stats rows (the deletions of the
 -- retention step that just emptied a partition, above all). Their consumed totals are not read again: the
 -- consumer rows saw no consumption since the cutoff, so a stats run since then recorded it. The stats job's
--- lock (stats_refresh_v3) is taken first: a run in flight commits its rows before they are read, and none
+-- lock (stats_refresh_v4) is taken first: a run in flight commits its rows before they are read, and none
 -- starts until this commits, so nothing is recorded twice or lost.
 -- Version 2: the candidates are read through indexes. Version 1 (dropped) walked every partition of every
 -- queue in each step (no index on last_activity), so a step's cost grew with the partitions stored: about 2 s

@@ -4,6 +4,7 @@
 DROP FUNCTION IF EXISTS queen.stats_refresh_v1(boolean);
 DROP FUNCTION IF EXISTS queen.stats_refresh_v2(boolean, integer);
 DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer);
+DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolean);
 
 -- One run of the stats job (migration 009 defines the numbers). Looks at the partitions that may have changed
 -- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
@@ -46,13 +47,24 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer);
 -- queue_throughput of the run that took their partition.
 -- Returns {"partitions", "consumers", "queues", "groups": rows rewritten, "candidates", "full": every
 -- partition a candidate, "exact" (every queue and group re-aggregated), "pass" ('started', 'continued',
--- 'finished' or null), "passAfter" (where the pass continues; null when none is in progress) and
--- "sweepAfter" (the last changed partition taken when the sweep goes on in the next run; null when it ended).
+-- 'finished' or null), "passAfter" (where the pass continues; null when none is in progress),
+-- "sweepAfter" (the last changed partition taken when the sweep goes on in the next run; null when it ended)
+-- and "aggregated" (step 4 ran).
 -- p_wait false (the job's runs): when another run holds the lock (a full pass the operators' route started,
 -- which may take minutes at a million partitions), answer {"skipped": ...} at once instead of waiting for it
 -- until the statement timeout.
-CREATE OR REPLACE FUNCTION queen.stats_refresh_v3(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
-                                                  p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true)
+-- Version 4 makes the sweep's runs small steps. Version 3 found the changed partitions by the three scans in
+-- every run; at a million partitions they took about 1.5 s, so a run had to take 10,000 partitions to be worth
+-- it, and such a run kept a core busy for 5 to 10 s, which the hot path felt whole in a 10 s window (journal,
+-- issue 44). Version 4 scans once, in the sweep's first run, into queen.stats_sweep (migration 022), and the
+-- sweep's later runs take the next p_limit ids from there: what changes meanwhile is the next sweep's, by the
+-- argument above. Step 4 (the queues' sums over partition_stats: a million rows for a queue of a million
+-- partitions) runs when p_aggregate is true or the sweep ends; until then the queues to re-aggregate are kept
+-- in the state ("queues"). The job (queenpy.services.jobs.StatsJob) calls it a step at a time, paced, with
+-- p_aggregate every STATS_INTERVAL_MS.
+CREATE OR REPLACE FUNCTION queen.stats_refresh_v4(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
+                                                  p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true,
+                                                  p_aggregate boolean DEFAULT true)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET plan_cache_mode = force_custom_plan
@@ -78,6 +90,8 @@ DECLARE
     v_sweep_after uuid;         -- the sweep of changed partitions: the last id it took (NULL: none in progress)
     v_sweep_bound timestamptz;  -- the bound of the sweep's first run: the next sweep's "since"
     v_group_deltas jsonb;
+    v_pending_queues uuid[];    -- queues whose step 4 a run without p_aggregate left for later
+    v_aggregate boolean;
 BEGIN
     IF p_wait THEN
         PERFORM pg_advisory_xact_lock(737013);
@@ -93,6 +107,7 @@ BEGIN
     v_since := (v_state->>'since')::timestamptz;
     v_after := (v_state->>'passAfter')::uuid;
     v_sweep_after := (v_state->>'sweepAfter')::uuid;
+    v_pending_queues := ARRAY(SELECT jsonb_array_elements_text(coalesce(v_state->'queues', '[]'))::uuid);
     v_sweep_bound := coalesce((v_state->>'sweepBound')::timestamptz, v_bound);
     IF v_sweep_after IS NULL THEN
         v_sweep_bound := v_bound;
@@ -140,10 +155,13 @@ BEGIN
     END IF;
     IF v_full THEN
         SELECT coalesce(array_agg(p.id), '{}') INTO v_candidates FROM queen.partitions p;
+        TRUNCATE queen.stats_sweep;
         v_sweep_after := NULL;
         v_sweep_bound := v_bound;
     ELSE
-        v_changed := ARRAY(
+        IF v_sweep_after IS NULL THEN  -- a new sweep: the partitions that changed since the last one's bound
+            TRUNCATE queen.stats_sweep;
+            INSERT INTO queen.stats_sweep (partition_id)
             SELECT DISTINCT x.id FROM (
                 SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
                 UNION ALL
@@ -153,11 +171,15 @@ BEGIN
                 WHERE pc.last_consumed_at >= v_since OR pc.lease_acquired_at >= v_since
                    OR pc.created_at >= v_since
                    OR (pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now())
-                   OR pc.retry_available_at >= v_since) x
-            WHERE x.id > coalesce(v_sweep_after, '00000000-0000-0000-0000-000000000000')
-            ORDER BY x.id
+                   OR pc.retry_available_at >= v_since) x;
+        END IF;
+        v_changed := ARRAY(
+            SELECT w.partition_id FROM queen.stats_sweep w
+            WHERE w.partition_id > coalesce(v_sweep_after, '00000000-0000-0000-0000-000000000000')
+            ORDER BY w.partition_id
             LIMIT p_limit);
-        IF p_limit IS NOT NULL AND cardinality(v_changed) >= p_limit THEN
+        IF p_limit IS NOT NULL AND cardinality(v_changed) >= p_limit
+           AND EXISTS (SELECT 1 FROM queen.stats_sweep w WHERE w.partition_id > v_changed[cardinality(v_changed)]) THEN
             v_sweep_after := v_changed[cardinality(v_changed)];  -- the sweep goes on; "since" stays
         ELSE
             v_sweep_after := NULL;  -- the sweep ends: the next one looks since its bound
@@ -440,12 +462,18 @@ BEGIN
         WHERE g.queue_id = x.queue_id AND g.consumer_group = x.consumer_group AND g.partitions <= 0;
     END IF;
 
-    -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always): their
-    -- partition_stats summed; the consumer groups counted from queue_group_stats (step 3) and the largest lag
+    -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always), when
+    -- p_aggregate is true or the sweep ends (else they wait in the state's "queues"): their partition_stats summed; the consumer groups counted from queue_group_stats (step 3) and the largest lag
     -- found through consumer_stats_queue_lag_idx
+    v_pending_queues := ARRAY(SELECT DISTINCT x FROM unnest(v_pending_queues || coalesce(v_changed_queues, '{}')
+                                                        || coalesce(v_consumer_queues, '{}')) x);
+    v_aggregate := p_aggregate OR v_exact OR v_sweep_after IS NULL;
+    IF NOT v_aggregate THEN
+        v_queues := 0;
+    ELSE
     WITH targets AS (
         SELECT q.id FROM queen.queues q
-        WHERE v_exact OR q.id = ANY (v_changed_queues) OR q.id = ANY (v_consumer_queues)
+        WHERE v_exact OR q.id = ANY (v_pending_queues)
            OR NOT EXISTS (SELECT 1 FROM queen.queue_stats x WHERE x.queue_id = q.id)
     ), agg AS (
         SELECT t.id AS queue_id, count(ps.partition_id)::integer AS partitions,
@@ -497,18 +525,21 @@ BEGIN
         RETURNING 1
     )
     SELECT count(*) INTO v_queues FROM written;
+    v_pending_queues := '{}';
+    END IF;
 
     INSERT INTO queen.system_state (key, value, updated_at)
     VALUES ('stats_refresh',
             jsonb_strip_nulls(jsonb_build_object(
                 'since', CASE WHEN v_sweep_after IS NULL THEN v_sweep_bound ELSE v_since END,
                 'passAfter', v_after, 'sweepAfter', v_sweep_after,
-                'sweepBound', CASE WHEN v_sweep_after IS NOT NULL THEN v_sweep_bound END)),
+                'sweepBound', CASE WHEN v_sweep_after IS NOT NULL THEN v_sweep_bound END,
+                'queues', CASE WHEN cardinality(v_pending_queues) > 0 THEN to_jsonb(v_pending_queues) END)),
             now())
     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = EXCLUDED.updated_at;
     RETURN jsonb_build_object('partitions', v_partitions, 'consumers', v_consumers, 'queues', v_queues,
                               'groups', v_groups, 'candidates', cardinality(v_candidates), 'full', v_full,
                               'exact', v_exact, 'pass', v_pass, 'passAfter', v_after,
-                              'sweepAfter', v_sweep_after);
+                              'sweepAfter', v_sweep_after, 'aggregated', v_aggregate);
 END;
 $$;
