@@ -179,7 +179,8 @@ BEGIN
             ORDER BY w.partition_id
             LIMIT p_limit);
         IF p_limit IS NOT NULL AND cardinality(v_changed) >= p_limit
-           AND EXISTS (SELECT 1 FROM queen.stats_sweep w WHERE w.partition_id > v_changed[cardinality(v_changed)]) THEN
+           AND EXISTS (SELECT 1 FROM queen.stats_sweep w
+                       WHERE w.partition_id > v_changed[cardinality(v_changed)]) THEN
             v_sweep_after := v_changed[cardinality(v_changed)];  -- the sweep goes on; "since" stays
         ELSE
             v_sweep_after := NULL;  -- the sweep ends: the next one looks since its bound
@@ -463,8 +464,9 @@ BEGIN
     END IF;
 
     -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always), when
-    -- p_aggregate is true or the sweep ends (else they wait in the state's "queues"): their partition_stats summed; the consumer groups counted from queue_group_stats (step 3) and the largest lag
-    -- found through consumer_stats_queue_lag_idx
+    -- p_aggregate is true or the sweep ends (else they wait in the state's "queues"): their partition_stats
+    -- summed; the consumer groups counted from queue_group_stats (step 3) and the largest lag found through
+    -- consumer_stats_queue_lag_idx
     v_pending_queues := ARRAY(SELECT DISTINCT x FROM unnest(v_pending_queues || coalesce(v_changed_queues, '{}')
                                                         || coalesce(v_consumer_queues, '{}')) x);
     v_aggregate := p_aggregate OR v_exact OR v_sweep_after IS NULL;
