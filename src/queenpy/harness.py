@@ -39,7 +39,7 @@ from typing import Any, Self
 import httpx
 import psutil
 
-from queenpy.store.embedded import EMBEDDED_SETTINGS, EmbeddedPostgres, postgres_program
+from queenpy.store.embedded import EMBEDDED_SETTINGS, EmbeddedPostgres, pg_ctl, postgres_program
 
 __all__ = ["BrokerProcess", "HarnessError", "PrivatePostgres", "StandbyPostgres", "bound_socket", "free_port"]
 
@@ -127,11 +127,7 @@ class _PostgresServer:
         return done.stdout
 
     def _pg_ctl(self, args: list[str], timeout_s: float = 60) -> None:
-        from pgserver import _commands  # a queenpy dependency; runs pg_ctl as pgserver's system user
-
-        _commands.pg_ctl(  # type: ignore[attr-defined]
-            args, pgdata=self.data_dir, user=self.system_user, timeout=timeout_s
-        )
+        pg_ctl(self.data_dir, self.system_user, args, timeout_s)
 
     def _stop_fast(self) -> None:
         """``pg_ctl stop -m fast``; when pg_ctl cannot (its user lost access to the directory, say), SIGKILL

@@ -231,21 +231,16 @@ def test_the_jobs_run_on_a_pool_of_their_own_named_queenpy_jobs(
     start_broker(database, workers=1, extra_env=FAST)
     wait_until(lambda: len(runs(database)) >= 6, message="a few runs")
 
-    def named(name: str) -> int:
+    def sessions(condition: str, *args: str) -> int:
+        """Other sessions of this database matching ``condition`` (SQL over pg_stat_activity)."""
         with psycopg.connect(database, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND application_name = %s",
-                (name,),
+                f"AND pid <> pg_backend_pid() AND {condition}",
+                args,
             ).fetchone()
         assert row is not None
         return int(row[0])
 
-    assert 1 <= named("queenpy-jobs") <= len(JOBS)
-    with psycopg.connect(database, autocommit=True) as conn:
-        ran_elsewhere = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name <> 'queenpy-jobs' AND query LIKE '%stats_refresh_v4%' "
-            "AND pid <> pg_backend_pid()"
-        ).fetchone()
-    assert ran_elsewhere is not None and ran_elsewhere[0] == 0
+    assert 1 <= sessions("application_name = %s", "queenpy-jobs") <= len(JOBS)
+    assert sessions("application_name <> 'queenpy-jobs' AND query LIKE %s", "%stats_refresh_v4%") == 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
+from collections import Counter
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -119,6 +120,10 @@ async def _json(database: Database, query: str, *args: Any) -> Any:
     return orjson.loads(await database.fetchval(query, *args))
 
 
+#: the counts of a stats step's answer that a run sums over its steps
+_STATS_COUNTS = ("partitions", "consumers", "queues", "groups", "candidates")
+
+
 class StatsJob(Job):
     name = "stats"
     lock_key = 737_003
@@ -145,7 +150,10 @@ class StatsJob(Job):
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
         pace = Pace(self.settings.duty_cycle)
-        details: dict[str, Any] = {}
+        first: dict[str, Any] = {}  # the first step's answer: its reconcile fields
+        last: dict[str, Any] = {}  # the last step's answer: where the sweep stands
+        summed: Counter[str] = Counter()  # the steps' counts
+        skipped: dict[str, Any] = {}
         steps = 0
         while True:
             aggregate = (
@@ -163,19 +171,17 @@ class StatsJob(Job):
             )
             steps += 1
             if "skipped" in step:
-                details = {**step, **details}
+                skipped = step
                 break
             if step.get("aggregated"):
                 self._last_aggregate = time.monotonic()
-            if steps == 1:
-                details = dict(step)
-            else:
-                for key in ("partitions", "consumers", "queues", "groups", "candidates"):
-                    details[key] = int(details.get(key) or 0) + int(step.get(key) or 0)
-                details["sweepAfter"] = step.get("sweepAfter")
+            first, last = first or step, step
+            summed.update({key: int(step[key] or 0) for key in _STATS_COUNTS if key in step})
             if step.get("sweepAfter") is None:
                 break
-        details["steps"] = steps
+        details: dict[str, Any] = {**skipped, **first, **summed, "steps": steps}
+        if last:
+            details["sweepAfter"] = last.get("sweepAfter")
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full and "skipped" not in details:
             self._last_full = now

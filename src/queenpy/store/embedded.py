@@ -16,7 +16,16 @@ from urllib.parse import parse_qs, urlparse
 import platformdirs
 import psutil
 
-__all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir", "shared_buffers_for"]
+__all__ = ["EMBEDDED_SETTINGS", "EmbeddedPostgres", "default_data_dir", "pg_ctl", "shared_buffers_for"]
+
+
+def pg_ctl(data_dir: Path | str, system_user: str | None, args: list[str], timeout_s: float = 60) -> None:
+    """Run pgserver's ``pg_ctl`` with ``args`` on ``data_dir`` as ``system_user`` (pgserver's user when the
+    process runs as root, else ``None``). Raises ``subprocess.CalledProcessError`` when pg_ctl fails and
+    ``subprocess.TimeoutExpired`` after ``timeout_s`` seconds."""
+    from pgserver import _commands  # a queenpy dependency; its binaries, run as its system user
+
+    _commands.pg_ctl(args, pgdata=Path(data_dir), user=system_user, timeout=timeout_s)  # type: ignore[attr-defined]
 
 
 def shared_buffers_for(memory_bytes: int) -> str:
@@ -114,13 +123,13 @@ class EmbeddedPostgres:
             f" <> pg_size_bytes('{settings['shared_buffers']}'))::text;\n"
         )
         if "restart:true" in answer:
-            from pgserver import _commands, utils  # a queenpy dependency; pg_ctl as pgserver's system user
+            from pgserver import utils  # a queenpy dependency
 
-            _commands.pg_ctl(  # type: ignore[attr-defined]
+            pg_ctl(
+                self.data_dir,
+                self._server.system_user,
                 ["-w", "-m", "fast", "-l", str(self._server.log), "restart"],
-                pgdata=self.data_dir,
-                user=self._server.system_user,
-                timeout=120,
+                timeout_s=120,
             )
             # pgserver stops the server it knows by its postmaster's pid: the new one
             self._server._postmaster_info = utils.PostmasterInfo.read_from_pgdata(self.data_dir)
