@@ -175,13 +175,21 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(
     assert floor is not None
     assert conn.execute("SELECT %s > now() - interval '1 hour'", (floor[0],)).fetchone() == (True,)
 
+    parked = [r[0] for r in conn.execute("SELECT id FROM queen.partitions WHERE name LIKE 'idle-%' LIMIT 3")]
     nodes = explain(
         conn,
-        "SELECT * FROM queen.pop_candidates_v1($1, $2, $3, $4)",
-        (("uuid", queue_id), ("text", GROUP), ("timestamptz", floor[0]), ("integer", 12)),
+        "SELECT * FROM queen.pop_candidates_v2($1, $2, $3, $4, $5)",
+        (
+            ("uuid", queue_id),
+            ("text", GROUP),
+            ("timestamptz", floor[0]),
+            ("uuid[]", parked),
+            ("integer", 12),
+        ),
         generic,
     )
-    # partitions are reached only through the (queue_id, last_message_at) index, bounded by the floor
+    # partitions are reached only through the (queue_id, last_message_at) index, bounded by the floor, and
+    # the parked ones by id
     partition_scans = [
         n
         for n in nodes
@@ -191,8 +199,11 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(
     for node in partition_scans:
         assert node["Node Type"] in ("Index Scan", "Bitmap Heap Scan", "Bitmap Index Scan"), node["Node Type"]
     index_nodes = [n for n in partition_scans if n["Node Type"] in ("Index Scan", "Bitmap Index Scan")]
-    assert index_nodes and all(n["Index Name"] == "partitions_queue_last_message_idx" for n in index_nodes)
-    assert all("last_message_at" in n.get("Index Cond", "") for n in index_nodes), index_nodes
+    by_time = [n for n in index_nodes if n["Index Name"] == "partitions_queue_last_message_idx"]
+    by_id = [n for n in index_nodes if n["Index Name"] == "partitions_pkey"]
+    assert by_time and by_id and len(by_time) + len(by_id) == len(index_nodes), index_nodes
+    assert all("last_message_at" in n.get("Index Cond", "") for n in by_time), by_time
+    assert all("ANY" in n.get("Index Cond", "") for n in by_id), by_id
     assert [n.get("Relation Name") for n in nodes if n["Node Type"] == "Seq Scan"] == []
 
     # the next pop finds nothing, without touching the idle partitions' rows

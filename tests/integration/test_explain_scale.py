@@ -71,7 +71,7 @@ def test_wildcard_pop_skips_the_partitions_a_group_emptied_in_the_seeded_queue(d
         assert floor is not None
 
         row = conn.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM queen.pop_candidates_v1(%s, 'g0', %s, %s)",
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT * FROM queen.pop_candidates_v2(%s, 'g0', %s, '{}', %s)",
             (queue_id, floor[0], LIMIT),
         ).fetchone()
         assert row is not None

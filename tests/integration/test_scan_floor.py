@@ -1,6 +1,9 @@
-"""The wildcard scan floor (queen.advance_scan_floor_v1, 030_pop.sql).
+"""The wildcard scan floor (queen.advance_scan_floor_v2, 030_pop.sql).
 
 - it moves past the partitions a group has consumed, so a wildcard pop does not walk over them again;
+- it moves past a partition under a live lease too and lists it as parked: a lease that is never acked
+  does not hold the floor, and the partition is found again the moment its lease ends or a failed ack
+  frees it;
 - it never passes the start of a write transaction in flight: a push that commits after the floor was
   computed is still found, even when every other partition was pushed and consumed after it began;
 - a push that commits while the floor is computed (after the computation started, before it looked at the
@@ -36,12 +39,73 @@ def floor_of(conn: psycopg.Connection[Any], queue: str) -> Any:
     return None if row is None else row[0]
 
 
-def pop(conn: psycopg.Connection[Any], queue: str, batch: int = 10) -> dict[str, Any]:
+def pop(conn: psycopg.Connection[Any], queue: str, batch: int = 10, auto_ack: bool = True) -> dict[str, Any]:
     time.sleep(0.06)  # the floor advances at most every 50 ms
     result: dict[str, Any] = call_procedure(
-        conn, "pop_v1", [{"queue": queue, "consumerGroup": GROUP, "batch": batch, "autoAck": True}]
+        conn, "pop_v1", [{"queue": queue, "consumerGroup": GROUP, "batch": batch, "autoAck": auto_ack}]
     )[0]
     return result
+
+
+def parked_of(conn: psycopg.Connection[Any], queue: str) -> list[str]:
+    row = conn.execute(
+        "SELECT parked::text[] FROM queen.consumer_watermarks WHERE queue_name = %s AND consumer_group = %s",
+        (queue, GROUP),
+    ).fetchone()
+    assert row is not None
+    return list(row[0])
+
+
+def hold_the_oldest_and_consume_the_rest(conn: psycopg.Connection[Any], queue: str, partitions: int) -> Any:
+    """Push one message to each of ``partitions`` partitions (p0 oldest), lease p0 without acking it, consume
+    the others; the floor then stands above every partition. Returns p0's pop."""
+    for n in range(partitions):
+        call_procedure(conn, "push_items_v1", [{"queue": queue, "partition": f"p{n}", "payload": {"n": n}}])
+    held = pop(conn, queue, auto_ack=False)
+    assert held["partition"] == "p0"
+    delivered = []
+    for _ in range(partitions - 1):
+        delivered.extend(m["data"]["n"] for m in pop(conn, queue)["messages"])
+    assert sorted(delivered) == list(range(1, partitions))
+    assert pop(conn, queue)["error"] == "no_available_partition"  # this pop advances the floor
+    newest = conn.execute(
+        "SELECT max(p.last_message_at) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = %s",
+        (queue,),
+    ).fetchone()
+    assert newest is not None and floor_of(conn, queue) > newest[0]
+    assert parked_of(conn, queue) == [held["partitionId"]]
+    return held
+
+
+def test_a_held_lease_does_not_hold_the_floor_and_a_failed_ack_frees_it_at_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    held = hold_the_oldest_and_consume_the_rest(conn, "parked", 20)
+    message = held["messages"][0]
+    ack = {
+        "transactionId": message["transactionId"],
+        "partitionId": held["partitionId"],
+        "consumerGroup": GROUP,
+        "leaseId": held["leaseId"],
+        "status": "failed",
+    }
+    assert call_procedure(conn, "ack_v1", [ack])[0]["success"]
+    # no wait for the floor: the candidate scan reads the parked partition by id
+    again = call_procedure(conn, "pop_v1", [{"queue": "parked", "consumerGroup": GROUP, "batch": 10}])[0]
+    assert again["partition"] == "p0" and [m["data"] for m in again["messages"]] == [{"n": 0}]
+    done = {**ack, "leaseId": again["leaseId"], "status": "completed"}
+    assert call_procedure(conn, "ack_v1", [done])[0]["success"]
+    assert pop(conn, "parked")["error"] == "no_available_partition"
+    assert parked_of(conn, "parked") == []  # consumed: no longer parked
+
+
+def test_a_lease_that_ends_below_the_floor_is_delivered_again(conn: psycopg.Connection[Any]) -> None:
+    call_procedure(conn, "configure_queue_v1", {"queue": "expiring", "options": {"leaseTime": 1}})
+    hold_the_oldest_and_consume_the_rest(conn, "expiring", 12)
+    time.sleep(1.1)
+    again = pop(conn, "expiring")
+    assert again["partition"] == "p0" and [m["data"] for m in again["messages"]] == [{"n": 0}]
 
 
 def test_floor_moves_past_consumed_partitions(conn: psycopg.Connection[Any]) -> None:
@@ -93,7 +157,7 @@ def test_floor_sees_a_push_that_commits_while_it_is_computed(
     """A push in flight when the floor computation starts and committed before pg_stat_activity is read is
     neither in flight at that read nor (had the partitions been scanned in the same statement's snapshot)
     in the scan. A sleep injected just before the read makes the commit land there every time."""
-    definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v1'::regproc)").fetchone()
+    definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v2'::regproc)").fetchone()
     assert definition is not None and definition[0].count("FROM pg_stat_activity a") == 1
     conn.execute(
         definition[0].replace(

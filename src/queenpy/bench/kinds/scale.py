@@ -23,7 +23,7 @@ Steps of a round:
    millisecond apart), the cursors of ``GROUPS`` consumer groups half-way; then ANALYZE and one full stats
    run. Partition n's messages are n microseconds later than partition 0's: pushes made over time leave
    every partition its own newest-message time, and the wildcard pop's scan floor (a time,
-   queen.advance_scan_floor_v1) skips the partitions a group consumed only when their times differ. Seeded
+   queen.advance_scan_floor_v2) skips the partitions a group consumed only when their times differ. Seeded
    with one shared time, the floor stayed at it and every pop walked all the partitions the group had
    emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.

@@ -91,25 +91,50 @@ $$;
 -- Partitions of a queue that may have work for a consumer group: newest message after the group's
 -- cursor, no live lease, no pending retry delay. Only partitions whose newest message is at or after
 -- `p_floor` (the group's scan floor, see pop.sql) are looked at, through the (queue_id, last_message_at)
--- index, so idle partitions cost nothing. Inlined by the planner; tests EXPLAIN it.
-CREATE OR REPLACE FUNCTION queen.pop_candidates_v1(p_queue_id uuid, p_group text, p_floor timestamptz, p_limit integer)
+-- index, so idle partitions cost nothing; plus, by id, the partitions the floor passed while they were
+-- leased or retry-delayed (`p_parked`, a few dozen at most), first, since their messages are older.
+-- Inlined by the planner; tests EXPLAIN it.
+DROP FUNCTION IF EXISTS queen.pop_candidates_v1(uuid, text, timestamptz, integer);
+CREATE OR REPLACE FUNCTION queen.pop_candidates_v2(p_queue_id uuid, p_group text, p_floor timestamptz,
+                                                   p_parked uuid[], p_limit integer)
 RETURNS TABLE (partition_id uuid, partition_name varchar, last_seq bigint)
 LANGUAGE sql STABLE AS $$
-    SELECT p.id, p.name, p.last_seq
-    FROM queen.partitions p
-    -- LATERAL ... LIMIT 1 cannot be flattened into a hash join: one index probe per partition looked at
-    LEFT JOIN LATERAL (
-        SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
-        FROM queen.partition_consumers c
-        WHERE c.partition_id = p.id AND c.consumer_group = p_group
-        LIMIT 1) pc ON true
-    WHERE p.queue_id = p_queue_id
-      AND p.last_message_at >= p_floor
-      AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-           OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
-      AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
-      AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
-    ORDER BY p.last_message_at
+    -- two scans, each with its own order and limit (one UNION ALL under one ORDER BY let the planner sort
+    -- every partition above the floor); the same conditions in both
+    SELECT x.id, x.name, x.last_seq FROM (
+        (SELECT p.id, p.name, p.last_seq, p.last_message_at
+         FROM queen.partitions p
+         -- LATERAL ... LIMIT 1 cannot be flattened into a hash join: one index probe per partition looked at
+         LEFT JOIN LATERAL (
+             SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
+             FROM queen.partition_consumers c
+             WHERE c.partition_id = p.id AND c.consumer_group = p_group
+             LIMIT 1) pc ON true
+         WHERE p.queue_id = p_queue_id
+           AND p.last_message_at >= p_floor
+           AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+                OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
+           AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
+           AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
+         ORDER BY p.last_message_at
+         LIMIT p_limit)
+        UNION ALL
+        (SELECT p.id, p.name, p.last_seq, p.last_message_at
+         FROM queen.partitions p
+         LEFT JOIN LATERAL (
+             SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
+             FROM queen.partition_consumers c
+             WHERE c.partition_id = p.id AND c.consumer_group = p_group
+             LIMIT 1) pc ON true
+         WHERE p.id = ANY (p_parked) AND p.queue_id = p_queue_id
+           AND p.last_message_at < p_floor
+           AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+                OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
+           AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
+           AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
+         ORDER BY p.last_message_at
+         LIMIT p_limit)) x
+    ORDER BY x.last_message_at
     LIMIT p_limit
 $$;
 

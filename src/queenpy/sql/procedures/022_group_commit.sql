@@ -229,7 +229,7 @@ $$;
 -- queen.pop_group_v1(requests jsonb) -> json: the same requests and answers as queen.pop_v2 (030_pop.sql), one
 -- result per request in request order. Wildcard pops of one queue that share consumer group, batch, autoAck
 -- and subscription (and claim one partition each, the default) are served together: one scan-floor step, one
--- candidate scan for the whole group (queen.pop_candidates_v1, which leaves out partitions whose lease is live),
+-- candidate scan for the whole group (queen.pop_candidates_v2, which leaves out partitions whose lease is live),
 -- then one statement that locks the consumer rows of the first candidates, at most one per pop, skipping rows
 -- that another pop holds (FOR UPDATE SKIP LOCKED: never waited for) and rows whose lease became live since the
 -- scan; each pop then claims its own partition with queen.claim_partition_v2 (cursor, lease, messages), so no
@@ -257,6 +257,7 @@ DECLARE
     v_queue queen.queues%ROWTYPE;
     v_mark queen.consumer_watermarks%ROWTYPE;
     v_floor timestamptz;
+    v_parked uuid[];
     v_limit integer;
     v_scanned integer;
     v_ids uuid[];
@@ -300,11 +301,14 @@ BEGIN
         SELECT * INTO v_mark FROM queen.consumer_watermarks
         WHERE queue_name = v_queue.name AND consumer_group = g.consumer_group;
         v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
+        v_parked := coalesce(v_mark.parked, '{}');
         IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
            AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || g.consumer_group, 737)) THEN
-            v_floor := queen.advance_scan_floor_v1(v_queue, g.consumer_group, v_floor,
-                                                   v_mark.full_scan_at IS NULL
-                                                   OR v_mark.full_scan_at < now() - interval '60 seconds');
+            SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
+            FROM queen.advance_scan_floor_v2(v_queue, g.consumer_group, v_floor,
+                                             v_mark.full_scan_at IS NULL
+                                             OR v_mark.full_scan_at < now() - interval '60 seconds',
+                                             v_parked) f;
         END IF;
 
         -- one candidate scan for the group
@@ -313,7 +317,7 @@ BEGIN
         -- candidates in the scan's order)
         SELECT array_agg(x.partition_id), array_agg(x.partition_name::text), count(*)
         INTO v_ids, v_names, v_scanned
-        FROM (SELECT * FROM queen.pop_candidates_v1(v_queue.id, g.consumer_group, v_floor, v_limit)) x;
+        FROM (SELECT * FROM queen.pop_candidates_v2(v_queue.id, g.consumer_group, v_floor, v_parked, v_limit)) x;
 
         -- the consumer rows of the first free candidates, at most one per pop, locked without waiting
         v_locked := ARRAY(

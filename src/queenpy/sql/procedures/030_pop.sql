@@ -267,11 +267,13 @@ END;
 $$;
 
 -- The wildcard scan floor of (queue, group). Every partition whose newest message is older than the floor was
--- fully consumed by the group when the floor was computed, so the candidate scan (ordered by
--- last_message_at) starts at the floor instead of walking over every consumed partition again.
+-- fully consumed by the group when the floor was computed, or is parked: listed in the watermark's `parked`
+-- because it was under a live lease or a pending retry delay then. So the candidate scan (ordered by
+-- last_message_at) starts at the floor and reads the parked partitions by id, instead of walking over every
+-- consumed partition again.
 --
 -- The floor is the newest-message time of the first partition (in last_message_at order) that the group has
--- not fully consumed (leased, retry-delayed and replayed ones count as not consumed), but never later than
+-- not fully consumed and that is not parked (replayed ones count as not consumed), but never later than
 -- the start of any write transaction in flight: a push sets last_message_at = clock_timestamp() after it has
 -- locked its partitions, i.e. after it got a transaction id, so a push that commits later carries a time at
 -- or after its transaction's start (pg_stat_activity.xact_start of a backend with a backend_xid). The
@@ -280,20 +282,30 @@ $$;
 -- an earlier statement: a push that committed in between is then in the scan's snapshot. Anything that
 -- moves a cursor backwards drops the floor (queen.reset_scan_floor_v1).
 --
+-- Parked partitions: the floor passes a partition under a live lease or a pending retry delay and lists it
+-- (at most PARKED_MAX = 256; beyond that the floor stops at the next one, as version 1 stopped at the first).
+-- Version 1 stopped at the first: after a consumer stopped without acking, its leases held the floor for the
+-- queue's lease time, and every pop walked over the partitions consumed since (at a million partitions, pop
+-- + ack at 0.4 of its rate; journal, issue 44). A listed partition stays listed until the group has consumed
+-- it: whether its lease ended, its delay passed or a failed ack freed it, the candidate scan reads it by id.
+--
 -- Limits: sessions of other roles are invisible in pg_stat_activity to a role without pg_read_all_stats;
 -- a push made by such a session through the SQL API inside a long transaction, and a backward step of the
 -- system clock, could hide a partition from the wildcard scan until the next full computation, which runs
 -- once a minute from the beginning.
 --
--- Cost: the floor is the first row of one index-ordered scan from the current floor (as cheap as a pop's own
--- scan); one backend per (queue, group) computes it, at most every 50 ms.
-CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v1(p_queue queen.queues, p_group text, p_floor timestamptz,
-                                                       p_full boolean)
-RETURNS timestamptz
+-- Cost: one index-ordered scan from the current floor to the first partition with work (as cheap as a pop's
+-- own scan) and one probe per parked partition; one backend per (queue, group) computes it, at most every
+-- 50 ms.
+DROP FUNCTION IF EXISTS queen.advance_scan_floor_v1(queen.queues, text, timestamptz, boolean);
+CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v2(p_queue queen.queues, p_group text, p_floor timestamptz,
+                                                       p_full boolean, p_parked uuid[],
+                                                       OUT o_floor timestamptz, OUT o_parked uuid[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_bound timestamptz;
-    v_floor timestamptz;
+    v_from timestamptz := CASE WHEN p_full THEN '-infinity'::timestamptz ELSE p_floor END;
+    v_row record;
 BEGIN
     -- first the bound from the transactions in flight, then (a later statement, so a later snapshot) the
     -- partitions: a push that is no longer in flight when pg_stat_activity is read has committed, so the
@@ -303,32 +315,50 @@ BEGIN
                  (SELECT min(a.xact_start) FROM pg_stat_activity a
                   WHERE a.backend_xid IS NOT NULL AND a.pid <> pg_backend_pid()))
     INTO v_bound;
-    SELECT least(
-        coalesce((
-            SELECT p.last_message_at
-            FROM queen.partitions p
-            LEFT JOIN LATERAL (
-                SELECT c.last_consumed_seq FROM queen.partition_consumers c
-                WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
-            WHERE p.queue_id = p_queue.id
-              AND p.last_message_at >= CASE WHEN p_full THEN '-infinity'::timestamptz ELSE p_floor END
-              AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-                   OR EXISTS (SELECT 1 FROM queen.replays r
-                              WHERE r.partition_id = p.id AND r.consumer_group = p_group))
-            ORDER BY p.last_message_at
-            LIMIT 1), 'infinity'::timestamptz),
-        v_bound)
-    INTO v_floor;
+    -- the parked partitions below the floor that the group has not consumed yet stay parked (a full
+    -- computation finds them again)
+    o_parked := ARRAY(
+        SELECT p.id FROM queen.partitions p
+        LEFT JOIN LATERAL (
+            SELECT c.last_consumed_seq FROM queen.partition_consumers c
+            WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
+        WHERE p.id = ANY (p_parked) AND NOT p_full AND p.queue_id = p_queue.id AND p.last_message_at < v_from
+          AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+               OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group)));
+    o_floor := 'infinity'::timestamptz;
+    -- LIMIT: the scan is an index-ordered walk that stops at the first partition with work (a cursor reads
+    -- ten rows at a time), not a sort of the queue
+    FOR v_row IN
+        SELECT p.id, p.last_message_at,
+               coalesce(pc.lease_expires_at > now() OR pc.retry_available_at > now(), false) AS parked
+        FROM queen.partitions p
+        LEFT JOIN LATERAL (
+            SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
+            FROM queen.partition_consumers c
+            WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
+        WHERE p.queue_id = p_queue.id AND p.last_message_at >= v_from
+          AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
+               OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
+        ORDER BY p.last_message_at
+        LIMIT 257
+    LOOP
+        IF v_row.parked AND cardinality(o_parked) < 256 THEN  -- PARKED_MAX
+            o_parked := o_parked || v_row.id;
+            CONTINUE;
+        END IF;
+        o_floor := v_row.last_message_at;
+        EXIT;
+    END LOOP;
+    o_floor := least(o_floor, v_bound);
     INSERT INTO queen.consumer_watermarks AS w (queue_name, consumer_group, last_empty_scan_at, updated_at,
-                                                full_scan_at)
-    VALUES (p_queue.name, p_group, v_floor, clock_timestamp(), now())
+                                                full_scan_at, parked)
+    VALUES (p_queue.name, p_group, o_floor, clock_timestamp(), now(), o_parked)
     ON CONFLICT (queue_name, consumer_group) DO UPDATE
     SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at,
-        full_scan_at = CASE WHEN p_full THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END;
-    RETURN v_floor;
+        full_scan_at = CASE WHEN p_full THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END,
+        parked = EXCLUDED.parked;
 END;
 $$;
-
 CREATE OR REPLACE FUNCTION queen.pop_one_v2(r jsonb)
 RETURNS json
 LANGUAGE plpgsql AS $$
@@ -346,6 +376,7 @@ DECLARE
     v_part queen.partitions%ROWTYPE;
     v_claim record;
     v_floor timestamptz;
+    v_parked uuid[];
     v_mark queen.consumer_watermarks%ROWTYPE;
     v_remaining integer;
     v_claimed integer := 0;
@@ -411,14 +442,18 @@ BEGIN
     SELECT * INTO v_mark FROM queen.consumer_watermarks
     WHERE queue_name = v_queue.name AND consumer_group = v_group;
     v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
+    v_parked := coalesce(v_mark.parked, '{}');
     IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
        AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
-        v_floor := queen.advance_scan_floor_v1(v_queue, v_group, v_floor,
-                                               v_mark.full_scan_at IS NULL OR v_mark.full_scan_at < now() - interval '60 seconds');
+        SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
+        FROM queen.advance_scan_floor_v2(v_queue, v_group, v_floor,
+                                         v_mark.full_scan_at IS NULL OR v_mark.full_scan_at < now() - interval '60 seconds',
+                                         v_parked) f;
     END IF;
     v_remaining := v_batch;
 
-    FOR c IN SELECT * FROM queen.pop_candidates_v1(v_queue.id, v_group, v_floor, v_max_partitions * 4 + 8) LOOP
+    FOR c IN SELECT * FROM queen.pop_candidates_v2(v_queue.id, v_group, v_floor, v_parked,
+                                                   v_max_partitions * 4 + 8) LOOP
         EXIT WHEN v_claimed >= v_max_partitions OR v_remaining <= 0;
         -- two IFs: PL/pgSQL evaluates a condition with a subquery as one SQL statement (executor start, and
         -- a plan per evaluation when custom plans win), even when window_buffer is 0
@@ -464,7 +499,7 @@ $$;
 --
 -- plan_cache_mode = force_generic_plan: every statement is planned once per session. PostgreSQL's plan cache
 -- otherwise compares the generic plan's estimated cost with its custom plans' and may keep re-planning on
--- every call; it did so for the candidate scan (queen.pop_candidates_v1, inlined: its body parsed and planned
+-- every call; it did so for the candidate scan (queen.pop_candidates_v2, inlined: its body parsed and planned
 -- again per pop, 0.36 ms of planning against 0.28 ms of execution) over 10,000 partitions, though not over
 -- 100. The generic plans are the custom ones with parameters (tests/integration/test_explain.py checks both
 -- kinds). Lab, PostgreSQL 15, 10 pgbench clients popping 100 at a time from a new group over 10,000
