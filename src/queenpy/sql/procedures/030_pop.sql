@@ -359,6 +359,7 @@ BEGIN
         parked = EXCLUDED.parked;
 END;
 $$;
+
 CREATE OR REPLACE FUNCTION queen.pop_one_v2(r jsonb)
 RETURNS json
 LANGUAGE plpgsql AS $$
