@@ -182,3 +182,32 @@ def test_floor_sees_a_push_that_commits_while_it_is_computed(
     for _ in range(5):
         delivered.extend(m["data"] for m in pop(conn, "wide")["messages"])
     assert delivered == ["late"]
+
+
+def test_a_released_lease_with_messages_left_leaves_the_list(conn: psycopg.Connection[Any]) -> None:
+    """A queue whose partitions keep a backlog: a partition parked while leased, then acked with messages
+    left, leaves the list at the floor's next step (the floor comes down to it), so the list holds only what
+    is leased now, not every partition ever leased."""
+    for n in range(5):
+        call_procedure(
+            conn,
+            "push_items_v1",
+            [{"queue": "deep", "partition": f"p{n}", "payload": {"n": n, "i": i}} for i in range(3)],
+        )
+    first = pop(conn, "deep", batch=1, auto_ack=False)
+    second = pop(conn, "deep", batch=1, auto_ack=False)  # its floor step parks p0
+    assert (first["partition"], second["partition"]) == ("p0", "p1")
+    assert parked_of(conn, "deep") == [first["partitionId"]]
+    for held in (first, second):
+        message = held["messages"][0]
+        ack = {
+            "transactionId": message["transactionId"],
+            "partitionId": held["partitionId"],
+            "consumerGroup": GROUP,
+            "leaseId": held["leaseId"],
+            "status": "completed",
+        }
+        assert call_procedure(conn, "ack_v1", [ack])[0]["success"]
+    third = pop(conn, "deep", batch=1)  # autoAck: leases nothing; its floor step frees p0 (and p1)
+    assert third["partition"] == "p0" and [m["data"] for m in third["messages"]] == [{"n": 0, "i": 1}]
+    assert parked_of(conn, "deep") == []

@@ -1,0 +1,197 @@
+"""One-off: the wildcard pop + ack of the scale kind, one 10 s window at a time, by statement (issue 44).
+
+    .venv/bin/python benchmarks/pop_probe.py seed URL [--partitions 1000000]
+    .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--warm] [--profile] [--data-dir DIR] [K=V ...]
+
+``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
+100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
+half-way in both, then ANALYZE, the full stats pass and a VACUUM (ANALYZE) of the stats tables, as the kind
+does. Copy the server's data directory aside after it (with the server stopped) and back before each probe,
+so that every probe starts from the same seed.
+
+``probe`` starts ``queenpy serve`` on URL as the bench does (``K=V`` pairs go to its environment, e.g.
+``STATS_INTERVAL_MS=3600000`` to hold the stats job off) and runs the kind's consume script (50 connections,
+the ten groups round robin, batch 5, each pop acked) for 10 s on ``base``, then on ``big``. ``--warm`` runs a
+3 s window before each: its consumers stop with pops in flight, whose partitions stay leased for the queue's
+lease time (300 s), as after a crash. Per window it prints msg/s (cursor growth, counted by PostgreSQL),
+wrk's counters, WAL bytes a message, ``pg_stat_bgwriter``'s buffer counts and, with ``--data-dir`` (the
+server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile`` adds
+``pg_stat_statements`` with ``track = all`` (the extension must be in ``shared_preload_libraries``) and a
+``perf record`` of the machine (``TAG-QUEUE.perf``); both slow the windows down. The statement table and
+the per-table I/O go to ``TAG.json`` in the work directory (``--workdir``, default a temporary one).
+
+One window a figure: windows of the same code and state differed by up to 15% here (journal, 2026-11-29
+11:43).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from queenpy.bench import procfs
+from queenpy.bench.broker import Broker
+from queenpy.bench.catalog import payload
+from queenpy.bench.kinds import scale
+from queenpy.bench.postgres import Sql, postgres_process_kind
+from queenpy.bench.wrk import render_script, run_wrk
+from queenpy.server.process import migrate
+
+GROUPS = [f"g{n}" for n in range(scale.GROUPS)]
+WINDOW_S = 10
+CONSUMED = (
+    "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c"
+    " JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id"
+    " WHERE q.name = $1"
+)
+BUFFERS = (
+    "SELECT buffers_backend, buffers_clean, buffers_alloc, buffers_checkpoint,"
+    " pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_bgwriter"
+)
+STATEMENTS = (
+    "SELECT calls, round(total_exec_time::numeric, 1) AS ms, shared_blks_hit AS hit,"
+    " shared_blks_read AS read,"
+    " left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query"
+    " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25"
+)
+TABLE_IO = (
+    "SELECT relname, heap_blks_read, heap_blks_hit, idx_blks_read, idx_blks_hit FROM pg_statio_user_tables"
+    " WHERE schemaname = 'queen' ORDER BY heap_blks_read + idx_blks_read DESC LIMIT 6"
+)
+
+
+def seed(url: str, partitions: int) -> None:
+    migrate(url)
+    sql = Sql(url)
+    context: Any = SimpleNamespace(sql=sql, log=print)
+    started = time.monotonic()
+    scale._seed(context, "base", scale.BASE_PARTITIONS, scale.BASE_STORED)
+    scale._seed(context, "big", partitions, scale.STORED)
+    sql.execute("ANALYZE")
+    sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
+    sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats")
+    print(f"seeded and analyzed in {time.monotonic() - started:.0f} s")
+    sql.close()
+
+
+def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None) -> dict[str, Any]:
+    before = int(sql.fetchval(CONSUMED, queue))
+    buffers = sql.fetchrow(BUFFERS)
+    ticks = procfs.tree_ticks(postmaster, postgres_process_kind) if postmaster is not None else None
+    wrk = run_wrk(url, script, 50, WINDOW_S)
+    cpu: dict[str, float] = {}
+    if postmaster is not None and ticks is not None:
+        cpu = procfs.cpu_by_kind_s(ticks, procfs.tree_ticks(postmaster, postgres_process_kind))
+    buffers_after = sql.fetchrow(BUFFERS)
+    messages = int(sql.fetchval(CONSUMED, queue)) - before
+    return {
+        "msg_per_s": round(messages / WINDOW_S, 1),
+        "wrk": {k: v for k, v in wrk.result.counters.items() if v},
+        "wal_bytes_per_msg": round(int(buffers_after[4] - buffers[4]) / max(messages, 1)),
+        "buffers": dict(
+            zip(
+                ("backend", "clean", "alloc", "checkpoint"),
+                (int(b - a) for a, b in zip(buffers, buffers_after)),
+            )
+        ),
+        "postgres_cpu_s": {kind: round(s, 2) for kind, s in cpu.items() if s >= 0.05},
+    }
+
+
+def probe(
+    url: str, tag: str, warm: bool, profile: bool, data_dir: Path | None, env: dict[str, str], workdir: Path
+) -> None:
+    sql = Sql(url)
+    if profile:
+        sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    sql.execute(f"ALTER SYSTEM SET pg_stat_statements.track = '{'all' if profile else 'top'}'")
+    sql.execute("SELECT pg_reload_conf()")
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0]) if data_dir else None
+    broker = Broker(url, workdir, env=env)
+    report: dict[str, Any] = {}
+    try:
+        broker.wait_ready()
+        for queue in ("base", "big"):
+            script = render_script(
+                "consume",
+                {
+                    "queue": queue,
+                    "groups": GROUPS,
+                    "batch": scale.POP_BATCH,
+                    "mode": "ack",
+                    "timeout_ms": 0,
+                    "target": "",
+                    "payload": payload(40),
+                },
+                workdir,
+            )
+            if warm:
+                run_wrk(broker.url, script, 50, 3)
+            if profile:
+                sql.execute("SELECT pg_stat_statements_reset()")
+                sql.execute("SELECT pg_stat_reset()")
+                perf = subprocess.Popen(
+                    [
+                        "perf",
+                        "record",
+                        "-F",
+                        "499",
+                        "-a",
+                        "-o",
+                        str(workdir / f"{tag}-{queue}.perf"),
+                        "--",
+                        "sleep",
+                        str(WINDOW_S - 1),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            report[queue] = window(sql, broker.url, script, queue, postmaster)
+            if profile:
+                perf.wait()
+                report[queue]["statements"] = [dict(r) for r in sql.fetch(STATEMENTS)]
+                report[queue]["table_io"] = [dict(r) for r in sql.fetch(TABLE_IO)]
+            print(
+                queue,
+                json.dumps({k: v for k, v in report[queue].items() if k not in ("statements", "table_io")}),
+            )
+    finally:
+        broker.stop()
+        sql.close()
+        (workdir / f"{tag}.json").write_text(json.dumps(report, default=str, indent=1))
+        print(f"written: {workdir / f'{tag}.json'}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    seeding = commands.add_parser("seed")
+    seeding.add_argument("url")
+    seeding.add_argument("--partitions", type=int, default=1_000_000)
+    probing = commands.add_parser("probe")
+    probing.add_argument("url")
+    probing.add_argument("tag")
+    probing.add_argument("env", nargs="*", metavar="ENV=VALUE")
+    probing.add_argument("--warm", action="store_true")
+    probing.add_argument("--profile", action="store_true")
+    probing.add_argument("--data-dir", type=Path)
+    probing.add_argument("--workdir", type=Path)
+    args = parser.parse_args()
+    if args.command == "seed":
+        seed(args.url, args.partitions)
+        return
+    env = dict(pair.split("=", 1) for pair in args.env)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pop-probe-"))
+    probe(args.url, args.tag, args.warm, args.profile, args.data_dir, env, workdir)
+
+
+if __name__ == "__main__":
+    main()
