@@ -56,6 +56,19 @@ def parked_of(conn: psycopg.Connection[Any], queue: str) -> list[str]:
     return list(row[0])
 
 
+def ack_first(conn: psycopg.Connection[Any], popped: dict[str, Any], status: str) -> bool:
+    """Ack the first message of a pop under its lease with ``status``; whether the ack succeeded."""
+    message = popped["messages"][0]
+    ack = {
+        "transactionId": message["transactionId"],
+        "partitionId": popped["partitionId"],
+        "consumerGroup": GROUP,
+        "leaseId": popped["leaseId"],
+        "status": status,
+    }
+    return bool(call_procedure(conn, "ack_v1", [ack])[0]["success"])
+
+
 def hold_the_oldest_and_consume_the_rest(conn: psycopg.Connection[Any], queue: str, partitions: int) -> Any:
     """Push one message to each of ``partitions`` partitions (p0 oldest), lease p0 without acking it, consume
     the others; the floor then stands above every partition. Returns p0's pop."""
@@ -82,20 +95,11 @@ def test_a_held_lease_does_not_hold_the_floor_and_a_failed_ack_frees_it_at_once(
     conn: psycopg.Connection[Any],
 ) -> None:
     held = hold_the_oldest_and_consume_the_rest(conn, "parked", 20)
-    message = held["messages"][0]
-    ack = {
-        "transactionId": message["transactionId"],
-        "partitionId": held["partitionId"],
-        "consumerGroup": GROUP,
-        "leaseId": held["leaseId"],
-        "status": "failed",
-    }
-    assert call_procedure(conn, "ack_v1", [ack])[0]["success"]
+    assert ack_first(conn, held, "failed")
     # no wait for the floor: the candidate scan reads the parked partition by id
     again = call_procedure(conn, "pop_v1", [{"queue": "parked", "consumerGroup": GROUP, "batch": 10}])[0]
     assert again["partition"] == "p0" and [m["data"] for m in again["messages"]] == [{"n": 0}]
-    done = {**ack, "leaseId": again["leaseId"], "status": "completed"}
-    assert call_procedure(conn, "ack_v1", [done])[0]["success"]
+    assert ack_first(conn, again, "completed")
     assert pop(conn, "parked")["error"] == "no_available_partition"
     assert parked_of(conn, "parked") == []  # consumed: no longer parked
 
@@ -199,15 +203,7 @@ def test_a_released_lease_with_messages_left_leaves_the_list(conn: psycopg.Conne
     assert (first["partition"], second["partition"]) == ("p0", "p1")
     assert parked_of(conn, "deep") == [first["partitionId"]]
     for held in (first, second):
-        message = held["messages"][0]
-        ack = {
-            "transactionId": message["transactionId"],
-            "partitionId": held["partitionId"],
-            "consumerGroup": GROUP,
-            "leaseId": held["leaseId"],
-            "status": "completed",
-        }
-        assert call_procedure(conn, "ack_v1", [ack])[0]["success"]
+        assert ack_first(conn, held, "completed")
     third = pop(conn, "deep", batch=1)  # autoAck: leases nothing; its floor step frees p0 (and p1)
     assert third["partition"] == "p0" and [m["data"] for m in third["messages"]] == [{"n": 0, "i": 1}]
     assert parked_of(conn, "deep") == []
