@@ -5,9 +5,9 @@
 
 ``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
 100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
-half-way in both, then ANALYZE, the full stats pass and a VACUUM (ANALYZE) of the stats tables, as the kind
-does. Copy the server's data directory aside after it (with the server stopped) and back before each probe,
-so that every probe starts from the same seed.
+half-way in both, then ``scale.settle`` (ANALYZE, the full stats pass, a VACUUM (ANALYZE) of the stats
+tables), as the kind does. Copy the server's data directory aside after it (with the server stopped) and back
+before each probe, so that every probe starts from the same seed.
 
 ``probe`` starts ``queenpy serve`` on URL as the bench does (``K=V`` pairs go to its environment, e.g.
 ``STATS_INTERVAL_MS=3600000`` to hold the stats job off) and runs the kind's consume script (50 connections,
@@ -73,9 +73,7 @@ def seed(url: str, partitions: int) -> None:
     started = time.monotonic()
     scale._seed(context, "base", scale.BASE_PARTITIONS, scale.BASE_STORED)
     scale._seed(context, "big", partitions, scale.STORED)
-    sql.execute("ANALYZE")
-    sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
-    sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats")
+    scale.settle(sql, vacuum_stats=True)
     print(f"seeded and analyzed in {time.monotonic() - started:.0f} s")
     sql.close()
 

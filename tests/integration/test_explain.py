@@ -205,6 +205,12 @@ def test_wildcard_pop_over_100k_idle_partitions_uses_the_index(
     assert all("last_message_at" in n.get("Index Cond", "") for n in by_time), by_time
     assert all("ANY" in n.get("Index Cond", "") for n in by_id), by_id
     assert [n.get("Relation Name") for n in nodes if n["Node Type"] == "Seq Scan"] == []
+    # queen.partition_work_v1 is inlined (no function scan) and reads the group's consumer row of each
+    # partition looked at by an index probe
+    assert [n for n in nodes if n["Node Type"] == "Function Scan"] == []
+    consumer_scans = [n for n in nodes if n.get("Relation Name") == "partition_consumers"]
+    assert len(consumer_scans) == 2, consumer_scans
+    assert all(n["Node Type"] == "Index Scan" for n in consumer_scans), consumer_scans
 
     # the next pop finds nothing, without touching the idle partitions' rows
     empty = call_procedure(conn, "pop_v1", [{"queue": "wide", "consumerGroup": GROUP, "batch": 10}])[0]

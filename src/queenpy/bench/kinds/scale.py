@@ -237,6 +237,17 @@ def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: st
     return Seeded(time.monotonic() - started, old, recent)
 
 
+def settle(sql: Sql, vacuum_stats: bool) -> None:
+    """What the server would have done by itself after pushes: ANALYZE, one full stats pass and, with
+    ``vacuum_stats``, a VACUUM (ANALYZE) of the two tables that pass filled (at 1M partitions about 11 million
+    rows, which autovacuum would vacuum and analyze within a minute, in the measured windows; journal, issue
+    44). Also used by ``benchmarks/pop_probe.py``."""
+    sql.execute("ANALYZE")
+    sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
+    if vacuum_stats:
+        sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats")
+
+
 def retention_seconds(seeded: Seeded, run_at: datetime.datetime) -> int:
     """The retention period (s) whose cutoff, for a pass that starts at ``run_at``, falls half way between the
     seed's two times: the first message of every partition (at ``old`` plus at most one second of
@@ -771,18 +782,13 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         base_queue, big_queue = f"{prefix}base", f"{prefix}big"
         context.created_queues.update({base_queue, big_queue, f"{prefix}ref-pushed", f"{prefix}ref-seeded"})
         _seed(context, base_queue, BASE_PARTITIONS, BASE_STORED)
-        context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
+        settle(context.sql, vacuum_stats=False)
         figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
         seeded = _seed(context, big_queue, partitions, STORED)
         figures["seed_s"] = round(seeded.seconds, 1)
         started = time.monotonic()
-        context.sql.execute("ANALYZE")
-        context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
-        # the full stats pass has just written a row per partition and per cursor (11 million at 1M), which
-        # autovacuum would vacuum and analyze within a minute, in the measured windows
-        context.sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats")
+        settle(context.sql, vacuum_stats=True)
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)

@@ -95,43 +95,46 @@ $$;
 -- leased or retry-delayed (`p_parked`, a few dozen at most), first, since their messages are older.
 -- Inlined by the planner; tests EXPLAIN it.
 DROP FUNCTION IF EXISTS queen.pop_candidates_v1(uuid, text, timestamptz, integer);
+-- What a wildcard pop asks of one partition for one consumer group: has the group something to read there
+-- (messages past its cursor, or a replay), and is the partition parked (under a live lease or a retry delay).
+-- A set-returning SQL function that PostgreSQL inlines into the caller's plan; the consumer row is read by a
+-- LATERAL ... LIMIT 1, which cannot be flattened into a hash join: one index probe per partition looked at
+-- (test_explain.py checks the callers' plans).
+CREATE OR REPLACE FUNCTION queen.partition_work_v1(p_partition_id uuid, p_last_seq bigint, p_group text)
+RETURNS TABLE (has_work boolean, parked boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT p_last_seq > coalesce(pc.last_consumed_seq, 0)
+               OR EXISTS (SELECT 1 FROM queen.replays r
+                          WHERE r.partition_id = p_partition_id AND r.consumer_group = p_group),
+           coalesce(pc.lease_expires_at > now() OR pc.retry_available_at > now(), false)
+    FROM (SELECT) one
+    LEFT JOIN LATERAL (
+        SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
+        FROM queen.partition_consumers c
+        WHERE c.partition_id = p_partition_id AND c.consumer_group = p_group
+        LIMIT 1) pc ON true
+$$;
+
 CREATE OR REPLACE FUNCTION queen.pop_candidates_v2(p_queue_id uuid, p_group text, p_floor timestamptz,
                                                    p_parked uuid[], p_limit integer)
 RETURNS TABLE (partition_id uuid, partition_name varchar, last_seq bigint)
 LANGUAGE sql STABLE AS $$
     -- two scans, each with its own order and limit (one UNION ALL under one ORDER BY let the planner sort
-    -- every partition above the floor); the same conditions in both
+    -- every partition above the floor): the partitions from the scan floor on, and the listed (parked) ones
+    -- below it
     SELECT x.id, x.name, x.last_seq FROM (
         (SELECT p.id, p.name, p.last_seq, p.last_message_at
          FROM queen.partitions p
-         -- LATERAL ... LIMIT 1 cannot be flattened into a hash join: one index probe per partition looked at
-         LEFT JOIN LATERAL (
-             SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
-             FROM queen.partition_consumers c
-             WHERE c.partition_id = p.id AND c.consumer_group = p_group
-             LIMIT 1) pc ON true
-         WHERE p.queue_id = p_queue_id
-           AND p.last_message_at >= p_floor
-           AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-                OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
-           AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
-           AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
+         CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
+         WHERE p.queue_id = p_queue_id AND p.last_message_at >= p_floor AND w.has_work AND NOT w.parked
          ORDER BY p.last_message_at
          LIMIT p_limit)
         UNION ALL
         (SELECT p.id, p.name, p.last_seq, p.last_message_at
          FROM queen.partitions p
-         LEFT JOIN LATERAL (
-             SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
-             FROM queen.partition_consumers c
-             WHERE c.partition_id = p.id AND c.consumer_group = p_group
-             LIMIT 1) pc ON true
-         WHERE p.id = ANY (p_parked) AND p.queue_id = p_queue_id
-           AND p.last_message_at < p_floor
-           AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-                OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
-           AND (pc.lease_expires_at IS NULL OR pc.lease_expires_at <= now())
-           AND (pc.retry_available_at IS NULL OR pc.retry_available_at <= now())
+         CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
+         WHERE p.id = ANY (p_parked) AND p.queue_id = p_queue_id AND p.last_message_at < p_floor
+           AND w.has_work AND NOT w.parked
          ORDER BY p.last_message_at
          LIMIT p_limit)) x
     ORDER BY x.last_message_at

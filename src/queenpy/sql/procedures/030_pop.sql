@@ -325,33 +325,21 @@ BEGIN
     -- them and leave the list, so the walk below meets them as work; the others stay listed
     SELECT coalesce(array_agg(x.id) FILTER (WHERE x.parked), '{}'), min(x.last_message_at) FILTER (WHERE NOT x.parked)
     INTO o_parked, v_freed
-    FROM (SELECT p.id, p.last_message_at,
-                 coalesce(pc.lease_expires_at > now() OR pc.retry_available_at > now(), false) AS parked
+    FROM (SELECT p.id, p.last_message_at, w.parked
           FROM queen.partitions p
-          LEFT JOIN LATERAL (
-              SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
-              FROM queen.partition_consumers c
-              WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
+          CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
           WHERE p.id = ANY (p_parked) AND NOT p_full AND p.queue_id = p_queue.id AND p.last_message_at < v_from
-            AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-                 OR EXISTS (SELECT 1 FROM queen.replays r
-                            WHERE r.partition_id = p.id AND r.consumer_group = p_group))) x;
+            AND w.has_work) x;
     v_from := least(v_from, v_freed);
     o_floor := 'infinity'::timestamptz;
     -- LIMIT: the scan is an index-ordered walk that stops at the first partition with work (a cursor reads
     -- ten rows at a time), not a sort of the queue; it may meet each listed partition again and PARKED_MAX
     -- new ones before that
     FOR v_row IN
-        SELECT p.id, p.last_message_at,
-               coalesce(pc.lease_expires_at > now() OR pc.retry_available_at > now(), false) AS parked
+        SELECT p.id, p.last_message_at, w.parked
         FROM queen.partitions p
-        LEFT JOIN LATERAL (
-            SELECT c.last_consumed_seq, c.lease_expires_at, c.retry_available_at
-            FROM queen.partition_consumers c
-            WHERE c.partition_id = p.id AND c.consumer_group = p_group LIMIT 1) pc ON true
-        WHERE p.queue_id = p_queue.id AND p.last_message_at >= v_from
-          AND (p.last_seq > coalesce(pc.last_consumed_seq, 0)
-               OR EXISTS (SELECT 1 FROM queen.replays r WHERE r.partition_id = p.id AND r.consumer_group = p_group))
+        CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
+        WHERE p.queue_id = p_queue.id AND p.last_message_at >= v_from AND w.has_work
         ORDER BY p.last_message_at
         LIMIT 513
     LOOP
