@@ -1,7 +1,8 @@
 """One-off: the wildcard pop + ack of the scale kind, one 10 s window at a time, by statement (issue 44).
 
     .venv/bin/python benchmarks/pop_probe.py seed URL [--partitions 1000000]
-    .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--warm] [--profile] [--data-dir DIR] [K=V ...]
+    .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--push S] [--warm] [--profile] [--data-dir DIR] \\
+        [K=V ...]
 
 ``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
 100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
@@ -11,9 +12,11 @@ before each probe, so that every probe starts from the same seed.
 
 ``probe`` starts ``queenpy serve`` on URL as the bench does (``K=V`` pairs go to its environment, e.g.
 ``STATS_INTERVAL_MS=3600000`` to hold the stats job off) and runs the kind's consume script (50 connections,
-the ten groups round robin, batch 5, each pop acked) for 10 s on ``base``, then on ``big``. ``--warm`` runs a
-3 s window before each: its consumers stop with pops in flight, whose partitions stay leased for the queue's
-lease time (300 s), as after a crash. Per window it prints msg/s (cursor growth, counted by PostgreSQL),
+the ten groups round robin, batch 5, each pop acked) for 10 s on ``base``, then on ``big``. ``--push S`` first
+runs the kind's push script (10 x 1 KB to random partitions, 50 connections) for S seconds, as the kind's
+push window does before its pop window (13 s there). ``--warm`` runs a 3 s window before each: its
+consumers stop with pops in flight, whose partitions stay leased for the queue's lease time (300 s), as after
+a crash. Per window it prints msg/s (cursor growth, counted by PostgreSQL),
 wrk's counters, WAL bytes a message, ``pg_stat_bgwriter``'s buffer counts and, with ``--data-dir`` (the
 server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile`` adds
 ``pg_stat_statements`` with ``track = all`` (the extension must be in ``shared_preload_libraries``) and a
@@ -37,10 +40,9 @@ from typing import Any
 
 from queenpy.bench import procfs
 from queenpy.bench.broker import Broker
-from queenpy.bench.catalog import payload
 from queenpy.bench.kinds import scale
 from queenpy.bench.postgres import Sql, postgres_process_kind
-from queenpy.bench.wrk import render_script, run_wrk
+from queenpy.bench.wrk import run_wrk
 from queenpy.server.process import migrate
 
 GROUPS = [f"g{n}" for n in range(scale.GROUPS)]
@@ -103,7 +105,14 @@ def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None)
 
 
 def probe(
-    url: str, tag: str, warm: bool, profile: bool, data_dir: Path | None, env: dict[str, str], workdir: Path
+    url: str,
+    tag: str,
+    warm: bool,
+    push_s: int,
+    profile: bool,
+    data_dir: Path | None,
+    env: dict[str, str],
+    workdir: Path,
 ) -> None:
     sql = Sql(url)
     if profile:
@@ -116,19 +125,17 @@ def probe(
     try:
         broker.wait_ready()
         for queue in ("base", "big"):
-            script = render_script(
-                "consume",
-                {
-                    "queue": queue,
-                    "groups": GROUPS,
-                    "batch": scale.POP_BATCH,
-                    "mode": "ack",
-                    "timeout_ms": 0,
-                    "target": "",
-                    "payload": payload(40),
-                },
-                workdir,
-            )
+            script = scale.pop_script_for(queue, workdir)
+            if push_s:
+                partitions = int(
+                    sql.fetchval(
+                        "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
+                        " WHERE q.name = $1",
+                        queue,
+                    )
+                )
+                pushed = run_wrk(broker.url, scale.push_script_for(queue, partitions, workdir), 50, push_s)
+                print(queue, "push", json.dumps({k: v for k, v in pushed.result.counters.items() if v}))
             if warm:
                 run_wrk(broker.url, script, 50, 3)
             if profile:
@@ -179,6 +186,7 @@ def main() -> None:
     probing.add_argument("tag")
     probing.add_argument("env", nargs="*", metavar="ENV=VALUE")
     probing.add_argument("--warm", action="store_true")
+    probing.add_argument("--push", type=int, default=0, metavar="SECONDS")
     probing.add_argument("--profile", action="store_true")
     probing.add_argument("--data-dir", type=Path)
     probing.add_argument("--workdir", type=Path)
@@ -188,7 +196,7 @@ def main() -> None:
         return
     env = dict(pair.split("=", 1) for pair in args.env)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pop-probe-"))
-    probe(args.url, args.tag, args.warm, args.profile, args.data_dir, env, workdir)
+    probe(args.url, args.tag, args.warm, args.push, args.profile, args.data_dir, env, workdir)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ import shutil
 import statistics
 import threading
 import time
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
@@ -471,12 +472,10 @@ def _cpu_split(window: Any, messages: int) -> dict[str, Any]:
     }
 
 
-def _hot_path(
-    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
-) -> dict[str, Any]:
-    """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
-    with the 10 groups."""
-    push_script = render_script(
+def push_script_for(queue: str, partitions: int, workdir: Path) -> Path:
+    """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
+    names ``p0`` .. ``p<partitions - 1>``), with transaction ids. Also used by ``benchmarks/pop_probe.py``."""
+    return render_script(
         "push",
         {
             "queue": queue,
@@ -487,8 +486,34 @@ def _hot_path(
             "rate_per_thread": 0,
             "transaction_ids": True,
         },
-        context.workdir,
+        workdir,
     )
+
+
+def pop_script_for(queue: str, workdir: Path) -> Path:
+    """The wrk script of the pop window: wildcard pops of ``POP_BATCH`` by the ``GROUPS`` groups round robin,
+    each pop acked. Also used by ``benchmarks/pop_probe.py``."""
+    return render_script(
+        "consume",
+        {
+            "queue": queue,
+            "groups": [f"g{n}" for n in range(GROUPS)],
+            "batch": POP_BATCH,
+            "mode": "ack",
+            "timeout_ms": 0,
+            "target": "",
+            "payload": payload(40),
+        },
+        workdir,
+    )
+
+
+def _hot_path(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
+) -> dict[str, Any]:
+    """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
+    with the 10 groups."""
+    push_script = push_script_for(queue, partitions, context.workdir)
     rows = lambda: _pushed(context.sql, queue)
     pushed = measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push")
     messages = pushed.after - pushed.before
@@ -503,19 +528,7 @@ def _hot_path(
         else None,
     }
     groups = [f"g{n}" for n in range(GROUPS)]
-    pop_script = render_script(
-        "consume",
-        {
-            "queue": queue,
-            "groups": groups,
-            "batch": POP_BATCH,
-            "mode": "ack",
-            "timeout_ms": 0,
-            "target": "",
-            "payload": payload(40),
-        },
-        context.workdir,
-    )
+    pop_script = pop_script_for(queue, context.workdir)
     consumed = lambda: int(
         context.sql.fetchval(
             "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
