@@ -16,9 +16,8 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- numbers changed, probes messages only for the partitions and cursors that moved (oldest message; first
 -- message after a cursor), adds what the consumer rows changed to their (queue, group) sums, re-aggregates the
 -- queues they belong to from partition_stats, and adds what the offsets and totals grew by to the current
--- minute of queue_throughput. Cost: three filtered scans of partitions, partition_counters and
--- partition_consumers (the timestamps carry no index: the hot path writes them) plus index work per changed
--- partition; never a pass over messages.
+-- minute of queue_throughput. Cost: range scans of the timestamps' indexes (migration 024) from the
+-- bound, plus index work per changed partition; never a pass over messages or the unchanged partitions.
 -- The reconcile catches what carries no timestamp (a seek, a failed or 'retry' ack of a queue without
 -- retryDelay) and repairs missing rows. A consumer group's deletion marks its partitions (trigger on
 -- partition_consumers). One transaction a run; a transaction-level advisory lock keeps two runs from
@@ -61,7 +60,9 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- argument above. Step 4 (the queues' sums over partition_stats: a million rows for a queue of a million
 -- partitions) runs when p_aggregate is true or the sweep ends; until then the queues to re-aggregate are kept
 -- in the state ("queues"). The job (queenpy.services.jobs.StatsJob) calls it a step at a time, paced, with
--- p_aggregate every STATS_INTERVAL_MS.
+-- p_aggregate every STATS_INTERVAL_MS. Since migration 024 the sweep's first run finds the changed partitions
+-- by range scans of indexes on the timestamps, not by scanning the three tables whole (about 1.1 s a sweep at a
+-- million partitions, busy or idle).
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v4(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
                                                   p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true,
                                                   p_aggregate boolean DEFAULT true)
@@ -161,6 +162,8 @@ BEGIN
     ELSE
         IF v_sweep_after IS NULL THEN  -- a new sweep: the partitions that changed since the last one's bound
             TRUNCATE queen.stats_sweep;
+            -- range scans of migration 024's indexes from v_since: the cost follows what changed, not the
+            -- number of partitions
             INSERT INTO queen.stats_sweep (partition_id)
             SELECT DISTINCT x.id FROM (
                 SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
@@ -168,10 +171,11 @@ BEGIN
                 SELECT c.partition_id FROM queen.partition_counters c WHERE c.updated_at >= v_since
                 UNION ALL
                 SELECT pc.partition_id FROM queen.partition_consumers pc
-                WHERE pc.last_consumed_at >= v_since OR pc.lease_acquired_at >= v_since
-                   OR pc.created_at >= v_since
-                   OR (pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now())
-                   OR pc.retry_available_at >= v_since) x;
+                WHERE greatest(pc.last_consumed_at, pc.lease_acquired_at, pc.created_at, pc.retry_available_at)
+                      >= v_since
+                UNION ALL
+                SELECT pc.partition_id FROM queen.partition_consumers pc
+                WHERE pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now()) x;
         END IF;
         v_changed := ARRAY(
             SELECT w.partition_id FROM queen.stats_sweep w
