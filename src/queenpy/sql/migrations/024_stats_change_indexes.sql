@@ -1,8 +1,8 @@
 -- The stats job's sweep (procedures/081_stats.sql, stats_refresh_v4) finds the partitions that changed since
 -- its last bound through these indexes, by range scans from that bound. It scanned partitions,
 -- partition_counters and partition_consumers whole instead: at a million partitions and ten groups 210,000
--- pages (1.6 GB) and about 1.1 s on three processes per sweep, every STATS_INTERVAL_MS, busy or idle, which
--- the hot path felt in every window (benchmarks/journal/2026-11.md, issue 44). Every timestamp indexed here is
+-- pages (1.6 GB) and about 1.1 s on three processes for the query alone, every STATS_INTERVAL_MS, busy or
+-- idle (benchmarks/journal/2026-11.md, issue 44). Every timestamp indexed here is
 -- written with the row's other changes: the consumer rows' updates change indexed columns already (worker_id,
 -- the lease), so none of them was a HOT update before; the partitions' pushes change last_message_at, which is
 -- indexed; partition_counters is written by the services only (deletions, dead letters, retention).
