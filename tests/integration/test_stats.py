@@ -215,6 +215,45 @@ def test_a_run_rewrites_only_what_changed_and_reads_no_message_it_does_not_need(
     assert stats_of(conn, deep)["oldest_seq"] == 2
 
 
+def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connection[Any]) -> None:
+    """After a push, only the offsets change: every consumer_stats and partition_stats row the run rewrites is
+    a HOT update (no index entry), since no index covers a column that changes (migration 025). With
+    consumer_stats_queue_lag_idx (offset_lag) in place none of them was. (A HOT update needs room on its page:
+    twelve rows leave the fill factor's room for a new version of each; at scale a run's rows are spread over
+    many pages.)"""
+    partitions = [f"p{n}" for n in range(4)]
+    groups = ("a", "b", "c")
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": n} for p in partitions for n in (1, 2)]
+    )
+    call_procedure(
+        conn,
+        "pop_v1",
+        [
+            {"queue": "hot", "partition": p, "consumerGroup": g, "batch": 1, "autoAck": True}
+            for p in partitions
+            for g in groups
+        ],
+    )
+    refresh(conn)
+    call_procedure(conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": 3} for p in partitions])
+    counts = (
+        "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
+        "WHERE relid IN ('queen.consumer_stats'::regclass, 'queen.partition_stats'::regclass) ORDER BY 1"
+    )
+    with conn.transaction():  # the backend's table statistics of this transaction
+        before = conn.execute(counts).fetchall()
+        done = refresh(conn)
+        after = conn.execute(counts).fetchall()
+    assert done["partitions"] == len(partitions)
+    assert done["consumers"] == len(partitions) * len(groups)
+    updated = {a[0]: (a[1] - b[1], a[2] - b[2]) for a, b in zip(after, before, strict=True)}
+    assert updated == {
+        "consumer_stats": (len(partitions) * len(groups),) * 2,
+        "partition_stats": (len(partitions),) * 2,
+    }
+
+
 def test_an_expired_lease_and_a_replay_change_the_numbers(conn: psycopg.Connection[Any]) -> None:
     call_procedure(conn, "push_items_v1", [{"queue": "q", "payload": n} for n in range(4)])
     leased = call_procedure(conn, "pop_v1", [{"queue": "q", "partition": "Default", "batch": 3}])[0]

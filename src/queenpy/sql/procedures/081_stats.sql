@@ -469,8 +469,10 @@ BEGIN
 
     -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always), when
     -- p_aggregate is true or the sweep ends (else they wait in the state's "queues"): their partition_stats
-    -- summed; the consumer groups counted from queue_group_stats (step 3) and the largest lag found through
-    -- consumer_stats_queue_lag_idx
+    -- summed; the consumer groups counted from queue_group_stats (step 3). The largest lag of the queue's
+    -- consumer rows is the largest of its partitions' (those with a consumer row): a partition's largest
+    -- offset_lag is its last_seq less the greater of its smallest cursor and its trimmed seq (step 2's offset_lag
+    -- is monotone in the cursor), and steps 1 and 2 rewrite a partition's rows in the same run (migration 025).
     v_pending_queues := ARRAY(SELECT DISTINCT x FROM unnest(v_pending_queues || coalesce(v_changed_queues, '{}')
                                                         || coalesce(v_consumer_queues, '{}')) x);
     v_aggregate := p_aggregate OR v_exact OR v_sweep_after IS NULL;
@@ -492,15 +494,15 @@ BEGIN
                coalesce(sum(ps.messages_deleted), 0)::bigint AS deleted_total,
                coalesce(sum(ps.dead_lettered), 0)::bigint AS dead_lettered_total,
                min(ps.oldest_at) AS oldest_at, max(ps.newest_at) AS newest_at,
-               min(ps.oldest_unconsumed_at) AS oldest_unconsumed_at
+               min(ps.oldest_unconsumed_at) AS oldest_unconsumed_at,
+               coalesce(max(greatest(ps.last_seq - greatest(ps.min_cursor_seq, ps.trimmed_seq), 0))
+                            FILTER (WHERE ps.consumer_groups > 0), 0)::bigint AS max_offset_lag
         FROM targets t LEFT JOIN queen.partition_stats ps ON ps.queue_id = t.id
         GROUP BY t.id
     ), with_groups AS (
         SELECT a.*,
                (SELECT count(*) FROM queen.queue_group_stats g WHERE g.queue_id = a.queue_id)::integer
-                   AS consumer_groups,
-               coalesce((SELECT cs.offset_lag FROM queen.consumer_stats cs WHERE cs.queue_id = a.queue_id
-                         ORDER BY cs.offset_lag DESC LIMIT 1), 0)::bigint AS max_offset_lag
+                   AS consumer_groups
         FROM agg a
     ), written AS (
         INSERT INTO queen.queue_stats AS qs (queue_id, partitions, depth, unconsumed, pending, in_flight, completed,
