@@ -224,7 +224,9 @@ def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connec
     partitions = [f"p{n}" for n in range(4)]
     groups = ("a", "b", "c")
     call_procedure(
-        conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": n} for p in partitions for n in (1, 2)]
+        conn,
+        "push_items_v1",
+        [{"queue": "hot", "partition": p, "payload": n} for p in partitions for n in (1, 2)],
     )
     call_procedure(
         conn,
@@ -236,7 +238,9 @@ def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connec
         ],
     )
     refresh(conn)
-    call_procedure(conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": 3} for p in partitions])
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": 3} for p in partitions]
+    )
     counts = (
         "SELECT relname, n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
         "WHERE relid IN ('queen.consumer_stats'::regclass, 'queen.partition_stats'::regclass) ORDER BY 1"
