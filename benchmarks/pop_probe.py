@@ -45,13 +45,7 @@ from queenpy.bench.postgres import Sql, postgres_process_kind
 from queenpy.bench.wrk import run_wrk
 from queenpy.server.process import migrate
 
-GROUPS = [f"g{n}" for n in range(scale.GROUPS)]
 WINDOW_S = 10
-CONSUMED = (
-    "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c"
-    " JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id"
-    " WHERE q.name = $1"
-)
 BUFFERS = (
     "SELECT buffers_backend, buffers_clean, buffers_alloc, buffers_checkpoint,"
     " pg_current_wal_lsn() - '0/0'::pg_lsn FROM pg_stat_bgwriter"
@@ -81,7 +75,7 @@ def seed(url: str, partitions: int) -> None:
 
 
 def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None) -> dict[str, Any]:
-    before = int(sql.fetchval(CONSUMED, queue))
+    before = scale.consumed(sql, queue)
     buffers = sql.fetchrow(BUFFERS)
     ticks = procfs.tree_ticks(postmaster, postgres_process_kind) if postmaster is not None else None
     wrk = run_wrk(url, script, 50, WINDOW_S)
@@ -89,7 +83,7 @@ def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None)
     if postmaster is not None and ticks is not None:
         cpu = procfs.cpu_by_kind_s(ticks, procfs.tree_ticks(postmaster, postgres_process_kind))
     buffers_after = sql.fetchrow(BUFFERS)
-    messages = int(sql.fetchval(CONSUMED, queue)) - before
+    messages = scale.consumed(sql, queue) - before
     return {
         "msg_per_s": round(messages / WINDOW_S, 1),
         "wrk": {k: v for k, v in wrk.result.counters.items() if v},

@@ -80,6 +80,7 @@ __all__ = ["KIND", "report_lines", "run"]
 STORED = 10  # messages per partition
 PAYLOAD_BYTES = 200
 GROUPS = 10
+GROUP_NAMES = [f"g{n}" for n in range(GROUPS)]  # the consumer groups: g0 ... g9
 BASE_PARTITIONS = 100
 BASE_STORED = 2000  # the base queue's backlog: 1,000 unconsumed per partition and group
 SEED_CHUNK = 50_000
@@ -224,13 +225,14 @@ def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: st
     """Seed ``queue`` by SQL (see SEED)."""
     started = time.monotonic()
     queue_id = _queue_id(context, queue)
-    groups = [f"g{n}" for n in range(GROUPS)]
     body = payload(PAYLOAD_BYTES)
     old = context.sql.fetchval("SELECT now() - interval '2 hours'")
     recent = context.sql.fetchval("SELECT now() - interval '30 minutes'")
     for lo in range(0, partitions, SEED_CHUNK):
         hi = min(partitions, lo + SEED_CHUNK) - 1
-        context.sql.execute(SEED, queue_id, prefix, lo, hi, stored, body, old, recent, groups, stored // 2)
+        context.sql.execute(
+            SEED, queue_id, prefix, lo, hi, stored, body, old, recent, GROUP_NAMES, stored // 2
+        )
         if partitions > SEED_CHUNK:
             context.log(
                 f"  seeded {hi + 1:,} of {partitions:,} partitions ({time.monotonic() - started:.0f} s)"
@@ -348,10 +350,10 @@ def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, 
             items = [{"queue": pushed, "partition": f"p{n}", "payload": {"pad": "x" * (PAYLOAD_BYTES - 12)}}]
             answer = http.post("/api/v1/push", json={"items": items}).json()
             assert answer[0]["status"] == "queued", answer
-        for g in range(GROUPS):
+        for group in GROUP_NAMES:
             popped = http.get(
                 f"/api/v1/pop/queue/{pushed}/partition/p{n}",
-                params={"batch": STORED // 2, "wait": "false", "consumerGroup": f"g{g}"},
+                params={"batch": STORED // 2, "wait": "false", "consumerGroup": group},
             ).json()
             acks = [
                 {
@@ -362,7 +364,7 @@ def _check_seed(context: Context, http: httpx.Client, prefix: str) -> dict[str, 
                 }
                 for m in popped["messages"]
             ]
-            http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": f"g{g}"})
+            http.post("/api/v1/ack/batch", json={"acknowledgments": acks, "consumerGroup": group})
     _seed(context, seeded, 3, STORED)
     context.sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
     mine, theirs = _fingerprint(context, seeded), _fingerprint(context, pushed)
@@ -472,6 +474,21 @@ def _cpu_split(window: Any, messages: int) -> dict[str, Any]:
     }
 
 
+def _wal_split(window: Any, messages: int) -> dict[str, Any]:
+    """The WAL of a measured window of ``messages`` messages: bytes and full-page images a message, and the
+    checkpoints PostgreSQL made inside it (after each, the first change to a page logs the whole page: at a
+    million partitions most pages a window touches are such first changes). Empty when the window did not
+    close."""
+    if window.end is None or messages <= 0:
+        return {}
+    wal = window.end.wal.per_message(window.start.wal, messages)
+    return {
+        "wal_bytes_per_msg": round(wal["bytes"], 1),
+        "fpi_per_msg": round(wal["fpi"], 4),
+        "checkpoints": window.checkpoints,
+    }
+
+
 def push_script_for(queue: str, partitions: int, workdir: Path) -> Path:
     """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
     names ``p0`` .. ``p<partitions - 1>``), with transaction ids. Also used by ``benchmarks/pop_probe.py``."""
@@ -497,7 +514,7 @@ def pop_script_for(queue: str, workdir: Path) -> Path:
         "consume",
         {
             "queue": queue,
-            "groups": [f"g{n}" for n in range(GROUPS)],
+            "groups": GROUP_NAMES,
             "batch": POP_BATCH,
             "mode": "ack",
             "timeout_ms": 0,
@@ -523,24 +540,14 @@ def _hot_path(
         "window_s": round(window.seconds, 2),
         "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         **_cpu_split(window, messages),
-        "wal_bytes_per_msg": window.end.wal.per_message(window.start.wal, messages)["bytes"]
-        if window.end is not None
-        else None,
+        **_wal_split(window, messages),
     }
-    groups = [f"g{n}" for n in range(GROUPS)]
     pop_script = pop_script_for(queue, context.workdir)
-    consumed = lambda: int(
-        context.sql.fetchval(
-            "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
-            "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-            "WHERE q.name = $1 AND c.consumer_group = ANY ($2::text[])",
-            queue,
-            groups,
-        )
-    )
 
     def pop_window(name: str) -> dict[str, Any]:
-        popped = measured_window(context, run, pop_script, 50, consumed, 2, label=f"{label} {name}")
+        popped = measured_window(
+            context, run, pop_script, 50, lambda: consumed(context.sql, queue), 2, label=f"{label} {name}"
+        )
         counters = popped.wrk.result.counters
         pops = counters.get("pops", 0)
         return {
@@ -551,6 +558,7 @@ def _hot_path(
             "p99_ms": round(popped.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
             "unacked_pops_left": round((counters.get("delivered", 0) - counters.get("acked", 0)) / POP_BATCH),
             **_cpu_split(popped.window, popped.after - popped.before),
+            **_wal_split(popped.window, popped.after - popped.before),
         }
 
     pop = pop_window("pop")
@@ -619,6 +627,20 @@ def _pushed(sql: Sql, queue: str) -> int:
             "SELECT coalesce(sum(p.last_seq), 0)::bigint FROM queen.partitions p JOIN queen.queues q "
             "ON q.id = p.queue_id WHERE q.name = $1",
             queue,
+        )
+    )
+
+
+def consumed(sql: Sql, queue: str) -> int:
+    """Messages the ``GROUP_NAMES`` groups have consumed from ``queue``: the sum of their cursors. Also used
+    by ``benchmarks/pop_probe.py``."""
+    return int(
+        sql.fetchval(
+            "SELECT coalesce(sum(c.last_consumed_seq), 0)::bigint FROM queen.partition_consumers c "
+            "JOIN queen.partitions p ON p.id = c.partition_id JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = $1 AND c.consumer_group = ANY ($2::text[])",
+            queue,
+            GROUP_NAMES,
         )
     )
 
@@ -922,6 +944,21 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 f"unacked, their partitions leased): {number(big['pop_after_stop']['msg_per_s'])} msg/s "
                 f"at scale ({figures['pop_after_stop_ratio']} x the first window), "
                 f"{number(base['pop_after_stop']['msg_per_s'])} at {BASE_PARTITIONS}"
+            )
+        if "fpi_per_msg" in big["pop"]:  # runs before it was measured have no such figure
+            lines.append(
+                "- WAL a message, bytes (full-page images; checkpoints in the window), at "
+                f"{BASE_PARTITIONS} / at scale: "
+                + "; ".join(
+                    f"{name.replace('_', ' ')} "
+                    + " / ".join(
+                        f"{number(w[name]['wal_bytes_per_msg'])} ({w[name]['fpi_per_msg']}; "
+                        f"{w[name]['checkpoints']})"
+                        for w in (base, big)
+                    )
+                    for name in ("push", "pop", "pop_after_stop")
+                    if "fpi_per_msg" in base[name] and "fpi_per_msg" in big[name]
+                )
             )
         lines.append(
             "- operator routes at scale, max (p50) ms: "
