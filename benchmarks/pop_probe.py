@@ -1,8 +1,8 @@
 """One-off: the wildcard pop + ack of the scale kind, one 10 s window at a time, by statement (issue 44).
 
     .venv/bin/python benchmarks/pop_probe.py seed URL [--partitions 1000000]
-    .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--push S] [--warm] [--profile] [--data-dir DIR] \\
-        [K=V ...]
+    .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--push S] [--warm] [--profile] \\
+        [--wal-by-relation] [--data-dir DIR] [K=V ...]
 
 ``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
 100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
@@ -22,6 +22,9 @@ server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile
 ``pg_stat_statements`` with ``track = all`` (the extension must be in ``shared_preload_libraries``) and a
 ``perf record`` of the machine (``TAG-QUEUE.perf``); both slow the windows down. The statement table and
 the per-table I/O go to ``TAG.json`` in the work directory (``--workdir``, default a temporary one).
+``--wal-by-relation`` reads the window's WAL back with ``pg_walinspect`` (PostgreSQL 15 or later; the
+extension is created) and counts, per relation, the blocks its records changed and how many of them were
+full-page images: which table or index a pop's WAL comes from.
 
 One window a figure: windows of the same code and state differed by up to 15% here (journal, 2026-11-29
 11:43).
@@ -56,6 +59,19 @@ STATEMENTS = (
     " left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS query"
     " FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 25"
 )
+# the window's WAL records by the relation of each block they reference (PostgreSQL 15's block_ref text:
+# "blkref #0: rel 1663/16384/16401 blk 123 FPW", "fork fsm" before "blk" for other forks)
+WAL_BY_RELATION = r"""
+WITH blocks AS (
+    SELECT m[1]::oid AS spc, m[3]::oid AS node, m[4] IS NOT NULL AS image
+    FROM pg_get_wal_records_info($1::text::pg_lsn, $2::text::pg_lsn) w,
+         regexp_matches(w.block_ref, 'rel (\d+)/(\d+)/(\d+)(?: fork \w+)? blk \d+( \(?FPW)?', 'g') AS m
+)
+SELECT coalesce(pg_filenode_relation(CASE WHEN spc = 1663 THEN 0 ELSE spc END, node)::regclass::text,
+                node::text) AS relation,
+       count(*) AS blocks, count(*) FILTER (WHERE image) AS full_page_images
+FROM blocks GROUP BY 1 ORDER BY 3 DESC, 2 DESC LIMIT 15
+"""
 TABLE_IO = (
     "SELECT relname, heap_blks_read, heap_blks_hit, idx_blks_read, idx_blks_hit FROM pg_statio_user_tables"
     " WHERE schemaname = 'queen' ORDER BY heap_blks_read + idx_blks_read DESC LIMIT 6"
@@ -74,16 +90,28 @@ def seed(url: str, partitions: int) -> None:
     sql.close()
 
 
-def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None) -> dict[str, Any]:
+def window(
+    sql: Sql, url: str, script: Path, queue: str, postmaster: int | None, wal_by_relation: bool = False
+) -> dict[str, Any]:
     before = scale.consumed(sql, queue)
     buffers = sql.fetchrow(BUFFERS)
+    start_lsn = sql.fetchval("SELECT pg_current_wal_lsn()::text")
     ticks = procfs.tree_ticks(postmaster, postgres_process_kind) if postmaster is not None else None
     wrk = run_wrk(url, script, 50, WINDOW_S)
     cpu: dict[str, float] = {}
     if postmaster is not None and ticks is not None:
         cpu = procfs.cpu_by_kind_s(ticks, procfs.tree_ticks(postmaster, postgres_process_kind))
     buffers_after = sql.fetchrow(BUFFERS)
+    end_lsn = sql.fetchval("SELECT pg_current_wal_lsn()::text")
     messages = scale.consumed(sql, queue) - before
+    by_relation = (
+        [
+            {**dict(r), "per_msg": round(r["full_page_images"] / max(messages, 1), 3)}
+            for r in sql.fetch(WAL_BY_RELATION, start_lsn, end_lsn)
+        ]
+        if wal_by_relation
+        else []
+    )
     return {
         "msg_per_s": round(messages / WINDOW_S, 1),
         "wrk": {k: v for k, v in wrk.result.counters.items() if v},
@@ -95,6 +123,7 @@ def window(sql: Sql, url: str, script: Path, queue: str, postmaster: int | None)
             )
         ),
         "postgres_cpu_s": {kind: round(s, 2) for kind, s in cpu.items() if s >= 0.05},
+        **({"wal_by_relation": by_relation} if wal_by_relation else {}),
     }
 
 
@@ -104,6 +133,7 @@ def probe(
     warm: bool,
     push_s: int,
     profile: bool,
+    wal_by_relation: bool,
     data_dir: Path | None,
     env: dict[str, str],
     workdir: Path,
@@ -111,6 +141,8 @@ def probe(
     sql = Sql(url)
     if profile:
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    if wal_by_relation:
+        sql.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     sql.execute(f"ALTER SYSTEM SET pg_stat_statements.track = '{'all' if profile else 'top'}'")
     sql.execute("SELECT pg_reload_conf()")
     postmaster = int((data_dir / "postmaster.pid").read_text().split()[0]) if data_dir else None
@@ -151,7 +183,7 @@ def probe(
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
-            report[queue] = window(sql, broker.url, script, queue, postmaster)
+            report[queue] = window(sql, broker.url, script, queue, postmaster, wal_by_relation)
             if profile:
                 perf.wait()
                 report[queue]["statements"] = [dict(r) for r in sql.fetch(STATEMENTS)]
@@ -182,6 +214,7 @@ def main() -> None:
     probing.add_argument("--warm", action="store_true")
     probing.add_argument("--push", type=int, default=0, metavar="SECONDS")
     probing.add_argument("--profile", action="store_true")
+    probing.add_argument("--wal-by-relation", action="store_true")
     probing.add_argument("--data-dir", type=Path)
     probing.add_argument("--workdir", type=Path)
     args = parser.parse_args()
@@ -190,7 +223,17 @@ def main() -> None:
         return
     env = dict(pair.split("=", 1) for pair in args.env)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pop-probe-"))
-    probe(args.url, args.tag, args.warm, args.push, args.profile, args.data_dir, env, workdir)
+    probe(
+        args.url,
+        args.tag,
+        args.warm,
+        args.push,
+        args.profile,
+        args.wal_by_relation,
+        args.data_dir,
+        env,
+        workdir,
+    )
 
 
 if __name__ == "__main__":
