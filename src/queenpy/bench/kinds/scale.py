@@ -983,9 +983,11 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 )
                 + f"; the first pop windows alone {figures['pop_first_ratio']}"
             )
+        # the first pop window (runs before three windows a figure had one, ``pop``)
+        first = big.get("pop_first", big["pop"])
         if "pop_after_stop" in big:  # runs before it was measured have no such window
             lines.append(
-                f"- pop again after the consumers stopped ({big['pop']['unacked_pops_left']} pops left "
+                f"- pop again after the consumers stopped ({first['unacked_pops_left']} pops left "
                 f"unacked, their partitions leased): {number(big['pop_after_stop']['msg_per_s'])} msg/s "
                 f"at scale ({figures['pop_after_stop_ratio']} x the first window), "
                 f"{number(base['pop_after_stop']['msg_per_s'])} at {BASE_PARTITIONS}"
@@ -1001,7 +1003,7 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                         f"{w[name]['checkpoints']})"
                         for w in (base, big)
                     )
-                    for name in ("push", "pop", "pop_after_stop")
+                    for name in ("push", "pop_first" if "pop_first" in big else "pop", "pop_after_stop")
                     if "fpi_per_msg" in base[name] and "fpi_per_msg" in big[name]
                 )
             )
