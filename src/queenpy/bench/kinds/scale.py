@@ -70,7 +70,7 @@ import httpx
 
 from queenpy.bench.catalog import Options, Scenario, payload
 from queenpy.bench.core import Context, Kind, ScenarioSkipped, postgres_cpu
-from queenpy.bench.load import measured_window
+from queenpy.bench.load import Measured, measured_window
 from queenpy.bench.postgres import Sql
 from queenpy.bench.report import number
 from queenpy.bench.wrk import render_script
@@ -530,14 +530,30 @@ def pop_script_for(queue: str, workdir: Path) -> Path:
     )
 
 
+def _median(windows: list[dict[str, Any]]) -> int:
+    """The index of the window of the median rate among ``windows`` (an odd number of window figures, each
+    with ``msg_per_s``). One window on this two-core machine varies about ±15% from the next (journal, issue
+    44): a ratio of two single windows could not tell 0.8 from 1.0."""
+    return sorted(range(len(windows)), key=lambda n: windows[n]["msg_per_s"])[len(windows) // 2]
+
+
 def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The window of the median rate among ``windows`` (an odd number of window figures, each with
-    ``msg_per_s``), with every window's rate in measured order under ``windows_msg_per_s``. One window on this
-    two-core machine varies about ±15% from the next (journal, issue 44): a ratio of two single windows
-    could not tell 0.8 from 1.0."""
-    chosen = dict(sorted(windows, key=lambda w: w["msg_per_s"])[len(windows) // 2])
-    chosen["windows_msg_per_s"] = [w["msg_per_s"] for w in windows]
-    return chosen
+    """The figures of the :func:`_median` window, with every window's rate in measured order under
+    ``windows_msg_per_s``."""
+    return {**windows[_median(windows)], "windows_msg_per_s": [w["msg_per_s"] for w in windows]}
+
+
+def _window_figures(measured: Measured[int]) -> dict[str, Any]:
+    """What every hot-path window reports: msg/s (the ground truth's growth over the window), its length,
+    wrk's p99, and where the CPU and the WAL went a message."""
+    messages = measured.after - measured.before
+    return {
+        "msg_per_s": round(messages / max(1e-9, measured.window.seconds), 1),
+        "window_s": round(measured.window.seconds, 2),
+        "p99_ms": round(measured.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
+        **_cpu_split(measured.window, messages),
+        **_wal_split(measured.window, messages),
+    }
 
 
 def _hot_path(
@@ -548,25 +564,11 @@ def _hot_path(
     window's figures (:func:`_median_window`)."""
     push_script = push_script_for(queue, partitions, context.workdir)
     rows = lambda: _pushed(context.sql, queue)
-    pushes = []
-    for n in range(WINDOWS):
-        pushed = measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push {n + 1}")
-        messages = pushed.after - pushed.before
-        window = pushed.window
-        pushes.append(
-            {
-                "msg_per_s": round(messages / max(1e-9, window.seconds), 1),
-                "window_s": round(window.seconds, 2),
-                "p99_ms": round(pushed.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
-                **_cpu_split(window, messages),
-                **_wal_split(window, messages),
-                "_measured": pushed,
-            }
-        )
-    push = _median_window(pushes)
-    measured = push.pop("_measured")
-    for each in pushes:
-        each.pop("_measured", None)
+    pushed = [
+        measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push {n + 1}")
+        for n in range(WINDOWS)
+    ]
+    pushes = [_window_figures(m) for m in pushed]
     pop_script = pop_script_for(queue, context.workdir)
 
     def pop_window(name: str) -> dict[str, Any]:
@@ -576,14 +578,10 @@ def _hot_path(
         counters = popped.wrk.result.counters
         pops = counters.get("pops", 0)
         return {
-            "msg_per_s": round((popped.after - popped.before) / max(1e-9, popped.window.seconds), 1),
-            "window_s": round(popped.window.seconds, 2),
+            **_window_figures(popped),
             "empty_pop_share": round(counters.get("empty_pops", 0) / pops, 4) if pops else None,
             "messages_per_pop": round(counters.get("delivered", 0) / pops, 2) if pops else None,
-            "p99_ms": round(popped.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
             "unacked_pops_left": round((counters.get("delivered", 0) - counters.get("acked", 0)) / POP_BATCH),
-            **_cpu_split(popped.window, popped.after - popped.before),
-            **_wal_split(popped.window, popped.after - popped.before),
         }
 
     # each window after the first starts right after its predecessor's consumers stopped with pops in flight:
@@ -591,11 +589,10 @@ def _hot_path(
     # restarted after a crash do; the second is also reported on its own as ``pop_after_stop``
     pops = [pop_window("pop" if n == 0 else f"pop after a stop {n}") for n in range(WINDOWS)]
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
-        context.fill_window(
-            run, measured.after - measured.before, measured.window, [measured.wrk], measured.wrk
-        )
+        median = pushed[_median(pushes)]
+        context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
     return {
-        "push": push,
+        "push": _median_window(pushes),
         "pop": _median_window(pops),
         "pop_first": pops[0],
         "pop_after_stop": pops[1],
