@@ -32,9 +32,11 @@ Steps of a round:
 
    In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` consecutive windows, and the
    figure is the median window's: one window varies about ±15% from the next on this machine (journal,
-   issue 44). Each pop window after the first starts right after its predecessor, whose consumers stopped
-   with pops in flight, so it runs beside partitions leased for the queue's lease time, as consumers
-   restarted after a crash do (the second window is ``pop_after_stop``, and ``pop_after_stop_ratio`` at
+   issue 44). Each push window pushes to partitions of its own (a seed of its own, ``PUSH_SEED``): with one
+   seed, every window after the first repeated the first's partitions, whose pages it found warm.
+   Each pop window after the first starts right after its predecessor, whose consumers stopped with pops
+   in flight, so it runs beside partitions leased for the queue's lease time, as consumers restarted after
+   a crash do (the second window is ``pop_after_stop``, and ``pop_after_stop_ratio`` at
    scale is it over the first). A scan floor held by such leases made every pop walk the partitions consumed
    since (journal, issue 44). The first windows are kept too (``pop_first``, ``pop_first_ratio``): at scale
    the first pop window is the one right after the seed's checkpoint.
@@ -45,9 +47,10 @@ Steps of a round:
    partitions left are counted. Each is one run of the broker's own retention job
    (:class:`queenpy.services.jobs.RetentionJob`, its batch sizes and its pace, ``SERVICES_DUTY_CYCLE``),
    started here while wrk pushes to the big queue: time, WAL bytes, the job's busy and rested time, and the
-   push rate during it over the rate at scale. Between the two, a third such window waits for autovacuum to
-   catch up with the dead rows retention left (:func:`_vacuum_after`), so retention's vacuum is measured on
-   its own instead of in the cleanup's window. The broker's own retention job is held off for the run
+   push rate during it (the median of up to ``WINDOWS`` windows the job outlasted) over the rate at scale.
+   Between the two, a third such measurement waits for autovacuum to catch up with the dead rows retention
+   left (:func:`_vacuum_after`), so retention's vacuum is measured on its own instead of in the cleanup's
+   windows. The broker's own retention job is held off for the run
    (``RETENTION_INTERVAL`` of a day): it would run the same cleanup and retention concurrently.
 
 The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
@@ -96,6 +99,9 @@ POP_BATCH = STORED - STORED // 2
 ROUTE_REQUESTS = 5
 #: measured windows of push and of wildcard pop + ack at each size; the ratios are of their medians
 WINDOWS = 3
+#: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n, the windows beside retention,
+#: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on (:func:`push_script_for`)
+PUSH_SEED = 4242
 #: heap, indexes and WAL headroom per partition of 10 messages of 200 B and 10 cursors; measured runs
 #: write their figures under ``storage``
 BYTES_PER_PARTITION = 12_000
@@ -494,9 +500,13 @@ def _wal_split(window: Any, messages: int) -> dict[str, Any]:
     }
 
 
-def push_script_for(queue: str, partitions: int, workdir: Path) -> Path:
+def push_script_for(queue: str, partitions: int, workdir: Path, seed: int = 4242) -> Path:
     """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
-    names ``p0`` .. ``p<partitions - 1>``), with transaction ids. Also used by ``benchmarks/pop_probe.py``."""
+    names ``p0`` .. ``p<partitions - 1>``), with transaction ids. ``seed`` seeds each wrk thread's random
+    partitions: a window with the seed of another pushes to the same partitions in the same order, so each
+    window takes a seed of its own (:func:`_hot_path`, :func:`_while_pushing`): at a million partitions a
+    window repeating its predecessor's partitions finds their pages in shared buffers and already logged
+    since the checkpoint (journal, issue 44). Also used by ``benchmarks/pop_probe.py``."""
     return render_script(
         "push",
         {
@@ -504,7 +514,7 @@ def push_script_for(queue: str, partitions: int, workdir: Path) -> Path:
             "partitions": partitions,
             "per_request": 10,
             "payload": payload(1024),
-            "seed": 4242,
+            "seed": seed,
             "rate_per_thread": 0,
             "transaction_ids": True,
         },
@@ -531,10 +541,11 @@ def pop_script_for(queue: str, workdir: Path) -> Path:
 
 
 def _median(windows: list[dict[str, Any]]) -> int:
-    """The index of the window of the median rate among ``windows`` (an odd number of window figures, each
-    with ``msg_per_s``). One window on this two-core machine varies about ±15% from the next (journal, issue
-    44): a ratio of two single windows could not tell 0.8 from 1.0."""
-    return sorted(range(len(windows)), key=lambda n: windows[n]["msg_per_s"])[len(windows) // 2]
+    """The index of the window of the median rate among ``windows`` (window figures, each with
+    ``msg_per_s``; of an even number, the lower of the two middle ones). One window on this two-core machine
+    varies about ±15% from the next (journal, issue 44): a ratio of two single windows could not tell 0.8
+    from 1.0."""
+    return sorted(range(len(windows)), key=lambda n: windows[n]["msg_per_s"])[(len(windows) - 1) // 2]
 
 
 def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -544,7 +555,7 @@ def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _window_figures(measured: Measured[int]) -> dict[str, Any]:
-    """What every hot-path window reports: msg/s (the ground truth's growth over the window), its length,
+    """What every push or pop window reports: msg/s (the ground truth's growth over the window), its length,
     wrk's p99, and where the CPU and the WAL went a message."""
     messages = measured.after - measured.before
     return {
@@ -562,10 +573,17 @@ def _hot_path(
     """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
     with the 10 groups, each over ``WINDOWS`` consecutive windows; ``push`` and ``pop`` are the median
     window's figures (:func:`_median_window`)."""
-    push_script = push_script_for(queue, partitions, context.workdir)
     rows = lambda: _pushed(context.sql, queue)
     pushed = [
-        measured_window(context, run, push_script, 50, rows, 2, label=f"{label} push {n + 1}")
+        measured_window(
+            context,
+            run,
+            push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + n),
+            50,
+            rows,
+            2,
+            label=f"{label} push {n + 1}",
+        )
         for n in range(WINDOWS)
     ]
     pushes = [_window_figures(m) for m in pushed]
@@ -678,12 +696,20 @@ def _while_pushing(
     label: str,
     work: Any,
     push_wal_per_msg: float | None,
+    seed: int,
 ) -> dict[str, Any]:
-    """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue`` for one window:
-    the work's time, the push rate meanwhile, and the server's WAL bytes during the work. Those include the
-    WAL of the pushes made meanwhile (the server's WAL position is one for all backends): ``wal_bytes_work``
-    estimates the work's own as the rest, after the pushes counted during the work at ``push_wal_per_msg``
-    (the WAL bytes per message of the push window at scale)."""
+    """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue``: the work's time,
+    the push rate meanwhile, and the server's WAL bytes during the work.
+
+    The push is measured over up to ``WINDOWS`` consecutive windows, the n-th with push seed ``seed + n``
+    (fresh partitions, :func:`push_script_for`), as long as the work runs: ``push_msg_per_s`` is the median
+    of the windows the work outlasted (``during_work``; the first window alone when the work finished inside
+    it), every window's rate in ``push_windows_msg_per_s``, as the hot path's push is compared (journal,
+    issue 44: one window after the retention job started measured the first seconds of a run of ten
+    minutes). The WAL bytes during the work include the WAL of the pushes made meanwhile (the server's WAL
+    position is one for all backends): ``wal_bytes_work`` estimates the work's own as the rest, after the
+    pushes counted during the work at ``push_wal_per_msg`` (the WAL bytes per message of the push window at
+    scale)."""
     result: dict[str, Any] = {}
 
     def drive() -> None:
@@ -707,28 +733,31 @@ def _while_pushing(
         finally:
             sql.close()
 
-    script = render_script(
-        "push",
-        {
-            "queue": queue,
-            "partitions": partitions,
-            "per_request": 10,
-            "payload": payload(1024),
-            "seed": 777,
-            "rate_per_thread": 0,
-            "transaction_ids": True,
-        },
-        context.workdir,
-    )
     rows = lambda: _pushed(context.sql, queue)
     thread = threading.Thread(target=drive, name=f"scale-{label}")
     thread.start()
-    pushed = measured_window(context, run, script, 50, rows, 2, label=f"{label} push")
-    result["push_msg_per_s"] = round((pushed.after - pushed.before) / max(1e-9, pushed.window.seconds), 1)
-    # where PostgreSQL's CPU went in the window (the job's backend apart)
-    result.update(_cpu_split(pushed.window, pushed.after - pushed.before))
+    windows: list[dict[str, Any]] = []
+    while len(windows) < WINDOWS and (not windows or thread.is_alive()):
+        pushed = measured_window(
+            context,
+            run,
+            push_script_for(queue, partitions, context.workdir, seed=seed + len(windows)),
+            50,
+            rows,
+            2,
+            label=f"{label} push {len(windows) + 1}",
+        )
+        windows.append({**_window_figures(pushed), "during_work": thread.is_alive()})
     thread.join()
-    result["finished_inside_window"] = "seconds" in result and result["seconds"] <= pushed.window.seconds
+    during = [w for w in windows if w["during_work"]] or windows[:1]
+    median = during[_median(during)]
+    result["push_msg_per_s"] = median["msg_per_s"]
+    result["push_windows_msg_per_s"] = [w["msg_per_s"] for w in windows]
+    result["push_windows_during_work"] = len([w for w in windows if w["during_work"]])
+    # where PostgreSQL's CPU went in the median window (the job's backend apart)
+    cpu_keys = ("postgres_us_per_msg", "postgres_cpu_s_by_kind", "cpu_share_of_machine")
+    result.update({key: median[key] for key in cpu_keys if key in median})
+    result["finished_inside_window"] = not windows[0]["during_work"]
     if "error" in result:
         run["problems"].append(f"{label}: {result['error']}")
     return result
@@ -867,6 +896,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             "retention",
             lambda sql: _retention(sql, context.pg.url),
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
+            seed=PUSH_SEED + 100,
         )
         deleted = figures["retention"].get("detail", {}).get("deleted")
         figures["retention"].update(retention_seconds=keep, expected_deleted=partitions)
@@ -886,6 +916,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             "retention vacuum",
             _vacuum_after,
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
+            seed=PUSH_SEED + 200,
         )
         if not figures["retention_vacuum"].get("detail", {}).get("caught_up"):
             result["problems"].append(f"autovacuum had not caught up {VACUUM_WAIT_S:.0f} s after retention")
@@ -898,6 +929,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             "cleanup",
             lambda sql: _cleanup(sql, queue_id, context.pg.url),
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
+            seed=PUSH_SEED + 300,
         )
         left = figures["cleanup"].get("detail", {}).get("idle_left")
         if left != 0:
@@ -1022,7 +1054,14 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 + (" (the retention job's run)" if part != "retention_vacuum" else " (autovacuum after it)")
                 + f": {done['seconds']} s"
                 + (f" (busy {pace['busyMs'] / 1000:.1f} s at duty {pace['duty']})" if pace else "")
-                + f"; push during it {figures.get(f'{part}_push_ratio')} x the rate at scale; WAL "
+                + f"; push during it {figures.get(f'{part}_push_ratio')} x the rate at scale"
+                + (  # runs before took one window beside it
+                    f" (windows, msg/s: {', '.join(number(v) for v in done['push_windows_msg_per_s'])}; "
+                    f"{done['push_windows_during_work']} ended before it did)"
+                    if "push_windows_msg_per_s" in done
+                    else ""
+                )
+                + "; WAL "
                 f"{done['wal_bytes'] / 1e9:.2f} GB"
                 + (f", of which its own about {own / 1e9:.2f} GB" if own is not None else "")
             )
@@ -1030,7 +1069,8 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
-    windows = (4 * WINDOWS + 3) * (options.warmup + options.seconds + 3)
+    # the hot path's push and pop at each size, and at most WINDOWS beside each of the three services' runs
+    windows = (4 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3)
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
