@@ -124,6 +124,11 @@ async def _json(database: Database, query: str, *args: Any) -> Any:
 _STATS_COUNTS = ("partitions", "consumers", "queues", "groups", "candidates")
 
 
+#: rows of queen.consumer_activity a drain step of the stats job deletes at most: one stats interval's
+#: consumer changes at tens of thousands of messages a second take one step
+DRAIN_BATCH = 20_000
+
+
 class StatsJob(Job):
     name = "stats"
     lock_key = 737_003
@@ -182,6 +187,8 @@ class StatsJob(Job):
         details: dict[str, Any] = {**skipped, **first, **summed, "steps": steps}
         if last:
             details["sweepAfter"] = last.get("sweepAfter")
+        if not skipped:
+            details["activityDrained"] = await self._drain(database, pace)
         rows = sum(int(details.get(k) or 0) for k in ("partitions", "consumers", "queues", "groups"))
         if full and "skipped" not in details:
             self._last_full = now
@@ -191,6 +198,20 @@ class StatsJob(Job):
             details["capacityRecounts"] = len(capped or [])
         details["pace"] = pace.details()
         return RunResult(rows, details)
+
+    async def _drain(self, database: Database, pace: Pace) -> int:
+        """Delete the rows of ``queen.consumer_activity`` the sweeps have taken and no lease holds
+        (``queen.consumer_activity_drain_v1``, migration 026), ``DRAIN_BATCH`` a step, each its own
+        transaction, paced, until a step finds fewer: the rows deleted."""
+        drained = 0
+        while True:
+            deleted = int(
+                await pace.step(database.fetchval("SELECT queen.consumer_activity_drain_v1($1)", DRAIN_BATCH))
+                or 0
+            )
+            drained += deleted
+            if deleted < DRAIN_BATCH:
+                return drained
 
 
 async def _delete_kind(

@@ -16,7 +16,7 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- numbers changed, probes messages only for the partitions and cursors that moved (oldest message; first
 -- message after a cursor), adds what the consumer rows changed to their (queue, group) sums, re-aggregates the
 -- queues they belong to from partition_stats, and adds what the offsets and totals grew by to the current
--- minute of queue_throughput. Cost: range scans of the timestamps' indexes (migration 024) from the
+-- minute of queue_throughput. Cost: range scans of the timestamps' indexes (migrations 024 and 026) from the
 -- bound, plus index work per changed partition; never a pass over messages or the unchanged partitions.
 -- The reconcile catches what carries no timestamp (a seek, a failed or 'retry' ack of a queue without
 -- retryDelay) and repairs missing rows. A consumer group's deletion marks its partitions (trigger on
@@ -169,13 +169,11 @@ BEGIN
                 SELECT p.id FROM queen.partitions p WHERE p.last_activity >= v_since
                 UNION ALL
                 SELECT c.partition_id FROM queen.partition_counters c WHERE c.updated_at >= v_since
+                UNION ALL  -- consumer rows (migration 026: their change times and leases)
+                SELECT a.partition_id FROM queen.consumer_activity a WHERE a.changed_at >= v_since
                 UNION ALL
-                SELECT pc.partition_id FROM queen.partition_consumers pc
-                WHERE greatest(pc.last_consumed_at, pc.lease_acquired_at, pc.created_at, pc.retry_available_at)
-                      >= v_since
-                UNION ALL
-                SELECT pc.partition_id FROM queen.partition_consumers pc
-                WHERE pc.lease_expires_at >= v_since AND pc.lease_expires_at <= now()) x;
+                SELECT a.partition_id FROM queen.consumer_activity a
+                WHERE a.lease_expires_at >= v_since AND a.lease_expires_at <= now()) x;
         END IF;
         v_changed := ARRAY(
             SELECT w.partition_id FROM queen.stats_sweep w
@@ -549,5 +547,35 @@ BEGIN
                               'groups', v_groups, 'candidates', cardinality(v_candidates), 'full', v_full,
                               'exact', v_exact, 'pass', v_pass, 'passAfter', v_after,
                               'sweepAfter', v_sweep_after, 'aggregated', v_aggregate);
+END;
+$$;
+
+-- Rows of queen.consumer_activity (migration 026) no one needs any more: no lease held (worker_id NULL) and
+-- changed before the stats job's "since", so every sweep that had to see the change has taken it (the bound's
+-- argument in stats_refresh_v4's header). Without this the table would grow to one row per consumer row ever
+-- changed, and its indexes back to the size whose updates the migration took off the hot path. Oldest first,
+-- p_limit rows at most (NULL: all); rows a pop or an ack holds locked are skipped, never waited for (they are
+-- changing again). Its own short transaction (the stats job calls it after a sweep ends): the deleted rows
+-- stay locked only for it. Returns the rows deleted.
+CREATE OR REPLACE FUNCTION queen.consumer_activity_drain_v1(p_limit integer DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql
+AS $$
+DECLARE
+    v_since timestamptz;
+    v_deleted integer;
+BEGIN
+    SELECT (s.value->>'since')::timestamptz INTO v_since FROM queen.system_state s WHERE s.key = 'stats_refresh';
+    IF v_since IS NULL THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM queen.consumer_activity a
+    WHERE a.consumer_id IN (SELECT x.consumer_id FROM queen.consumer_activity x
+                            WHERE x.changed_at < v_since AND x.worker_id IS NULL
+                            ORDER BY x.changed_at
+                            LIMIT p_limit
+                            FOR UPDATE SKIP LOCKED);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    RETURN v_deleted;
 END;
 $$;

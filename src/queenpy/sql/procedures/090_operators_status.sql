@@ -343,9 +343,10 @@ LANGUAGE sql STABLE AS $$
     ), leases AS (
         SELECT count(*) AS active, count(DISTINCT pc.partition_id) AS partitions,
                coalesce(sum(pc.batch_size), 0) AS batch, coalesce(sum(pc.acked_count), 0) AS acked
-        FROM queen.partition_consumers pc
+        FROM queen.consumer_activity a  -- the leased consumer rows (migration 026)
+        JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
         JOIN queen.partitions pt ON pt.id = pc.partition_id JOIN scope ON scope.id = pt.queue_id
-        WHERE pc.worker_id IS NOT NULL AND pc.lease_expires_at > now()
+        WHERE a.worker_id IS NOT NULL AND pc.worker_id IS NOT NULL AND pc.lease_expires_at > now()
     )
     SELECT jsonb_build_object(
         'timeRange', jsonb_build_object('from', queen.iso_ms(params.t_from), 'to', queen.iso_ms(params.t_to)),
