@@ -149,32 +149,17 @@ BEGIN
 END;
 $$;
 
--- queen.consumer_activity (migration 026): a consumer row's lease and change time, written whenever a row is
--- created or an update changes its lease holder, its lease's end or its change time (the trigger's WHEN), so
--- that the row's own updates touch no indexed column and can be HOT. Inserts per statement (the bench's bulk
--- seed creates millions of rows in one), updates per row (a pop or an ack changes one).
-CREATE OR REPLACE FUNCTION queen.consumers_created_v1()
+-- queen.consumer_activity (migration 026): a consumer row's lease and change time, written whenever rows are
+-- created or updated, so that the rows' own updates touch no indexed column and can be HOT. Per statement
+-- (transition table "changed"): a pop or an ack changes one row, the bench's bulk seed creates millions in one.
+CREATE OR REPLACE FUNCTION queen.consumers_changed_v1()
 RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO queen.consumer_activity AS a (consumer_id, partition_id, worker_id, lease_expires_at, changed_at)
     SELECT n.id, n.partition_id, n.worker_id, n.lease_expires_at,
            greatest(n.last_consumed_at, n.lease_acquired_at, n.created_at, n.retry_available_at)
-    FROM created n
-    ON CONFLICT (consumer_id) DO UPDATE
-    SET worker_id = EXCLUDED.worker_id, lease_expires_at = EXCLUDED.lease_expires_at,
-        changed_at = EXCLUDED.changed_at;
-    RETURN NULL;
-END;
-$$;
-
-CREATE OR REPLACE FUNCTION queen.consumer_changed_v1()
-RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO queen.consumer_activity AS a (consumer_id, partition_id, worker_id, lease_expires_at, changed_at)
-    VALUES (NEW.id, NEW.partition_id, NEW.worker_id, NEW.lease_expires_at,
-            greatest(NEW.last_consumed_at, NEW.lease_acquired_at, NEW.created_at, NEW.retry_available_at))
+    FROM changed n
     ON CONFLICT (consumer_id) DO UPDATE
     SET worker_id = EXCLUDED.worker_id, lease_expires_at = EXCLUDED.lease_expires_at,
         changed_at = EXCLUDED.changed_at;
@@ -267,18 +252,13 @@ CREATE TRIGGER consumers_removed AFTER DELETE ON queen.partition_consumers
     REFERENCING OLD TABLE AS removed FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_removed_v1();
 DROP TRIGGER IF EXISTS consumers_created ON queen.partition_consumers;
 CREATE TRIGGER consumers_created AFTER INSERT ON queen.partition_consumers
-    REFERENCING NEW TABLE AS created FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_created_v1();
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_changed_v1();
+DROP TRIGGER IF EXISTS consumers_updated ON queen.partition_consumers;
+CREATE TRIGGER consumers_updated AFTER UPDATE ON queen.partition_consumers
+    REFERENCING NEW TABLE AS changed FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_changed_v1();
 DROP TRIGGER IF EXISTS consumers_truncated ON queen.partition_consumers;
 CREATE TRIGGER consumers_truncated AFTER TRUNCATE ON queen.partition_consumers
     FOR EACH STATEMENT EXECUTE FUNCTION queen.consumers_truncated_v1();
-DROP TRIGGER IF EXISTS consumer_changed ON queen.partition_consumers;
-CREATE TRIGGER consumer_changed AFTER UPDATE ON queen.partition_consumers
-    FOR EACH ROW
-    WHEN (OLD.worker_id IS DISTINCT FROM NEW.worker_id OR OLD.lease_expires_at IS DISTINCT FROM NEW.lease_expires_at
-          OR greatest(OLD.last_consumed_at, OLD.lease_acquired_at, OLD.created_at, OLD.retry_available_at)
-             IS DISTINCT FROM greatest(NEW.last_consumed_at, NEW.lease_acquired_at, NEW.created_at,
-                                       NEW.retry_available_at))
-    EXECUTE FUNCTION queen.consumer_changed_v1();
 DROP TRIGGER IF EXISTS queue_capacity_created ON queen.queues;
 CREATE TRIGGER queue_capacity_created AFTER INSERT ON queen.queues
     FOR EACH ROW WHEN (NEW.max_queue_size > 0) EXECUTE FUNCTION queen.queue_capacity_changed_v1();
