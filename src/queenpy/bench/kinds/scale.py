@@ -506,7 +506,7 @@ def _wal_split(window: Any, messages: int) -> dict[str, Any]:
     }
 
 
-def push_script_for(queue: str, partitions: int, workdir: Path, seed: int = 4242) -> Path:
+def push_script_for(queue: str, partitions: int, workdir: Path, seed: int = PUSH_SEED) -> Path:
     """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
     names ``p0`` .. ``p<partitions - 1>``), with transaction ids. ``seed`` seeds each wrk thread's random
     partitions: a window with the seed of another pushes to the same partitions in the same order, so each
