@@ -88,6 +88,17 @@ LANGUAGE sql STABLE AS $$
     LIMIT p_limit
 $$;
 
+-- The consumer rows lease p_lease holds, live or expired: found by the lease's id through
+-- queen.consumer_activity (migration 026: partition_consumers has no index on its lease holder, so that pops and
+-- acks rewrite their rows as HOT updates), each checked on the row itself, which stays the truth. A plain SQL
+-- function so the planner inlines it (lease renewal, a transaction's required leases, lease_seconds).
+CREATE OR REPLACE FUNCTION queen.lease_rows_v1(p_lease text)
+RETURNS SETOF queen.partition_consumers
+LANGUAGE sql STABLE AS $$
+    SELECT pc.* FROM queen.consumer_activity a JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
+    WHERE a.worker_id = p_lease AND pc.worker_id = p_lease
+$$;
+
 -- Partitions of a queue that may have work for a consumer group: newest message after the group's
 -- cursor, no live lease, no pending retry delay. Only partitions whose newest message is at or after
 -- `p_floor` (the group's scan floor, see pop.sql) are looked at, through the (queue_id, last_message_at)

@@ -129,19 +129,17 @@ BEGIN
                             JOIN queen.partition_consumers c
                               ON c.partition_id = r.partition_id AND c.consumer_group = r.consumer_group
                             UNION
-                            SELECT a.consumer_id FROM jsonb_array_elements(p_transactions) t(m)
+                            SELECT h.id FROM jsonb_array_elements(p_transactions) t(m)
                             CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(m->'requiredLeases', '[]')) l
-                            JOIN queen.consumer_activity a ON a.worker_id = l)
+                            CROSS JOIN LATERAL queen.lease_rows_v1(l) h)
             ORDER BY pc.id
             FOR UPDATE;
         END IF;
         IF v_required AND EXISTS (
                 SELECT 1 FROM jsonb_array_elements(p_transactions) t(m)
                 CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(m->'requiredLeases', '[]')) l
-                WHERE l <> '' AND NOT EXISTS (SELECT 1 FROM queen.consumer_activity a
-                                              JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
-                                              WHERE a.worker_id = l
-                                                AND pc.worker_id = l AND pc.lease_expires_at > now())) THEN
+                WHERE l <> '' AND NOT EXISTS (SELECT 1 FROM queen.lease_rows_v1(l) h
+                                              WHERE h.lease_expires_at > now())) THEN
             RAISE EXCEPTION 'required lease not live' USING ERRCODE = 'QN000';
         END IF;
         IF v_runs > 0 THEN

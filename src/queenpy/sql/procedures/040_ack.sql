@@ -293,22 +293,19 @@ DECLARE
     v_exists boolean;
 BEGIN
     FOR e IN SELECT x FROM jsonb_array_elements(p_items) x LOOP
-        -- the lease's consumer rows by its id: queen.consumer_activity (migration 026), each checked on the row
+        -- the lease's consumer rows by its id (queen.lease_rows_v1), each checked again as it is locked
         UPDATE queen.partition_consumers
         SET lease_expires_at = greatest(lease_expires_at,
                                         now() + make_interval(secs => coalesce((e->>'seconds')::numeric, 60)))
-        WHERE id IN (SELECT a.consumer_id FROM queen.consumer_activity a WHERE a.worker_id = e->>'leaseId')
+        WHERE id IN (SELECT h.id FROM queen.lease_rows_v1(e->>'leaseId') h)
           AND worker_id = e->>'leaseId' AND lease_expires_at > now();
-        SELECT min(pc.lease_expires_at) INTO v_expires
-        FROM queen.consumer_activity a JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
-        WHERE a.worker_id = e->>'leaseId' AND pc.worker_id = e->>'leaseId' AND pc.lease_expires_at > now();
+        SELECT min(h.lease_expires_at) INTO v_expires
+        FROM queen.lease_rows_v1(e->>'leaseId') h WHERE h.lease_expires_at > now();
         IF v_expires IS NOT NULL THEN
             v_results := array_append(v_results, jsonb_build_object('index', (e->>'index')::int,
                 'leaseId', e->>'leaseId', 'success', true, 'error', NULL, 'expiresAt', queen.iso_ms(v_expires)));
         ELSE
-            SELECT EXISTS (SELECT 1 FROM queen.consumer_activity a
-                           JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
-                           WHERE a.worker_id = e->>'leaseId' AND pc.worker_id = e->>'leaseId') INTO v_exists;
+            SELECT EXISTS (SELECT 1 FROM queen.lease_rows_v1(e->>'leaseId')) INTO v_exists;
             v_results := array_append(v_results, jsonb_build_object('index', (e->>'index')::int,
                 'leaseId', e->>'leaseId', 'success', false, 'expiresAt', NULL,
                 'error', CASE WHEN v_exists THEN 'Lease already expired' ELSE 'Lease not found' END));
@@ -439,17 +436,14 @@ BEGIN
             IF cardinality(v_leases) > 0 THEN
                 SELECT l INTO v_lease FROM unnest(v_leases) l
                 WHERE l <> ''
-                  AND NOT EXISTS (SELECT 1 FROM queen.consumer_activity a
-                                  JOIN queen.partition_consumers pc ON pc.id = a.consumer_id
-                                  WHERE a.worker_id = l AND pc.worker_id = l AND pc.lease_expires_at > now())
+                  AND NOT EXISTS (SELECT 1 FROM queen.lease_rows_v1(l) h WHERE h.lease_expires_at > now())
                 LIMIT 1;
                 IF FOUND THEN
                     v_fail_index := 0;
                     RAISE EXCEPTION 'Required lease % is expired or released', v_lease USING ERRCODE = 'QN409';
                 END IF;
                 PERFORM 1 FROM queen.partition_consumers pc
-                WHERE pc.id IN (SELECT a.consumer_id FROM queen.consumer_activity a
-                                WHERE a.worker_id = ANY (v_leases))
+                WHERE pc.id IN (SELECT h.id FROM unnest(v_leases) l CROSS JOIN LATERAL queen.lease_rows_v1(l) h)
                   AND pc.worker_id = ANY (v_leases)
                 ORDER BY pc.id
                 FOR UPDATE;

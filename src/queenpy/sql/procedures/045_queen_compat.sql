@@ -89,7 +89,7 @@ BEGIN
     JOIN jsonb_array_elements(v_results) WITH ORDINALITY x(res, n) ON x.n = r.o
     WHERE coalesce((r.e->>'lease_seconds')::numeric, 0) > 0
       AND coalesce(x.res->>'leaseId', '') <> ''
-      AND pc.id IN (SELECT a.consumer_id FROM queen.consumer_activity a WHERE a.worker_id = x.res->>'leaseId')
+      AND pc.id IN (SELECT h.id FROM queen.lease_rows_v1(x.res->>'leaseId') h)
       AND pc.worker_id = x.res->>'leaseId' AND pc.lease_expires_at IS NOT NULL;
 
     RETURN (SELECT jsonb_agg(jsonb_build_object('idx', coalesce(r.e->'idx', to_jsonb(r.o - 1)),
