@@ -5,10 +5,15 @@ reconcile is a pass in chunks."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
 import pytest
+
+from queenpy.services import jobs
+from queenpy.settings import ServiceSettings
+from queenpy.store.database import Database
 
 from helpers import call_procedure
 
@@ -518,8 +523,9 @@ def test_a_sweep_keeps_the_list_its_first_run_found(conn: psycopg.Connection[Any
 
 
 def test_the_queue_sums_wait_for_p_aggregate_or_the_sweep_s_end(conn: psycopg.Connection[Any]) -> None:
-    """Step 4 (a queue's sums over all its partitions) runs when p_aggregate is true or the sweep ends; a run
-    without it keeps the queues to re-aggregate in the state, and the run that aggregates takes them."""
+    """Step 4 (a queue's sums over all its partitions) runs when p_aggregate is true, or NULL and the sweep
+    ends; a run without it keeps the queues to re-aggregate in the state, and the run that aggregates takes
+    them."""
     call_procedure(
         conn, "push_items_v1", [{"queue": "a", "partition": f"p{n}", "payload": n} for n in range(3)]
     )
@@ -545,10 +551,49 @@ def test_the_queue_sums_wait_for_p_aggregate_or_the_sweep_s_end(conn: psycopg.Co
         5,
     )  # two partitions' new numbers in (2 + 2 + 1); the third's next
     last = conn.execute(step, (False,)).fetchone()[0]  # type: ignore[index]
-    assert (last["sweepAfter"], last["aggregated"]) == (None, True)  # the sweep's end aggregates
+    assert (last["sweepAfter"], last["aggregated"]) == (None, False)  # false: not even at the sweep's end
+    assert conn.execute(depth).fetchone() == (5,)
+    ended = conn.execute(step, (None,)).fetchone()[0]  # type: ignore[index]
+    assert (ended["sweepAfter"], ended["aggregated"], ended["queues"]) == (None, True, 1)  # NULL: at its end
+    assert ended["aggregateMs"] >= 0 and last["aggregateMs"] is None
     assert conn.execute(depth).fetchone() == (6,)
     state = conn.execute("SELECT value FROM queen.system_state WHERE key = 'stats_refresh'").fetchone()
     assert state is not None and "queues" not in state[0]
+
+
+def test_the_job_re_aggregates_a_slow_queue_sum_less_often(
+    conn: psycopg.Connection[Any], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job re-aggregates the queues' sums at the sweep's end once due: every STATS_INTERVAL_MS, or, when
+    the last re-aggregation took more than AGGREGATE_SHARE of a core, after its time divided by that share."""
+    depth = (
+        "SELECT s.depth FROM queen.queue_stats s JOIN queen.queues q ON q.id = s.queue_id WHERE q.name = 'j'"
+    )
+
+    def runs(share: float) -> list[tuple[Any, Any]]:
+        """Two runs of one job, a push before each: each run's "aggregated" and the depth after it."""
+        monkeypatch.setattr(jobs, "AGGREGATE_SHARE", share)
+        job = jobs.StatsJob(ServiceSettings(stats_interval_ms=1, duty_cycle=1.0))
+
+        async def go() -> list[tuple[Any, Any]]:
+            database = Database(db_url, 2)
+            await database.open()
+            try:
+                seen = []
+                for _ in range(2):
+                    call_procedure(conn, "push_items_v1", [{"queue": "j", "partition": "p", "payload": 1}])
+                    details = (await job.run(database)).details
+                    assert details["aggregateMs"] is None or details["aggregateMs"] >= 0
+                    seen.append((details["aggregated"], conn.execute(depth).fetchone()))
+                return seen
+            finally:
+                await database.close()
+
+        return asyncio.run(go())
+
+    assert runs(1.0) == [(True, (1,)), (True, (2,))]  # a 1 ms interval: due at every run
+    # a share no re-aggregation can stay under: the first run's (due: the job's first) sets a long period
+    assert runs(1e-12) == [(True, (3,)), (False, (3,))]
 
 
 def test_a_job_run_skips_while_another_run_holds_the_lock(conn: psycopg.Connection[Any], db_url: str) -> None:

@@ -128,6 +128,13 @@ _STATS_COUNTS = ("partitions", "consumers", "queues", "groups", "candidates")
 #: consumer changes at tens of thousands of messages a second take one step
 DRAIN_BATCH = 20_000
 
+#: The share of one core the queues' re-aggregation (step 4 of ``queen.stats_refresh_v4``: a sum over every
+#: partition of a queue) may take: it runs once a ``STATS_INTERVAL_MS``, or, when its last run took longer
+#: than this share of that interval, after its time divided by this share. About 0.6 s at a million
+#: partitions (benchmarks/journal/2026-11.md, issue 44), so every 30 s there; under a millisecond at ten
+#: thousand.
+AGGREGATE_SHARE = 0.02
+
 
 class StatsJob(Job):
     name = "stats"
@@ -138,6 +145,7 @@ class StatsJob(Job):
         super().__init__(settings)
         self._last_full: float | None = None
         self._last_aggregate: float | None = None
+        self._aggregate_every_s = self.interval_s  # AGGREGATE_SHARE: after a slow re-aggregation, longer
 
     @property
     def interval_s(self) -> float:
@@ -147,8 +155,10 @@ class StatsJob(Job):
         """One run: the steps of a sweep (``queen.stats_refresh_v4``, ``STATS_RUN_PARTITIONS`` changed
         partitions a step, each paced) until the sweep ends; the first step also takes the reconcile pass's
         next chunk (and starts a pass every ``STATS_RECONCILE_INTERVAL_MS``); the queues' sums are
-        re-aggregated at most once a ``STATS_INTERVAL_MS`` and when the sweep ends. Details: the steps'
-        counts summed, ``steps``, and the first step's reconcile fields."""
+        re-aggregated once a ``STATS_INTERVAL_MS``, or less often (``AGGREGATE_SHARE``), by the step that
+        ends the sweep, or by the next step once overdue by another period (a long sweep). Details: the
+        steps' counts summed, ``steps``, ``aggregateMs`` (the re-aggregation's time, ms), and the first
+        step's reconcile fields."""
         now = time.monotonic()
         full = (
             self._last_full is None
@@ -161,9 +171,16 @@ class StatsJob(Job):
         skipped: dict[str, Any] = {}
         steps = 0
         while True:
-            aggregate = (
-                self._last_aggregate is None or time.monotonic() - self._last_aggregate >= self.interval_s
-            )
+            # due (half a run early at most: runs start an interval apart): the step that ends the sweep
+            # aggregates (SQL NULL); overdue by another period (a long sweep): this step
+            started = time.monotonic()
+            aggregate: bool | None = None
+            if self._last_aggregate is not None:
+                since = started - self._last_aggregate + self.interval_s / 2
+                if since < self._aggregate_every_s:
+                    aggregate = False
+                elif since >= 2 * self._aggregate_every_s:
+                    aggregate = True
             step = await pace.step(
                 _json(
                     database,
@@ -179,7 +196,10 @@ class StatsJob(Job):
                 skipped = step
                 break
             if step.get("aggregated"):
-                self._last_aggregate = time.monotonic()
+                self._last_aggregate = started
+                took_s = float(step.get("aggregateMs") or 0) / 1000
+                self._aggregate_every_s = max(self.interval_s, took_s / AGGREGATE_SHARE)
+                summed["aggregateMs"] += round(took_s * 1000)
             first, last = first or step, step
             summed.update({key: int(step[key] or 0) for key in _STATS_COUNTS if key in step})
             if step.get("sweepAfter") is None:

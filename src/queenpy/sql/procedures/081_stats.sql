@@ -48,7 +48,7 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- partition a candidate, "exact" (every queue and group re-aggregated), "pass" ('started', 'continued',
 -- 'finished' or null), "passAfter" (where the pass continues; null when none is in progress),
 -- "sweepAfter" (the last changed partition taken when the sweep goes on in the next run; null when it ended)
--- and "aggregated" (step 4 ran).
+-- "aggregated" (step 4 ran) and "aggregateMs" (its time, when it ran).
 -- p_wait false (the job's runs): when another run holds the lock (a full pass the operators' route started,
 -- which may take minutes at a million partitions), answer {"skipped": ...} at once instead of waiting for it
 -- until the statement timeout.
@@ -58,11 +58,12 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- issue 44). Version 4 scans once, in the sweep's first run, into queen.stats_sweep (migration 022), and the
 -- sweep's later runs take the next p_limit ids from there: what changes meanwhile is the next sweep's, by the
 -- argument above. Step 4 (the queues' sums over partition_stats: a million rows for a queue of a million
--- partitions) runs when p_aggregate is true or the sweep ends; until then the queues to re-aggregate are kept
--- in the state ("queues"). The job (queenpy.services.jobs.StatsJob) calls it a step at a time, paced, with
--- p_aggregate every STATS_INTERVAL_MS. Since migration 024 the sweep's first run finds the changed partitions
--- by range scans of indexes on the timestamps, not by scanning the three tables whole (about 1.1 s a sweep at a
--- million partitions, busy or idle).
+-- partitions) runs when p_aggregate is true, or, when it is NULL, when the sweep ends; until then the queues to
+-- re-aggregate are kept in the state ("queues"). The job (queenpy.services.jobs.StatsJob) calls it a step at a
+-- time, paced, with p_aggregate true once a STATS_INTERVAL_MS, or less often when step 4 is slow (it reports
+-- "aggregateMs"; about 0.6 s at a million partitions, benchmarks/journal/2026-11.md). Since migration 024 the
+-- sweep's first run finds the changed partitions by range scans of indexes on the timestamps, not by scanning
+-- the three tables whole (about 1.1 s a sweep at a million partitions, busy or idle).
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v4(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
                                                   p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true,
                                                   p_aggregate boolean DEFAULT true)
@@ -93,6 +94,8 @@ DECLARE
     v_group_deltas jsonb;
     v_pending_queues uuid[];    -- queues whose step 4 a run without p_aggregate left for later
     v_aggregate boolean;
+    v_aggregate_started timestamptz;
+    v_aggregate_ms numeric;     -- step 4's time (NULL when it did not run)
 BEGIN
     IF p_wait THEN
         PERFORM pg_advisory_xact_lock(737013);
@@ -466,17 +469,18 @@ BEGIN
     END IF;
 
     -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always), when
-    -- p_aggregate is true or the sweep ends (else they wait in the state's "queues"): their partition_stats
+    -- p_aggregate is true, or NULL and the sweep ends (else they wait in the state's "queues"): their partition_stats
     -- summed; the consumer groups counted from queue_group_stats (step 3). The largest lag of the queue's
     -- consumer rows is the largest of its partitions' (those with a consumer row): a partition's largest
     -- offset_lag is its last_seq less the greater of its smallest cursor and its trimmed seq (step 2's offset_lag
     -- is monotone in the cursor), and steps 1 and 2 rewrite a partition's rows in the same run (migration 025).
     v_pending_queues := ARRAY(SELECT DISTINCT x FROM unnest(v_pending_queues || coalesce(v_changed_queues, '{}')
                                                         || coalesce(v_consumer_queues, '{}')) x);
-    v_aggregate := p_aggregate OR v_exact OR v_sweep_after IS NULL;
+    v_aggregate := coalesce(p_aggregate, v_sweep_after IS NULL) OR v_exact;
     IF NOT v_aggregate THEN
         v_queues := 0;
     ELSE
+    v_aggregate_started := clock_timestamp();
     WITH targets AS (
         SELECT q.id FROM queen.queues q
         WHERE v_exact OR q.id = ANY (v_pending_queues)
@@ -532,6 +536,7 @@ BEGIN
     )
     SELECT count(*) INTO v_queues FROM written;
     v_pending_queues := '{}';
+    v_aggregate_ms := round((extract(epoch FROM clock_timestamp() - v_aggregate_started) * 1000)::numeric, 1);
     END IF;
 
     INSERT INTO queen.system_state (key, value, updated_at)
@@ -546,7 +551,8 @@ BEGIN
     RETURN jsonb_build_object('partitions', v_partitions, 'consumers', v_consumers, 'queues', v_queues,
                               'groups', v_groups, 'candidates', cardinality(v_candidates), 'full', v_full,
                               'exact', v_exact, 'pass', v_pass, 'passAfter', v_after,
-                              'sweepAfter', v_sweep_after, 'aggregated', v_aggregate);
+                              'sweepAfter', v_sweep_after, 'aggregated', v_aggregate,
+                              'aggregateMs', v_aggregate_ms);
 END;
 $$;
 
