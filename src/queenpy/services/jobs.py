@@ -157,8 +157,8 @@ class StatsJob(Job):
         next chunk (and starts a pass every ``STATS_RECONCILE_INTERVAL_MS``); the queues' sums are
         re-aggregated once a ``STATS_INTERVAL_MS``, or less often (``AGGREGATE_SHARE``), by the step that
         ends the sweep, or by the next step once overdue by another period (a long sweep). Details: the
-        steps' counts summed, ``steps``, ``aggregateMs`` (the re-aggregation's time, ms), and the first
-        step's reconcile fields."""
+        steps' counts summed, ``steps``, ``aggregated`` (by any step) and ``aggregateMs`` (its time, ms;
+        None without), and the first step's reconcile fields."""
         now = time.monotonic()
         full = (
             self._last_full is None
@@ -205,6 +205,8 @@ class StatsJob(Job):
             if step.get("sweepAfter") is None:
                 break
         details: dict[str, Any] = {**skipped, **first, **summed, "steps": steps}
+        details["aggregated"] = "aggregateMs" in summed  # by any step, not only the first
+        details.setdefault("aggregateMs", None)
         if last:
             details["sweepAfter"] = last.get("sweepAfter")
         if not skipped:
