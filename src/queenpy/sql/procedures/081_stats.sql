@@ -60,10 +60,11 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- argument above. Step 4 (the queues' sums over partition_stats: a million rows for a queue of a million
 -- partitions) runs when p_aggregate is true, or, when it is NULL, when the sweep ends; until then the queues to
 -- re-aggregate are kept in the state ("queues"). The job (queenpy.services.jobs.StatsJob) calls it a step at a
--- time, paced, with p_aggregate true once a STATS_INTERVAL_MS, or less often when step 4 is slow (it reports
--- "aggregateMs"; about 0.6 s at a million partitions, benchmarks/journal/2026-11.md). Since migration 024 the
--- sweep's first run finds the changed partitions by range scans of indexes on the timestamps, not by scanning
--- the three tables whole (about 1.1 s a sweep at a million partitions, busy or idle).
+-- time, paced, with p_aggregate NULL once a STATS_INTERVAL_MS, or less often when step 4 is slow (it reports
+-- "aggregateMs"; about 0.6 s at a million partitions, benchmarks/journal/2026-11.md), true in a sweep overdue
+-- by another period, false otherwise. Since migration 024 the sweep's first run finds the changed partitions
+-- by range scans of indexes on the timestamps, not by scanning the three tables whole (about 1.1 s a sweep at
+-- a million partitions, busy or idle).
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v4(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
                                                   p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true,
                                                   p_aggregate boolean DEFAULT true)
@@ -469,11 +470,12 @@ BEGIN
     END IF;
 
     -- 4. queues whose partitions or consumer rows changed (every queue when v_exact; new queues always), when
-    -- p_aggregate is true, or NULL and the sweep ends (else they wait in the state's "queues"): their partition_stats
-    -- summed; the consumer groups counted from queue_group_stats (step 3). The largest lag of the queue's
-    -- consumer rows is the largest of its partitions' (those with a consumer row): a partition's largest
-    -- offset_lag is its last_seq less the greater of its smallest cursor and its trimmed seq (step 2's offset_lag
-    -- is monotone in the cursor), and steps 1 and 2 rewrite a partition's rows in the same run (migration 025).
+    -- p_aggregate is true, or NULL and the sweep ends (else they wait in the state's "queues"): their
+    -- partition_stats summed; the consumer groups counted from queue_group_stats (step 3). The largest lag of
+    -- the queue's consumer rows is the largest of its partitions' (those with a consumer row): a partition's
+    -- largest offset_lag is its last_seq less the greater of its smallest cursor and its trimmed seq (step 2's
+    -- offset_lag is monotone in the cursor), and steps 1 and 2 rewrite a partition's rows in the same run
+    -- (migration 025).
     v_pending_queues := ARRAY(SELECT DISTINCT x FROM unnest(v_pending_queues || coalesce(v_changed_queues, '{}')
                                                         || coalesce(v_consumer_queues, '{}')) x);
     v_aggregate := coalesce(p_aggregate, v_sweep_after IS NULL) OR v_exact;
