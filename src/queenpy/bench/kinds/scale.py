@@ -28,7 +28,11 @@ Steps of a round:
    their times differ. Seeded with one shared time, the floor stayed at it and every pop walked all the
    partitions the group had emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.
-6. **at scale**: the same measurements as 3 on the big queue.
+6. **at scale**: the same measurements as 3 on the big queue; then push and pop on the base queue again
+   (``base_again``: its windows only), a check of the drift between the two: the base is measured some
+   15 minutes before the figures at scale, and its rate moved by a third between two runs of the same code
+   on this machine (journal, issue 44). ``push_ratio_base_again`` and ``pop_ratio_base_again`` are the
+   ratios against it; ``push_ratio`` and ``pop_ratio`` stay the issue's, against the base measured first.
 
    In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` consecutive windows, and the
    figure is the median window's: one window varies about ±15% from the next on this machine (journal,
@@ -574,11 +578,18 @@ def _window_figures(measured: Measured[int]) -> dict[str, Any]:
 
 
 def _hot_path(
-    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
+    context: Context,
+    run: dict[str, Any],
+    queue: str,
+    partitions: int,
+    label: str,
+    fill: bool = False,
+    windows_only: bool = False,
 ) -> dict[str, Any]:
     """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
     with the 10 groups, each over ``WINDOWS`` consecutive windows; ``push`` and ``pop`` are the median
-    window's figures (:func:`_median_window`)."""
+    window's figures (:func:`_median_window`). Then cold partition pops, the operator routes and the
+    console's first render, unless ``windows_only``."""
     rows = lambda: _pushed(context.sql, queue)
     pushed = [
         measured_window(
@@ -615,11 +626,16 @@ def _hot_path(
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
         median = pushed[_median(pushes)]
         context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
-    return {
+    windows = {
         "push": _median_window(pushes),
         "pop": _median_window(pops),
         "pop_first": pops[0],
         "pop_after_stop": pops[1],
+    }
+    if windows_only:
+        return windows
+    return {
+        **windows,
         "cold_pop": _cold_pops(context.broker_url, queue, partitions),
         "routes": _route_timings(context.broker_url, queue),
         "console": _console_render(context.broker_url),
@@ -887,6 +903,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
+        figures["base_again"] = _hot_path(
+            context, result, base_queue, BASE_PARTITIONS, "base again", windows_only=True
+        )
         queue_id = _queue_id(context, big_queue)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
@@ -943,6 +962,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     base, at_scale = figures["base"], figures["at_scale"]
     figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
     figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
+    again = figures["base_again"]
+    figures["push_ratio_base_again"] = _ratio(at_scale["push"]["msg_per_s"], again["push"]["msg_per_s"])
+    figures["pop_ratio_base_again"] = _ratio(at_scale["pop"]["msg_per_s"], again["pop"]["msg_per_s"])
     # the first windows alone: at scale the first pop window is the one right after the seed's checkpoint,
     # where nearly every page a pop changes is a full-page image in the WAL (journal, issue 44)
     figures["pop_first_ratio"] = _ratio(at_scale["pop_first"]["msg_per_s"], base["pop_first"]["msg_per_s"])
@@ -967,10 +989,12 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
 
 
 def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over the rounds of push_ratio, pop_ratio and route_max_ms."""
+    """Medians over the rounds of the ratios and maxima below."""
     keys = (
         "push_ratio",
         "pop_ratio",
+        "push_ratio_base_again",
+        "pop_ratio_base_again",
         "pop_first_ratio",
         "pop_after_stop_ratio",
         "route_max_ms",
@@ -1017,6 +1041,17 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                     for name in ("push", "pop")
                 )
                 + f"; the first pop windows alone {figures['pop_first_ratio']}"
+            )
+        again = figures.get("base_again")
+        if again:  # runs before it was measured have no such figure
+            lines.append(
+                f"- at {BASE_PARTITIONS} again, after the windows at scale (the drift between the two), "
+                "msg/s a window: push "
+                + ", ".join(number(v) for v in again["push"]["windows_msg_per_s"])
+                + "; pop "
+                + ", ".join(number(v) for v in again["pop"]["windows_msg_per_s"])
+                + f"; at scale over it: push {figures['push_ratio_base_again']}, pop "
+                f"{figures['pop_ratio_base_again']}"
             )
         # the first pop window (runs before three windows a figure had one, ``pop``)
         first = big.get("pop_first", big["pop"])
@@ -1075,8 +1110,9 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
-    # the hot path's push and pop at each size, and at most WINDOWS beside each of the three services' runs
-    windows = (4 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3)
+    # the hot path's push and pop at each size and at the base again, and at most WINDOWS beside each of the
+    # three services' runs
+    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3)
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
