@@ -168,6 +168,7 @@ class StatsJob(Job):
         first: dict[str, Any] = {}  # the first step's answer: its reconcile fields
         last: dict[str, Any] = {}  # the last step's answer: where the sweep stands
         summed: Counter[str] = Counter()  # the steps' counts
+        aggregate_ms: float | None = None  # the re-aggregations' time (ms), when a step did one
         skipped: dict[str, Any] = {}
         steps = 0
         while True:
@@ -197,16 +198,16 @@ class StatsJob(Job):
                 break
             if step.get("aggregated"):
                 self._last_aggregate = started
-                took_s = float(step.get("aggregateMs") or 0) / 1000
-                self._aggregate_every_s = max(self.interval_s, took_s / AGGREGATE_SHARE)
-                summed["aggregateMs"] += round(took_s * 1000)
+                took_ms = float(step.get("aggregateMs") or 0)
+                self._aggregate_every_s = max(self.interval_s, took_ms / 1000 / AGGREGATE_SHARE)
+                aggregate_ms = (aggregate_ms or 0.0) + took_ms
             first, last = first or step, step
             summed.update({key: int(step[key] or 0) for key in _STATS_COUNTS if key in step})
             if step.get("sweepAfter") is None:
                 break
         details: dict[str, Any] = {**skipped, **first, **summed, "steps": steps}
-        details["aggregated"] = "aggregateMs" in summed  # by any step, not only the first
-        details.setdefault("aggregateMs", None)
+        details["aggregated"] = aggregate_ms is not None  # by any step, not only the first
+        details["aggregateMs"] = aggregate_ms
         if last:
             details["sweepAfter"] = last.get("sweepAfter")
         if not skipped:

@@ -99,6 +99,14 @@ LANGUAGE sql STABLE AS $$
     WHERE a.worker_id = p_lease AND pc.worker_id = p_lease
 $$;
 
+-- Whether p_lease is the live lease of a consumer row. coalesce: a released lease (worker_id NULL) must fail
+-- the check, not make it NULL and skip it. STABLE (now()), so the planner inlines it.
+CREATE OR REPLACE FUNCTION queen.holds_lease(p_pc queen.partition_consumers, p_lease text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce(p_pc.worker_id = p_lease AND p_pc.lease_expires_at > now(), false)
+$$;
+
 -- Partitions of a queue that may have work for a consumer group: newest message after the group's
 -- cursor, no live lease, no pending retry delay. Only partitions whose newest message is at or after
 -- `p_floor` (the group's scan floor, see pop.sql) are looked at, through the (queue_id, last_message_at)

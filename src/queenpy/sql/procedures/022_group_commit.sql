@@ -139,7 +139,7 @@ BEGIN
                 SELECT 1 FROM jsonb_array_elements(p_transactions) t(m)
                 CROSS JOIN LATERAL jsonb_array_elements_text(coalesce(m->'requiredLeases', '[]')) l
                 WHERE l <> '' AND NOT EXISTS (SELECT 1 FROM queen.lease_rows_v1(l) h
-                                              WHERE h.lease_expires_at > now())) THEN
+                                              WHERE queen.holds_lease(h, l))) THEN
             RAISE EXCEPTION 'required lease not live' USING ERRCODE = 'QN000';
         END IF;
         IF v_runs > 0 THEN

@@ -1,13 +1,5 @@
 -- Ack, lease renewal and transactions (API.md sections 6, 7 and 9).
 
--- Whether p_lease is the live lease of a consumer row. coalesce: a released lease (worker_id NULL) must fail
--- the check, not make it NULL and skip it. STABLE (now()), so the planner inlines it.
-CREATE OR REPLACE FUNCTION queen.holds_lease(p_pc queen.partition_consumers, p_lease text)
-RETURNS boolean
-LANGUAGE sql STABLE AS $$
-    SELECT coalesce(p_pc.worker_id = p_lease AND p_pc.lease_expires_at > now(), false)
-$$;
-
 -- Apply one acknowledgment. p_mode 'ack' follows API.md 6.3 (failed acks retry up to retryLimit);
 -- p_mode 'transaction' follows API.md 9 (failed goes straight to the DLQ, unknown status is an error).
 -- Item: {"index", "transactionId", "partitionId", "status", "error", "leaseId", "consumerGroup"}.
@@ -300,7 +292,7 @@ BEGIN
         WHERE id IN (SELECT h.id FROM queen.lease_rows_v1(e->>'leaseId') h)
           AND worker_id = e->>'leaseId' AND lease_expires_at > now();
         SELECT min(h.lease_expires_at) INTO v_expires
-        FROM queen.lease_rows_v1(e->>'leaseId') h WHERE h.lease_expires_at > now();
+        FROM queen.lease_rows_v1(e->>'leaseId') h WHERE queen.holds_lease(h, e->>'leaseId');
         IF v_expires IS NOT NULL THEN
             v_results := array_append(v_results, jsonb_build_object('index', (e->>'index')::int,
                 'leaseId', e->>'leaseId', 'success', true, 'error', NULL, 'expiresAt', queen.iso_ms(v_expires)));
@@ -436,7 +428,7 @@ BEGIN
             IF cardinality(v_leases) > 0 THEN
                 SELECT l INTO v_lease FROM unnest(v_leases) l
                 WHERE l <> ''
-                  AND NOT EXISTS (SELECT 1 FROM queen.lease_rows_v1(l) h WHERE h.lease_expires_at > now())
+                  AND NOT EXISTS (SELECT 1 FROM queen.lease_rows_v1(l) h WHERE queen.holds_lease(h, l))
                 LIMIT 1;
                 IF FOUND THEN
                     v_fail_index := 0;

@@ -538,7 +538,7 @@ BEGIN
     )
     SELECT count(*) INTO v_queues FROM written;
     v_pending_queues := '{}';
-    v_aggregate_ms := round((extract(epoch FROM clock_timestamp() - v_aggregate_started) * 1000)::numeric, 1);
+    v_aggregate_ms := round((extract(epoch FROM clock_timestamp() - v_aggregate_started) * 1000)::numeric, 3);
     END IF;
 
     INSERT INTO queen.system_state (key, value, updated_at)
