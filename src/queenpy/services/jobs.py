@@ -319,7 +319,7 @@ class RetentionJob(Job):
             step = await pace.step(
                 _json(
                     database,
-                    "SELECT queen.partition_cleanup_v2($1, $2)::text",
+                    "SELECT queen.partition_cleanup_v3($1, $2)::text",
                     settings.partition_cleanup_days * _DAY_S,
                     CLEANUP_PER_STEP,
                 )

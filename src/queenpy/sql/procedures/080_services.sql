@@ -559,8 +559,15 @@ $$;
 -- (partitions_queue_last_message_idx, per queue), and one that never held any is in partitions_never_pushed_idx
 -- (migration 020). A step reads the old partitions, not all of them: partitions whose newest message is old
 -- but that still hold messages are probed again by each step (one index probe each).
+-- Version 3: each candidate is looked up by its id from the candidates (a LATERAL subquery that also locks).
+-- Version 2 (dropped) joined the candidates to partitions, and when the statistics predated the idle
+-- partitions (a bulk of them created since the last ANALYZE) the planner drove the join from
+-- partitions_activity_idx instead: every partition idle since the cutoff, each probed, for each candidate.
+-- One step took 24 s at 100,000 idle partitions and hit the statement timeout
+-- (tests/integration/test_explain_services.py; benchmarks/journal/2026-11.md, issue 44).
 DROP FUNCTION IF EXISTS queen.partition_cleanup_v1(double precision, integer);
-CREATE OR REPLACE FUNCTION queen.partition_cleanup_v2(p_idle_seconds double precision, p_limit integer)
+DROP FUNCTION IF EXISTS queen.partition_cleanup_v2(double precision, integer);
+CREATE OR REPLACE FUNCTION queen.partition_cleanup_v3(p_idle_seconds double precision, p_limit integer)
 RETURNS jsonb
 LANGUAGE plpgsql
 SET enable_seqscan = off
@@ -580,17 +587,21 @@ BEGIN
         -- partitions that never held one (partitions_never_pushed_idx)
         SELECT p.id FROM queen.partitions p WHERE p.last_message_at IS NULL AND p.last_activity < v_cutoff
     ), doomed AS (
-        SELECT p.id FROM candidates c JOIN queen.partitions p ON p.id = c.id
-        WHERE p.last_activity < v_cutoff AND p.created_at < v_cutoff
-          -- scalar subqueries, not NOT EXISTS: probes per candidate, never an anti-join over a whole table
-          AND (SELECT m.seq FROM queen.messages m WHERE m.partition_id = p.id LIMIT 1) IS NULL
-          AND (SELECT true FROM queen.partition_consumers pc
-               WHERE pc.partition_id = p.id
-                 AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
-                      OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff)
-               LIMIT 1) IS NULL
+        -- each candidate's row by its id (LATERAL: the candidates drive, whatever the statistics say), checked
+        -- and locked, until p_limit are taken
+        SELECT l.id FROM candidates c
+        CROSS JOIN LATERAL (
+            SELECT p.id FROM queen.partitions p
+            WHERE p.id = c.id AND p.last_activity < v_cutoff AND p.created_at < v_cutoff
+              -- scalar subqueries, not NOT EXISTS: probes per candidate, never an anti-join over a whole table
+              AND (SELECT m.seq FROM queen.messages m WHERE m.partition_id = p.id LIMIT 1) IS NULL
+              AND (SELECT true FROM queen.partition_consumers pc
+                   WHERE pc.partition_id = p.id
+                     AND (pc.lease_expires_at > now() OR pc.created_at >= v_cutoff
+                          OR pc.last_consumed_at >= v_cutoff OR pc.lease_acquired_at >= v_cutoff)
+                   LIMIT 1) IS NULL
+            FOR UPDATE OF p SKIP LOCKED) l
         LIMIT p_limit
-        FOR UPDATE OF p SKIP LOCKED
     ), unrecorded AS (
         SELECT p.queue_id, greatest(p.last_seq - coalesce(s.last_seq, 0), 0) AS ingested,
                greatest(coalesce(c.dead_lettered, 0) - coalesce(s.dead_lettered, 0), 0) AS dead_lettered,
