@@ -203,7 +203,8 @@ def test_partition_cleanup_reads_its_candidates_first_when_the_statistics_are_st
     call_procedure(conn, "configure_queue_v1", {"queue": "many"})
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
-        SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, 5000) s WHERE q.name = 'many'""")
+        SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, 5000) s
+        WHERE q.name = 'many'""")
     conn.execute("ANALYZE queen.partitions")
     conn.execute("""
         INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
