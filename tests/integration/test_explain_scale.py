@@ -188,7 +188,7 @@ def test_the_message_list_reads_the_cursors_of_its_page_not_of_every_partition(d
         for params in ({"limit": 50, "queue": "wide", "partition": "p7"}, {"limit": 50, "queue": "wide"}):
             text = json.dumps(params)
             listed = json.loads(
-                conn.execute("SELECT queen.messages_list_v2(%s::jsonb)::text", (text,)).fetchone()[0]  # type: ignore[index]
+                conn.execute("SELECT queen.messages_list_v4(%s::jsonb)::text", (text,)).fetchone()[0]  # type: ignore[index]
             )
             # one partition: its messages of the last hour (the seed's first one is two hours old)
             assert len(listed["messages"]) == (scale.STORED - 1 if "partition" in params else 50), listed
@@ -197,5 +197,5 @@ def test_the_message_list_reads_the_cursors_of_its_page_not_of_every_partition(d
         # the 40,000 cursors of the queue, whose index and heap rows the mode walked on PostgreSQL 16 without
         # sorting (1,138; a gap that grows with the partitions)
         text = json.dumps({"limit": 50, "queue": "wide", "partition": "p7"})
-        listed_buffers = buffers(conn, "SELECT queen.messages_list_v2(%s::jsonb)", (text,))
+        listed_buffers = buffers(conn, "SELECT queen.messages_list_v4(%s::jsonb)", (text,))
         assert listed_buffers < 600, listed_buffers

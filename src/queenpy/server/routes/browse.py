@@ -28,8 +28,8 @@ def _message_key(request: Request) -> tuple[str, str]:
 async def messages_list(request: Request) -> Response:
     """``GET /api/v1/messages?queue&partition&ns&task&status&from&to&limit=200&offset=0&cursor``: newest first
     by message id; ``cursor`` (a message id, the previous page's ``nextCursor``) lists what comes after it.
-    ``total`` is exact, or the planner's estimate flagged ``"estimated": true`` when the window spans more
-    than 1,000 active partitions (queen.messages_list_v2)."""
+    ``total`` is exact, or an estimate flagged ``"estimated": true`` when the window spans more than 1,000
+    active partitions or more than 10,000 messages (queen.messages_list_v4)."""
     q = request.query_params
     start, end = v.query_window(q)
     params: dict[str, Any] = {
@@ -45,7 +45,7 @@ async def messages_list(request: Request) -> Response:
         "cursor": v.check_uuid(q["cursor"], "query parameter cursor") if q.get("cursor") else None,
     }
     text = await worker_of(request).database.fetchval(
-        "SELECT queen.messages_list_v2($1::jsonb)::text",
+        "SELECT queen.messages_list_v4($1::jsonb)::text",
         orjson.dumps({k: value for k, value in params.items() if value is not None}).decode(),
     )
     return json_response(text.encode(), empty_as_body=True)

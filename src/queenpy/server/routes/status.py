@@ -109,7 +109,7 @@ async def queue_messages(request: Request) -> Response:
     }
     page = orjson.loads(
         await worker_of(request).database.fetchval(
-            "SELECT queen.messages_list_v2($1::jsonb)::text", orjson.dumps(params).decode()
+            "SELECT queen.messages_list_v4($1::jsonb)::text", orjson.dumps(params).decode()
         )
     )
     keys = ("id", "transactionId", "partitionId", "queuePath", "queue", "partition", "status", "createdAt")
