@@ -146,6 +146,25 @@ def test_a_retention_step_reads_and_deletes_a_bounded_batch_through_indexes(
     assert deleted == (300,)
 
 
+def idle_partitions(conn: psycopg.Connection[Any], queue: str, n: int) -> None:
+    """``n`` partitions ``p1`` ... of ``queue``, created and last active 40 days ago, never pushed to."""
+    conn.execute(
+        """INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
+        SELECT q.id, 'p' || s, now() - interval '40 days', now() - interval '40 days'
+        FROM queen.queues q, generate_series(1, %s) s WHERE q.name = %s""",
+        (n, queue),
+    )
+
+
+def young_partitions(conn: psycopg.Connection[Any], queue: str, n: int) -> None:
+    """``n`` partitions ``y1`` ... of ``queue`` whose one message arrived now."""
+    conn.execute(
+        """INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
+        SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, %s) s WHERE q.name = %s""",
+        (n, queue),
+    )
+
+
 def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.Connection[Any]) -> None:
     """Cleanup reads its candidates through indexes: idle partitions that never held a message (20,000
     here) and those whose newest message is older than the cutoff (one more, still holding it, so it stays),
@@ -153,10 +172,7 @@ def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.C
     partitions): version 1 walked every partition in each step, about 2 s a step at a million (journal,
     issue 44)."""
     call_procedure(conn, "configure_queue_v1", {"queue": "many"})
-    conn.execute("""
-        INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
-        SELECT q.id, 'p' || s, now() - interval '40 days', now() - interval '40 days'
-        FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'many'""")
+    idle_partitions(conn, "many", 20_000)
     conn.execute("""
         INSERT INTO queen.partition_consumers (partition_id, consumer_group, created_at, last_consumed_at)
         SELECT p.id, 'g', now() - interval '40 days', now() - interval '40 days' FROM queen.partitions p
@@ -167,10 +183,7 @@ def test_partition_cleanup_probes_each_candidate_through_indexes(conn: psycopg.C
                last_activity = now() - interval '40 days', last_message_at = now() - interval '40 days'
         WHERE queue_id = (SELECT id FROM queen.queues WHERE name = 'other')""")  # old, holding its messages
     call_procedure(conn, "configure_queue_v1", {"queue": "young"})
-    conn.execute("""
-        INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
-        SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, 20000) s
-        WHERE q.name = 'young'""")
+    young_partitions(conn, "young", 20_000)
     conn.execute("ANALYZE queen.partitions")
     buffers, scans, fetched = measure(conn, "SELECT queen.partition_cleanup_v3(%s, %s)", (30 * 86400.0, 500))
     # no scan of the partitions: the candidates come from the two indexes, the 20,000 idle ones and the old
@@ -201,15 +214,9 @@ def test_partition_cleanup_reads_its_candidates_first_when_the_statistics_are_st
     idle since the cutoff, each probed) and a step took 24 s at 100,000 idle partitions, past the statement
     timeout (journal, issue 44)."""
     call_procedure(conn, "configure_queue_v1", {"queue": "many"})
-    conn.execute("""
-        INSERT INTO queen.partitions (queue_id, name, last_seq, last_message_at)
-        SELECT q.id, 'y' || s, 1, now() FROM queen.queues q, generate_series(1, 5000) s
-        WHERE q.name = 'many'""")
+    young_partitions(conn, "many", 5_000)
     conn.execute("ANALYZE queen.partitions")
-    conn.execute("""
-        INSERT INTO queen.partitions (queue_id, name, created_at, last_activity)
-        SELECT q.id, 'p' || s, now() - interval '40 days', now() - interval '40 days'
-        FROM queen.queues q, generate_series(1, 20000) s WHERE q.name = 'many'""")
+    idle_partitions(conn, "many", 20_000)
     buffers, scans, fetched = measure(conn, "SELECT queen.partition_cleanup_v3(%s, %s)", (30 * 86400.0, 500))
     assert "partitions" not in scans, scans
     # the 500 taken, each read a few times (candidate, lock, record, delete), never the 20,000 behind them

@@ -578,18 +578,24 @@ def _window_figures(measured: Measured[int]) -> dict[str, Any]:
 
 
 def _hot_path(
-    context: Context,
-    run: dict[str, Any],
-    queue: str,
-    partitions: int,
-    label: str,
-    fill: bool = False,
-    windows_only: bool = False,
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
+) -> dict[str, Any]:
+    """:func:`_windows`, then cold partition pops, the operator routes and the console's first render."""
+    return {
+        **_windows(context, run, queue, partitions, label, fill),
+        "cold_pop": _cold_pops(context.broker_url, queue, partitions),
+        "routes": _route_timings(context.broker_url, queue),
+        "console": _console_render(context.broker_url),
+    }
+
+
+def _windows(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
 ) -> dict[str, Any]:
     """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
     with the 10 groups, each over ``WINDOWS`` consecutive windows; ``push`` and ``pop`` are the median
-    window's figures (:func:`_median_window`). Then cold partition pops, the operator routes and the
-    console's first render, unless ``windows_only``."""
+    window's figures (:func:`_median_window`). ``fill``: the run's shared figures are the median push
+    window's."""
     rows = lambda: _pushed(context.sql, queue)
     pushed = [
         measured_window(
@@ -626,19 +632,11 @@ def _hot_path(
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
         median = pushed[_median(pushes)]
         context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
-    windows = {
+    return {
         "push": _median_window(pushes),
         "pop": _median_window(pops),
         "pop_first": pops[0],
         "pop_after_stop": pops[1],
-    }
-    if windows_only:
-        return windows
-    return {
-        **windows,
-        "cold_pop": _cold_pops(context.broker_url, queue, partitions),
-        "routes": _route_timings(context.broker_url, queue),
-        "console": _console_render(context.broker_url),
     }
 
 
@@ -903,9 +901,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
-        figures["base_again"] = _hot_path(
-            context, result, base_queue, BASE_PARTITIONS, "base again", windows_only=True
-        )
+        figures["base_again"] = _windows(context, result, base_queue, BASE_PARTITIONS, "base again")
         queue_id = _queue_id(context, big_queue)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
