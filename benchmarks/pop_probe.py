@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pop_probe.py seed URL [--partitions 1000000]
     .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--push S] [--warm] [--profile] \\
-        [--wal-by-relation] [--data-dir DIR] [K=V ...]
+        [--wal-by-relation] [--data-dir DIR] [--queues BASE BIG] [K=V ...]
 
 ``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
 100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
@@ -137,6 +137,7 @@ def probe(
     data_dir: Path | None,
     env: dict[str, str],
     workdir: Path,
+    queues: tuple[str, str] = ("base", "big"),
 ) -> None:
     sql = Sql(url)
     if profile:
@@ -150,7 +151,7 @@ def probe(
     report: dict[str, Any] = {}
     try:
         broker.wait_ready()
-        for queue in ("base", "big"):
+        for queue in queues:
             script = scale.pop_script_for(queue, workdir)
             if push_s:
                 partitions = int(
@@ -217,6 +218,13 @@ def main() -> None:
     probing.add_argument("--wal-by-relation", action="store_true")
     probing.add_argument("--data-dir", type=Path)
     probing.add_argument("--workdir", type=Path)
+    probing.add_argument(
+        "--queues",
+        nargs=2,
+        default=("base", "big"),
+        metavar=("BASE", "BIG"),
+        help="the two queues (a database the scale kind left: PREFIXscale-1m-r1-base and ...-big)",
+    )
     args = parser.parse_args()
     if args.command == "seed":
         seed(args.url, args.partitions)
@@ -233,6 +241,7 @@ def main() -> None:
         args.data_dir,
         env,
         workdir,
+        tuple(args.queues),
     )
 
 

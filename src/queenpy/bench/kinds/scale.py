@@ -115,7 +115,11 @@ BYTES_PER_PARTITION = 12_000
 # than partition 0's (every partition its own newest-message time, see the module docstring; ids are UUIDv7
 # of their creation time, so
 # they grow with the offsets as the push procedure makes them; transaction ids are the ids' text, as a push
-# without client transaction ids stores them); then cursors of groups $9 at offset $10.
+# without client transaction ids stores them); then cursors of groups $9 at offset $10. Rows go in as pushes
+# and pops would have written them: messages in the order of their times, and the cursors in the order the
+# groups' wildcard pops reached the partitions (oldest first), the groups side by side. Ordered by the
+# partitions' random ids instead, as the seed first was, a table's pages had no order a consumer follows:
+# each pop at a million partitions read and rewrote a page of its own (journal, issue 44).
 _MESSAGE_AT = (
     "CASE WHEN s = 1 THEN $7::timestamptz ELSE $8::timestamptz + s * interval '1 ms' END"
     " + {n} * interval '1 microsecond'"
@@ -143,7 +147,7 @@ WITH parts AS (
         SELECT {_MESSAGE_AT.format(n="substr(parts.name, length($2) + 1)::int")} AS at,
                md5(substr(parts.name, length($2) + 1) || '-' || s) AS h) y
     CROSS JOIN LATERAL (SELECT y.at, {_MESSAGE_ID.format(at="y.at").replace("h, ", "y.h, ")} AS id) m
-    ORDER BY parts.id, s
+    ORDER BY m.at, m.id
     RETURNING partition_id, seq, id, created_at
 )
 INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq, last_consumed_id,
@@ -152,6 +156,7 @@ INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consum
 SELECT m.partition_id, grp, m.seq, m.id, m.created_at, m.seq, 1, m.created_at, 0, 0, m.created_at
 FROM messages m CROSS JOIN unnest($9::text[]) grp
 WHERE m.seq = $10::int
+ORDER BY m.created_at, grp
 """
 # the queue as a first push creates it (queen.create_partitions_v1): no Default partition (configure makes
 # one)
