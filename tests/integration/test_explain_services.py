@@ -253,7 +253,8 @@ def test_a_completed_retention_step_reads_the_old_run_not_the_young_messages_beh
     conn: psycopg.Connection[Any],
 ) -> None:
     """The soak's case: everything is consumed, a short period, a run a second. The step finds where the old
-    run ends by a binary search (queen.retention_run_end_v1) instead of reading every consumed message."""
+    run ends by a search over offsets (queen.retention_run_end_v2) instead of reading every consumed
+    message."""
     partition = deep_partition(conn, "young", 20_000, completedRetentionSeconds=60)
     conn.execute(
         "UPDATE queen.messages SET created_at = now() WHERE partition_id = %s AND seq > 100", (partition,)
@@ -275,6 +276,53 @@ def test_a_completed_retention_step_reads_the_old_run_not_the_young_messages_beh
     # the 100 old messages, and about log2(20,000) = 15 probes; not the 19,900 young ones (nor 1,000 of them)
     assert fetched.get("messages", 0) <= 100 + 20, fetched
     assert buffers < 30 * 100, buffers
+
+
+def test_a_retention_step_of_one_expired_message_a_partition_reads_two_and_updates_each_counter_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The steady case of retention at many partitions: since the last run one message of each partition aged
+    past the period. The newest message's time is the partition row's (no probe of it), the gallop reads the
+    first two messages of each, the delete fetches the expired one again, and each partition_counters row
+    takes one update: the step's, which moves the floor and counts the deletion (the delete trigger's second
+    update of the row doubled the step's WAL records; journal, issue 44)."""
+    partitions = 200
+    call_procedure(conn, "configure_queue_v1", {"queue": "steady", "options": {"retentionSeconds": 60}})
+    results = call_procedure(
+        conn,
+        "push_items_v1",
+        [
+            {"queue": "steady", "partition": f"p{n}", "payload": i}
+            for n in range(partitions)
+            for i in range(5)
+        ],
+    )
+    assert all(r["status"] == "queued" for r in results)
+    conn.execute(
+        "UPDATE queen.messages m SET created_at = now() - interval '1 hour' FROM queen.partitions p, "
+        "queen.queues q WHERE m.partition_id = p.id AND p.queue_id = q.id AND q.name = 'steady' AND m.seq = 1"
+    )
+    queue_id = conn.execute("SELECT id FROM queen.queues WHERE name = 'steady'").fetchone()[0]  # type: ignore[index]
+    step = "SELECT queen.retention_step_v1('retention', %s, '{}', '', true, 500, 1000, now())"
+    with conn.transaction():
+        before = table_reads(conn)
+        result = conn.execute(step, (queue_id,)).fetchone()[0]  # type: ignore[index]
+        after = table_reads(conn)
+        updates = conn.execute(
+            "SELECT n_tup_upd FROM pg_stat_xact_user_tables "
+            "WHERE relid = 'queen.partition_counters'::regclass"
+        ).fetchone()[0]  # type: ignore[index]
+    assert result["deleted"] == partitions, result
+    assert updates == partitions  # one a partition: before, the trigger's and the step's (400 here)
+    fetched = after["messages"][1] - before.get("messages", (0, 0))[1]
+    assert fetched == 3 * partitions, fetched  # two probes, the delete's fetch; before, 800 (newest probed)
+    deleted = conn.execute(
+        "SELECT sum(c.messages_deleted)::int, min(c.head_seq), max(c.head_seq) "
+        "FROM queen.partition_counters c JOIN queen.partitions p ON p.id = c.partition_id "
+        "WHERE p.queue_id = %s AND p.name LIKE 'p%%'",
+        (queue_id,),
+    ).fetchone()
+    assert deleted == (partitions, 1, 1)
 
 
 def test_the_stats_probe_of_the_oldest_message_starts_at_the_retention_floor(

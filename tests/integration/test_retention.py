@@ -48,13 +48,23 @@ def push(conn: psycopg.Connection[Any], queue: str, count: int, partition: str =
 def age(
     conn: psycopg.Connection[Any], queue: str, upto_seq: int, partition: str = "Default", seconds: int = 3600
 ) -> None:
-    """Messages up to offset ``upto_seq`` were created ``seconds`` ago (older offsets a little earlier)."""
+    """Messages up to offset ``upto_seq`` were created ``seconds`` ago (older offsets a little earlier); when
+    that takes in the partition's last offset, its ``last_message_at`` too, as the push wrote it with its
+    message (retention reads it for the newest message's time: queen.retention_run_end_v2)."""
     conn.execute(
         """
         UPDATE queen.messages m SET created_at = now() - make_interval(secs => %s + (1000 - m.seq) * 0.001)
         FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
         WHERE m.partition_id = p.id AND q.name = %s AND p.name = %s AND m.seq <= %s""",
         (seconds, queue, partition, upto_seq),
+    )
+    conn.execute(
+        """
+        UPDATE queen.partitions p SET last_message_at = m.created_at
+        FROM queen.queues q, queen.messages m
+        WHERE q.id = p.queue_id AND q.name = %s AND p.name = %s AND p.last_seq <= %s
+          AND m.partition_id = p.id AND m.seq = p.last_seq""",
+        (queue, partition, upto_seq),
     )
 
 
@@ -294,7 +304,7 @@ def test_retention_vacuums_the_messages_table_after_enough_deletions(
 def test_the_run_of_old_messages_ends_at_the_first_young_one_at_any_depth(
     conn: psycopg.Connection[Any], db_url: str, old: int
 ) -> None:
-    """The step finds where the old run ends by a binary search over offsets (queen.retention_run_end_v1)."""
+    """The step finds where the old run ends by a search over offsets (queen.retention_run_end_v2)."""
     queue = f"depth-{old}"
     configure(conn, queue, retentionSeconds=60)
     push(conn, queue, 500)

@@ -51,13 +51,16 @@ $$;
 
 -- Every DELETE of messages, whoever runs it: their dead letters, traces and replays (through the message_id
 -- indexes: enable_seqscan = off, as the plans of a trigger are made once per session; each table only when it
--- holds a row at all), the partitions'
--- messages_deleted, the capped queues' stored count, and a retention_history row per queue of type 'deleted'
--- unless the deleting transaction set queen.deletion_kind (the retention steps and partition cleanup write
--- their own, typed history). Rows of a partition deleted in the same transaction (a queue or partition deletion
--- cascading) are not counted: their counters go with them. Hash and merge joins are off: the transition table
--- looks like 1,000 rows to the planner, and a hash join read every partition_counters row for each deleting
--- statement (100,000 at 100,000 partitions) where an index probe per touched partition is enough.
+-- holds a row at all), the partitions' messages_deleted, the capped queues' stored count, and a
+-- retention_history row per queue of type 'deleted' unless the deleting transaction set queen.deletion_kind
+-- (the retention steps and partition cleanup write their own, typed history). A retention step (kind
+-- retention, completed_retention or max_wait_time_eviction) counts messages_deleted itself, in the one update
+-- that moves its floor (queen.retention_step_v1): a second update of the same partition_counters row here
+-- doubled the step's WAL records and index entries (benchmarks/journal/2026-11.md, issue 44). Rows of a
+-- partition deleted in the same transaction (a queue or partition deletion cascading) are not counted: their
+-- counters go with them. Hash and merge joins are off: the transition table looks like 1,000 rows to the
+-- planner, and a hash join read every partition_counters row for each deleting statement (100,000 at 100,000
+-- partitions) where an index probe per touched partition is enough.
 CREATE OR REPLACE FUNCTION queen.messages_deleted_v1()
 RETURNS trigger
 LANGUAGE plpgsql
@@ -67,6 +70,7 @@ SET enable_mergejoin = off
 AS $$
 DECLARE
     v_kind text := nullif(current_setting('queen.deletion_kind', true), '');
+    v_counted boolean := coalesce(v_kind IN ('retention', 'completed_retention', 'max_wait_time_eviction'), false);
 BEGIN
     IF EXISTS (SELECT 1 FROM queen.dead_letter_queue) THEN
         DELETE FROM queen.dead_letter_queue d WHERE d.message_id IN (SELECT g.id FROM gone g);
@@ -85,7 +89,7 @@ BEGIN
         UPDATE queen.partition_counters c
         SET messages_deleted = c.messages_deleted + pp.n, updated_at = now()
         FROM per_partition pp
-        WHERE c.partition_id = pp.partition_id
+        WHERE c.partition_id = pp.partition_id AND NOT v_counted
         RETURNING 1
     ), capacity AS (
         UPDATE queen.queue_capacity qc
@@ -292,16 +296,24 @@ $$;
 
 -- The end of the old run at the front of one partition's offsets (p_lo, p_hi]: the offset just before the first
 -- message created at or after p_cutoff, or p_hi when there is none. Creation times grow with the offsets of a
--- partition (created_at is taken after the partition lock, queen.push_items_v3), so this is a binary search
--- over offsets: one probe of the newest message of the range (the common case of a backlog wholly past its
--- period: done), then about log2(p_hi - p_lo) probes of the (partition_id, seq) index, each reading one
--- message, instead of reading every message of the range (a step read each partition's young messages on every
--- run: five times what it deleted in the soak, with completedRetentionSeconds 5 and a run a second).
+-- partition (created_at is taken after the partition lock, queen.push_items_v3), so this is a search over
+-- offsets: one probe of the newest message of the range (the common case of a backlog wholly past its
+-- period: done), then a gallop from the front and a binary search (below), probes of the (partition_id, seq)
+-- index each reading one message, instead of reading every message of the range (a step read each
+-- partition's young messages on every run: five times what it deleted in the soak, with
+-- completedRetentionSeconds 5 and a run a second).
 -- Offsets without a message (deleted one by one) are skipped by the probes. If the clock stepped back, a young
 -- message may sit before an old one; the caller's delete checks every message's time again and never deletes a
 -- young one (queen.retention_step_v1).
-CREATE OR REPLACE FUNCTION queen.retention_run_end_v1(p_partition_id uuid, p_lo bigint, p_hi bigint,
-                                                      p_cutoff timestamptz)
+-- Version 2: p_hi_at, the creation time of the message at p_hi when the caller knows it (the partition's
+-- last_message_at, which a push writes with its messages' created_at, when p_hi is its last offset), stands
+-- in for the probe of the newest: a heap page read per partition, a third of a step's time at a million
+-- partitions (benchmarks/journal/2026-11.md, issue 44). NULL: probed, as version 1 (dropped) always did. A
+-- wrong hint costs nothing but time: a message thought young stays for the next run, and one thought old is
+-- checked again by the delete.
+DROP FUNCTION IF EXISTS queen.retention_run_end_v1(uuid, bigint, bigint, timestamptz);
+CREATE OR REPLACE FUNCTION queen.retention_run_end_v2(p_partition_id uuid, p_lo bigint, p_hi bigint,
+                                                      p_cutoff timestamptz, p_hi_at timestamptz)
 RETURNS bigint
 LANGUAGE plpgsql STABLE
 SET enable_seqscan = off
@@ -311,19 +323,49 @@ DECLARE
     v_old bigint := p_lo;  -- every message in (p_lo, v_old] is old
     v_young bigint;        -- a message at v_young is young; the answer is below it
     v_mid bigint;
+    v_probe bigint;        -- the gallop's next offset
+    v_step bigint := 1;
     v_seq bigint;
     v_at timestamptz;
 BEGIN
     IF p_hi <= p_lo THEN
         RETURN p_lo;
     END IF;
-    SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
-    WHERE m.partition_id = p_partition_id AND m.seq > p_lo AND m.seq <= p_hi
-    ORDER BY m.seq DESC LIMIT 1;
+    IF p_hi_at IS NOT NULL THEN
+        v_seq := p_hi;
+        v_at := p_hi_at;
+    ELSE
+        SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
+        WHERE m.partition_id = p_partition_id AND m.seq > p_lo AND m.seq <= p_hi
+        ORDER BY m.seq DESC LIMIT 1;
+    END IF;
     IF v_seq IS NULL OR v_at < p_cutoff THEN
         RETURN p_hi;
     END IF;
     v_young := v_seq;
+    -- gallop from the front (exponential search, Bentley and Yao 1976): the first message at or after p_lo + 1,
+    -- 2, 4, ... until a young one (or none before v_young), then the binary search between the last two
+    -- probes. After the probe of the newest, a run of k old messages takes about 2 log2(k) + 2 probes: two
+    -- when one message aged past the period since the last run (the steady case), where the binary search
+    -- alone took log2(p_hi - p_lo), four at ten messages (benchmarks/journal/2026-11.md, issue 44)
+    v_probe := p_lo + 1;
+    WHILE v_probe < v_young LOOP
+        v_seq := NULL;
+        SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
+        WHERE m.partition_id = p_partition_id AND m.seq >= v_probe AND m.seq < v_young
+        ORDER BY m.seq LIMIT 1;
+        IF v_seq IS NULL THEN
+            v_young := v_probe;  -- no message in [v_probe, v_young): the old run ends before v_probe
+        ELSIF v_at < p_cutoff THEN
+            v_old := v_seq;
+            v_step := v_step * 2;
+            v_probe := greatest(p_lo + v_step, v_old + 1);
+            CONTINUE;
+        ELSE
+            v_young := v_seq;
+        END IF;
+        EXIT;
+    END LOOP;
     WHILE v_young - v_old > 1 LOOP
         v_mid := v_old + (v_young - v_old) / 2;
         v_seq := NULL;
@@ -355,7 +397,7 @@ $$;
 -- where a group's cursor is its offset minus any dead letter replayed to it (queen.replays), and the slowest
 -- cursor counts every group of p_groups without a cursor on the partition at 0 (p_groups: the queue's
 -- groups, queen.retention_queues_v1). A group holding a live lease keeps everything after its cursor.
--- Partition by partition, queen.retention_run_end_v1 finds where the run of old messages at the front ends
+-- Partition by partition, queen.retention_run_end_v2 finds where the run of old messages at the front ends
 -- (a binary search: creation times grow with offsets), capped by what is left of p_batch; then one DELETE
 -- reads those ranges through the (partition_id, seq) index and deletes their messages by row address (no
 -- second index lookup per message), checking each message's time again: a young one in a range (possible only
@@ -395,6 +437,8 @@ DECLARE
     v_dlq boolean;
     v_gone_ids uuid[];
     v_gone_counts bigint[];
+    v_reached bigint[];  -- per range (v_ids' order): where its partition's floor moves to
+    v_counts bigint[];   -- per range: the messages it deleted
     r record;
 BEGIN
     IF p_kind NOT IN ('retention', 'completed_retention', 'max_wait_time_eviction') THEN
@@ -414,14 +458,14 @@ BEGIN
     -- name), each with its counters and cursors, so a step that spends its budget on the first partition
     -- reads no more than those (no CTE, no sort: nothing makes the whole window first)
     FOR r IN
-        SELECT parts.id, parts.name,
+        SELECT parts.id, parts.name, parts.last_seq, parts.last_message_at,
                CASE p_kind WHEN 'retention' THEN parts.head_seq
                            WHEN 'completed_retention' THEN greatest(parts.head_seq, parts.completed_seq)
                            ELSE greatest(parts.head_seq, parts.completed_seq, parts.evicted_seq, k.slowest) END AS lo,
                least(parts.last_seq, coalesce(k.leased, parts.last_seq),
                      CASE WHEN p_kind = 'completed_retention' THEN k.slowest ELSE parts.last_seq END) AS hi
         FROM (
-            SELECT p.id, p.name, p.last_seq, c.head_seq, c.completed_seq, c.evicted_seq
+            SELECT p.id, p.name, p.last_seq, p.last_message_at, c.head_seq, c.completed_seq, c.evicted_seq
             FROM queen.partitions p
             JOIN queen.partition_counters c ON c.partition_id = p.id
             WHERE p.queue_id = p_queue_id AND p.name >= p_after AND (p_inclusive OR p.name <> p_after)
@@ -452,7 +496,8 @@ BEGIN
         v_last_name := r.name;
         CONTINUE WHEN r.lo >= r.hi;
         v_cap := least(r.hi, r.lo + v_left);
-        v_end := queen.retention_run_end_v1(r.id, r.lo, v_cap, v_cutoff);
+        v_end := queen.retention_run_end_v2(r.id, r.lo, v_cap, v_cutoff,
+                                            CASE WHEN v_cap = r.last_seq THEN r.last_message_at END);
         IF v_end > r.lo THEN
             v_ids := v_ids || r.id;
             v_los := v_los || r.lo;
@@ -495,37 +540,47 @@ BEGIN
         INTO v_gone_ids, v_gone_counts, v_deleted, v_touched
         FROM (SELECT g.partition_id, count(*) AS n FROM gone g GROUP BY g.partition_id) c;
         -- a range whose every offset was deleted ends the run at its end; otherwise (offsets deleted before,
-        -- dead letters kept, a young message) the floor stays below its first young message, if any
-        WITH ranges AS (
-            SELECT * FROM unnest(v_ids, v_los, v_ends) AS x(partition_id, lo, run_end)
-        ), counted AS (
-            SELECT * FROM unnest(v_gone_ids, v_gone_counts) AS y(partition_id, n)
-        ), runs AS MATERIALIZED (
-            SELECT rg.partition_id,
-                   CASE WHEN coalesce((SELECT c.n FROM counted c WHERE c.partition_id = rg.partition_id), 0)
-                             = rg.run_end - rg.lo THEN rg.run_end
-                        ELSE coalesce((SELECT min(m.seq) - 1 FROM queen.messages m
-                                       WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo
-                                         AND m.seq <= rg.run_end AND m.created_at >= v_cutoff), rg.run_end)
-                   END AS reached
-            FROM ranges rg
-        ), moved AS (
-            UPDATE queen.partition_counters c
-            SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, u.reached) ELSE c.head_seq END,
-                completed_seq = CASE WHEN p_kind = 'completed_retention' THEN greatest(c.completed_seq, u.reached)
-                                     ELSE c.completed_seq END,
-                evicted_seq = CASE WHEN p_kind = 'max_wait_time_eviction' THEN greatest(c.evicted_seq, u.reached)
-                                   ELSE c.evicted_seq END,
-                updated_at = now()
-            FROM runs u
-            WHERE c.partition_id = u.partition_id
-            RETURNING 1
-        )
+        -- dead letters kept, a young message) the floor stays below its first young message, if any. Each
+        -- range deletes at most one message an offset, so when the step deleted as many messages as its
+        -- ranges hold offsets, every range was deleted whole (the common case) and its count is its length;
+        -- only otherwise is each range's count looked up in the deleted ones (a nested loop over the step's
+        -- partitions, as the function's joins are)
+        IF v_deleted = (SELECT sum(z.run_end - z.lo) FROM unnest(v_los, v_ends) AS z(lo, run_end)) THEN
+            v_reached := v_ends;
+            SELECT array_agg(z.run_end - z.lo ORDER BY z.i) INTO v_counts
+            FROM unnest(v_los, v_ends) WITH ORDINALITY AS z(lo, run_end, i);
+        ELSE
+            SELECT array_agg(x.reached ORDER BY x.i), array_agg(x.n ORDER BY x.i) INTO v_reached, v_counts
+            FROM (
+                SELECT rg.i, k.n,
+                       CASE WHEN k.n = rg.run_end - rg.lo THEN rg.run_end
+                            ELSE coalesce((SELECT min(m.seq) - 1 FROM queen.messages m
+                                           WHERE m.partition_id = rg.partition_id AND m.seq > rg.lo
+                                             AND m.seq <= rg.run_end AND m.created_at >= v_cutoff), rg.run_end)
+                       END AS reached
+                FROM unnest(v_ids, v_los, v_ends) WITH ORDINALITY AS rg(partition_id, lo, run_end, i)
+                CROSS JOIN LATERAL (
+                    SELECT coalesce((SELECT y.n FROM unnest(v_gone_ids, v_gone_counts) AS y(partition_id, n)
+                                     WHERE y.partition_id = rg.partition_id), 0) AS n) k
+            ) x;
+        END IF;
+        -- one update a partition: the floor of the kind moves to the end of its run, and messages_deleted
+        -- counts what went (the delete trigger leaves it to this step: queen.messages_deleted_v1)
+        UPDATE queen.partition_counters c
+        SET head_seq = CASE WHEN p_kind = 'retention' THEN greatest(c.head_seq, u.reached) ELSE c.head_seq END,
+            completed_seq = CASE WHEN p_kind = 'completed_retention' THEN greatest(c.completed_seq, u.reached)
+                                 ELSE c.completed_seq END,
+            evicted_seq = CASE WHEN p_kind = 'max_wait_time_eviction' THEN greatest(c.evicted_seq, u.reached)
+                               ELSE c.evicted_seq END,
+            messages_deleted = c.messages_deleted + u.n,
+            updated_at = now()
+        FROM unnest(v_ids, v_reached, v_counts) AS u(partition_id, reached, n)
+        WHERE c.partition_id = u.partition_id;
         INSERT INTO queen.retention_history (partition_id, queue_id, queue_name, partitions, messages_deleted,
                                              retention_type)
         SELECT CASE WHEN count(*) = 1 THEN (array_agg(c.partition_id))[1] END,
                p_queue_id, v_queue.name, count(*), sum(c.n), p_kind
-        FROM counted c
+        FROM unnest(v_gone_ids, v_gone_counts) AS c(partition_id, n)
         HAVING count(*) > 0;
         PERFORM set_config('queen.deletion_kind', '', true);
     END IF;
