@@ -778,6 +778,10 @@ def _while_pushing(
     median = during[_median(during)]
     result["push_msg_per_s"] = median["msg_per_s"]
     result["push_windows_msg_per_s"] = [w["msg_per_s"] for w in windows]
+    # what tells a slow window from the work's own cost: a checkpoint in it makes the push write full-page
+    # images of the pages it touches again (journal, issue 44)
+    result["push_windows_fpi_per_msg"] = [w.get("fpi_per_msg") for w in windows]
+    result["push_windows_checkpoints"] = [w.get("checkpoints") for w in windows]
     result["push_windows_during_work"] = len([w for w in windows if w["during_work"]])
     # where PostgreSQL's CPU went in the median window (the job's backend apart)
     cpu_keys = ("postgres_us_per_msg", "postgres_cpu_s_by_kind", "cpu_share_of_machine")
@@ -1101,6 +1105,17 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                     f" (windows, msg/s: {', '.join(number(v) for v in done['push_windows_msg_per_s'])}; "
                     f"{done['push_windows_during_work']} ended before it did)"
                     if "push_windows_msg_per_s" in done
+                    else ""
+                )
+                + (  # runs before did not record them
+                    "; full-page images a message (checkpoints) a window: "
+                    + ", ".join(
+                        f"{fpi} ({checkpoints})"
+                        for fpi, checkpoints in zip(
+                            done["push_windows_fpi_per_msg"], done["push_windows_checkpoints"], strict=True
+                        )
+                    )
+                    if "push_windows_fpi_per_msg" in done
                     else ""
                 )
                 + "; WAL "
