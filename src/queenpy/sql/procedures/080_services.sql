@@ -347,7 +347,7 @@ BEGIN
     -- 2, 4, ... until a young one (or none before v_young), then the binary search between the last two
     -- probes. After the probe of the newest, a run of k old messages takes about 2 log2(k) + 2 probes: two
     -- when one message aged past the period since the last run (the steady case), where the binary search
-    -- alone took log2(p_hi - p_lo), four at ten messages (benchmarks/journal/2026-11.md, issue 44)
+    -- alone took about log2(p_hi - p_lo), 3.6 on average over ten (benchmarks/journal/2026-11.md, issue 44)
     v_probe := p_lo + 1;
     WHILE v_probe < v_young LOOP
         v_seq := NULL;
