@@ -322,9 +322,9 @@ AS $$
 DECLARE
     v_old bigint := p_lo;  -- every message in (p_lo, v_old] is old
     v_young bigint;        -- a message at v_young is young; the answer is below it
-    v_mid bigint;
-    v_probe bigint;        -- the gallop's next offset
-    v_step bigint := 1;
+    v_probe bigint;        -- the offset probed next
+    v_galloping boolean := true;
+    v_step bigint := 1;    -- the gallop's distance from p_lo
     v_seq bigint;
     v_at timestamptz;
 BEGIN
@@ -348,36 +348,26 @@ BEGIN
     -- probes. After the probe of the newest, a run of k old messages takes about 2 log2(k) + 2 probes: two
     -- when one message aged past the period since the last run (the steady case), where the binary search
     -- alone took about log2(p_hi - p_lo), 3.6 on average over ten (benchmarks/journal/2026-11.md, issue 44)
-    v_probe := p_lo + 1;
-    WHILE v_probe < v_young LOOP
+    WHILE v_young - v_old > 1 LOOP
+        -- galloping: the next power of two from p_lo, past v_old; else (or once that reaches v_young) halving
+        v_probe := CASE WHEN v_galloping THEN greatest(p_lo + v_step, v_old + 1) END;
+        IF v_probe IS NULL OR v_probe >= v_young THEN
+            v_galloping := false;
+            v_probe := v_old + (v_young - v_old) / 2;
+        END IF;
         v_seq := NULL;
         SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
         WHERE m.partition_id = p_partition_id AND m.seq >= v_probe AND m.seq < v_young
         ORDER BY m.seq LIMIT 1;
         IF v_seq IS NULL THEN
-            v_young := v_probe;  -- no message in [v_probe, v_young): the old run ends before v_probe
+            v_young := v_probe;  -- no message in [v_probe, v_young): the old run ends before v_probe all the same
+            v_galloping := false;
         ELSIF v_at < p_cutoff THEN
             v_old := v_seq;
             v_step := v_step * 2;
-            v_probe := greatest(p_lo + v_step, v_old + 1);
-            CONTINUE;
         ELSE
             v_young := v_seq;
-        END IF;
-        EXIT;
-    END LOOP;
-    WHILE v_young - v_old > 1 LOOP
-        v_mid := v_old + (v_young - v_old) / 2;
-        v_seq := NULL;
-        SELECT m.seq, m.created_at INTO v_seq, v_at FROM queen.messages m
-        WHERE m.partition_id = p_partition_id AND m.seq >= v_mid AND m.seq < v_young
-        ORDER BY m.seq LIMIT 1;
-        IF v_seq IS NULL THEN
-            v_young := v_mid;  -- no message in [v_mid, v_young): the old run ends before v_mid all the same
-        ELSIF v_at < p_cutoff THEN
-            v_old := v_seq;
-        ELSE
-            v_young := v_seq;
+            v_galloping := false;
         END IF;
     END LOOP;
     RETURN v_young - 1;
@@ -438,7 +428,8 @@ DECLARE
     v_gone_ids uuid[];
     v_gone_counts bigint[];
     v_reached bigint[];  -- per range (v_ids' order): where its partition's floor moves to
-    v_counts bigint[];   -- per range: the messages it deleted
+    v_counts bigint[];   -- per range: the messages it deleted (its length until the lookup says otherwise)
+    v_offsets bigint;    -- the offsets the ranges hold
     r record;
 BEGIN
     IF p_kind NOT IN ('retention', 'completed_retention', 'max_wait_time_eviction') THEN
@@ -545,10 +536,10 @@ BEGIN
         -- ranges hold offsets, every range was deleted whole (the common case) and its count is its length;
         -- only otherwise is each range's count looked up in the deleted ones (a nested loop over the step's
         -- partitions, as the function's joins are)
-        IF v_deleted = (SELECT sum(z.run_end - z.lo) FROM unnest(v_los, v_ends) AS z(lo, run_end)) THEN
+        SELECT array_agg(z.run_end - z.lo ORDER BY z.i), sum(z.run_end - z.lo) INTO v_counts, v_offsets
+        FROM unnest(v_los, v_ends) WITH ORDINALITY AS z(lo, run_end, i);
+        IF v_deleted = v_offsets THEN
             v_reached := v_ends;
-            SELECT array_agg(z.run_end - z.lo ORDER BY z.i) INTO v_counts
-            FROM unnest(v_los, v_ends) WITH ORDINALITY AS z(lo, run_end, i);
         ELSE
             SELECT array_agg(x.reached ORDER BY x.i), array_agg(x.n ORDER BY x.i) INTO v_reached, v_counts
             FROM (
