@@ -1,0 +1,19 @@
+-- Room on the consumer rows' pages for a partition's groups to pop and ack at once (issue 44).
+--
+-- A partition's cursors, one row per consumer group, sit side by side on a page: each group's first pop of
+-- the partition inserts its row, and groups that consume the same partitions reach them together. A pop and
+-- its ack each rewrite the row. The rewrite is HOT (no index entry, migration 026) only while the page has
+-- room for the new version; the versions a burst leaves cannot be pruned while the burst's concurrent
+-- transactions still see them. With the fill factor of 80 (rows of about 160 bytes, about 1.6 kB free on a
+-- page) a page held about ten new versions, and ten groups' pops and acks reach it in bursts of twenty. At a
+-- million partitions, about a third of these updates then moved the row to another page and wrote an entry
+-- into each of the table's three indexes, on leaf pages no other update had touched since the last
+-- checkpoint: most of a pop's WAL there was full-page images of partition_consumers_group_partition_idx.
+-- With 50 (about 4 kB free) a partition's ten groups can each pop and ack once with no version pruned, and
+-- all twenty updates stay on the page; measured, the non-HOT updates of a pop window at a million partitions
+-- fell by about 60% and its WAL a message by about half, for about 60% more heap (benchmarks/journal/
+-- 2026-11.md, issue 44, the fill factor of partition_consumers). tests/integration/test_consumer_activity.py
+-- checks the burst.
+-- The fill factor applies to pages written from now on; a table rewrite (VACUUM FULL, or pg_repack online)
+-- applies it to the rows already there (docs/operations.md).
+ALTER TABLE queen.partition_consumers SET (fillfactor = 50);
