@@ -21,12 +21,13 @@ Steps of a round:
 4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
    ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest 30 minutes old, a
    millisecond apart), the cursors of ``GROUPS`` consumer groups half-way; then ANALYZE, one full stats
-   run, and a VACUUM (ANALYZE) of the two tables that run filled (autovacuum would do it within a minute,
-   during the measured windows; journal, issue 44). Partition n's messages are n microseconds later than
-   partition 0's: pushes made over time leave every partition its own newest-message time, and the wildcard
-   pop's scan floor (a time, queen.advance_scan_floor_v2) skips the partitions a group consumed only when
-   their times differ. Seeded with one shared time, the floor stayed at it and every pop walked all the
-   partitions the group had emptied (journal, issue 44).
+   run, a VACUUM (ANALYZE) of the two tables that run filled (autovacuum would do it within a minute,
+   during the measured windows; journal, issue 44), and a CHECKPOINT (:func:`settle`; ``checkpoint_s``).
+   Partition n's messages are n microseconds later than partition 0's: pushes made over time leave every
+   partition its own newest-message time, and the wildcard pop's scan floor (a time,
+   queen.advance_scan_floor_v2) skips the partitions a group consumed only when their times differ. Seeded
+   with one shared time, the floor stayed at it and every pop walked all the partitions the group had
+   emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.
 6. **at scale**: the same measurements as 3 on the big queue; then push and pop on the base queue again
    (``base_again``: its windows only), a check of the drift between the two: the base is measured some
@@ -263,18 +264,25 @@ def _seed(context: Context, queue: str, partitions: int, stored: int, prefix: st
     return Seeded(time.monotonic() - started, old, recent)
 
 
-def settle(sql: Sql, vacuum_stats: bool) -> None:
+def settle(sql: Sql, vacuum_stats: bool) -> float:
     """What the server would have done by itself after pushes: ANALYZE, one full stats pass and, with
     ``vacuum_stats``, a VACUUM (ANALYZE) of the two tables that pass filled (at 1M partitions about 11 million
     rows, which autovacuum would vacuum and analyze within a minute, in the measured windows; journal, issue
     44). After the stats pass, the seed's rows of queen.consumer_activity (one per consumer row it created,
     migration 026) are drained as the stats job would drain them, and with ``vacuum_stats`` that table is
-    vacuumed too. Also used by ``benchmarks/pop_probe.py``."""
+    vacuumed too. Last a CHECKPOINT: the seed writes in minutes what pushes would have written over hours,
+    and the first reads of its rows dirty their pages again (hint bits); without it, their write-back can
+    fall into the measured windows (at 1M partitions a checkpoint fell into the first push window, whose rate
+    was two thirds of the third's; journal, issue 44). Returns the checkpoint's time (s). Also used by
+    ``benchmarks/pop_probe.py``."""
     sql.execute("ANALYZE")
     sql.fetchval("SELECT queen.stats_refresh_v4(true)::text")
     sql.fetchval("SELECT queen.consumer_activity_drain_v1(NULL)")
     if vacuum_stats:
         sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats, queen.consumer_activity")
+    started = time.monotonic()
+    sql.execute("CHECKPOINT")
+    return time.monotonic() - started
 
 
 def retention_seconds(seeded: Seeded, run_at: datetime.datetime) -> int:
@@ -906,7 +914,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         seeded = _seed(context, big_queue, partitions, STORED)
         figures["seed_s"] = round(seeded.seconds, 1)
         started = time.monotonic()
-        settle(context.sql, vacuum_stats=True)
+        figures["checkpoint_s"] = round(settle(context.sql, vacuum_stats=True), 1)
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["storage"] = _storage(context, big_queue, partitions)
         figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
