@@ -20,19 +20,17 @@ def conn(db_url: str) -> Any:
         yield connection
 
 
-def pop(
-    conn: psycopg.Connection[Any], queue: str, batch: int = 1, partition: str = "p", group: str = GROUP
-) -> dict[str, Any]:
+def pop(conn: psycopg.Connection[Any], queue: str, batch: int = 1) -> dict[str, Any]:
     result = call_procedure(
         conn,
         "pop_v1",
-        [{"queue": queue, "partition": partition, "consumerGroup": group, "batch": batch, "autoAck": False}],
+        [{"queue": queue, "partition": "p", "consumerGroup": GROUP, "batch": batch, "autoAck": False}],
     )[0]
     assert result["success"] and result["messages"], result
     return dict(result)
 
 
-def ack(conn: psycopg.Connection[Any], popped: dict[str, Any], group: str = GROUP) -> None:
+def ack(conn: psycopg.Connection[Any], popped: dict[str, Any]) -> None:
     results = call_procedure(
         conn,
         "ack_v1",
@@ -41,7 +39,7 @@ def ack(conn: psycopg.Connection[Any], popped: dict[str, Any], group: str = GROU
                 "transactionId": m["transactionId"],
                 "partitionId": popped["partitionId"],
                 "leaseId": popped["leaseId"],
-                "consumerGroup": group,
+                "consumerGroup": GROUP,
                 "status": "completed",
             }
             for m in popped["messages"]
@@ -86,47 +84,6 @@ def test_a_pop_s_and_an_ack_s_rewrite_of_the_consumer_row_is_a_hot_update(
     updated, hot = after[0] - before[0], after[1] - before[1]
     assert updated >= 2, "the pop and the ack each rewrite the row"
     assert hot == updated
-
-
-def test_a_partition_s_ten_groups_pop_and_ack_in_place_while_no_old_version_can_be_pruned(
-    conn: psycopg.Connection[Any],
-) -> None:
-    """Ten consumer groups each pop and ack one partition in one transaction, so that no old version of the
-    cursors can be pruned (as the burst's concurrent transactions keep them at scale): the twenty rewrites
-    are all HOT. With migration 026's fill factor of 80, six of the twenty moved the row to another page and
-    wrote index entries (migration 027; journal, issue 44)."""
-    groups = [f"group-{n}" for n in range(10)]
-    partitions = [f"p{n}" for n in range(6)]
-    call_procedure(
-        conn,
-        "push_items_v1",
-        [{"queue": "burst", "partition": p, "payload": n} for p in partitions for n in range(2)],
-    )
-    for partition in partitions:  # the cursors, as first pops insert them: a partition's groups side by side
-        for group in groups:
-            ack(conn, pop(conn, "burst", partition=partition, group=group), group=group)
-    # pages filled to the fill factor, as a table rewrite leaves them and as new cursors fill the pages that
-    # pruning emptied (here the first pops' own old versions left most of each page free)
-    conn.execute("VACUUM FULL queen.partition_consumers")
-    pages = conn.execute(
-        "SELECT count(DISTINCT (pc.ctid::text::point)[0]) FROM queen.partition_consumers pc "
-        "JOIN queen.partitions p ON p.id = pc.partition_id JOIN queen.queues q ON q.id = p.queue_id "
-        "WHERE q.name = 'burst' AND p.name = 'p0'"
-    ).fetchone()
-    assert pages == (1,), "the partition's cursors share a page"
-    counts = (
-        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
-        "WHERE relid = 'queen.partition_consumers'::regclass"
-    )
-    with conn.transaction():  # the backend's table statistics of this transaction
-        before = conn.execute(counts).fetchone()
-        for group in groups:
-            ack(conn, pop(conn, "burst", partition="p0", group=group), group=group)
-        after = conn.execute(counts).fetchone()
-    assert before is not None and after is not None
-    updated, hot = after[0] - before[0], after[1] - before[1]
-    assert updated >= 20, "each group's pop and ack rewrite its row"
-    assert hot == updated, f"{updated - hot} of {updated} rewrites moved the row"
 
 
 def test_a_lease_is_found_by_its_id_until_acked_and_its_row_drained_once_a_sweep_took_the_change(
