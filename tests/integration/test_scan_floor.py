@@ -1,4 +1,4 @@
-"""The wildcard scan floor (queen.advance_scan_floor_v2, 030_pop.sql).
+"""The wildcard scan floor (queen.advance_scan_floor_v3, 030_pop.sql).
 
 - it moves past the partitions a group has consumed, so a wildcard pop does not walk over them again;
 - it moves past a partition under a live lease too and lists it as parked: a lease that is never acked
@@ -7,7 +7,10 @@
 - it never passes the start of a write transaction in flight: a push that commits after the floor was
   computed is still found, even when every other partition was pushed and consumed after it began;
 - a push that commits while the floor is computed (after the computation started, before it looked at the
-  transactions in flight) is still found.
+  transactions in flight) is still found;
+- a partition left below the floor with work (what a push the floor could not see leaves) is found by the
+  sweep below the floor, which examines ``SWEEP_STEP`` partitions a step, every ``SWEEP_EVERY``, and goes on
+  where its last step stopped.
 """
 
 from __future__ import annotations
@@ -161,7 +164,7 @@ def test_floor_sees_a_push_that_commits_while_it_is_computed(
     """A push in flight when the floor computation starts and committed before pg_stat_activity is read is
     neither in flight at that read nor (had the partitions been scanned in the same statement's snapshot)
     in the scan. A sleep injected just before the read makes the commit land there every time."""
-    definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v2'::regproc)").fetchone()
+    definition = conn.execute("SELECT pg_get_functiondef('queen.advance_scan_floor_v3'::regproc)").fetchone()
     assert definition is not None and definition[0].count("FROM pg_stat_activity a") == 1
     conn.execute(
         definition[0].replace(
@@ -207,3 +210,100 @@ def test_a_released_lease_with_messages_left_leaves_the_list(conn: psycopg.Conne
     third = pop(conn, "deep", batch=1)  # autoAck: leases nothing; its floor step frees p0 (and p1)
     assert third["partition"] == "p0" and [m["data"] for m in third["messages"]] == [{"n": 0, "i": 1}]
     assert parked_of(conn, "deep") == []
+
+
+SWEEP_STEP = 5000  # partitions a sweep step examines (advance_scan_floor_v3)
+
+
+def sweep_due(conn: psycopg.Connection[Any], queue: str) -> None:
+    """Make the group's next floor step take a sweep step (due every SWEEP_EVERY = 10 s)."""
+    conn.execute(
+        "UPDATE queen.consumer_watermarks SET full_scan_at = now() - interval '11 seconds' "
+        "WHERE queue_name = %s AND consumer_group = %s",
+        (queue, GROUP),
+    )
+
+
+def sweep_at(conn: psycopg.Connection[Any], queue: str) -> Any:
+    row = conn.execute(
+        "SELECT sweep_at FROM queen.consumer_watermarks WHERE queue_name = %s AND consumer_group = %s",
+        (queue, GROUP),
+    ).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def hide_work_below_the_floor(conn: psycopg.Connection[Any], queue: str, partition: str) -> None:
+    """Move the group's cursor of ``partition`` back to 0 without dropping the floor, as a push the floor
+    computation could not see leaves a partition: work below the floor."""
+    conn.execute(
+        "UPDATE queen.partition_consumers c SET last_consumed_seq = 0 "
+        "FROM queen.partitions p, queen.queues q WHERE c.partition_id = p.id AND p.queue_id = q.id "
+        "AND q.name = %s AND p.name = %s AND c.consumer_group = %s",
+        (queue, partition, GROUP),
+    )
+
+
+def test_the_sweep_finds_work_left_below_the_floor(conn: psycopg.Connection[Any]) -> None:
+    for n in range(30):
+        call_procedure(conn, "push_items_v1", [{"queue": "swept", "partition": f"p{n}", "payload": {"n": n}}])
+    for _ in range(30):
+        assert pop(conn, "swept")["messages"]
+    assert pop(conn, "swept")["error"] == "no_available_partition"  # the floor passes every partition
+    hide_work_below_the_floor(conn, "swept", "p7")
+    # no sweep step due: the floor stays above p7, and the candidate scan does not see it
+    assert pop(conn, "swept")["error"] == "no_available_partition"
+    sweep_due(conn, "swept")
+    assert [m["data"] for m in pop(conn, "swept")["messages"]] == [{"n": 7}]
+    assert sweep_at(conn, "swept") is None  # the step reached the floor: the sweep ended
+
+
+def test_a_sweep_step_examines_a_bounded_number_of_partitions_and_the_next_goes_on(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """SWEEP_STEP + 100 partitions consumed by the group (cursors set in bulk), the floor above them all, and
+    work hidden in the newest but one: the first step stops at the SWEEP_STEP-th partition without finding
+    it, the second goes on from there and finds it."""
+    total = SWEEP_STEP + 100
+    # pushed 30 partitions a call: a call's partitions share its time, and the SWEEP_STEP-th falls inside
+    # such a group, which the step examines whole
+    for first in range(0, total, 30):
+        call_procedure(
+            conn,
+            "push_items_v1",
+            [
+                {"queue": "swept-wide", "partition": f"p{n:05}", "payload": n}
+                for n in range(first, first + 30)
+            ],
+        )
+    conn.execute(
+        "INSERT INTO queen.partition_consumers (partition_id, consumer_group, last_consumed_seq) "
+        "SELECT p.id, %s, p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = 'swept-wide'",
+        (GROUP,),
+    )
+    assert pop(conn, "swept-wide")["error"] == "no_available_partition"  # the floor passes every partition
+    order = [
+        row[0]
+        for row in conn.execute(
+            "SELECT p.last_message_at FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+            "WHERE q.name = 'swept-wide' ORDER BY p.last_message_at"
+        ).fetchall()
+    ]
+    hidden = conn.execute(
+        "SELECT p.name FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id "
+        "WHERE q.name = 'swept-wide' ORDER BY p.last_message_at DESC OFFSET 1 LIMIT 1"
+    ).fetchone()
+    assert hidden is not None
+    hide_work_below_the_floor(conn, "swept-wide", hidden[0])
+
+    sweep_due(conn, "swept-wide")
+    assert pop(conn, "swept-wide")["error"] == "no_available_partition"
+    # it stopped at the SWEEP_STEP-th partition and the others of its time, short of the hidden one
+    stopped = sweep_at(conn, "swept-wide")
+    assert stopped == order[SWEEP_STEP - 1] and stopped < order[-2]
+    assert order[SWEEP_STEP - 1] == order[SWEEP_STEP]  # the tie the step finished
+
+    sweep_due(conn, "swept-wide")
+    assert pop(conn, "swept-wide")["messages"][0]["partition"] == hidden[0]
+    assert sweep_at(conn, "swept-wide") is None

@@ -15,8 +15,9 @@ Steps of a round:
    with a ``partition_id``, partition rows, message ids, cursors, consumer group metadata, the stats job's
    rows). A difference fails the round before anything is measured.
 3. **base**: a queue of 100 partitions, seeded by the same SQL with a deep backlog (its groups must not run
-   dry in a window), then push, wildcard pop + ack, cold partition pops, every operator route through HTTP,
-   and the console's first render in headless Chromium (Playwright, the ``browser`` extra; recorded as
+   dry in a window), settled and checkpointed as the big queue is in 4 (:func:`settle` without the vacuum,
+   :func:`_checkpoint`), then push, wildcard pop + ack, cold partition pops, every operator route through
+   HTTP, and the console's first render in headless Chromium (Playwright, the ``browser`` extra; recorded as
    skipped, with the reason, where either is missing), measured.
 4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
    ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest 30 minutes old, a
@@ -25,7 +26,7 @@ Steps of a round:
    during the measured windows; journal, issue 44), and a CHECKPOINT (:func:`_checkpoint`; ``checkpoint_s``).
    Partition n's messages are n microseconds later than partition 0's: pushes made over time leave every
    partition its own newest-message time, and the wildcard pop's scan floor (a time,
-   queen.advance_scan_floor_v2) skips the partitions a group consumed only when their times differ. Seeded
+   queen.advance_scan_floor_v3) skips the partitions a group consumed only when their times differ. Seeded
    with one shared time, the floor stayed at it and every pop walked all the partitions the group had
    emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.

@@ -293,24 +293,37 @@ $$;
 -- keep a backlog would otherwise list every partition it ever leased (measured: 40% more PostgreSQL time a
 -- message at 100 partitions; journal, issue 44).
 --
--- Limits: sessions of other roles are invisible in pg_stat_activity to a role without pg_read_all_stats;
--- a push made by such a session through the SQL API inside a long transaction, and a backward step of the
--- system clock, could hide a partition from the wildcard scan until the next full computation, which runs
--- once a minute from the beginning.
+-- The sweep below the floor (version 3). Sessions of other roles are invisible in pg_stat_activity to a role
+-- without pg_read_all_stats: a push made by such a session through the SQL API inside a long transaction, or
+-- a backward step of the system clock, can leave a partition with work below the floor. Version 2 recomputed
+-- the floor from the beginning once a minute to find such partitions: a walk over every partition the group
+-- had consumed, in one pop. With consumers caught up on a queue of a million partitions that walk took 7 to
+-- 9 s, once a minute for each group, so ten groups kept more than a core busy (journal, issue 44). Version 3
+-- sweeps the partitions below the floor instead, a step at a time: p_sweep_from (NULL: no step in this call;
+-- the callers take one every SWEEP_EVERY = 10 s) is where the sweep stands (-infinity: a new sweep), and the
+-- step examines the next SWEEP_STEP = 5,000 partitions in last_message_at order below the floor, and the rest
+-- of those that share the last one's time. One it finds with work and parked joins the list; one with work
+-- and free lowers the floor to itself, so the walk below meets it first. The step stores where it stopped in
+-- the watermark's sweep_at (migration 027; NULL once it reached the floor: the next step starts a new sweep).
+-- A partition left below the floor is found within two sweeps: once a minute up to 30,000 consumed
+-- partitions (as version 2), within about an hour at a million; a step costs about 40 ms there.
 --
 -- Cost: one index-ordered scan from the current floor to the first partition with work (as cheap as a pop's
--- own scan) and one probe per parked partition; one backend per (queue, group) computes it, at most every
--- 50 ms.
+-- own scan), one probe per parked partition, and, every SWEEP_EVERY, a sweep step of SWEEP_STEP probes; one
+-- backend per (queue, group) computes it, at most every 50 ms.
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v1(queen.queues, text, timestamptz, boolean);
-CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v2(p_queue queen.queues, p_group text, p_floor timestamptz,
-                                                       p_full boolean, p_parked uuid[],
+DROP FUNCTION IF EXISTS queen.advance_scan_floor_v2(queen.queues, text, timestamptz, boolean, uuid[]);
+CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v3(p_queue queen.queues, p_group text, p_floor timestamptz,
+                                                       p_sweep_from timestamptz, p_parked uuid[],
                                                        OUT o_floor timestamptz, OUT o_parked uuid[])
 LANGUAGE plpgsql AS $$
 DECLARE
     v_bound timestamptz;
-    v_from timestamptz := CASE WHEN p_full THEN '-infinity'::timestamptz ELSE p_floor END;
+    v_from timestamptz := p_floor;
     v_freed timestamptz;  -- the oldest listed partition that is no longer parked
     v_row record;
+    v_examined integer := 0;   -- the sweep step's partitions
+    v_sweep_at timestamptz;    -- where the sweep step stopped (NULL: it reached the floor)
 BEGIN
     -- first the bound from the transactions in flight, then (a later statement, so a later snapshot) the
     -- partitions: a push that is no longer in flight when pg_stat_activity is read has committed, so the
@@ -328,8 +341,35 @@ BEGIN
     FROM (SELECT p.id, p.last_message_at, w.parked
           FROM queen.partitions p
           CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
-          WHERE p.id = ANY (p_parked) AND NOT p_full AND p.queue_id = p_queue.id AND p.last_message_at < v_from
+          WHERE p.id = ANY (p_parked) AND p.queue_id = p_queue.id AND p.last_message_at < v_from
             AND w.has_work) x;
+    -- the sweep's step below the floor: SWEEP_STEP partitions and those sharing the last one's time (WITH TIES:
+    -- an index-ordered walk of that length; without a limit, the loop's cursor was planned for a larger share
+    -- of the queue and took three times as long); fewer than SWEEP_STEP: it reached the floor, and the next
+    -- step starts a new sweep
+    IF p_sweep_from IS NOT NULL THEN
+        FOR v_row IN
+            SELECT p.id, p.last_message_at, w.has_work, w.parked
+            FROM queen.partitions p
+            CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
+            WHERE p.queue_id = p_queue.id AND p.last_message_at > p_sweep_from AND p.last_message_at < p_floor
+            ORDER BY p.last_message_at
+            FETCH FIRST 5000 ROWS WITH TIES  -- SWEEP_STEP
+        LOOP
+            v_examined := v_examined + 1;
+            v_sweep_at := v_row.last_message_at;
+            IF NOT v_row.has_work OR v_row.id = ANY (o_parked) THEN
+                CONTINUE;
+            ELSIF v_row.parked AND cardinality(o_parked) < 256 THEN  -- PARKED_MAX
+                o_parked := o_parked || v_row.id;
+            ELSE
+                v_freed := least(v_freed, v_row.last_message_at);
+            END IF;
+        END LOOP;
+        IF v_examined < 5000 THEN  -- SWEEP_STEP
+            v_sweep_at := NULL;
+        END IF;
+    END IF;
     v_from := least(v_from, v_freed);
     o_floor := 'infinity'::timestamptz;
     -- LIMIT: the scan is an index-ordered walk that stops at the first partition with work (a cursor reads
@@ -355,11 +395,12 @@ BEGIN
     END LOOP;
     o_floor := least(o_floor, v_bound);
     INSERT INTO queen.consumer_watermarks AS w (queue_name, consumer_group, last_empty_scan_at, updated_at,
-                                                full_scan_at, parked)
-    VALUES (p_queue.name, p_group, o_floor, clock_timestamp(), now(), o_parked)
+                                                full_scan_at, parked, sweep_at)
+    VALUES (p_queue.name, p_group, o_floor, clock_timestamp(), now(), o_parked, v_sweep_at)
     ON CONFLICT (queue_name, consumer_group) DO UPDATE
     SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at,
-        full_scan_at = CASE WHEN p_full THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END,
+        full_scan_at = CASE WHEN p_sweep_from IS NOT NULL THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END,
+        sweep_at = CASE WHEN p_sweep_from IS NOT NULL THEN EXCLUDED.sweep_at ELSE w.sweep_at END,
         parked = EXCLUDED.parked;
 END;
 $$;
@@ -451,8 +492,10 @@ BEGIN
     IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
        AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
         SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
-        FROM queen.advance_scan_floor_v2(v_queue, v_group, v_floor,
-                                         v_mark.full_scan_at IS NULL OR v_mark.full_scan_at < now() - interval '60 seconds',
+        FROM queen.advance_scan_floor_v3(v_queue, v_group, v_floor,
+                                         CASE WHEN v_mark.full_scan_at IS NULL  -- SWEEP_EVERY
+                                                   OR v_mark.full_scan_at < now() - interval '10 seconds'
+                                              THEN coalesce(v_mark.sweep_at, '-infinity') END,
                                          v_parked) f;
     END IF;
     v_remaining := v_batch;

@@ -10,7 +10,7 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
 -- deletions, dead letters, retention), or with a consumer row that consumed, leased, was created, saw its lease
 -- expire or a retry delay start since then. "Since" is the previous run's bound: no write transaction in flight
--- then had started before it (pg_stat_activity, as in queen.advance_scan_floor_v2), and every timestamp above
+-- then had started before it (pg_stat_activity, as in queen.advance_scan_floor_v3), and every timestamp above
 -- is taken inside its writing transaction, so nothing that commits later is missed. For those partitions it
 -- recomputes the numbers from partitions, partition_consumers and partition_counters, rewrites the rows whose
 -- numbers changed, probes messages only for the partitions and cursors that moved (oldest message; first
