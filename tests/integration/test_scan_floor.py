@@ -216,9 +216,9 @@ SWEEP_STEP = 5000  # partitions a sweep step examines (advance_scan_floor_v3)
 
 
 def sweep_due(conn: psycopg.Connection[Any], queue: str) -> None:
-    """Make the group's next floor step take a sweep step (due every SWEEP_EVERY = 10 s)."""
+    """Make the group's next floor step take a sweep step (due every SWEEP_EVERY = 60 s)."""
     conn.execute(
-        "UPDATE queen.consumer_watermarks SET full_scan_at = now() - interval '11 seconds' "
+        "UPDATE queen.consumer_watermarks SET full_scan_at = now() - interval '61 seconds' "
         "WHERE queue_name = %s AND consumer_group = %s",
         (queue, GROUP),
     )

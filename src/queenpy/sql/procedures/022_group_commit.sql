@@ -307,7 +307,7 @@ BEGIN
             SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
             FROM queen.advance_scan_floor_v3(v_queue, g.consumer_group, v_floor,
                                              CASE WHEN v_mark.full_scan_at IS NULL  -- SWEEP_EVERY
-                                                       OR v_mark.full_scan_at < now() - interval '10 seconds'
+                                                       OR v_mark.full_scan_at < now() - interval '60 seconds'
                                                   THEN coalesce(v_mark.sweep_at, '-infinity') END,
                                              v_parked) f;
         END IF;
