@@ -305,11 +305,8 @@ BEGIN
         IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
            AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || g.consumer_group, 737)) THEN
             SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
-            FROM queen.advance_scan_floor_v3(v_queue, g.consumer_group, v_floor,
-                                             CASE WHEN v_mark.full_scan_at IS NULL  -- SWEEP_EVERY
-                                                       OR v_mark.full_scan_at < now() - interval '60 seconds'
-                                                  THEN coalesce(v_mark.sweep_at, '-infinity') END,
-                                             v_parked) f;
+            FROM queen.advance_scan_floor_v3(v_queue, g.consumer_group, v_floor, v_parked, v_mark.full_scan_at,
+                                             v_mark.sweep_at) f;
         END IF;
 
         -- one candidate scan for the group

@@ -299,8 +299,8 @@ $$;
 -- the floor from the beginning once a minute to find such partitions: a walk over every partition the group
 -- had consumed, in one pop. With consumers caught up on a queue of a million partitions that walk took 7 to
 -- 9 s, once a minute for each group (journal, issue 44). Version 3 sweeps the partitions below the floor
--- instead, a step at a time: p_sweep_from (NULL: no step in this call; the callers take one every
--- SWEEP_EVERY = 60 s, as version 2 walked) is where the sweep stands (-infinity: a new sweep), and the step
+-- instead, a step at a time: every SWEEP_EVERY = 60 s (p_swept_at, the watermark's full_scan_at: the last
+-- step's time), as version 2 walked, from where the sweep stands (p_sweep_at, NULL: a new sweep), the step
 -- examines the next SWEEP_STEP = 5,000 partitions in last_message_at order below the floor, and the rest of
 -- those that share the last one's time. One it finds with work and parked joins the list; one with work and
 -- free lowers the floor to itself, so the walk below meets it first. The step stores where it stopped in the
@@ -316,8 +316,10 @@ $$;
 -- backend per (queue, group) computes it, at most every 50 ms.
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v1(queen.queues, text, timestamptz, boolean);
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v2(queen.queues, text, timestamptz, boolean, uuid[]);
+DROP FUNCTION IF EXISTS queen.advance_scan_floor_v3(queen.queues, text, timestamptz, timestamptz, uuid[]);
 CREATE OR REPLACE FUNCTION queen.advance_scan_floor_v3(p_queue queen.queues, p_group text, p_floor timestamptz,
-                                                       p_sweep_from timestamptz, p_parked uuid[],
+                                                       p_parked uuid[], p_swept_at timestamptz,
+                                                       p_sweep_at timestamptz,
                                                        OUT o_floor timestamptz, OUT o_parked uuid[])
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -325,6 +327,8 @@ DECLARE
     v_from timestamptz := p_floor;
     v_freed timestamptz;  -- the oldest listed partition that is no longer parked
     v_row record;
+    v_sweep_from timestamptz := CASE WHEN p_swept_at IS NULL OR p_swept_at < now() - interval '60 seconds'
+                                     THEN coalesce(p_sweep_at, '-infinity') END;  -- SWEEP_EVERY; NULL: no step
     v_examined integer := 0;   -- the sweep step's partitions
     v_sweep_at timestamptz;    -- where the sweep step stopped (NULL: it reached the floor)
 BEGIN
@@ -350,12 +354,12 @@ BEGIN
     -- an index-ordered walk of that length; without a limit, the loop's cursor was planned for a larger share
     -- of the queue and took three times as long); fewer than SWEEP_STEP: it reached the floor, and the next
     -- step starts a new sweep
-    IF p_sweep_from IS NOT NULL THEN
+    IF v_sweep_from IS NOT NULL THEN
         FOR v_row IN
             SELECT p.id, p.last_message_at, w.has_work, w.parked
             FROM queen.partitions p
             CROSS JOIN LATERAL queen.partition_work_v1(p.id, p.last_seq, p_group) w
-            WHERE p.queue_id = p_queue.id AND p.last_message_at > p_sweep_from AND p.last_message_at < p_floor
+            WHERE p.queue_id = p_queue.id AND p.last_message_at > v_sweep_from AND p.last_message_at < p_floor
             ORDER BY p.last_message_at
             FETCH FIRST 5000 ROWS WITH TIES  -- SWEEP_STEP
         LOOP
@@ -402,8 +406,8 @@ BEGIN
     VALUES (p_queue.name, p_group, o_floor, clock_timestamp(), now(), o_parked, v_sweep_at)
     ON CONFLICT (queue_name, consumer_group) DO UPDATE
     SET last_empty_scan_at = EXCLUDED.last_empty_scan_at, updated_at = EXCLUDED.updated_at,
-        full_scan_at = CASE WHEN p_sweep_from IS NOT NULL THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END,
-        sweep_at = CASE WHEN p_sweep_from IS NOT NULL THEN EXCLUDED.sweep_at ELSE w.sweep_at END,
+        full_scan_at = CASE WHEN v_sweep_from IS NOT NULL THEN EXCLUDED.full_scan_at ELSE w.full_scan_at END,
+        sweep_at = CASE WHEN v_sweep_from IS NOT NULL THEN EXCLUDED.sweep_at ELSE w.sweep_at END,
         parked = EXCLUDED.parked;
 END;
 $$;
@@ -495,11 +499,8 @@ BEGIN
     IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
        AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
         SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
-        FROM queen.advance_scan_floor_v3(v_queue, v_group, v_floor,
-                                         CASE WHEN v_mark.full_scan_at IS NULL  -- SWEEP_EVERY
-                                                   OR v_mark.full_scan_at < now() - interval '60 seconds'
-                                              THEN coalesce(v_mark.sweep_at, '-infinity') END,
-                                         v_parked) f;
+        FROM queen.advance_scan_floor_v3(v_queue, v_group, v_floor, v_parked, v_mark.full_scan_at,
+                                         v_mark.sweep_at) f;
     END IF;
     v_remaining := v_batch;
 
