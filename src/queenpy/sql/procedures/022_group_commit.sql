@@ -255,7 +255,6 @@ DECLARE
     c record;
     v_results json[] := array_fill(NULL::json, ARRAY[jsonb_array_length(p_requests)]);
     v_queue queen.queues%ROWTYPE;
-    v_mark queen.consumer_watermarks%ROWTYPE;
     v_floor timestamptz;
     v_parked uuid[];
     v_limit integer;
@@ -298,16 +297,7 @@ BEGIN
         END IF;
 
         -- the scan floor, as pop_one_v2
-        SELECT * INTO v_mark FROM queen.consumer_watermarks
-        WHERE queue_name = v_queue.name AND consumer_group = g.consumer_group;
-        v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
-        v_parked := coalesce(v_mark.parked, '{}');
-        IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
-           AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || g.consumer_group, 737)) THEN
-            SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
-            FROM queen.advance_scan_floor_v3(v_queue, g.consumer_group, v_floor, v_parked, v_mark.full_scan_at,
-                                             v_mark.sweep_at) f;
-        END IF;
+        SELECT f.o_floor, f.o_parked INTO v_floor, v_parked FROM queen.scan_floor_v1(v_queue, g.consumer_group) f;
 
         -- one candidate scan for the group
         v_limit := cardinality(g.places) * 2 + 8;

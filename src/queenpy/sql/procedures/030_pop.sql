@@ -313,7 +313,7 @@ $$;
 --
 -- Cost: one index-ordered scan from the current floor to the first partition with work (as cheap as a pop's
 -- own scan), one probe per parked partition, and, every SWEEP_EVERY, a sweep step of SWEEP_STEP probes; one
--- backend per (queue, group) computes it, at most every 50 ms.
+-- backend per (queue, group) computes it, at most every 50 ms (queen.scan_floor_v1, its one caller).
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v1(queen.queues, text, timestamptz, boolean);
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v2(queen.queues, text, timestamptz, boolean, uuid[]);
 DROP FUNCTION IF EXISTS queen.advance_scan_floor_v3(queen.queues, text, timestamptz, timestamptz, uuid[]);
@@ -412,6 +412,31 @@ BEGIN
 END;
 $$;
 
+-- The scan floor and parked list a wildcard pop of (p_queue, p_group) scans from: the watermark's, moved on by
+-- advance_scan_floor_v3 when the watermark is older than FLOOR_EVERY = 50 ms and this backend takes the
+-- (queue, group)'s advisory lock without waiting (one backend computes it; the others scan from the stored
+-- floor). No watermark: the floor is -infinity (scan everything) and nothing is parked. Both wildcard pops call
+-- it (pop_one_v2 here, pop_group_v1 in 022_group_commit.sql).
+CREATE OR REPLACE FUNCTION queen.scan_floor_v1(p_queue queen.queues, p_group text,
+                                               OUT o_floor timestamptz, OUT o_parked uuid[])
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_mark queen.consumer_watermarks%ROWTYPE;
+BEGIN
+    SELECT * INTO v_mark FROM queen.consumer_watermarks
+    WHERE queue_name = p_queue.name AND consumer_group = p_group;
+    o_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
+    o_parked := coalesce(v_mark.parked, '{}');
+    -- FLOOR_EVERY
+    IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
+       AND pg_try_advisory_xact_lock(hashtextextended(p_queue.name || '/' || p_group, 737)) THEN
+        SELECT f.o_floor, f.o_parked INTO o_floor, o_parked
+        FROM queen.advance_scan_floor_v3(p_queue, p_group, o_floor, o_parked, v_mark.full_scan_at,
+                                         v_mark.sweep_at) f;
+    END IF;
+END;
+$$;
+
 CREATE OR REPLACE FUNCTION queen.pop_one_v2(r jsonb)
 RETURNS json
 LANGUAGE plpgsql AS $$
@@ -430,7 +455,6 @@ DECLARE
     v_claim record;
     v_floor timestamptz;
     v_parked uuid[];
-    v_mark queen.consumer_watermarks%ROWTYPE;
     v_remaining integer;
     v_claimed integer := 0;
     v_batches json[] := '{}';  -- the messages of each claimed partition
@@ -492,16 +516,7 @@ BEGIN
     END IF;
 
     -- wildcard: scan candidates above the group's scan floor
-    SELECT * INTO v_mark FROM queen.consumer_watermarks
-    WHERE queue_name = v_queue.name AND consumer_group = v_group;
-    v_floor := coalesce(v_mark.last_empty_scan_at, '-infinity'::timestamptz);
-    v_parked := coalesce(v_mark.parked, '{}');
-    IF (v_mark.updated_at IS NULL OR v_mark.updated_at < clock_timestamp() - interval '50 milliseconds')
-       AND pg_try_advisory_xact_lock(hashtextextended(v_queue.name || '/' || v_group, 737)) THEN
-        SELECT f.o_floor, f.o_parked INTO v_floor, v_parked
-        FROM queen.advance_scan_floor_v3(v_queue, v_group, v_floor, v_parked, v_mark.full_scan_at,
-                                         v_mark.sweep_at) f;
-    END IF;
+    SELECT f.o_floor, f.o_parked INTO v_floor, v_parked FROM queen.scan_floor_v1(v_queue, v_group) f;
     v_remaining := v_batch;
 
     FOR c IN SELECT * FROM queen.pop_candidates_v2(v_queue.id, v_group, v_floor, v_parked,
