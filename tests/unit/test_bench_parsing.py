@@ -181,7 +181,10 @@ def test_proc_stat_with_spaces_and_parentheses_in_the_name() -> None:
 
 def test_cpu_line_busy_and_total() -> None:
     text = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\n"
-    assert parse_cpu_line(text) == (160, 1000)
+    assert parse_cpu_line(text) == (160, 1000, 0)
+    stolen = "cpu  100 5 50 800 40 3 2 25 0 0\n"
+    assert parse_cpu_line(stolen) == (185, 1025, 25)
+    assert parse_cpu_line("cpu  100 5 50 800\n") == (155, 955, 0)  # old kernels: four fields
 
 
 def test_percentile_and_median() -> None:

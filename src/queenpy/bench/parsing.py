@@ -228,17 +228,19 @@ def parse_proc_stat(text: str) -> ProcStat:
     )
 
 
-def parse_cpu_line(text: str) -> tuple[int, int]:
-    """(busy ticks, total ticks) from the first ``cpu`` line of ``/proc/stat``.
+def parse_cpu_line(text: str) -> tuple[int, int, int]:
+    """(busy ticks, total ticks, steal ticks) from the first ``cpu`` line of ``/proc/stat``.
 
-    Busy is everything but idle and iowait; guest time is already inside user time and is not counted twice.
+    Busy is everything but idle and iowait (steal included); guest time is already inside user time and is not
+    counted twice. Steal: the time the hypervisor ran something else while a virtual CPU wanted to run (0 on
+    bare metal and on kernels that do not report it).
     """
     for line in text.splitlines():
         if line.startswith("cpu "):
             values = [int(v) for v in line.split()[1:]]
             total = sum(values[:8])  # user nice system idle iowait irq softirq steal
             idle = values[3] + (values[4] if len(values) > 4 else 0)
-            return total - idle, total
+            return total - idle, total, (values[7] if len(values) > 7 else 0)
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 

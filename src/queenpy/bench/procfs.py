@@ -9,7 +9,10 @@ as ``ps`` would), and the proportional set size (PSS, shared pages split) next t
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +31,7 @@ __all__ = [
     "TreeTicks",
     "TreeTracker",
     "cpu_by_kind_s",
+    "cpu_probe_ms",
     "local_postmaster",
     "machine_cpu",
     "tree_cpu_s",
@@ -139,16 +143,43 @@ def local_postmaster(backend_pid: int, postmaster_started_s: float, tolerance_s:
 
 @dataclass(frozen=True)
 class MachineCpu:
-    """Aggregate /proc/stat counters: busy and total CPU seconds summed over all cores."""
+    """Aggregate /proc/stat counters: busy, total and stolen CPU seconds summed over all cores."""
 
     busy_s: float
     total_s: float
+    steal_s: float = 0.0
 
 
 def machine_cpu() -> MachineCpu:
-    """The machine's busy and total CPU seconds since boot, over all cores."""
-    busy, total = parse_cpu_line(Path("/proc/stat").read_text())
-    return MachineCpu(busy / TICKS_PER_SECOND, total / TICKS_PER_SECOND)
+    """The machine's busy, total and stolen CPU seconds since boot, over all cores."""
+    busy, total, steal = parse_cpu_line(Path("/proc/stat").read_text())
+    return MachineCpu(busy / TICKS_PER_SECOND, total / TICKS_PER_SECOND, steal / TICKS_PER_SECOND)
+
+
+def _probe_work() -> int:
+    """The fixed work of :func:`cpu_probe_ms`: sort 200,000 seeded random floats, write them into a dict of
+    4,096 keys, hash 8 MiB (interpreter, memory and a C loop, as the broker and PostgreSQL mix them)."""
+    rng = random.Random(44)
+    values = sorted(rng.random() for _ in range(200_000))
+    table: dict[int, float] = {}
+    for n, value in enumerate(values):
+        table[n & 4095] = value
+    return len(table) + len(hashlib.sha256(bytes(8 << 20)).digest())
+
+
+def cpu_probe_ms(repeats: int = 5) -> float:
+    """The host's speed now: the fewest milliseconds of this thread's CPU time that one of ``repeats`` runs of
+    a fixed piece of work (:func:`_probe_work`) took; about 75 ms on the reference machine, about 0.4 s
+    of wall time in all. Lower is faster. Thread CPU time leaves out the time other processes and the
+    hypervisor took (steal): what it measures is how fast a CPU runs this work, which a virtual machine's
+    neighbours and its host's clock change (benchmarks/journal/2026-11.md: a run whose windows all cost
+    about 40% more CPU a message than the same windows in another run)."""
+    best = math.inf
+    for _ in range(repeats):
+        started = time.thread_time()
+        _probe_work()
+        best = min(best, time.thread_time() - started)
+    return round(best * 1000, 1)
 
 
 def _pss_bytes(pid: int) -> int:

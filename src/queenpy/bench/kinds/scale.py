@@ -46,6 +46,11 @@ Steps of a round:
    scale is it over the first). A scan floor held by such leases made every pop walk the partitions consumed
    since (journal, issue 44). The first windows are kept too (``pop_first``, ``pop_first_ratio``): at scale
    the first pop window is the one right after the seed's checkpoint.
+   Each window is taken between two probes of the host's speed (:func:`queenpy.bench.procfs.cpu_probe_ms`,
+   ``probe_ms`` of each window, ``windows_probe_ms``) and reports the steal share of the machine;
+   ``probe_ratio`` is the median probe at scale over the base's: 1.0 when the host ran as fast in both, above
+   it when the host was slower at scale (one run's windows at scale all cost about 40% more CPU a message
+   than another run's, with the same code; journal, issue 44).
 7. **retention and cleanup**: retention deletes the oldest message of every partition (1/``STORED`` of the
    messages): its period is chosen when it starts, from the seed's two times, so that its cutoff falls half
    way between them however long the seed took; the count deleted is checked against the partitions. Then
@@ -81,6 +86,7 @@ from queenpy.bench.catalog import Options, Scenario, payload
 from queenpy.bench.core import Context, Kind, ScenarioSkipped, postgres_cpu
 from queenpy.bench.load import Measured, measured_window
 from queenpy.bench.postgres import Sql
+from queenpy.bench.procfs import cpu_probe_ms
 from queenpy.bench.report import number
 from queenpy.bench.wrk import render_script
 from queenpy.services.jobs import RetentionJob
@@ -509,6 +515,7 @@ def _cpu_split(window: Any, messages: int) -> dict[str, Any]:
         "cpu_share_of_machine": {
             "broker": round((window.end.broker_s - window.start.broker_s) / machine_s, 3),
             "postgres": round(postgres_s / machine_s, 3),
+            "steal": round((window.end.machine.steal_s - window.start.machine.steal_s) / machine_s, 3),
         },
     }
 
@@ -579,17 +586,42 @@ def _median(windows: list[dict[str, Any]]) -> int:
 def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
     """The figures of the :func:`_median` window, with every window's rate in measured order under
     ``windows_msg_per_s``."""
-    return {**windows[_median(windows)], "windows_msg_per_s": [w["msg_per_s"] for w in windows]}
+    return {
+        **windows[_median(windows)],
+        "windows_msg_per_s": [w["msg_per_s"] for w in windows],
+        "windows_probe_ms": [w["probe_ms"] for w in windows],
+    }
 
 
-def _window_figures(measured: Measured[int]) -> dict[str, Any]:
+class Probed(NamedTuple):
+    """A measured window with the host's speed (:func:`queenpy.bench.procfs.cpu_probe_ms`, ms) taken just
+    before it and just after."""
+
+    measured: Measured[int]
+    probe_ms: tuple[float, float]
+
+
+def _probed_window(context: Context, run: dict[str, Any], script: Path, read: Any, label: str) -> Probed:
+    """:func:`queenpy.bench.load.measured_window` of ``script`` (50 connections, 2 threads) between two
+    probes of the host's speed. The probes tell a slower host from a slower broker: the windows of a run
+    that started after its base windows all cost about 40% more CPU a message than the same windows of
+    another run of the same code (journal, issue 44)."""
+    before = cpu_probe_ms()
+    measured = measured_window(context, run, script, 50, read, 2, label=label)
+    return Probed(measured, (before, cpu_probe_ms()))
+
+
+def _window_figures(probed: Probed) -> dict[str, Any]:
     """What every push or pop window reports: msg/s (the ground truth's growth over the window), its length,
-    wrk's p99, and where the CPU and the WAL went a message."""
+    wrk's p99, where the CPU and the WAL went a message, and the host's speed around it (``probe_ms``: the
+    mean of the probes before and after, ms; lower is faster)."""
+    measured = probed.measured
     messages = measured.after - measured.before
     return {
         "msg_per_s": round(messages / max(1e-9, measured.window.seconds), 1),
         "window_s": round(measured.window.seconds, 2),
         "p99_ms": round(measured.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
+        "probe_ms": round(statistics.fmean(probed.probe_ms), 1),
         **_cpu_split(measured.window, messages),
         **_wal_split(measured.window, messages),
     }
@@ -616,14 +648,12 @@ def _windows(
     window's."""
     rows = lambda: _pushed(context.sql, queue)
     pushed = [
-        measured_window(
+        _probed_window(
             context,
             run,
             push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + n),
-            50,
             rows,
-            2,
-            label=f"{label} push {n + 1}",
+            f"{label} push {n + 1}",
         )
         for n in range(WINDOWS)
     ]
@@ -631,10 +661,10 @@ def _windows(
     pop_script = pop_script_for(queue, context.workdir)
 
     def pop_window(name: str) -> dict[str, Any]:
-        popped = measured_window(
-            context, run, pop_script, 50, lambda: consumed(context.sql, queue), 2, label=f"{label} {name}"
+        popped = _probed_window(
+            context, run, pop_script, lambda: consumed(context.sql, queue), f"{label} {name}"
         )
-        counters = popped.wrk.result.counters
+        counters = popped.measured.wrk.result.counters
         pops = counters.get("pops", 0)
         return {
             **_window_figures(popped),
@@ -648,7 +678,7 @@ def _windows(
     # restarted after a crash do; the second is also reported on its own as ``pop_after_stop``
     pops = [pop_window("pop" if n == 0 else f"pop after a stop {n}") for n in range(WINDOWS)]
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
-        median = pushed[_median(pushes)]
+        median = pushed[_median(pushes)].measured
         context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
     return {
         "push": _median_window(pushes),
@@ -776,14 +806,12 @@ def _while_pushing(
     thread.start()
     windows: list[dict[str, Any]] = []
     while len(windows) < WINDOWS and (not windows or thread.is_alive()):
-        pushed = measured_window(
+        pushed = _probed_window(
             context,
             run,
             push_script_for(queue, partitions, context.workdir, seed=seed + len(windows)),
-            50,
             rows,
-            2,
-            label=f"{label} push {len(windows) + 1}",
+            f"{label} push {len(windows) + 1}",
         )
         windows.append({**_window_figures(pushed), "during_work": thread.is_alive()})
     thread.join()
@@ -795,6 +823,7 @@ def _while_pushing(
     # images of the pages it touches again (journal, issue 44)
     result["push_windows_fpi_per_msg"] = [w.get("fpi_per_msg") for w in windows]
     result["push_windows_checkpoints"] = [w.get("checkpoints") for w in windows]
+    result["push_windows_probe_ms"] = [w["probe_ms"] for w in windows]
     result["push_windows_during_work"] = len([w for w in windows if w["during_work"]])
     # where PostgreSQL's CPU went in the median window (the job's backend apart)
     cpu_keys = ("postgres_us_per_msg", "postgres_cpu_s_by_kind", "cpu_share_of_machine")
@@ -985,6 +1014,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     again = figures["base_again"]
     figures["push_ratio_base_again"] = _ratio(at_scale["push"]["msg_per_s"], again["push"]["msg_per_s"])
     figures["pop_ratio_base_again"] = _ratio(at_scale["pop"]["msg_per_s"], again["pop"]["msg_per_s"])
+    # the host's speed in the windows at scale over the base's: 1.0 the same, 1.4 a host 40% slower (the
+    # ratios above then measure the host as well as the broker)
+    figures["probe_ratio"] = _ratio(_probes_median(at_scale), _probes_median(base))
     # the first windows alone: at scale the first pop window is the one right after the seed's checkpoint,
     # where nearly every page a pop changes is a full-page image in the WAL (journal, issue 44)
     figures["pop_first_ratio"] = _ratio(at_scale["pop_first"]["msg_per_s"], base["pop_first"]["msg_per_s"])
@@ -1008,6 +1040,12 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     return result
 
 
+def _probes_median(measured: dict[str, Any]) -> float:
+    """The median host probe (ms) of the push and pop windows of one size (``base``, ``at_scale``)."""
+    probes: list[float] = measured["push"]["windows_probe_ms"] + measured["pop"]["windows_probe_ms"]
+    return statistics.median(probes)
+
+
 def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians over the rounds of the ratios and maxima below."""
     keys = (
@@ -1015,6 +1053,7 @@ def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
         "pop_ratio",
         "push_ratio_base_again",
         "pop_ratio_base_again",
+        "probe_ratio",
         "pop_first_ratio",
         "pop_after_stop_ratio",
         "route_max_ms",
@@ -1072,6 +1111,24 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 + ", ".join(number(v) for v in again["pop"]["windows_msg_per_s"])
                 + f"; at scale over it: push {figures['push_ratio_base_again']}, pop "
                 f"{figures['pop_ratio_base_again']}"
+            )
+        if "windows_probe_ms" in big["push"]:  # runs before did not probe the host
+            lines.append(
+                "- the host's speed around each window (a fixed piece of work, ms of CPU; lower is faster), "
+                f"at {BASE_PARTITIONS} / at scale"
+                + (" / at the base again" if again else "")
+                + ": "
+                + "; ".join(
+                    f"{name} "
+                    + " / ".join(
+                        ", ".join(number(v, 1) for v in w[name]["windows_probe_ms"])
+                        for w in (base, big, *([again] if again else []))
+                    )
+                    for name in ("push", "pop")
+                )
+                + f"; at scale over the base {figures['probe_ratio']}; steal, share of the machine in the "
+                f"median windows at scale: push {big['push']['cpu_share_of_machine'].get('steal')}, pop "
+                f"{big['pop']['cpu_share_of_machine'].get('steal')}"
             )
         # the first pop window (runs before three windows a figure had one, ``pop``)
         first = big.get("pop_first", big["pop"])
