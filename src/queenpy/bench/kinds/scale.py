@@ -16,9 +16,10 @@ Steps of a round:
    rows). A difference fails the round before anything is measured.
 3. **base**: a queue of 100 partitions, seeded by the same SQL with a deep backlog (its groups must not run
    dry in a window), settled and checkpointed as the big queue is in 4 (:func:`settle` without the vacuum,
-   :func:`_checkpoint`), then push, wildcard pop + ack, cold partition pops, every operator route through
-   HTTP, and the console's first render in headless Chromium (Playwright, the ``browser`` extra; recorded as
-   skipped, with the reason, where either is missing), measured.
+   :func:`_checkpoint`), with a VACUUM (ANALYZE) of the whole database before the checkpoint
+   (:func:`_vacuum_before_base`, ``base_vacuum_s``), then push, wildcard pop + ack, cold partition pops, every
+   operator route through HTTP, and the console's first render in headless Chromium (Playwright, the
+   ``browser`` extra; recorded as skipped, with the reason, where either is missing), measured.
 4. **seed**: the big queue, in statements of ``SEED_CHUNK`` partitions: partitions, ``STORED`` messages of
    ``PAYLOAD_BYTES`` each (the oldest of each partition two hours old, the rest 30 minutes old, a
    millisecond apart), the cursors of ``GROUPS`` consumer groups half-way; then ANALYZE, one full stats
@@ -283,6 +284,18 @@ def settle(sql: Sql, vacuum_stats: bool) -> None:
     sql.fetchval("SELECT queen.consumer_activity_drain_v1(NULL)")
     if vacuum_stats:
         sql.execute("VACUUM (ANALYZE) queen.consumer_stats, queen.partition_stats, queen.consumer_activity")
+
+
+def _vacuum_before_base(sql: Sql) -> float:
+    """A VACUUM (ANALYZE) of the whole database before the base windows; its time (s). The limit measured
+    before the kind (pgbench's rows), the seed check's queues and the base queue's bulk seed leave inserted
+    and dead rows that autovacuum (every minute on a server with the default ``autovacuum_naptime``) vacuumed
+    beside the base windows: on the tuned server an autovacuum worker took 0.4 to 0.9 s of CPU in base windows
+    of both runs at the same code, whose three pop windows at 100 spread from 4,989 to 7,814 msg/s in one
+    (journal, issue 44). Tables the role may not vacuum are skipped, with PostgreSQL's warning."""
+    started = time.monotonic()
+    sql.execute("VACUUM (ANALYZE)")
+    return time.monotonic() - started
 
 
 def _checkpoint(context: Context) -> float:
@@ -943,6 +956,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         context.created_queues.update({base_queue, big_queue, f"{prefix}ref-pushed", f"{prefix}ref-seeded"})
         _seed(context, base_queue, BASE_PARTITIONS, BASE_STORED)
         settle(context.sql, vacuum_stats=False)
+        figures["base_vacuum_s"] = round(_vacuum_before_base(context.sql), 1)
         _checkpoint(context)
         figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
