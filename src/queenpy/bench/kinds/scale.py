@@ -290,9 +290,10 @@ def _vacuum_before_base(sql: Sql) -> float:
     """A VACUUM (ANALYZE) of the whole database before the base windows; its time (s). The limit measured
     before the kind (pgbench's rows), the seed check's queues and the base queue's bulk seed leave inserted
     and dead rows that autovacuum (every minute on a server with the default ``autovacuum_naptime``) vacuumed
-    beside the base windows: on the tuned server an autovacuum worker took 0.4 to 0.9 s of CPU in base windows
-    of both runs at the same code, whose three pop windows at 100 spread from 4,989 to 7,814 msg/s in one
-    (journal, issue 44). Tables the role may not vacuum are skipped, with PostgreSQL's warning."""
+    beside the base windows: on the tuned server an autovacuum worker took 0.4 to 1.0 s of CPU in base windows
+    of each of the three tuned runs before this vacuum, whose three pop windows at 100 spread from 4,989 to
+    7,814 msg/s in one (journal, issue 44). Tables the role may not vacuum are skipped, with PostgreSQL's
+    warning."""
     started = time.monotonic()
     sql.execute("VACUUM (ANALYZE)")
     return time.monotonic() - started
