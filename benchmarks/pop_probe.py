@@ -144,8 +144,9 @@ def probe(
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
     if wal_by_relation:
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    sql.execute(f"ALTER SYSTEM SET pg_stat_statements.track = '{'all' if profile else 'top'}'")
-    sql.execute("SELECT pg_reload_conf()")
+    if profile:  # the setting exists only with the extension preloaded
+        sql.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+        sql.execute("SELECT pg_reload_conf()")
     postmaster = int((data_dir / "postmaster.pid").read_text().split()[0]) if data_dir else None
     broker = Broker(url, workdir, env=env)
     report: dict[str, Any] = {}
@@ -195,6 +196,9 @@ def probe(
             )
     finally:
         broker.stop()
+        if profile:
+            sql.execute("ALTER SYSTEM RESET pg_stat_statements.track")
+            sql.execute("SELECT pg_reload_conf()")
         sql.close()
         (workdir / f"{tag}.json").write_text(json.dumps(report, default=str, indent=1))
         print(f"written: {workdir / f'{tag}.json'}")
@@ -225,11 +229,14 @@ def main() -> None:
         metavar=("BASE", "BIG"),
         help="the two queues (a database the scale kind left: PREFIXscale-1m-r1-base and ...-big)",
     )
-    args = parser.parse_args()
+    # K=V pairs may follow the options too, as the docstring shows them (argparse leaves those unparsed)
+    args, extra = parser.parse_known_args()
+    if any("=" not in item or item.startswith("-") for item in extra):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "seed":
         seed(args.url, args.partitions)
         return
-    env = dict(pair.split("=", 1) for pair in args.env)
+    env = dict(pair.split("=", 1) for pair in [*args.env, *extra])
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pop-probe-"))
     probe(
         args.url,
