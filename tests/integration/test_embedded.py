@@ -38,7 +38,7 @@ def test_embedded_server_runs_with_the_queue_settings_on_every_start(tmp_path: P
     buffers_mb = int(shared_buffers_for(psutil.virtual_memory().total).removesuffix("MB"))
     expected = {
         "max_wal_size": ("4096", "MB", False),
-        "wal_compression": ("off", None, False),
+        "wal_compression": ("pglz", None, False),
         "autovacuum_naptime": ("10", "s", False),
         # in 8 kB pages; taken at the restart the first start made (initdb's is 128 MB)
         "shared_buffers": (str(buffers_mb * 128), "8kB", False),

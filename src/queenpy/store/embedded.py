@@ -46,13 +46,9 @@ def shared_buffers_for(memory_bytes: int) -> str:
 #: full-page image again; its table of messages, deleted behind the consumers as fast as it is filled, carries
 #: the dead rows of one ``autovacuum_naptime``; and with a million partitions the per-partition tables are
 #: gigabytes, against initdb's 128 MB of shared buffers (measured: benchmarks/RESULTS.md, issue 44).
-#: ``wal_compression`` is off, as initdb has it, but set so that a data directory an earlier version set to
-#: pglz loses it: pgserver's PostgreSQL is built without lz4 and zstd, and pglz compresses every full-page
-#: image on the CPU the hot path runs on; at a million partitions a pop or a push beside retention logs one
-#: image every few messages (benchmarks/journal/2026-12.md, issue 44).
 EMBEDDED_SETTINGS: dict[str, str] = {
     "max_wal_size": "4GB",
-    "wal_compression": "off",
+    "wal_compression": "pglz",
     "autovacuum_naptime": "10s",
     "shared_buffers": shared_buffers_for(psutil.virtual_memory().total),
 }
