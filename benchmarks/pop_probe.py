@@ -231,7 +231,7 @@ def main() -> None:
     )
     # K=V pairs may follow the options too, as the docstring shows them (argparse leaves those unparsed)
     args, extra = parser.parse_known_args()
-    if any("=" not in item or item.startswith("-") for item in extra):
+    if any("=" not in item or item.startswith("-") for item in extra) or (extra and args.command == "seed"):
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command == "seed":
         seed(args.url, args.partitions)
