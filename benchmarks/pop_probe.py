@@ -18,9 +18,10 @@ push window does before its pop window (13 s there). ``--warm`` runs a 3 s windo
 consumers stop with pops in flight, whose partitions stay leased for the queue's lease time (300 s), as after
 a crash. Per window it prints msg/s (cursor growth, counted by PostgreSQL),
 wrk's counters, WAL bytes a message, ``pg_stat_bgwriter``'s buffer counts and, with ``--data-dir`` (the
-server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile`` adds
-``pg_stat_statements`` with ``track = all`` (the extension must be in ``shared_preload_libraries``) and a
-``perf record`` of the machine (``TAG-QUEUE.perf``); both slow the windows down. The statement table and
+server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile`` adds a
+``perf record`` of the machine (``TAG-QUEUE.perf``) and, where the server preloads it
+(``shared_preload_libraries``; the embedded server's build has none), ``pg_stat_statements`` with
+``track = all``; both slow the windows down. The statement table and
 the per-table I/O go to ``TAG.json`` in the work directory (``--workdir``, default a temporary one).
 ``--wal-by-relation`` reads the window's WAL back with ``pg_walinspect`` (PostgreSQL 15 or later; the
 extension is created) and counts, per relation, the blocks its records changed and how many of them were
@@ -140,13 +141,16 @@ def probe(
     queues: tuple[str, str] = ("base", "big"),
 ) -> None:
     sql = Sql(url)
-    if profile:
+    # pg_stat_statements only where it is preloaded (the embedded server's build has none: perf alone)
+    statements = profile and "pg_stat_statements" in str(
+        sql.fetchval("SELECT current_setting('shared_preload_libraries')")
+    )
+    if statements:
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-    if wal_by_relation:
-        sql.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    if profile:  # the setting exists only with the extension preloaded
         sql.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
         sql.execute("SELECT pg_reload_conf()")
+    if wal_by_relation:
+        sql.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
     postmaster = int((data_dir / "postmaster.pid").read_text().split()[0]) if data_dir else None
     broker = Broker(url, workdir, env=env)
     report: dict[str, Any] = {}
@@ -166,8 +170,9 @@ def probe(
                 print(queue, "push", json.dumps({k: v for k, v in pushed.result.counters.items() if v}))
             if warm:
                 run_wrk(broker.url, script, 50, 3)
-            if profile:
+            if statements:
                 sql.execute("SELECT pg_stat_statements_reset()")
+            if profile:
                 sql.execute("SELECT pg_stat_reset()")
                 perf = subprocess.Popen(
                     [
@@ -188,7 +193,8 @@ def probe(
             report[queue] = window(sql, broker.url, script, queue, postmaster, wal_by_relation)
             if profile:
                 perf.wait()
-                report[queue]["statements"] = [dict(r) for r in sql.fetch(STATEMENTS)]
+                if statements:
+                    report[queue]["statements"] = [dict(r) for r in sql.fetch(STATEMENTS)]
                 report[queue]["table_io"] = [dict(r) for r in sql.fetch(TABLE_IO)]
             print(
                 queue,
@@ -196,7 +202,7 @@ def probe(
             )
     finally:
         broker.stop()
-        if profile:
+        if statements:
             sql.execute("ALTER SYSTEM RESET pg_stat_statements.track")
             sql.execute("SELECT pg_reload_conf()")
         sql.close()

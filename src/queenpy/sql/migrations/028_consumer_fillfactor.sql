@@ -1,0 +1,15 @@
+-- Room on partition_consumers' pages for every group's new row versions, so that pops and acks stay HOT.
+--
+-- A partition's consumer rows (one per group) are created together and share a heap page. Wildcard consumers of
+-- different groups reach the same partitions at about the same time, and each pop and each ack writes a new
+-- version of its group's row (about 200 bytes with a lease): ten groups make twenty versions of one page's
+-- rows within milliseconds, before pruning can reclaim the dead ones. Migration 026 took the changing columns
+-- out of the indexes and set a fill factor of 80, which leaves about 1.6 KB a page: eight versions. A third of
+-- the updates then found no room, moved to another page and wrote an entry into each of the three indexes;
+-- at a million partitions the entry in (consumer_group, partition_id) order falls on a cold page, logged whole
+-- after each checkpoint, and compressing those images (pglz, the embedded server's only method) took a tenth
+-- of the pop's PostgreSQL CPU. With 50 (about 4 KB free a page) 98% of the updates were HOT, the pop's WAL fell
+-- from 1,309 to 478 bytes a message and the compression from 613 profile samples to 29 (benchmarks/journal/2026-12.md,
+-- issue 44). The cost is space: about 110 bytes more heap a (partition, group) row. The setting applies to
+-- pages written from now on; VACUUM FULL (or pg_repack) rewrites the existing ones.
+ALTER TABLE queen.partition_consumers SET (fillfactor = 50);
