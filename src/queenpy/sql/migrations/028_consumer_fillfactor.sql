@@ -9,7 +9,7 @@
 -- at a million partitions the entry in (consumer_group, partition_id) order falls on a cold page, logged whole
 -- after each checkpoint, and compressing those images (pglz, the embedded server's only method) took a tenth
 -- of the pop's PostgreSQL CPU. With 50 (about 4 KB free a page) 98% of the updates were HOT, the pop's WAL fell
--- from 1,309 to 478 bytes a message and the compression from 613 profile samples to 29 (benchmarks/journal/2026-12.md,
--- issue 44). The cost is space: about 110 bytes more heap a (partition, group) row. The setting applies to
--- pages written from now on; VACUUM FULL (or pg_repack) rewrites the existing ones.
+-- from 1,309 to 478 bytes a message and the compression from 613 profile samples to 29
+-- (benchmarks/journal/2026-12.md, issue 44). The cost is space: about 120 bytes more heap a (partition, group)
+-- row. The setting applies to pages written from now on; VACUUM FULL (or pg_repack) rewrites the existing ones.
 ALTER TABLE queen.partition_consumers SET (fillfactor = 50);
