@@ -142,10 +142,10 @@ def probe(
 ) -> None:
     sql = Sql(url)
     # pg_stat_statements only where it is preloaded (the embedded server's build has none: perf alone)
-    statements = profile and "pg_stat_statements" in str(
+    track_statements = profile and "pg_stat_statements" in str(
         sql.fetchval("SELECT current_setting('shared_preload_libraries')")
     )
-    if statements:
+    if track_statements:
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         sql.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
         sql.execute("SELECT pg_reload_conf()")
@@ -170,7 +170,7 @@ def probe(
                 print(queue, "push", json.dumps({k: v for k, v in pushed.result.counters.items() if v}))
             if warm:
                 run_wrk(broker.url, script, 50, 3)
-            if statements:
+            if track_statements:
                 sql.execute("SELECT pg_stat_statements_reset()")
             if profile:
                 sql.execute("SELECT pg_stat_reset()")
@@ -193,7 +193,7 @@ def probe(
             report[queue] = window(sql, broker.url, script, queue, postmaster, wal_by_relation)
             if profile:
                 perf.wait()
-                if statements:
+                if track_statements:
                     report[queue]["statements"] = [dict(r) for r in sql.fetch(STATEMENTS)]
                 report[queue]["table_io"] = [dict(r) for r in sql.fetch(TABLE_IO)]
             print(
@@ -202,7 +202,7 @@ def probe(
             )
     finally:
         broker.stop()
-        if statements:
+        if track_statements:
             sql.execute("ALTER SYSTEM RESET pg_stat_statements.track")
             sql.execute("SELECT pg_reload_conf()")
         sql.close()
