@@ -147,16 +147,17 @@ def test_numbers_equal_the_counted_truth(conn: psycopg.Connection[Any]) -> None:
     # 4 partitions (configure made Default); p1 9 unconsumed (one deleted), p2 8 after its cursor
     assert queue == (4, 29, 9 + 8, 5, 1, 30, 10 + 2 + 10, 1, 1, 2)
 
-    # per (partition, group): lag in offsets and the first unconsumed message's time
+    # per (partition, group): whether it lags (the lag itself is the partition's, migration 029) and the first
+    # unconsumed message's time
     lag = conn.execute(
-        "SELECT consumer_group, cursor_seq, offset_lag, in_flight, oldest_unconsumed_at "
+        "SELECT consumer_group, cursor_seq, has_lag, in_flight, oldest_unconsumed_at "
         "FROM queen.consumer_stats WHERE partition_id = %s ORDER BY consumer_group",
         (p2,),
     ).fetchall()
     first_after = conn.execute(
         "SELECT created_at FROM queen.messages WHERE partition_id = %s AND seq = 3", (p2,)
     ).fetchone()
-    assert lag == [(QM, 2, 8, 0, first_after[0] if first_after else None)]
+    assert lag == [(QM, 2, True, 0, first_after[0] if first_after else None)]
     groups = conn.execute(
         "SELECT consumer_group, partitions, partitions_with_lag, offset_lag, leases "
         "FROM queen.queue_group_stats ORDER BY consumer_group"
@@ -220,12 +221,15 @@ def test_a_run_rewrites_only_what_changed_and_reads_no_message_it_does_not_need(
     assert stats_of(conn, deep)["oldest_seq"] == 2
 
 
-def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connection[Any]) -> None:
-    """After a push, only the offsets change: every consumer_stats and partition_stats row the run rewrites is
-    a HOT update (no index entry), since no index covers a column that changes (migration 025). With
-    consumer_stats_queue_lag_idx (offset_lag) in place none of them was. (A HOT update needs room on its page:
-    twelve rows leave the fill factor's room for a new version of each; at scale a run's rows are spread over
-    many pages.)"""
+def test_a_push_rewrites_the_partition_s_stats_row_hot_and_no_consumer_row(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """After a push only the offsets change. The run rewrites each pushed partition's partition_stats row, a
+    HOT update (no index entry: no index covers a column that changes, migration 025), and none of its
+    consumer rows: their lags stay above zero, and the lag is derived from the partition's numbers (migration
+    029); the (queue, group) sums still grow by the push. Before migration 029 the run rewrote one consumer
+    row per group. (A HOT update needs room on its page: four rows leave the fill factor's room for a new
+    version of each; at scale a run's rows are spread over many pages.)"""
     partitions = [f"p{n}" for n in range(4)]
     groups = ("a", "b", "c")
     call_procedure(
@@ -243,6 +247,8 @@ def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connec
         ],
     )
     refresh(conn)
+    lags = "SELECT consumer_group, offset_lag, partitions_with_lag FROM queen.queue_group_stats ORDER BY 1"
+    assert conn.execute(lags).fetchall() == [(g, len(partitions), len(partitions)) for g in groups]
     call_procedure(
         conn, "push_items_v1", [{"queue": "hot", "partition": p, "payload": 3} for p in partitions]
     )
@@ -255,12 +261,11 @@ def test_a_push_s_rewrite_of_the_stats_rows_is_a_hot_update(conn: psycopg.Connec
         done = refresh(conn)
         after = conn.execute(counts).fetchall()
     assert done["partitions"] == len(partitions)
-    assert done["consumers"] == len(partitions) * len(groups)
+    assert done["consumers"] == 0
     updated = {a[0]: (a[1] - b[1], a[2] - b[2]) for a, b in zip(after, before, strict=True)}
-    assert updated == {
-        "consumer_stats": (len(partitions) * len(groups),) * 2,
-        "partition_stats": (len(partitions),) * 2,
-    }
+    assert updated == {"consumer_stats": (0, 0), "partition_stats": (len(partitions),) * 2}
+    assert conn.execute(lags).fetchall() == [(g, 2 * len(partitions), len(partitions)) for g in groups]
+    assert conn.execute(HAS_LAG_WRONG).fetchone() == (0,)
 
 
 def test_an_expired_lease_and_a_replay_change_the_numbers(conn: psycopg.Connection[Any]) -> None:
@@ -356,12 +361,19 @@ def test_a_run_takes_no_lock_a_push_holds(db_url: str) -> None:
         assert conn.execute("SELECT count(*) FROM queen.consumer_stats").fetchone() == (0,)
 
 
-GROUP_TRUTH = """
+# a consumer row's lag, from the offsets the partitions hold now (not from partition_stats, which the job
+# keeps)
+ROW_LAG = """
+(SELECT greatest(p.last_seq - greatest(cs.cursor_seq, c.head_seq, c.completed_seq, c.evicted_seq), 0)
+ FROM queen.partitions p JOIN queen.partition_counters c ON c.partition_id = p.id
+ WHERE p.id = cs.partition_id)
+"""
+GROUP_TRUTH = f"""
 SELECT cs.queue_id, cs.consumer_group, count(*)::integer,
-       (count(*) FILTER (WHERE cs.offset_lag > 0))::integer, sum(cs.offset_lag)::bigint,
+       (count(*) FILTER (WHERE {ROW_LAG} > 0))::integer, sum({ROW_LAG})::bigint,
        sum(cs.in_flight)::bigint, count(cs.lease_expires_at)::integer,
        sum(cs.total_consumed)::bigint, max(cs.last_consumed_at),
-       min(cs.oldest_unconsumed_at) FILTER (WHERE cs.offset_lag > 0)
+       min(cs.oldest_unconsumed_at) FILTER (WHERE {ROW_LAG} > 0)
 FROM queen.consumer_stats cs GROUP BY 1, 2 ORDER BY 1, 2
 """
 GROUP_KEPT = """
@@ -370,12 +382,14 @@ SELECT queue_id, consumer_group, partitions, partitions_with_lag, offset_lag, in
 FROM queen.queue_group_stats ORDER BY 1, 2
 """
 QUEUE_KEPT = "SELECT queue_id, consumer_groups, max_offset_lag FROM queen.queue_stats ORDER BY 1"
-QUEUE_TRUTH = """
+QUEUE_TRUTH = f"""
 SELECT q.id,
        (SELECT count(DISTINCT cs.consumer_group) FROM queen.consumer_stats cs WHERE cs.queue_id = q.id)::int,
-       coalesce((SELECT max(cs.offset_lag) FROM queen.consumer_stats cs WHERE cs.queue_id = q.id), 0)::bigint
+       coalesce((SELECT max({ROW_LAG}) FROM queen.consumer_stats cs WHERE cs.queue_id = q.id), 0)::bigint
 FROM queen.queues q ORDER BY 1
 """
+# rows whose kept has_lag disagrees with their lag now
+HAS_LAG_WRONG = f"SELECT count(*) FROM queen.consumer_stats cs WHERE cs.has_lag <> ({ROW_LAG} > 0)"
 
 
 def run(
@@ -391,7 +405,8 @@ def test_group_sums_kept_by_deltas_equal_a_re_aggregation(
     conn: psycopg.Connection[Any],
 ) -> None:
     """Incremental runs add what each rewritten or removed consumer row changed; after every step of
-    pushes, pops (leased and autoAck), acks, a lease that ends, a new group and a deleted one, the kept
+    pushes (to partitions a group had consumed and to lagging ones), pops (leased and autoAck), acks, a lease
+    that ends, retention's trim, a new group and a deleted one, the kept
     (queue, group) sums and the queues' group counts and largest lags equal what re-aggregating every row
     gives."""
     push = [{"queue": "d", "partition": f"p{n % 4}", "payload": n} for n in range(40)]
@@ -403,6 +418,7 @@ def test_group_sums_kept_by_deltas_equal_a_re_aggregation(
         assert done["exact"] is False, (label, done)
         assert conn.execute(GROUP_KEPT).fetchall() == conn.execute(GROUP_TRUTH).fetchall(), label
         assert conn.execute(QUEUE_KEPT).fetchall() == conn.execute(QUEUE_TRUTH).fetchall(), label
+        assert conn.execute(HAS_LAG_WRONG).fetchone() == (0,), label
 
     leased = call_procedure(conn, "pop_v1", [{"queue": "d", "partition": "p1", "batch": 4}])[0]["messages"]
     call_procedure(conn, "pop_v1", [{"queue": "d", "partition": "p0", "batch": 10, "autoAck": True}])
@@ -432,6 +448,17 @@ def test_group_sums_kept_by_deltas_equal_a_re_aggregation(
         "UPDATE queen.partition_consumers SET lease_expires_at = clock_timestamp() WHERE batch_size > 0"
     )
     check("the lease ended")
+    call_procedure(conn, "push_items_v1", [{"queue": "d", "partition": "p0", "payload": 1}] * 2)
+    check("a push where a group had consumed everything")
+    call_procedure(
+        conn, "push_items_v1", [{"queue": "d", "partition": f"p{n}", "payload": n} for n in range(4)]
+    )
+    check("a push to partitions that lag already")
+    conn.execute(
+        "UPDATE queen.partition_counters SET head_seq = 8, updated_at = clock_timestamp() "
+        "WHERE partition_id IN (SELECT id FROM queen.partitions WHERE name IN ('p1', 'p2'))"
+    )
+    check("retention trimmed below some cursors and past others")
     call_procedure(conn, "push_items_v1", [{"queue": "d", "partition": "p9", "payload": 1}] * 3)
     check("a new partition")
     conn.execute("SELECT queen.consumer_group_delete_v1('a', NULL, true)")

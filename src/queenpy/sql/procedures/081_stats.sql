@@ -65,6 +65,11 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolea
 -- by another period, false otherwise. Since migration 024 the sweep's first run finds the changed partitions
 -- by range scans of indexes on the timestamps, not by scanning the three tables whole (about 1.1 s a sweep at
 -- a million partitions, busy or idle).
+-- Since migration 029 a push rewrites no consumer row: step 2 derives each row's lag from partition_stats and
+-- adds how much it grew to the (queue, group) sums, and rewrites the row only when the consumer changed it or
+-- the lag reached or left zero. Before, every push rewrote one row a group, and after a wide push window the
+-- job's backlog of those rows took about half of what the pop lost at a million partitions (issue 44;
+-- benchmarks/journal/2026-12.md).
 CREATE OR REPLACE FUNCTION queen.stats_refresh_v4(p_full boolean DEFAULT false, p_chunk integer DEFAULT NULL,
                                                   p_limit integer DEFAULT NULL, p_wait boolean DEFAULT true,
                                                   p_aggregate boolean DEFAULT true)
@@ -97,6 +102,9 @@ DECLARE
     v_aggregate boolean;
     v_aggregate_started timestamptz;
     v_aggregate_ms numeric;     -- step 4's time (NULL when it did not run)
+    v_before_ids uuid[];        -- the partitions step 1 rewrote, with their last_seq and trimmed seq before it
+    v_before_last_seq bigint[];
+    v_before_trimmed bigint[];
 BEGIN
     IF p_wait THEN
         PERFORM pg_advisory_xact_lock(737013);
@@ -295,29 +303,44 @@ BEGIN
             dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered, deleted = t.deleted + EXCLUDED.deleted
         RETURNING 1
     )
-    SELECT count(*), array_agg(DISTINCT queue_id) INTO v_partitions, v_changed_queues FROM written;
+    SELECT (SELECT count(*) FROM written), (SELECT array_agg(DISTINCT queue_id) FROM written),
+           (SELECT array_agg(pr.id ORDER BY pr.id) FROM probed pr),
+           (SELECT array_agg(pr.s_last_seq ORDER BY pr.id) FROM probed pr),
+           (SELECT array_agg(pr.s_trimmed ORDER BY pr.id) FROM probed pr)
+    INTO v_partitions, v_changed_queues, v_before_ids, v_before_last_seq, v_before_trimmed;
 
-    -- 2. consumer rows (one per partition and group) of the candidate partitions
+    -- 2. consumer rows (one per partition and group) of the candidate partitions. A row's offset lag is not
+    -- kept (migration 029): it is its partition's last_seq less the greater of the row's cursor and the
+    -- partition's trimmed seq, taken from partition_stats as step 1 left it (so the lags added to the sums
+    -- and the partition's numbers come from one reading of partitions), and, for the lag the sums hold, as
+    -- the previous run left it (v_before_*: step 1's values before it rewrote them). A row is rewritten when
+    -- the consumer changed it (cursor, lease, in flight, totals) or when its lag becomes zero or stops being
+    -- zero (has_lag, and with it the oldest unconsumed time); a push alone changes no row, only the sums.
     WITH candidates AS (
         SELECT DISTINCT k.id FROM unnest(v_candidates) AS k(id)
+    ), before AS (
+        SELECT * FROM unnest(v_before_ids, v_before_last_seq, v_before_trimmed) AS b(partition_id, last_seq, trimmed)
     ), cur AS (
-        SELECT pc.partition_id, pc.consumer_group, p.queue_id, pc.last_consumed_seq AS cursor,
-               greatest(p.last_seq - greatest(pc.last_consumed_seq, c.head_seq, c.completed_seq, c.evicted_seq), 0)
-                   AS offset_lag,
-               greatest(c.head_seq, c.completed_seq, c.evicted_seq) AS trimmed,
+        SELECT pc.partition_id, pc.consumer_group, ps.queue_id, pc.last_consumed_seq AS cursor,
+               greatest(ps.last_seq - greatest(pc.last_consumed_seq, ps.trimmed_seq), 0) AS offset_lag,
+               ps.trimmed_seq AS trimmed,
                CASE WHEN pc.lease_expires_at > now() THEN greatest(pc.batch_size - pc.acked_count, 0) ELSE 0 END
                    AS in_flight,
                CASE WHEN pc.lease_expires_at > now() THEN pc.lease_expires_at END AS lease_expires_at,
                pc.total_messages_consumed, pc.last_consumed_at
         FROM candidates k
         JOIN queen.partition_consumers pc ON pc.partition_id = k.id
-        JOIN queen.partitions p ON p.id = pc.partition_id
-        JOIN queen.partition_counters c ON c.partition_id = pc.partition_id
+        JOIN queen.partition_stats ps ON ps.partition_id = pc.partition_id
     ), known AS (
-        SELECT s.* FROM candidates k JOIN queen.consumer_stats s ON s.partition_id = k.id
+        SELECT s.*, greatest(coalesce(b.last_seq, ps.last_seq)
+                             - greatest(s.cursor_seq, coalesce(b.trimmed, ps.trimmed_seq)), 0) AS offset_lag
+        FROM candidates k JOIN queen.consumer_stats s ON s.partition_id = k.id
+        LEFT JOIN queen.partition_stats ps ON ps.partition_id = s.partition_id
+        LEFT JOIN before b ON b.partition_id = s.partition_id
     ), joined AS (
         SELECT cur.*, s.partition_id AS s_partition_id, s.consumer_group AS s_group, s.queue_id AS s_queue_id,
-               s.cursor_seq AS s_cursor, s.offset_lag AS s_offset_lag, s.in_flight AS s_in_flight,
+               s.cursor_seq AS s_cursor, coalesce(s.offset_lag, 0) AS s_offset_lag, s.has_lag AS s_has_lag,
+               s.in_flight AS s_in_flight,
                s.lease_expires_at AS s_lease_expires_at, s.total_consumed AS s_total,
                s.last_consumed_at AS s_last_consumed_at, s.oldest_unconsumed_seq AS s_oldest_seq,
                s.oldest_unconsumed_at AS s_oldest_at
@@ -327,14 +350,16 @@ BEGIN
         DELETE FROM queen.consumer_stats s USING joined j
         WHERE j.partition_id IS NULL AND s.partition_id = j.s_partition_id AND s.consumer_group = j.s_group
         RETURNING s.queue_id
-    ), changed AS (
+    ), changed AS (  -- the rows to rewrite (a lag that grew, or shrank and stays above zero, is not a change)
         SELECT j.* FROM joined j
         WHERE j.partition_id IS NOT NULL
           AND (j.s_partition_id IS NULL
-               OR (j.cursor, j.offset_lag, j.in_flight, j.lease_expires_at, j.total_messages_consumed,
-                   j.last_consumed_at)
-                  IS DISTINCT FROM (j.s_cursor, j.s_offset_lag, j.s_in_flight, j.s_lease_expires_at, j.s_total,
-                                    j.s_last_consumed_at))
+               OR (j.cursor, j.offset_lag > 0, least(j.in_flight, j.offset_lag), j.lease_expires_at,
+                   j.total_messages_consumed, j.last_consumed_at)
+                  IS DISTINCT FROM (j.s_cursor, j.s_has_lag, j.s_in_flight, j.s_lease_expires_at, j.s_total,
+                                    j.s_last_consumed_at)
+               -- the oldest unconsumed message is gone (trimmed), or was not found when the row was written
+               OR (j.offset_lag > 0 AND (j.s_oldest_seq IS NULL OR j.s_oldest_seq <= j.trimmed)))
     ), probed AS (
         SELECT ch.*,
                CASE WHEN ch.offset_lag = 0 THEN NULL WHEN u.seq IS NOT NULL THEN u.seq ELSE ch.s_oldest_seq END
@@ -346,34 +371,34 @@ BEGIN
             SELECT m.seq, m.created_at FROM queen.messages m
             WHERE m.partition_id = ch.partition_id AND m.seq > greatest(ch.cursor, ch.trimmed)
               AND ch.offset_lag > 0
-              AND (ch.s_partition_id IS NULL OR ch.s_oldest_seq IS NULL OR ch.s_offset_lag = 0
+              AND (ch.s_partition_id IS NULL OR ch.s_oldest_seq IS NULL OR NOT ch.s_has_lag
                    OR ch.cursor <> ch.s_cursor OR ch.s_oldest_seq <= ch.trimmed)
             ORDER BY m.seq LIMIT 1) u ON true
     ), written AS (
-        INSERT INTO queen.consumer_stats AS s (partition_id, consumer_group, queue_id, cursor_seq, offset_lag,
+        INSERT INTO queen.consumer_stats AS s (partition_id, consumer_group, queue_id, cursor_seq, has_lag,
                                                in_flight, lease_expires_at, total_consumed, last_consumed_at,
                                                oldest_unconsumed_seq, oldest_unconsumed_at, computed_at)
-        SELECT pr.partition_id, pr.consumer_group, pr.queue_id, pr.cursor, pr.offset_lag,
+        SELECT pr.partition_id, pr.consumer_group, pr.queue_id, pr.cursor, pr.offset_lag > 0,
                least(pr.in_flight, pr.offset_lag), pr.lease_expires_at, pr.total_messages_consumed,
                pr.last_consumed_at, pr.oldest_seq, pr.oldest_at, now()
         FROM probed pr
         ON CONFLICT (partition_id, consumer_group) DO UPDATE
-        SET queue_id = EXCLUDED.queue_id, cursor_seq = EXCLUDED.cursor_seq, offset_lag = EXCLUDED.offset_lag,
+        SET queue_id = EXCLUDED.queue_id, cursor_seq = EXCLUDED.cursor_seq, has_lag = EXCLUDED.has_lag,
             in_flight = EXCLUDED.in_flight, lease_expires_at = EXCLUDED.lease_expires_at,
             total_consumed = EXCLUDED.total_consumed, last_consumed_at = EXCLUDED.last_consumed_at,
             oldest_unconsumed_seq = EXCLUDED.oldest_unconsumed_seq,
             oldest_unconsumed_at = EXCLUDED.oldest_unconsumed_at, computed_at = EXCLUDED.computed_at
         RETURNING s.queue_id
-    ), delta_rows AS (  -- what each rewritten or removed row adds to its (queue, group) sums
-        SELECT pr.queue_id, pr.consumer_group, (pr.s_partition_id IS NULL)::integer AS partitions,
-               (pr.offset_lag > 0)::integer - (coalesce(pr.s_offset_lag, 0) > 0)::integer AS with_lag,
-               pr.offset_lag - coalesce(pr.s_offset_lag, 0) AS lag,
-               least(pr.in_flight, pr.offset_lag) - coalesce(pr.s_in_flight, 0) AS in_flight,
-               (pr.lease_expires_at IS NOT NULL)::integer - (pr.s_lease_expires_at IS NOT NULL)::integer AS leases,
-               pr.total_messages_consumed - coalesce(pr.s_total, 0) AS total, pr.last_consumed_at
-        FROM probed pr
+    ), delta_rows AS (  -- what each row, rewritten or not, and each removed row adds to its (queue, group) sums
+        SELECT j.queue_id, j.consumer_group, (j.s_partition_id IS NULL)::integer AS partitions,
+               (j.offset_lag > 0)::integer - coalesce(j.s_has_lag, false)::integer AS with_lag,
+               j.offset_lag - j.s_offset_lag AS lag,
+               least(j.in_flight, j.offset_lag) - coalesce(j.s_in_flight, 0) AS in_flight,
+               (j.lease_expires_at IS NOT NULL)::integer - (j.s_lease_expires_at IS NOT NULL)::integer AS leases,
+               j.total_messages_consumed - coalesce(j.s_total, 0) AS total, j.last_consumed_at
+        FROM joined j WHERE j.partition_id IS NOT NULL
         UNION ALL
-        SELECT j.s_queue_id, j.s_group, -1, -(j.s_offset_lag > 0)::integer, -j.s_offset_lag, -j.s_in_flight,
+        SELECT j.s_queue_id, j.s_group, -1, -j.s_has_lag::integer, -j.s_offset_lag, -j.s_in_flight,
                -(j.s_lease_expires_at IS NOT NULL)::integer, -j.s_total, NULL
         FROM joined j WHERE j.partition_id IS NULL
     ), deltas AS (
@@ -398,14 +423,15 @@ BEGIN
     IF v_exact THEN
         WITH agg AS (
             SELECT cs.queue_id, cs.consumer_group, count(*)::integer AS partitions,
-                   count(*) FILTER (WHERE cs.offset_lag > 0)::integer AS partitions_with_lag,
-                   sum(cs.offset_lag)::bigint AS offset_lag,
+                   count(*) FILTER (WHERE cs.has_lag)::integer AS partitions_with_lag,
+                   coalesce(sum(greatest(ps.last_seq - greatest(cs.cursor_seq, ps.trimmed_seq), 0)), 0)::bigint
+                       AS offset_lag,
                    sum(cs.in_flight)::bigint AS in_flight,
                    count(cs.lease_expires_at)::integer AS leases,
                    sum(cs.total_consumed)::bigint AS total_consumed, max(cs.last_consumed_at) AS last_consumed_at,
-                   min(cs.oldest_unconsumed_at) FILTER (WHERE cs.offset_lag > 0) AS oldest_unconsumed_at
-            FROM queen.consumer_stats cs
-        GROUP BY cs.queue_id, cs.consumer_group
+                   min(cs.oldest_unconsumed_at) FILTER (WHERE cs.has_lag) AS oldest_unconsumed_at
+            FROM queen.consumer_stats cs LEFT JOIN queen.partition_stats ps ON ps.partition_id = cs.partition_id
+            GROUP BY cs.queue_id, cs.consumer_group
         ), written AS (
             INSERT INTO queen.queue_group_stats AS g (queue_id, consumer_group, partitions, partitions_with_lag,
                                                       offset_lag, in_flight, leases, total_consumed,
@@ -439,7 +465,7 @@ BEGIN
         ), probed AS (
             SELECT d.*, (SELECT cs.oldest_unconsumed_at FROM queen.consumer_stats cs
                          WHERE cs.queue_id = d.queue_id AND cs.consumer_group = d.consumer_group
-                           AND cs.offset_lag > 0 AND cs.oldest_unconsumed_at IS NOT NULL
+                           AND cs.has_lag AND cs.oldest_unconsumed_at IS NOT NULL
                          ORDER BY cs.oldest_unconsumed_at LIMIT 1) AS oldest_unconsumed_at
             FROM d
         ), written AS (
