@@ -6,6 +6,15 @@ DROP FUNCTION IF EXISTS queen.stats_refresh_v2(boolean, integer);
 DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer);
 DROP FUNCTION IF EXISTS queen.stats_refresh_v3(boolean, integer, integer, boolean);
 
+-- The offset lag of a cursor on a partition: its offsets after the cursor and after the trimmed seq (what
+-- retention, completion and eviction removed), never below zero; 0 when last_seq is NULL. The one definition
+-- the stats job's steps use: the (queue, group) sums hold it for every consumer row (migration 029). A SQL
+-- function of one expression, inlined where it is called.
+CREATE OR REPLACE FUNCTION queen.offset_lag_of(p_last_seq bigint, p_cursor bigint, p_trimmed bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT greatest(p_last_seq - greatest(p_cursor, p_trimmed), 0) $$;
+
 -- One run of the stats job (migration 009 defines the numbers). Looks at the partitions that may have changed
 -- since the previous run: pushed to (partitions.last_activity), counters changed (partition_counters.updated_at:
 -- deletions, dead letters, retention), or with a consumer row that consumed, leased, was created, saw its lease
@@ -234,7 +243,7 @@ BEGIN
         JOIN queen.partition_stats s ON s.partition_id = p.id
         LEFT JOIN groups g ON g.partition_id = p.id
     ), changed AS (
-        SELECT cur.*, least(greatest(cur.last_seq - greatest(cur.min_cursor, cur.trimmed), 0), cur.depth) AS unconsumed
+        SELECT cur.*, least(queen.offset_lag_of(cur.last_seq, cur.min_cursor, cur.trimmed), cur.depth) AS unconsumed
         FROM cur
         WHERE (cur.last_seq, cur.messages_deleted, cur.dlq_messages, cur.dead_lettered, cur.groups, cur.min_cursor,
                cur.in_flight, cur.consumed, cur.trimmed)
@@ -303,11 +312,12 @@ BEGIN
             dead_lettered = t.dead_lettered + EXCLUDED.dead_lettered, deleted = t.deleted + EXCLUDED.deleted
         RETURNING 1
     )
-    SELECT (SELECT count(*) FROM written), (SELECT array_agg(DISTINCT queue_id) FROM written),
-           (SELECT array_agg(pr.id ORDER BY pr.id) FROM probed pr),
-           (SELECT array_agg(pr.s_last_seq ORDER BY pr.id) FROM probed pr),
-           (SELECT array_agg(pr.s_trimmed ORDER BY pr.id) FROM probed pr)
-    INTO v_partitions, v_changed_queues, v_before_ids, v_before_last_seq, v_before_trimmed;
+    SELECT w.n, w.queues, b.ids, b.last_seqs, b.trimmed
+    INTO v_partitions, v_changed_queues, v_before_ids, v_before_last_seq, v_before_trimmed
+    FROM (SELECT count(*) AS n, array_agg(DISTINCT queue_id) AS queues FROM written) w,
+         (SELECT array_agg(pr.id ORDER BY pr.id) AS ids, array_agg(pr.s_last_seq ORDER BY pr.id) AS last_seqs,
+                 array_agg(pr.s_trimmed ORDER BY pr.id) AS trimmed
+          FROM probed pr) b;
 
     -- 2. consumer rows (one per partition and group) of the candidate partitions. A row's offset lag is not
     -- kept (migration 029): it is its partition's last_seq less the greater of the row's cursor and the
@@ -316,27 +326,28 @@ BEGIN
     -- the previous run left it (v_before_*: step 1's values before it rewrote them). A row is rewritten when
     -- the consumer changed it (cursor, lease, in flight, totals) or when its lag becomes zero or stops being
     -- zero (has_lag, and with it the oldest unconsumed time); a push alone changes no row, only the sums.
-    WITH candidates AS (
-        SELECT DISTINCT k.id FROM unnest(v_candidates) AS k(id)
-    ), before AS (
-        SELECT * FROM unnest(v_before_ids, v_before_last_seq, v_before_trimmed) AS b(partition_id, last_seq, trimmed)
+    WITH candidates AS (  -- each candidate's partition_stats numbers as step 1 left them, and before it
+        SELECT k.id, ps.queue_id, ps.last_seq, ps.trimmed_seq,
+               coalesce(b.last_seq, ps.last_seq) AS last_seq_before,
+               coalesce(b.trimmed, ps.trimmed_seq) AS trimmed_before
+        FROM (SELECT DISTINCT x.id FROM unnest(v_candidates) AS x(id)) k
+        LEFT JOIN queen.partition_stats ps ON ps.partition_id = k.id
+        LEFT JOIN unnest(v_before_ids, v_before_last_seq, v_before_trimmed) AS b(partition_id, last_seq, trimmed)
+               ON b.partition_id = k.id
     ), cur AS (
-        SELECT pc.partition_id, pc.consumer_group, ps.queue_id, pc.last_consumed_seq AS cursor,
-               greatest(ps.last_seq - greatest(pc.last_consumed_seq, ps.trimmed_seq), 0) AS offset_lag,
-               ps.trimmed_seq AS trimmed,
+        SELECT pc.partition_id, pc.consumer_group, k.queue_id, pc.last_consumed_seq AS cursor,
+               queen.offset_lag_of(k.last_seq, pc.last_consumed_seq, k.trimmed_seq) AS offset_lag,
+               k.trimmed_seq AS trimmed,
                CASE WHEN pc.lease_expires_at > now() THEN greatest(pc.batch_size - pc.acked_count, 0) ELSE 0 END
                    AS in_flight,
                CASE WHEN pc.lease_expires_at > now() THEN pc.lease_expires_at END AS lease_expires_at,
                pc.total_messages_consumed, pc.last_consumed_at
         FROM candidates k
         JOIN queen.partition_consumers pc ON pc.partition_id = k.id
-        JOIN queen.partition_stats ps ON ps.partition_id = pc.partition_id
+        WHERE k.queue_id IS NOT NULL  -- a partition without its partition_stats row (the exact runs repair it)
     ), known AS (
-        SELECT s.*, greatest(coalesce(b.last_seq, ps.last_seq)
-                             - greatest(s.cursor_seq, coalesce(b.trimmed, ps.trimmed_seq)), 0) AS offset_lag
+        SELECT s.*, queen.offset_lag_of(k.last_seq_before, s.cursor_seq, k.trimmed_before) AS offset_lag
         FROM candidates k JOIN queen.consumer_stats s ON s.partition_id = k.id
-        LEFT JOIN queen.partition_stats ps ON ps.partition_id = s.partition_id
-        LEFT JOIN before b ON b.partition_id = s.partition_id
     ), joined AS (
         SELECT cur.*, s.partition_id AS s_partition_id, s.consumer_group AS s_group, s.queue_id AS s_queue_id,
                s.cursor_seq AS s_cursor, coalesce(s.offset_lag, 0) AS s_offset_lag, s.has_lag AS s_has_lag,
@@ -424,7 +435,7 @@ BEGIN
         WITH agg AS (
             SELECT cs.queue_id, cs.consumer_group, count(*)::integer AS partitions,
                    count(*) FILTER (WHERE cs.has_lag)::integer AS partitions_with_lag,
-                   coalesce(sum(greatest(ps.last_seq - greatest(cs.cursor_seq, ps.trimmed_seq), 0)), 0)::bigint
+                   coalesce(sum(queen.offset_lag_of(ps.last_seq, cs.cursor_seq, ps.trimmed_seq)), 0)::bigint
                        AS offset_lag,
                    sum(cs.in_flight)::bigint AS in_flight,
                    count(cs.lease_expires_at)::integer AS leases,
@@ -525,7 +536,7 @@ BEGIN
                coalesce(sum(ps.dead_lettered), 0)::bigint AS dead_lettered_total,
                min(ps.oldest_at) AS oldest_at, max(ps.newest_at) AS newest_at,
                min(ps.oldest_unconsumed_at) AS oldest_unconsumed_at,
-               coalesce(max(greatest(ps.last_seq - greatest(ps.min_cursor_seq, ps.trimmed_seq), 0))
+               coalesce(max(queen.offset_lag_of(ps.last_seq, ps.min_cursor_seq, ps.trimmed_seq))
                             FILTER (WHERE ps.consumer_groups > 0), 0)::bigint AS max_offset_lag
         FROM targets t LEFT JOIN queen.partition_stats ps ON ps.queue_id = t.id
         GROUP BY t.id
