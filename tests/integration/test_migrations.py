@@ -11,7 +11,7 @@ import pytest
 
 from queenpy import sql
 from queenpy.errors import ConfigurationError
-from queenpy.store.migrate import apply_migrations, render_sql
+from queenpy.store.migrate import _LEDGER, _checksum, apply_migrations, render_sql
 
 
 def test_ledger_records_every_file_and_a_second_run_applies_nothing(db_url: str) -> None:
@@ -70,3 +70,61 @@ def test_db_sql_prints_everything_the_broker_applies() -> None:
     for name, body in sql.migrations() + sql.procedures():
         assert body.strip() in text, name
     assert "queen.push_messages_v3" in text
+
+
+def test_an_upgrade_across_029_takes_has_lag_from_the_offset_lag_a_row_kept(pg_server: object) -> None:
+    """A database at migration 028, its consumer_stats rows written by the stats job of then (offset_lag),
+    upgraded by the broker: 029 is applied with the procedures, and a row's has_lag is whether its offset
+    lag was above zero (the sums those rows fed are exact again after the next reconcile pass; the stats
+    tests check that pass)."""
+    url = pg_server.url(pg_server.create_database())  # type: ignore[attr-defined]
+    before = [(name, text) for name, text in sql.migrations() if name < "029"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_LEDGER)
+        for name, text in before:
+            conn.execute(text)
+            conn.execute(
+                "INSERT INTO queen.schema_migrations (name, kind, checksum) VALUES (%s, 'migration', %s)",
+                (f"migration/{name}", _checksum(text)),
+            )
+        queue = conn.execute("INSERT INTO queen.queues (name) VALUES ('up') RETURNING id").fetchone()[0]
+        partitions = {
+            name: conn.execute(
+                "INSERT INTO queen.partitions (queue_id, name) VALUES (%s, %s) RETURNING id", (queue, name)
+            ).fetchone()[0]
+            for name in ("p1", "p2")
+        }
+        kept = {("p1", "g1"): 0, ("p1", "g2"): 5, ("p2", "g1"): 3}
+        for (partition, group), lag in kept.items():
+            conn.execute(
+                "INSERT INTO queen.consumer_stats (partition_id, consumer_group, queue_id, offset_lag) "
+                "VALUES (%s, %s, %s, %s)",
+                (partitions[partition], group, queue, lag),
+            )
+
+    async def upgrade() -> list[str]:
+        connection = await asyncpg.connect(url)
+        try:
+            return await apply_migrations(connection)
+        finally:
+            await connection.close()
+
+    applied = asyncio.run(upgrade())
+    assert [name for name in applied if name.startswith("migration/")] == [
+        f"migration/{name}" for name, _ in sql.migrations() if name >= "029"
+    ]
+    assert len([name for name in applied if name.startswith("procedures/")]) == len(sql.procedures())
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT p.name, s.consumer_group, s.has_lag FROM queen.consumer_stats s "
+            "JOIN queen.partitions p ON p.id = s.partition_id"
+        ).fetchall()
+        columns = {
+            row[0]
+            for row in conn.execute(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'queen' AND table_name = 'consumer_stats'"
+            )
+        }
+    assert {(p, g): has for p, g, has in rows} == {key: lag > 0 for key, lag in kept.items()}
+    assert "offset_lag" not in columns

@@ -46,10 +46,15 @@ def _entry() -> dict[str, Any]:
     return json.loads(RESULT.read_text())["scenarios"][0]
 
 
+def _again(figures: dict[str, Any]) -> str:
+    """The base measured a second time: beside the windows at scale, or after them in runs before."""
+    return "base_beside" if "base_beside" in figures else "base_again"
+
+
 def test_a_run_without_probes_reports_as_before() -> None:
     entry = copy.deepcopy(_entry())
     figures = entry["runs"][0]["scale"]
-    for size in ("base", "at_scale", "base_again"):
+    for size in ("base", "at_scale", _again(figures)):
         for name in ("push", "pop"):
             figures[size][name].pop("windows_probe_ms", None)
     lines = scale.report_lines(entry)
@@ -59,7 +64,7 @@ def test_a_run_without_probes_reports_as_before() -> None:
 def test_the_report_shows_each_windows_probe_and_the_ratio() -> None:
     entry = copy.deepcopy(_entry())
     figures = entry["runs"][0]["scale"]
-    for size, probe in (("base", 70.0), ("at_scale", 98.0), ("base_again", 71.0)):
+    for size, probe in (("base", 70.0), ("at_scale", 98.0), (_again(figures), 71.0)):
         for name in ("push", "pop"):
             figures[size][name]["windows_probe_ms"] = [probe, probe + 1, probe + 2]
             figures[size][name]["cpu_share_of_machine"]["steal"] = 0.01

@@ -31,11 +31,16 @@ Steps of a round:
    with one shared time, the floor stayed at it and every pop walked all the partitions the group had
    emptied (journal, issue 44).
 5. **storage**: bytes on disk per message and per partition: heap, each index, TOAST, against the payload.
-6. **at scale**: the same measurements as 3 on the big queue; then push and pop on the base queue again
-   (``base_again``: its windows only), a check of the drift between the two: the base is measured some
-   15 minutes before the figures at scale, and its rate moved by a third between two runs of the same code
-   on this machine (journal, issue 44). ``push_ratio_base_again`` and ``pop_ratio_base_again`` are the
-   ratios against it; ``push_ratio`` and ``pop_ratio`` stay the issue's, against the base measured first.
+6. **at scale**: the same measurements as 3 on the big queue, its push and pop windows interleaved with
+   windows on the base queue (``base_beside``; :func:`_windows`, ABBA order). The base measured first (3) is
+   some 15 minutes away from the windows at scale, and the host's own speed drifted by up to 20% between
+   the two in one run (``probe_ratio`` 1.198; journal, issue 44); windows taken in turn see the same host.
+   ``push_ratio`` and ``pop_ratio`` stay the issue's, against the base measured first, in a database that
+   holds only it; ``push_ratio_beside`` and ``pop_ratio_beside`` are against the windows beside, in the
+   database that holds the big queue too, and ``probe_ratio_beside`` shows how alike the host was (runs
+   before measured the base again after the windows at scale instead: ``base_again``). Before each window of
+   3 and 6 the kind waits for a run of the stats job (:func:`_stats_caught_up`, ``stats_wait_s``), so that
+   no window bears the job's work for the window before it, of the other queue.
 
    In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` consecutive windows, and the
    figure is the median window's: one window varies about ±15% from the next on this machine (journal,
@@ -78,6 +83,7 @@ import shutil
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -112,6 +118,9 @@ POP_BATCH = STORED - STORED // 2
 ROUTE_REQUESTS = 5
 #: measured windows of push and of wildcard pop + ack at each size; the ratios are of their medians
 WINDOWS = 3
+#: the longest wait for the stats job before a window (:func:`_stats_caught_up`): its interval (10 s) and a
+#: run at a million partitions
+STATS_WAIT_MAX_S = 40.0
 #: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n, the windows beside retention,
 #: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on (:func:`push_script_for`)
 PUSH_SEED = 4242
@@ -553,7 +562,7 @@ def push_script_for(queue: str, partitions: int, workdir: Path, seed: int = PUSH
     """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
     names ``p0`` .. ``p<partitions - 1>``), with transaction ids. ``seed`` seeds each wrk thread's random
     partitions: a window with the seed of another pushes to the same partitions in the same order, so each
-    window takes a seed of its own (:func:`_hot_path`, :func:`_while_pushing`): at a million partitions a
+    window takes a seed of its own (:func:`_windows`, :func:`_while_pushing`): at a million partitions a
     window repeating its predecessor's partitions finds their pages in shared buffers and already logged
     since the checkpoint (journal, issue 44). Also used by ``benchmarks/pop_probe.py``."""
     return render_script(
@@ -609,20 +618,43 @@ def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 class Probed(NamedTuple):
     """A measured window with the host's speed (:func:`queenpy.bench.procfs.cpu_probe_ms`, ms) taken just
-    before it and just after."""
+    before it and just after, and the seconds waited before it for the stats job (:func:`_stats_caught_up`;
+    None: not waited)."""
 
     measured: Measured[int]
     probe_ms: tuple[float, float]
+    stats_wait_s: float | None = None
 
 
-def _probed_window(context: Context, run: dict[str, Any], script: Path, read: Any, label: str) -> Probed:
+def _stats_caught_up(sql: Sql, max_s: float = STATS_WAIT_MAX_S) -> float:
+    """Wait until a run of the broker's stats job that started after this call has finished (its row in
+    ``queen.service_runs``), at most ``max_s``: the seconds waited. The job runs every
+    ``STATS_INTERVAL_MS`` (10 s) and works on what changed since its last run, so most of a window's work for
+    it is done in the next window: of windows on two queues taken in turn, each would bear the other's
+    (a base window after one at scale bore 0.59 s of the job's CPU in 3 s; journal, issue 44). After the
+    wait a window bears only the job's work for its own first seconds."""
+    since = sql.fetchval("SELECT clock_timestamp()")
+    started = time.monotonic()
+    while time.monotonic() - started < max_s:
+        if sql.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM queen.service_runs WHERE job = 'stats' AND started_at >= $1)", since
+        ):
+            break
+        time.sleep(0.25)
+    return round(time.monotonic() - started, 1)
+
+
+def _probed_window(
+    context: Context, run: dict[str, Any], script: Path, read: Any, label: str, caught_up: bool = False
+) -> Probed:
     """:func:`queenpy.bench.load.measured_window` of ``script`` (50 connections, 2 threads) between two
-    probes of the host's speed. The probes tell a slower host from a slower broker: the windows of a run
-    that started after its base windows all cost about 40% more CPU a message than the same windows of
-    another run of the same code (journal, issue 44)."""
+    probes of the host's speed, after :func:`_stats_caught_up` when ``caught_up``. The probes tell a slower
+    host from a slower broker: the windows of a run that started after its base windows all cost about 40%
+    more CPU a message than the same windows of another run of the same code (journal, issue 44)."""
+    waited = _stats_caught_up(context.sql) if caught_up else None
     before = cpu_probe_ms()
     measured = measured_window(context, run, script, 50, read, 2, label=label)
-    return Probed(measured, (before, cpu_probe_ms()))
+    return Probed(measured, (before, cpu_probe_ms()), waited)
 
 
 def _window_figures(probed: Probed) -> dict[str, Any]:
@@ -636,47 +668,58 @@ def _window_figures(probed: Probed) -> dict[str, Any]:
         "window_s": round(measured.window.seconds, 2),
         "p99_ms": round(measured.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         "probe_ms": round(statistics.fmean(probed.probe_ms), 1),
+        "stats_wait_s": probed.stats_wait_s,
         **_cpu_split(measured.window, messages),
         **_wal_split(measured.window, messages),
     }
 
 
-def _hot_path(
-    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
-) -> dict[str, Any]:
-    """:func:`_windows`, then cold partition pops, the operator routes and the console's first render."""
+class Sized(NamedTuple):
+    """A queue whose hot path :func:`_windows` measures: its name, its partition count and its label in the
+    log."""
+
+    queue: str
+    partitions: int
+    label: str
+
+
+def _operators(context: Context, sized: Sized) -> dict[str, Any]:
+    """Cold partition pops, the operator routes and the console's first render."""
     return {
-        **_windows(context, run, queue, partitions, label, fill),
-        "cold_pop": _cold_pops(context.broker_url, queue, partitions),
-        "routes": _route_timings(context.broker_url, queue),
+        "cold_pop": _cold_pops(context.broker_url, sized.queue, sized.partitions),
+        "routes": _route_timings(context.broker_url, sized.queue),
         "console": _console_render(context.broker_url),
     }
 
 
 def _windows(
-    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, fill: bool = False
-) -> dict[str, Any]:
+    context: Context, run: dict[str, Any], sizes: Sequence[Sized], fill: bool = False
+) -> list[dict[str, Any]]:
     """Push 10 x 1 KB to random partitions (50 connections), then wildcard pop + ack (``POP_BATCH`` a pop)
-    with the 10 groups, each over ``WINDOWS`` consecutive windows; ``push`` and ``pop`` are the median
-    window's figures (:func:`_median_window`). ``fill``: the run's shared figures are the median push
-    window's."""
-    rows = lambda: _pushed(context.sql, queue)
-    pushed = [
-        _probed_window(
+    with the 10 groups, each over ``WINDOWS`` windows a queue of ``sizes``: one dict a queue, in order, with
+    ``push`` and ``pop`` the median window's figures (:func:`_median_window`), ``pop_first`` and
+    ``pop_after_stop``. With two queues their windows alternate in counterbalanced (ABBA) order: window n of
+    each in the order given for even n, reversed for odd n, so that a drift of the host's speed over the
+    minutes falls on both queues alike, and neither always runs right after the other (the order effect that
+    a plain alternation would leave; the ABBA design of within-subject experiments). ``fill``: the run's
+    shared figures are the first queue's median push window."""
+    rounds = [list(sizes) if n % 2 == 0 else list(reversed(sizes)) for n in range(WINDOWS)]
+    pushed: dict[Sized, list[Probed]] = {sized: [] for sized in sizes}
+    for n, order in enumerate(rounds):
+        for sized in order:
+            script = push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + n)
+            rows = lambda queue=sized.queue: _pushed(context.sql, queue)
+            label = f"{sized.label} push {n + 1}"
+            pushed[sized].append(_probed_window(context, run, script, rows, label, caught_up=True))
+
+    def pop_window(sized: Sized, n: int) -> dict[str, Any]:
+        popped = _probed_window(
             context,
             run,
-            push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + n),
-            rows,
-            f"{label} push {n + 1}",
-        )
-        for n in range(WINDOWS)
-    ]
-    pushes = [_window_figures(m) for m in pushed]
-    pop_script = pop_script_for(queue, context.workdir)
-
-    def pop_window(name: str) -> dict[str, Any]:
-        popped = _probed_window(
-            context, run, pop_script, lambda: consumed(context.sql, queue), f"{label} {name}"
+            pop_script_for(sized.queue, context.workdir),
+            lambda: consumed(context.sql, sized.queue),
+            f"{sized.label} " + ("pop" if n == 0 else f"pop after a stop {n}"),
+            caught_up=True,
         )
         counters = popped.measured.wrk.result.counters
         pops = counters.get("pops", 0)
@@ -687,19 +730,29 @@ def _windows(
             "unacked_pops_left": round((counters.get("delivered", 0) - counters.get("acked", 0)) / POP_BATCH),
         }
 
-    # each window after the first starts right after its predecessor's consumers stopped with pops in flight:
-    # those partitions stay leased for the queue's lease time (300 s), and it runs beside them, as consumers
-    # restarted after a crash do; the second is also reported on its own as ``pop_after_stop``
-    pops = [pop_window("pop" if n == 0 else f"pop after a stop {n}") for n in range(WINDOWS)]
+    # each pop window of a queue after its first starts after its predecessor's consumers stopped with pops
+    # in flight: those partitions stay leased for the queue's lease time (300 s), and it runs beside them, as
+    # consumers restarted after a crash do; the second is also reported on its own as ``pop_after_stop``
+    popped: dict[Sized, list[dict[str, Any]]] = {sized: [] for sized in sizes}
+    for n, order in enumerate(rounds):
+        for sized in order:
+            popped[sized].append(pop_window(sized, n))
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
-        median = pushed[_median(pushes)].measured
+        first = pushed[sizes[0]]
+        median = first[_median([_window_figures(m) for m in first])].measured
         context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
-    return {
-        "push": _median_window(pushes),
-        "pop": _median_window(pops),
-        "pop_first": pops[0],
-        "pop_after_stop": pops[1],
-    }
+    out = []
+    for sized in sizes:
+        pops = popped[sized]
+        out.append(
+            {
+                "push": _median_window([_window_figures(m) for m in pushed[sized]]),
+                "pop": _median_window(pops),
+                "pop_first": pops[0],
+                "pop_after_stop": pops[1],
+            }
+        )
+    return out
 
 
 def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
@@ -959,7 +1012,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         settle(context.sql, vacuum_stats=False)
         figures["base_vacuum_s"] = round(_vacuum_before_base(context.sql), 1)
         _checkpoint(context)
-        figures["base"] = _hot_path(context, result, base_queue, BASE_PARTITIONS, "base")
+        base = Sized(base_queue, BASE_PARTITIONS, "base")
+        (figures["base"],) = _windows(context, result, [base])
+        figures["base"].update(_operators(context, base))
         context.log(f"  seeding {partitions:,} partitions x {STORED} messages")
         seeded = _seed(context, big_queue, partitions, STORED)
         figures["seed_s"] = round(seeded.seconds, 1)
@@ -968,8 +1023,11 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures["analyze_and_stats_s"] = round(time.monotonic() - started, 1)
         figures["checkpoint_s"] = round(_checkpoint(context), 1)
         figures["storage"] = _storage(context, big_queue, partitions)
-        figures["at_scale"] = _hot_path(context, result, big_queue, partitions, "at scale", fill=True)
-        figures["base_again"] = _windows(context, result, base_queue, BASE_PARTITIONS, "base again")
+        big = Sized(big_queue, partitions, "at scale")
+        figures["at_scale"], figures["base_beside"] = _windows(
+            context, result, [big, base._replace(label="base beside")], fill=True
+        )
+        figures["at_scale"].update(_operators(context, big))
         queue_id = _queue_id(context, big_queue)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
@@ -1026,12 +1084,13 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     base, at_scale = figures["base"], figures["at_scale"]
     figures["push_ratio"] = _ratio(at_scale["push"]["msg_per_s"], base["push"]["msg_per_s"])
     figures["pop_ratio"] = _ratio(at_scale["pop"]["msg_per_s"], base["pop"]["msg_per_s"])
-    again = figures["base_again"]
-    figures["push_ratio_base_again"] = _ratio(at_scale["push"]["msg_per_s"], again["push"]["msg_per_s"])
-    figures["pop_ratio_base_again"] = _ratio(at_scale["pop"]["msg_per_s"], again["pop"]["msg_per_s"])
+    beside = figures["base_beside"]
+    figures["push_ratio_beside"] = _ratio(at_scale["push"]["msg_per_s"], beside["push"]["msg_per_s"])
+    figures["pop_ratio_beside"] = _ratio(at_scale["pop"]["msg_per_s"], beside["pop"]["msg_per_s"])
     # the host's speed in the windows at scale over the base's: 1.0 the same, 1.4 a host 40% slower (the
-    # ratios above then measure the host as well as the broker)
+    # ratios above then measure the host as well as the broker); over the windows beside, near 1.0 by design
     figures["probe_ratio"] = _ratio(_probes_median(at_scale), _probes_median(base))
+    figures["probe_ratio_beside"] = _ratio(_probes_median(at_scale), _probes_median(beside))
     # the first windows alone: at scale the first pop window is the one right after the seed's checkpoint,
     # where nearly every page a pop changes is a full-page image in the WAL (journal, issue 44)
     figures["pop_first_ratio"] = _ratio(at_scale["pop_first"]["msg_per_s"], base["pop_first"]["msg_per_s"])
@@ -1066,9 +1125,10 @@ def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
     keys = (
         "push_ratio",
         "pop_ratio",
-        "push_ratio_base_again",
-        "pop_ratio_base_again",
+        "push_ratio_beside",
+        "pop_ratio_beside",
         "probe_ratio",
+        "probe_ratio_beside",
         "pop_first_ratio",
         "pop_after_stop_ratio",
         "route_max_ms",
@@ -1116,22 +1176,31 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 )
                 + f"; the first pop windows alone {figures['pop_first_ratio']}"
             )
-        again = figures.get("base_again")
-        if again:  # runs before it was measured have no such figure
+        # the base measured again: beside the windows at scale, or (runs before) after them
+        beside = "base_beside" in figures
+        again = figures.get("base_beside") or figures.get("base_again")
+        suffix = "beside" if beside else "base_again"
+        if again:  # runs before either was measured have no such figure
             lines.append(
-                f"- at {BASE_PARTITIONS} again, after the windows at scale (the drift between the two), "
-                "msg/s a window: push "
+                f"- at {BASE_PARTITIONS} "
+                + (
+                    "beside the windows at scale (interleaved, ABBA)"
+                    if beside
+                    else "again, after the windows at scale (the drift between the two)"
+                )
+                + ", msg/s a window: push "
                 + ", ".join(number(v) for v in again["push"]["windows_msg_per_s"])
                 + "; pop "
                 + ", ".join(number(v) for v in again["pop"]["windows_msg_per_s"])
-                + f"; at scale over it: push {figures['push_ratio_base_again']}, pop "
-                f"{figures['pop_ratio_base_again']}"
+                + f"; at scale over it: push {figures[f'push_ratio_{suffix}']}, pop "
+                f"{figures[f'pop_ratio_{suffix}']}"
+                + (f"; the host's probe at scale over it {figures['probe_ratio_beside']}" if beside else "")
             )
         if "windows_probe_ms" in big["push"]:  # runs before did not probe the host
             lines.append(
                 "- the host's speed around each window (a fixed piece of work, ms of CPU; lower is faster), "
                 f"at {BASE_PARTITIONS} / at scale"
-                + (" / at the base again" if again else "")
+                + ((" / beside" if beside else " / at the base again") if again else "")
                 + ": "
                 + "; ".join(
                     f"{name} "
@@ -1213,9 +1282,9 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
-    # the hot path's push and pop at each size and at the base again, and at most WINDOWS beside each of the
-    # three services' runs
-    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3)
+    # the hot path's push and pop at each size and at the base beside, each after a wait for the stats job
+    # (about 10 s), and at most WINDOWS beside each of the three services' runs
+    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3) + 6 * WINDOWS * 10
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
