@@ -38,20 +38,20 @@ Steps of a round:
    ``push_ratio`` and ``pop_ratio`` stay the issue's, against the base measured first, in a database that
    holds only it; ``push_ratio_beside`` and ``pop_ratio_beside`` are against the windows beside, in the
    database that holds the big queue too, and ``probe_ratio_beside`` shows how alike the host was (runs
-   before measured the base again after the windows at scale instead: ``base_again``). Before each window of
-   3 and 6 the kind waits for a run of the stats job (:func:`_stats_caught_up`, ``stats_wait_s``), so that
-   no window bears the job's work for the window before it, of the other queue.
+   before measured the base again after the windows at scale instead: ``base_again``). Each window of 3 and 6
+   follows ``LEAD_S`` of the same load, unmeasured (``lead_s``; :func:`_probed_window`), so that it bears the
+   stats job's work for its own load, not for the window before it, of the other queue.
 
-   In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` consecutive windows, and the
+   In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` windows, and the
    figure is the median window's: one window varies about ±15% from the next on this machine (journal,
    issue 44). Each push window pushes to partitions of its own (a seed of its own, ``PUSH_SEED``): with one
    seed, every window after the first repeated the first's partitions, whose pages it found warm.
-   Each pop window after the first starts right after its predecessor, whose consumers stopped with pops
-   in flight, so it runs beside partitions leased for the queue's lease time, as consumers restarted after
-   a crash do (the second window is ``pop_after_stop``, and ``pop_after_stop_ratio`` at
-   scale is it over the first). A scan floor held by such leases made every pop walk the partitions consumed
-   since (journal, issue 44). The first windows are kept too (``pop_first``, ``pop_first_ratio``): at scale
-   the first pop window is the one right after the seed's checkpoint.
+   Each pop window starts right after its lead, whose consumers stopped with pops in flight, so it runs
+   beside partitions leased for the queue's lease time, as consumers restarted after a crash do (the second
+   window is ``pop_after_stop``, and ``pop_after_stop_ratio`` at scale is it over the first). A scan floor
+   held by such leases made every pop walk the partitions consumed since (journal, issue 44). The first
+   windows are kept too (``pop_first``, ``pop_first_ratio``): at scale the first pop window follows the
+   first pops after the seed's checkpoint (its lead's).
    Each window is taken between two probes of the host's speed (:func:`queenpy.bench.procfs.cpu_probe_ms`,
    ``probe_ms`` of each window, ``windows_probe_ms``) and reports the steal share of the machine;
    ``probe_ratio`` is the median probe at scale over the base's: 1.0 when the host ran as fast in both, above
@@ -95,7 +95,7 @@ from queenpy.bench.load import Measured, measured_window
 from queenpy.bench.postgres import Sql
 from queenpy.bench.procfs import cpu_probe_ms
 from queenpy.bench.report import number
-from queenpy.bench.wrk import render_script
+from queenpy.bench.wrk import render_script, run_wrk
 from queenpy.services.jobs import RetentionJob
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
@@ -118,10 +118,11 @@ POP_BATCH = STORED - STORED // 2
 ROUTE_REQUESTS = 5
 #: measured windows of push and of wildcard pop + ack at each size; the ratios are of their medians
 WINDOWS = 3
-#: the longest wait for the stats job before a window (:func:`_stats_caught_up`): its interval (10 s) and a
-#: run at a million partitions
-STATS_WAIT_MAX_S = 40.0
-#: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n, the windows beside retention,
+#: seconds of unmeasured load before each window of the hot path (:func:`_probed_window`): the stats job's
+#: interval (``STATS_INTERVAL_MS``, 10 s) and a little
+LEAD_S = 12.0
+#: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n (its lead PUSH_SEED + 50 + n), the
+#: windows beside retention,
 #: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on (:func:`push_script_for`)
 PUSH_SEED = 4242
 #: heap, indexes and WAL headroom per partition of 10 messages of 200 B and 10 cursors; measured runs
@@ -618,43 +619,35 @@ def _median_window(windows: list[dict[str, Any]]) -> dict[str, Any]:
 
 class Probed(NamedTuple):
     """A measured window with the host's speed (:func:`queenpy.bench.procfs.cpu_probe_ms`, ms) taken just
-    before it and just after, and the seconds waited before it for the stats job (:func:`_stats_caught_up`;
-    None: not waited)."""
+    before it and just after, and the seconds of its lead (:func:`_probed_window`; None: none)."""
 
     measured: Measured[int]
     probe_ms: tuple[float, float]
-    stats_wait_s: float | None = None
-
-
-def _stats_caught_up(sql: Sql, max_s: float = STATS_WAIT_MAX_S) -> float:
-    """Wait until a run of the broker's stats job that started after this call has finished (its row in
-    ``queen.service_runs``), at most ``max_s``: the seconds waited. The job runs every
-    ``STATS_INTERVAL_MS`` (10 s) and works on what changed since its last run, so most of a window's work for
-    it is done in the next window: of windows on two queues taken in turn, each would bear the other's
-    (a base window after one at scale bore 0.59 s of the job's CPU in 3 s; journal, issue 44). After the
-    wait a window bears only the job's work for its own first seconds."""
-    since = sql.fetchval("SELECT clock_timestamp()")
-    started = time.monotonic()
-    while time.monotonic() - started < max_s:
-        if sql.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM queen.service_runs WHERE job = 'stats' AND started_at >= $1)", since
-        ):
-            break
-        time.sleep(0.25)
-    return round(time.monotonic() - started, 1)
+    lead_s: float | None = None
 
 
 def _probed_window(
-    context: Context, run: dict[str, Any], script: Path, read: Any, label: str, caught_up: bool = False
+    context: Context, run: dict[str, Any], script: Path, read: Any, label: str, lead: Path | None = None
 ) -> Probed:
     """:func:`queenpy.bench.load.measured_window` of ``script`` (50 connections, 2 threads) between two
-    probes of the host's speed, after :func:`_stats_caught_up` when ``caught_up``. The probes tell a slower
-    host from a slower broker: the windows of a run that started after its base windows all cost about 40%
-    more CPU a message than the same windows of another run of the same code (journal, issue 44)."""
-    waited = _stats_caught_up(context.sql) if caught_up else None
+    probes of the host's speed; with ``lead`` (the same load: a push with a seed of its own, the pop's own
+    script), after ``LEAD_S`` of it, unmeasured (its wrk counts checked under ``<label> lead``).
+
+    The lead: the stats job runs every ``STATS_INTERVAL_MS`` (10 s) and works on what changed since its last
+    run, so most of its work for a window is done in the window after. Of windows on two queues taken in
+    turn, each bore the other's (a base window after one at scale bore 0.59 s of the job's CPU in 3 s), and
+    a wait for the job before each window left each bearing only its own first seconds' (at scale about
+    0.25 s of the job's CPU a window against 1.3 s; journal, issue 44). After a lead one interval long the
+    other queue's share falls in the lead, and the window bears its own load's, as in a steady stream.
+
+    The probes tell a slower host from a slower broker: the windows of a run that started after its base
+    windows all cost about 40% more CPU a message than the same windows of another run of the same code
+    (journal, issue 44)."""
+    if lead is not None:
+        context.check_wrk(run, run_wrk(context.broker_url, lead, 50, LEAD_S, 2), f"{label} lead")
     before = cpu_probe_ms()
     measured = measured_window(context, run, script, 50, read, 2, label=label)
-    return Probed(measured, (before, cpu_probe_ms()), waited)
+    return Probed(measured, (before, cpu_probe_ms()), LEAD_S if lead is not None else None)
 
 
 def _window_figures(probed: Probed) -> dict[str, Any]:
@@ -668,7 +661,7 @@ def _window_figures(probed: Probed) -> dict[str, Any]:
         "window_s": round(measured.window.seconds, 2),
         "p99_ms": round(measured.wrk.result.latency_us.get(99.0, 0) / 1000, 2),
         "probe_ms": round(statistics.fmean(probed.probe_ms), 1),
-        "stats_wait_s": probed.stats_wait_s,
+        "lead_s": probed.lead_s,
         **_cpu_split(measured.window, messages),
         **_wal_split(measured.window, messages),
     }
@@ -708,18 +701,21 @@ def _windows(
     for n, order in enumerate(rounds):
         for sized in order:
             script = push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + n)
+            # the lead pushes to partitions of its own too: a window repeating them would find them warm
+            lead = push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + 50 + n)
             rows = lambda queue=sized.queue: _pushed(context.sql, queue)
             label = f"{sized.label} push {n + 1}"
-            pushed[sized].append(_probed_window(context, run, script, rows, label, caught_up=True))
+            pushed[sized].append(_probed_window(context, run, script, rows, label, lead=lead))
 
     def pop_window(sized: Sized, n: int) -> dict[str, Any]:
+        script = pop_script_for(sized.queue, context.workdir)
         popped = _probed_window(
             context,
             run,
-            pop_script_for(sized.queue, context.workdir),
+            script,
             lambda: consumed(context.sql, sized.queue),
             f"{sized.label} " + ("pop" if n == 0 else f"pop after a stop {n}"),
-            caught_up=True,
+            lead=script,
         )
         counters = popped.measured.wrk.result.counters
         pops = counters.get("pops", 0)
@@ -1091,8 +1087,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     # ratios above then measure the host as well as the broker); over the windows beside, near 1.0 by design
     figures["probe_ratio"] = _ratio(_probes_median(at_scale), _probes_median(base))
     figures["probe_ratio_beside"] = _ratio(_probes_median(at_scale), _probes_median(beside))
-    # the first windows alone: at scale the first pop window is the one right after the seed's checkpoint,
-    # where nearly every page a pop changes is a full-page image in the WAL (journal, issue 44)
+    # the first windows alone: at scale the first pop window follows the first pops after the seed's
+    # checkpoint (its lead's), where nearly every page a pop changes is a full-page image in the WAL
+    # (journal, issue 44)
     figures["pop_first_ratio"] = _ratio(at_scale["pop_first"]["msg_per_s"], base["pop_first"]["msg_per_s"])
     figures["pop_after_stop_ratio"] = _ratio(
         at_scale["pop_after_stop"]["msg_per_s"], at_scale["pop_first"]["msg_per_s"]
@@ -1282,9 +1279,9 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
-    # the hot path's push and pop at each size and at the base beside, each after a wait for the stats job
-    # (about 10 s), and at most WINDOWS beside each of the three services' runs
-    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3) + 6 * WINDOWS * 10
+    # the hot path's push and pop at each size and at the base beside, each after its lead, and at most
+    # WINDOWS beside each of the three services' runs
+    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3) + 6 * WINDOWS * LEAD_S
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
