@@ -39,8 +39,8 @@ Steps of a round:
    holds only it; ``push_ratio_beside`` and ``pop_ratio_beside`` are against the windows beside, in the
    database that holds the big queue too, and ``probe_ratio_beside`` shows how alike the host was (runs
    before measured the base again after the windows at scale instead: ``base_again``). Each window of 3 and 6
-   follows ``LEAD_S`` of the same load, unmeasured (``lead_s``; :func:`_probed_window`), so that it bears the
-   stats job's work for its own load, not for the window before it, of the other queue.
+   follows ``LEAD_S`` of the same load, unmeasured (``lead_s``; :func:`_probed_window`), so that it does
+   not bear the stats job's work for the window before it, of the other queue.
 
    In 3 and 6 push and wildcard pop + ack are each measured over ``WINDOWS`` windows, and the
    figure is the median window's: one window varies about ±15% from the next on this machine (journal,
@@ -638,7 +638,9 @@ def _probed_window(
     turn, each bore the other's (a base window after one at scale bore 0.59 s of the job's CPU in 3 s), and
     a wait for the job before each window left each bearing only its own first seconds' (at scale about
     0.25 s of the job's CPU a window against 1.3 s; journal, issue 44). After a lead one interval long the
-    other queue's share falls in the lead, and the window bears its own load's, as in a steady stream.
+    other queue's share falls in the lead. The job's run for the lead itself may fall in the ground-truth
+    read before the window (seconds long at 1M), so a window at 1M still bears less of the job than a steady
+    stream would (journal, issue 44).
 
     The probes tell a slower host from a slower broker: the windows of a run that started after its base
     windows all cost about 40% more CPU a message than the same windows of another run of the same code
