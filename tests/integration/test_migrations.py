@@ -14,15 +14,21 @@ from queenpy.errors import ConfigurationError
 from queenpy.store.migrate import _LEDGER, _checksum, apply_migrations, render_sql
 
 
-def test_ledger_records_every_file_and_a_second_run_applies_nothing(db_url: str) -> None:
+def _migrate(url: str) -> list[str]:
+    """:func:`apply_migrations` on one connection to ``url``: the names applied."""
+
     async def run() -> list[str]:
-        connection = await asyncpg.connect(db_url)
+        connection = await asyncpg.connect(url)
         try:
             return await apply_migrations(connection)
         finally:
             await connection.close()
 
-    assert asyncio.run(run()) == []  # the template is already migrated
+    return asyncio.run(run())
+
+
+def test_ledger_records_every_file_and_a_second_run_applies_nothing(db_url: str) -> None:
+    assert _migrate(db_url) == []  # the template is already migrated
     with psycopg.connect(db_url) as conn:
         names = {row[0] for row in conn.execute("SELECT name FROM queen.schema_migrations")}
     expected = {f"migration/{n}" for n, _ in sql.migrations()} | {
@@ -54,15 +60,8 @@ def test_a_changed_migration_is_refused(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("UPDATE queen.schema_migrations SET checksum = 'edited' WHERE kind = 'migration'")
 
-    async def run() -> None:
-        connection = await asyncpg.connect(db_url)
-        try:
-            await apply_migrations(connection)
-        finally:
-            await connection.close()
-
     with pytest.raises(ConfigurationError, match="changed after it was applied"):
-        asyncio.run(run())
+        _migrate(db_url)
 
 
 def test_db_sql_prints_everything_the_broker_applies() -> None:
@@ -87,11 +86,11 @@ def test_an_upgrade_across_029_takes_has_lag_from_the_offset_lag_a_row_kept(pg_s
                 "INSERT INTO queen.schema_migrations (name, kind, checksum) VALUES (%s, 'migration', %s)",
                 (f"migration/{name}", _checksum(text)),
             )
-        queue = conn.execute("INSERT INTO queen.queues (name) VALUES ('up') RETURNING id").fetchone()[0]
+        queue = conn.execute("INSERT INTO queen.queues (name) VALUES ('up') RETURNING id").fetchall()[0][0]
         partitions = {
             name: conn.execute(
                 "INSERT INTO queen.partitions (queue_id, name) VALUES (%s, %s) RETURNING id", (queue, name)
-            ).fetchone()[0]
+            ).fetchall()[0][0]
             for name in ("p1", "p2")
         }
         kept = {("p1", "g1"): 0, ("p1", "g2"): 5, ("p2", "g1"): 3}
@@ -102,14 +101,7 @@ def test_an_upgrade_across_029_takes_has_lag_from_the_offset_lag_a_row_kept(pg_s
                 (partitions[partition], group, queue, lag),
             )
 
-    async def upgrade() -> list[str]:
-        connection = await asyncpg.connect(url)
-        try:
-            return await apply_migrations(connection)
-        finally:
-            await connection.close()
-
-    applied = asyncio.run(upgrade())
+    applied = _migrate(url)
     assert [name for name in applied if name.startswith("migration/")] == [
         f"migration/{name}" for name, _ in sql.migrations() if name >= "029"
     ]
