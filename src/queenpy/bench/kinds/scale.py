@@ -83,9 +83,9 @@ import shutil
 import statistics
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 
@@ -101,6 +101,8 @@ from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
 
 __all__ = ["KIND", "report_lines", "run"]
+
+T = TypeVar("T")
 
 STORED = 10  # messages per partition
 PAYLOAD_BYTES = 200
@@ -699,15 +701,25 @@ def _windows(
     a plain alternation would leave; the ABBA design of within-subject experiments). ``fill``: the run's
     shared figures are the first queue's median push window."""
     rounds = [list(sizes) if n % 2 == 0 else list(reversed(sizes)) for n in range(WINDOWS)]
-    pushed: dict[Sized, list[Probed]] = {sized: [] for sized in sizes}
-    for n, order in enumerate(rounds):
-        for sized in order:
-            script = push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + n)
+
+    def in_turn(window: Callable[[Sized, int], T]) -> dict[Sized, list[T]]:
+        """``window(sized, n)`` for the n-th window of every queue, the queues in the order of ``rounds``."""
+        taken: dict[Sized, list[T]] = {sized: [] for sized in sizes}
+        for n, order in enumerate(rounds):
+            for sized in order:
+                taken[sized].append(window(sized, n))
+        return taken
+
+    def push_window(sized: Sized, n: int) -> Probed:
+        return _probed_window(
+            context,
+            run,
+            push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + n),
+            lambda: _pushed(context.sql, sized.queue),
+            f"{sized.label} push {n + 1}",
             # the lead pushes to partitions of its own too: a window repeating them would find them warm
-            lead = push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + 50 + n)
-            rows = lambda queue=sized.queue: _pushed(context.sql, queue)
-            label = f"{sized.label} push {n + 1}"
-            pushed[sized].append(_probed_window(context, run, script, rows, label, lead=lead))
+            lead=push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + 50 + n),
+        )
 
     def pop_window(sized: Sized, n: int) -> dict[str, Any]:
         script = pop_script_for(sized.queue, context.workdir)
@@ -728,29 +740,24 @@ def _windows(
             "unacked_pops_left": round((counters.get("delivered", 0) - counters.get("acked", 0)) / POP_BATCH),
         }
 
+    pushed = in_turn(push_window)
+    pushes = {sized: [_window_figures(m) for m in probed] for sized, probed in pushed.items()}
     # each pop window of a queue after its first starts after its predecessor's consumers stopped with pops
     # in flight: those partitions stay leased for the queue's lease time (300 s), and it runs beside them, as
     # consumers restarted after a crash do; the second is also reported on its own as ``pop_after_stop``
-    popped: dict[Sized, list[dict[str, Any]]] = {sized: [] for sized in sizes}
-    for n, order in enumerate(rounds):
-        for sized in order:
-            popped[sized].append(pop_window(sized, n))
+    popped = in_turn(pop_window)
     if fill:  # the figures every kind shares (msg/s, latency, CPU per message) are the median push window's
-        first = pushed[sizes[0]]
-        median = first[_median([_window_figures(m) for m in first])].measured
+        median = pushed[sizes[0]][_median(pushes[sizes[0]])].measured
         context.fill_window(run, median.after - median.before, median.window, [median.wrk], median.wrk)
-    out = []
-    for sized in sizes:
-        pops = popped[sized]
-        out.append(
-            {
-                "push": _median_window([_window_figures(m) for m in pushed[sized]]),
-                "pop": _median_window(pops),
-                "pop_first": pops[0],
-                "pop_after_stop": pops[1],
-            }
-        )
-    return out
+    return [
+        {
+            "push": _median_window(pushes[sized]),
+            "pop": _median_window(popped[sized]),
+            "pop_first": popped[sized][0],
+            "pop_after_stop": popped[sized][1],
+        }
+        for sized in sizes
+    ]
 
 
 def _storage(context: Context, queue: str, partitions: int) -> dict[str, Any]:
