@@ -69,6 +69,11 @@ Steps of a round:
    left (:func:`_vacuum_after`), so retention's vacuum is measured on its own instead of in the cleanup's
    windows. The broker's own retention job is held off for the run
    (``RETENTION_INTERVAL`` of a day): it would run the same cleanup and retention concurrently.
+   Three quiet push windows at scale, each after its lead and with no service's run beside it, bracket the
+   three (``quiet``: before retention, between retention's vacuum and the cleanup, after the cleanup), and
+   ``retention_push_ratio_beside``, ``retention_vacuum_push_ratio_beside`` and ``cleanup_push_ratio_beside``
+   are the push during each over the mean of the two quiet windows around it (:func:`quiet_reference`): the
+   push at scale is minutes away, and the host's speed drifts (journal, issue 44).
 
 The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
 (the slowest route's max at scale) in ``scale`` of each run and of the median.
@@ -906,6 +911,41 @@ def _while_pushing(
     return result
 
 
+def _quiet_window(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, n: int
+) -> dict[str, Any]:
+    """A push window on ``queue`` with no service's run beside it, after its lead (:func:`_probed_window`),
+    the n-th of the run (push seed ``PUSH_SEED + 400 + n``, its lead's ``PUSH_SEED + 450 + n``): the reference
+    the windows beside retention, its vacuum and the cleanup are compared with, taken right before and right
+    after them (:func:`quiet_reference`)."""
+    return _window_figures(
+        _probed_window(
+            context,
+            run,
+            push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + 400 + n),
+            lambda: _pushed(context.sql, queue),
+            label,
+            lead=push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + 450 + n),
+        )
+    )
+
+
+def quiet_reference(quiet: Sequence[dict[str, Any]], part: str) -> float | None:
+    """The push rate (msg/s) ``part`` (retention, retention_vacuum or cleanup) is compared with beside: the
+    mean of the quiet windows taken right before and right after it. ``quiet`` holds the three quiet windows
+    in measured order: before retention, between retention's vacuum and the cleanup, after the cleanup; the
+    first two bracket retention and its vacuum, the last two the cleanup. None when either is missing.
+
+    Why beside: the push at scale, the reference of ``retention_push_ratio`` and the others, is measured 5 to
+    15 minutes earlier, and the host's own speed moved by up to 25% over such a stretch (the probe at 45 to
+    53 ms around the push at scale and at 60 to 65 ms beside retention in one run; journal, issue 44), as it
+    did between the base and the windows at scale (:func:`_windows`)."""
+    pair = (0, 1) if part in ("retention", "retention_vacuum") else (1, 2)
+    if len(quiet) <= max(pair):
+        return None
+    return statistics.fmean(quiet[n]["msg_per_s"] for n in pair)
+
+
 def _retention_job(url: str) -> dict[str, Any]:
     """One run of the broker's own retention job (:class:`queenpy.services.jobs.RetentionJob`: retention,
     partition cleanup, trimming; its batch sizes and its pace, ``SERVICES_DUTY_CYCLE`` as the broker would
@@ -1036,6 +1076,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         queue_id = _queue_id(context, big_queue)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
+        quiet = figures["quiet"] = [
+            _quiet_window(context, result, big_queue, partitions, "quiet before retention", 0)
+        ]
         http.post(
             "/api/v1/configure",
             json={"queue": big_queue, "options": {"retentionEnabled": True, "retentionSeconds": keep}},
@@ -1072,6 +1115,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         )
         if not figures["retention_vacuum"].get("detail", {}).get("caught_up"):
             result["problems"].append(f"autovacuum had not caught up {VACUUM_WAIT_S:.0f} s after retention")
+        quiet.append(_quiet_window(context, result, big_queue, partitions, "quiet before the cleanup", 1))
         context.sql.execute(EMPTY_PARTITIONS, queue_id, min(CLEANUP_PARTITIONS, partitions))
         figures["cleanup"] = _while_pushing(
             context,
@@ -1083,6 +1127,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
             seed=PUSH_SEED + 300,
         )
+        quiet.append(_quiet_window(context, result, big_queue, partitions, "quiet after the cleanup", 2))
         left = figures["cleanup"].get("detail", {}).get("idle_left")
         if left != 0:
             result["problems"].append(f"partition cleanup left {left} idle partitions")
@@ -1114,6 +1159,11 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
     figures["retention_vacuum_push_ratio"] = _ratio(
         figures["retention_vacuum"].get("push_msg_per_s"), at_scale["push"]["msg_per_s"]
     )
+    # the same, against the quiet windows right before and after each (quiet_reference)
+    for part in ("retention", "retention_vacuum", "cleanup"):
+        figures[f"{part}_push_ratio_beside"] = _ratio(
+            figures[part].get("push_msg_per_s"), quiet_reference(figures.get("quiet", []), part)
+        )
     for name, timing in at_scale["routes"].items():
         if timing["status"] != [200]:
             result["problems"].append(f"{name} answered {timing['status']}")
@@ -1142,6 +1192,9 @@ def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
         "retention_push_ratio",
         "retention_vacuum_push_ratio",
         "cleanup_push_ratio",
+        "retention_push_ratio_beside",
+        "retention_vacuum_push_ratio_beside",
+        "cleanup_push_ratio_beside",
     )
     out: dict[str, Any] = {}
     for key in keys:
@@ -1263,6 +1316,11 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 + f": {done['seconds']} s"
                 + (f" (busy {pace['busyMs'] / 1000:.1f} s at duty {pace['duty']})" if pace else "")
                 + f"; push during it {figures.get(f'{part}_push_ratio')} x the rate at scale"
+                + (  # runs before had no quiet windows
+                    f", {figures[f'{part}_push_ratio_beside']} x the quiet windows beside it"
+                    if figures.get(f"{part}_push_ratio_beside") is not None
+                    else ""
+                )
                 + (  # runs before took one window beside it
                     f" (windows, msg/s: {', '.join(number(v) for v in done['push_windows_msg_per_s'])}; "
                     f"{done['push_windows_during_work']} ended before it did)"
@@ -1284,13 +1342,30 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 f"{done['wal_bytes'] / 1e9:.2f} GB"
                 + (f", of which its own about {own / 1e9:.2f} GB" if own is not None else "")
             )
+        if figures.get("quiet"):  # runs before had none
+            lines.append(
+                "- quiet push windows at scale (no service's run beside them), msg/s (the host's probe, ms): "
+                + "; ".join(
+                    f"{where} {number(w['msg_per_s'])} ({number(w['probe_ms'], 1)})"
+                    for where, w in zip(
+                        ("before retention", "before the cleanup", "after it"), figures["quiet"], strict=False
+                    )
+                )
+                + "; the probe beside retention, its vacuum, the cleanup: "
+                + "; ".join(
+                    ", ".join(number(v, 1) for v in figures.get(part, {}).get("push_windows_probe_ms", []))
+                    for part in ("retention", "retention_vacuum", "cleanup")
+                )
+            )
     return lines
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
     # the hot path's push and pop at each size and at the base beside, each after its lead, and at most
-    # WINDOWS beside each of the three services' runs
-    windows = (6 * WINDOWS + 3 * WINDOWS) * (options.warmup + options.seconds + 3) + 6 * WINDOWS * LEAD_S
+    # WINDOWS beside each of the three services' runs, and the three quiet windows after their leads
+    windows = (6 * WINDOWS + 3 * WINDOWS + 3) * (options.warmup + options.seconds + 3) + (
+        6 * WINDOWS + 3
+    ) * LEAD_S
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
