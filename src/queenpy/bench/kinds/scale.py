@@ -936,10 +936,10 @@ def quiet_reference(quiet: Sequence[dict[str, Any]], part: str) -> float | None:
     in measured order: before retention, between retention's vacuum and the cleanup, after the cleanup; the
     first two bracket retention and its vacuum, the last two the cleanup. None when either is missing.
 
-    Why beside: the push at scale, the reference of ``retention_push_ratio`` and the others, is measured 5 to
-    15 minutes earlier, and the host's own speed moved by up to 25% over such a stretch (the probe at 45 to
-    53 ms around the push at scale and at 60 to 65 ms beside retention in one run; journal, issue 44), as it
-    did between the base and the windows at scale (:func:`_windows`)."""
+    Why beside: the push at scale, the reference of ``retention_push_ratio`` and the others, is measured
+    minutes earlier, and the host's own speed moved by more than the target's margin over such a stretch
+    (the probes around the windows; journal, issue 44), as it did between the base and the windows at scale
+    (:func:`_windows`)."""
     pair = (0, 1) if part in ("retention", "retention_vacuum") else (1, 2)
     if len(quiet) <= max(pair):
         return None
