@@ -130,7 +130,8 @@ WINDOWS = 3
 LEAD_S = 12.0
 #: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n (its lead PUSH_SEED + 50 + n), the
 #: windows beside retention,
-#: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on (:func:`push_script_for`)
+#: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on, the quiet windows
+#: PUSH_SEED + 400 + n (their leads + 450 + n) (:func:`push_script_for`)
 PUSH_SEED = 4242
 #: heap, indexes and WAL headroom per partition of 10 messages of 200 B and 10 cursors; measured runs
 #: write their figures under ``storage``
@@ -659,6 +660,22 @@ def _probed_window(
     return Probed(measured, (before, cpu_probe_ms()), LEAD_S if lead is not None else None)
 
 
+def _push_after_lead(
+    context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, seed: int
+) -> Probed:
+    """:func:`_probed_window` of the push to ``queue`` (:func:`push_script_for`, push seed ``seed``), counted
+    by :func:`_pushed`, after a lead with the seed ``seed + 50``: the lead pushes to partitions of its own
+    too, since a window repeating them would find them warm."""
+    return _probed_window(
+        context,
+        run,
+        push_script_for(queue, partitions, context.workdir, seed=seed),
+        lambda: _pushed(context.sql, queue),
+        label,
+        lead=push_script_for(queue, partitions, context.workdir, seed=seed + 50),
+    )
+
+
 def _window_figures(probed: Probed) -> dict[str, Any]:
     """What every push or pop window reports: msg/s (the ground truth's growth over the window), its length,
     wrk's p99, where the CPU and the WAL went a message, and the host's speed around it (``probe_ms``: the
@@ -716,14 +733,8 @@ def _windows(
         return taken
 
     def push_window(sized: Sized, n: int) -> Probed:
-        return _probed_window(
-            context,
-            run,
-            push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + n),
-            lambda: _pushed(context.sql, sized.queue),
-            f"{sized.label} push {n + 1}",
-            # the lead pushes to partitions of its own too: a window repeating them would find them warm
-            lead=push_script_for(sized.queue, sized.partitions, context.workdir, seed=PUSH_SEED + 50 + n),
+        return _push_after_lead(
+            context, run, sized.queue, sized.partitions, f"{sized.label} push {n + 1}", PUSH_SEED + n
         )
 
     def pop_window(sized: Sized, n: int) -> dict[str, Any]:
@@ -914,20 +925,11 @@ def _while_pushing(
 def _quiet_window(
     context: Context, run: dict[str, Any], queue: str, partitions: int, label: str, n: int
 ) -> dict[str, Any]:
-    """A push window on ``queue`` with no service's run beside it, after its lead (:func:`_probed_window`),
-    the n-th of the run (push seed ``PUSH_SEED + 400 + n``, its lead's ``PUSH_SEED + 450 + n``): the reference
-    the windows beside retention, its vacuum and the cleanup are compared with, taken right before and right
-    after them (:func:`quiet_reference`)."""
-    return _window_figures(
-        _probed_window(
-            context,
-            run,
-            push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + 400 + n),
-            lambda: _pushed(context.sql, queue),
-            label,
-            lead=push_script_for(queue, partitions, context.workdir, seed=PUSH_SEED + 450 + n),
-        )
-    )
+    """A push window on ``queue`` with no service's run beside it, after its lead (:func:`_push_after_lead`),
+    the n-th of the run (push seed ``PUSH_SEED + 400 + n``): the reference the windows beside retention, its
+    vacuum and the cleanup are compared with, taken right before and right after them
+    (:func:`quiet_reference`)."""
+    return _window_figures(_push_after_lead(context, run, queue, partitions, label, PUSH_SEED + 400 + n))
 
 
 def quiet_reference(quiet: Sequence[dict[str, Any]], part: str) -> float | None:
