@@ -129,9 +129,8 @@ WINDOWS = 3
 #: interval (``STATS_INTERVAL_MS``, 10 s) and a little
 LEAD_S = 12.0
 #: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n (its lead PUSH_SEED + 50 + n), the
-#: windows beside retention,
-#: its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on, the quiet windows
-#: PUSH_SEED + 400 + n (their leads + 450 + n) (:func:`push_script_for`)
+#: windows beside retention, its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on,
+#: the quiet windows PUSH_SEED + 400 + n (their leads + 450 + n) (:func:`push_script_for`)
 PUSH_SEED = 4242
 #: heap, indexes and WAL headroom per partition of 10 messages of 200 B and 10 cursors; measured runs
 #: write their figures under ``storage``
