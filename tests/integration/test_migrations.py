@@ -121,3 +121,20 @@ def test_an_upgrade_across_029_takes_has_lag_from_the_offset_lag_a_row_kept(
         }
     assert {(p, g): has for p, g, has in rows} == {key: lag > 0 for key, lag in kept.items()}
     assert "offset_lag" not in columns
+
+
+def test_messages_autovacuum_is_throttled_and_starts_at_five_percent(db_url: str) -> None:
+    """Migration 030 over 016: the vacuum of queen.messages sleeps 2 ms after every 1,000 cost units (016 had
+    it unthrottled), and still starts at 5% dead rows; no other table carries these settings."""
+    with psycopg.connect(db_url) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = 'queen' AND c.relkind = 'r' "
+            "AND c.reloptions::text LIKE '%autovacuum_vacuum_cost%'"
+        ).fetchall()
+    assert [name for name, _ in rows] == ["messages"]
+    assert set(rows[0][1]) >= {
+        "autovacuum_vacuum_cost_delay=2",
+        "autovacuum_vacuum_cost_limit=1000",
+        "autovacuum_vacuum_scale_factor=0.05",
+    }

@@ -1,0 +1,13 @@
+-- A throttle on the autovacuum of queen.messages, in place of migration 016's none.
+--
+-- 016 turned the throttle off (autovacuum_vacuum_cost_delay = 0) because with autovacuum's defaults (a 2 ms
+-- sleep after every 200 cost units: about 5,000 dirtied pages a second) a pass over the soak's table took
+-- longer than its deletions took to come back (issue 18). Unthrottled, a pass after a large deletion
+-- competes with the hot path for the whole of a core, the WAL and the page cache for as long as it runs:
+-- after retention deleted a tenth of ten million messages, spread over every page of the table and of its
+-- indexes, pushes beside that vacuum ran at 0.68 of their rate without it in some runs (issue 44).
+-- A limit of 1,000 units between sleeps of 2 ms keeps five times the default's pace, which keeps up with
+-- the soak's deletions, and leaves the hot path time between the vacuum's bursts
+-- (benchmarks/journal/2026-12.md, issue 44). Per table, so the rest of the server keeps its own settings; an
+-- operator may change them (ALTER TABLE ... SET, or RESET for the server's own).
+ALTER TABLE queen.messages SET (autovacuum_vacuum_cost_delay = 2, autovacuum_vacuum_cost_limit = 1000);
