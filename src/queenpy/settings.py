@@ -140,7 +140,9 @@ class ServiceSettings:
     took 5 to 10 s (benchmarks/journal/2026-11.md, issue 44).
     ``duty_cycle`` (``SERVICES_DUTY_CYCLE``, queenpy's own, 0 < d <= 1): the share of its wall time a job's
     database steps may take; after a step of t seconds it rests t x (1 - d) / d
-    (``queenpy.services.jobs.Pace``). 1 runs the jobs flat out.
+    (``queenpy.services.jobs.Pace``). 1 runs the jobs flat out. For the jobs that delete (retention,
+    eviction) it is the floor: a run's duty rises to twice what the last run's deletions needed when that is
+    more, so that they keep up with the messages that expire (``queenpy.services.jobs.keep_up_duty``).
     """
 
     enabled: bool = True

@@ -5,6 +5,7 @@ time back (creation times grow with offsets, as the push makes them), so no test
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from typing import Any
 
@@ -648,3 +649,36 @@ def test_a_stats_job_run_takes_its_sweep_in_paced_steps(db_url: str) -> None:
             "WHERE q.name = 'steps'"
         ).fetchone()
         assert queue == (15,)
+
+
+@pytest.mark.parametrize("job_type", [RetentionJob, EvictionJob])
+def test_a_deleting_job_runs_at_the_duty_its_last_run_set(
+    conn: psycopg.Connection[Any], db_url: str, job_type: type[Job]
+) -> None:
+    """Each run is paced at the duty the run before it set (queenpy.services.jobs.keep_up_duty), the base
+    first. With no rest between runs (an interval of 0) a run is all of its cycle, its paced steps a share of
+    it near its duty, so each run sets a higher duty for the next (twice its busy share, at most 1): a job
+    that cannot rest between runs is behind. A job with the default interval, minutes between runs, stays
+    at the base."""
+    for queue in ("paced-a", "paced-b", "paced-c"):  # eviction's steps: one a queue (retention always steps)
+        configure(conn, queue, maxWaitTimeSeconds=600)
+
+    async def go() -> list[dict[str, Any]]:
+        database = Database(db_url, 2)
+        await database.open()
+        try:
+            job = job_type(ServiceSettings(retention_interval_ms=0, eviction_interval_ms=0, duty_cycle=0.25))
+            paces = [(await job.run(database)).details["pace"] for _ in range(4)]
+            default = job_type(ServiceSettings(duty_cycle=0.25))
+            paces.append((await default.run(database)).details["pace"])
+            return paces
+        finally:
+            await database.close()
+
+    paces = asyncio.run(go())
+    assert paces[0]["duty"] == 0.25 and 0.25 < paces[0]["nextDuty"] <= 0.5
+    assert paces[0]["busyMs"] > 0 and paces[0]["restedMs"] > 0
+    for before, after in itertools.pairwise(paces[:4]):
+        assert after["duty"] == pytest.approx(before["nextDuty"], abs=0.001)  # rounded in the record
+        assert 0.25 < after["nextDuty"] <= min(1.0, 2 * after["duty"])
+    assert (paces[4]["duty"], paces[4]["nextDuty"]) == (0.25, 0.25)  # one short run, minutes before the next

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from queenpy.services.jobs import Pace, rest_after
+from queenpy.services.jobs import Pace, keep_up_duty, rest_after
 from queenpy.settings import Settings
 
 
@@ -55,3 +55,31 @@ def test_the_duty_cycle_setting_is_clamped_to_a_positive_share() -> None:
     assert Settings.from_env({"SERVICES_DUTY_CYCLE": "0.5"}).services.duty_cycle == 0.5
     assert Settings.from_env({"SERVICES_DUTY_CYCLE": "3"}).services.duty_cycle == 1.0
     assert Settings.from_env({"SERVICES_DUTY_CYCLE": "0"}).services.duty_cycle == 0.01
+
+
+def test_keep_up_duty_stays_at_the_base_for_a_one_off_backlog() -> None:
+    # one run of 65 s busy at 0.25 (260 s of wall time), the next 300 s later: its busy share of the cycle is
+    # 65 / 560 = 0.116, twice that below the base
+    assert keep_up_duty(0.25, busy_s=65.0, run_s=260.0, interval_s=300.0) == 0.25
+    assert keep_up_duty(0.25, busy_s=0.0, run_s=0.01, interval_s=1.0) == 0.25  # nothing to do
+
+
+def test_keep_up_duty_rises_when_a_run_cannot_keep_up_and_settles_at_twice_the_need() -> None:
+    # arrivals need u = 0.25 of the wall time (14 us a row at 18,000 rows/s, a saturated machine); a run
+    # every second after the last (interval 1 s). Simulate the cycles: W = rows x cost / duty
+    cost_s, rate, interval = 14e-6, 18_000.0, 1.0
+    duty, backlog = 0.25, 0.0
+    for _ in range(30):
+        arrived = rate * interval + backlog  # what the run finds
+        busy = arrived * cost_s
+        run_s = busy / duty
+        backlog = rate * run_s  # arrives while it runs, for the next
+        duty = keep_up_duty(0.25, busy, run_s, interval)
+    assert duty == pytest.approx(0.5, abs=0.01)  # twice u
+    assert run_s == pytest.approx(1.0, rel=0.05)  # u x I / (d - u): bounded
+
+
+def test_keep_up_duty_is_at_most_one_and_validates_the_base() -> None:
+    assert keep_up_duty(0.25, busy_s=10.0, run_s=10.0, interval_s=0.0) == 1.0
+    with pytest.raises(ValueError, match="positive"):
+        keep_up_duty(0.0, 1.0, 1.0, 1.0)

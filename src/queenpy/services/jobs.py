@@ -38,12 +38,25 @@ import orjson
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
 
-__all__ = ["EvictionJob", "Job", "Pace", "RetentionJob", "RunResult", "StatsJob", "jobs_for", "rest_after"]
+__all__ = [
+    "EvictionJob",
+    "Job",
+    "Pace",
+    "RetentionJob",
+    "RunResult",
+    "StatsJob",
+    "jobs_for",
+    "keep_up_duty",
+    "rest_after",
+]
 
 PARTITIONS_PER_STEP = 500
 CLEANUP_PER_STEP = 1000
 TRIM_PER_STEP = 5000
 _DAY_S = 86_400.0
+#: a deleting job's next run gets this many times the busy share of wall time its last cycle needed
+#: (:func:`keep_up_duty`): it then clears what arrives in about half the time it arrives in
+KEEP_UP_HEADROOM = 2.0
 T = TypeVar("T")
 
 
@@ -55,6 +68,26 @@ def rest_after(busy_s: float, duty: float) -> float:
     if duty <= 0:
         raise ValueError(f"duty must be positive, not {duty}")
     return 0.0 if duty >= 1 else busy_s * (1 - duty) / duty
+
+
+def keep_up_duty(base: float, busy_s: float, run_s: float, interval_s: float) -> float:
+    """The duty for a deleting job's next run (retention, eviction): ``base`` (``SERVICES_DUTY_CYCLE``), or
+    ``KEEP_UP_HEADROOM`` times the share of its last cycle (the run's ``run_s`` of wall time plus the
+    ``interval_s`` rest before the next run) that the run was busy (``busy_s``), whichever is higher, and
+    at most 1. Seconds in, a share in (0, 1] out.
+
+    Deletions arrive all the time: messages pass their retention as producers push them. At a duty d a job
+    keeps up only while d exceeds u, the share of wall time the arrivals need (busy seconds a row times rows
+    a second, on a machine as busy as it is); at d <= u each run outlasts the last and the stored messages
+    grow without bound (the soak at a fixed 0.25: benchmarks/journal/2026-12.md, issue 18). A run's busy
+    share of its cycle estimates u (from above while a backlog drains), so the next run gets twice it. A
+    one-off backlog (a new retention period over millions of stored messages) is one long run at ``base``,
+    and its busy share of the cycle, ``busy_s / (busy_s / base + interval_s)``, stays below ``base`` while
+    ``busy_s < base * interval_s``: its hot path is spared, and the runs after it have little to do."""
+    rest_after(0.0, base)  # validates base
+    cycle_s = run_s + max(interval_s, 0.0)
+    needed = busy_s / cycle_s if cycle_s > 0 else 0.0
+    return min(1.0, max(base, KEEP_UP_HEADROOM * needed))
 
 
 class Pace:
@@ -275,6 +308,7 @@ class RetentionJob(Job):
     def __init__(self, settings: ServiceSettings) -> None:
         super().__init__(settings)
         self._unvacuumed = 0  # messages this job deleted since it last vacuumed queen.messages
+        self._duty = settings.duty_cycle  # this run's: keep_up_duty after the last
 
     async def _vacuum(self, database: Database) -> dict[str, Any] | None:
         """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows``
@@ -301,9 +335,13 @@ class RetentionJob(Job):
         return self.settings.retention_interval_ms / 1000
 
     async def run(self, database: Database) -> RunResult:
+        """Retention, completed retention, the partition cleanup and the history trim, each in paced steps
+        at the duty :func:`keep_up_duty` set after the last run (the first: ``SERVICES_DUTY_CYCLE``); then
+        the vacuum when due (:meth:`_vacuum`). Rows: the messages deleted."""
         settings = self.settings
+        clock = time.monotonic()
         run_at = await database.fetchval("SELECT now()")
-        pace = Pace(settings.duty_cycle)
+        pace = Pace(self._duty)
         details: dict[str, Any] = {}
         rows = 0
         for kind in ("retention", "completed_retention"):
@@ -346,7 +384,8 @@ class RetentionJob(Job):
             if all(int(count) < TRIM_PER_STEP for count in step.values()):
                 break
         details["trimmed"] = {table: count for table, count in trimmed.items() if count}
-        details["pace"] = pace.details()
+        self._duty = keep_up_duty(settings.duty_cycle, pace.busy_s, time.monotonic() - clock, self.interval_s)
+        details["pace"] = {**pace.details(), "nextDuty": round(self._duty, 3)}
         return RunResult(rows, details)
 
 
@@ -358,13 +397,23 @@ class EvictionJob(Job):
     def interval_s(self) -> float:
         return self.settings.eviction_interval_ms / 1000
 
+    def __init__(self, settings: ServiceSettings) -> None:
+        super().__init__(settings)
+        self._duty = settings.duty_cycle  # this run's: keep_up_duty after the last
+
     async def run(self, database: Database) -> RunResult:
+        """Eviction in paced steps at the duty :func:`keep_up_duty` set after the last run (the first:
+        ``SERVICES_DUTY_CYCLE``). Rows: the messages evicted."""
+        clock = time.monotonic()
         run_at = await database.fetchval("SELECT now()")
-        pace = Pace(self.settings.duty_cycle)
+        pace = Pace(self._duty)
         part = await _delete_kind(
             database, pace, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
         )
-        return RunResult(part["deleted"], {"max_wait_time_eviction": part, "pace": pace.details()})
+        base = self.settings.duty_cycle
+        self._duty = keep_up_duty(base, pace.busy_s, time.monotonic() - clock, self.interval_s)
+        pace_details = {**pace.details(), "nextDuty": round(self._duty, 3)}
+        return RunResult(part["deleted"], {"max_wait_time_eviction": part, "pace": pace_details})
 
 
 def jobs_for(settings: ServiceSettings) -> list[Job]:
