@@ -39,6 +39,7 @@ from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
 
 __all__ = [
+    "DeletingJob",
     "EvictionJob",
     "Job",
     "Pace",
@@ -147,6 +148,27 @@ class Job:
     async def run(self, database: Database) -> RunResult:
         """One run. Raises what the database raises (the runner records and logs it)."""
         raise NotImplementedError
+
+
+class DeletingJob(Job):
+    """A job that deletes what expires (retention, eviction): each run is paced at the duty the run before
+    it set (:func:`keep_up_duty`; the first run at ``SERVICES_DUTY_CYCLE``)."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        super().__init__(settings)
+        self._duty = settings.duty_cycle
+
+    def _pace(self) -> tuple[Pace, float]:
+        """This run's pace, and when the run started (``time.monotonic()``) for :meth:`_paced`."""
+        return Pace(self._duty), time.monotonic()
+
+    def _paced(self, pace: Pace, started: float) -> dict[str, float]:
+        """Set the next run's duty from this run's (:func:`keep_up_duty`); the run's ``pace`` details, with
+        ``nextDuty``."""
+        self._duty = keep_up_duty(
+            self.settings.duty_cycle, pace.busy_s, time.monotonic() - started, self.interval_s
+        )
+        return {**pace.details(), "nextDuty": round(self._duty, 3)}
 
 
 async def _json(database: Database, query: str, *args: Any) -> Any:
@@ -301,14 +323,13 @@ async def _delete_kind(
     return {"queues": len(queues), "deleted": deleted, "steps": steps}
 
 
-class RetentionJob(Job):
+class RetentionJob(DeletingJob):
     name = "retention"
     lock_key = 737_001
 
     def __init__(self, settings: ServiceSettings) -> None:
         super().__init__(settings)
         self._unvacuumed = 0  # messages this job deleted since it last vacuumed queen.messages
-        self._duty = settings.duty_cycle  # this run's: keep_up_duty after the last
 
     async def _vacuum(self, database: Database) -> dict[str, Any] | None:
         """``VACUUM (SKIP_LOCKED) queen.messages`` once this job has deleted ``retention_vacuum_rows``
@@ -339,9 +360,8 @@ class RetentionJob(Job):
         at the duty :func:`keep_up_duty` set after the last run (the first: ``SERVICES_DUTY_CYCLE``); then
         the vacuum when due (:meth:`_vacuum`). Rows: the messages deleted."""
         settings = self.settings
-        clock = time.monotonic()
+        pace, started = self._pace()
         run_at = await database.fetchval("SELECT now()")
-        pace = Pace(self._duty)
         details: dict[str, Any] = {}
         rows = 0
         for kind in ("retention", "completed_retention"):
@@ -384,12 +404,11 @@ class RetentionJob(Job):
             if all(int(count) < TRIM_PER_STEP for count in step.values()):
                 break
         details["trimmed"] = {table: count for table, count in trimmed.items() if count}
-        self._duty = keep_up_duty(settings.duty_cycle, pace.busy_s, time.monotonic() - clock, self.interval_s)
-        details["pace"] = {**pace.details(), "nextDuty": round(self._duty, 3)}
+        details["pace"] = self._paced(pace, started)
         return RunResult(rows, details)
 
 
-class EvictionJob(Job):
+class EvictionJob(DeletingJob):
     name = "eviction"
     lock_key = 737_002
 
@@ -397,23 +416,17 @@ class EvictionJob(Job):
     def interval_s(self) -> float:
         return self.settings.eviction_interval_ms / 1000
 
-    def __init__(self, settings: ServiceSettings) -> None:
-        super().__init__(settings)
-        self._duty = settings.duty_cycle  # this run's: keep_up_duty after the last
-
     async def run(self, database: Database) -> RunResult:
         """Eviction in paced steps at the duty :func:`keep_up_duty` set after the last run (the first:
         ``SERVICES_DUTY_CYCLE``). Rows: the messages evicted."""
-        clock = time.monotonic()
+        pace, started = self._pace()
         run_at = await database.fetchval("SELECT now()")
-        pace = Pace(self._duty)
         part = await _delete_kind(
             database, pace, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
         )
-        base = self.settings.duty_cycle
-        self._duty = keep_up_duty(base, pace.busy_s, time.monotonic() - clock, self.interval_s)
-        pace_details = {**pace.details(), "nextDuty": round(self._duty, 3)}
-        return RunResult(part["deleted"], {"max_wait_time_eviction": part, "pace": pace_details})
+        return RunResult(
+            part["deleted"], {"max_wait_time_eviction": part, "pace": self._paced(pace, started)}
+        )
 
 
 def jobs_for(settings: ServiceSettings) -> list[Job]:
