@@ -83,8 +83,9 @@ def keep_up_duty(base: float, busy_s: float, run_s: float, interval_s: float) ->
     grow without bound (the soak at a fixed 0.25: benchmarks/journal/2026-12.md, issue 18). A run's busy
     share of its cycle estimates u (from above while a backlog drains), so the next run gets twice it. A
     one-off backlog (a new retention period over millions of stored messages) is one long run at ``base``,
-    and its busy share of the cycle, ``busy_s / (busy_s / base + interval_s)``, stays below ``base`` while
-    ``busy_s < base * interval_s``: its hot path is spared, and the runs after it have little to do."""
+    and twice its busy share of the cycle, ``2 * busy_s / (busy_s / base + interval_s)``, stays at most
+    ``base`` while ``busy_s <= base * interval_s``: its hot path is spared, and the runs after it have little
+    to do."""
     rest_after(0.0, base)  # validates base
     cycle_s = run_s + max(interval_s, 0.0)
     needed = busy_s / cycle_s if cycle_s > 0 else 0.0
