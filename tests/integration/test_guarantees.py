@@ -7,7 +7,9 @@ broker calls, from several connections and threads at once.
 from __future__ import annotations
 
 import json
+import random
 import threading
+import time
 import uuid
 from collections import defaultdict
 from typing import Any
@@ -278,6 +280,102 @@ def test_concurrent_transactional_pushers_one_partition_delivered_once_in_order(
         per_producer[message["data"]["producer"]].append(message["data"]["n"])
     for index in range(producers):
         assert per_producer[index] == list(range(committed[index])), f"producer {index} out of order"
+
+
+KEYS_STORED = """
+SELECT p.name, p.last_seq, (SELECT count(*) FROM queen.messages m WHERE m.partition_id = p.id)
+FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id WHERE q.name = 'keys' ORDER BY 1
+"""
+PUSH_WAITING = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%push%'"
+NEW_CURSOR = "INSERT INTO queen.partition_consumers (partition_id, consumer_group) VALUES (%s, 'g')"
+
+
+def test_a_push_never_waits_for_a_key_check_of_its_partitions_so_the_two_cannot_deadlock(db_url: str) -> None:
+    """A push locks the rows of its partitions in id order until COMMIT. A foreign-key check (a new cursor, a
+    dead letter, a replay, a consumer row updated twice in one transaction) takes a KEY SHARE lock on its
+    partition's row, in whatever order its statement reaches them: fused wildcard pops of a new group create
+    a cursor per request. When the push locked FOR UPDATE, which conflicts with KEY SHARE, the interleaving
+    below deadlocked (a soak benchmark: 58 push requests answered "deadlock detected"). The push takes FOR NO
+    KEY UPDATE, which does not: here it commits while the other transaction still holds its key lock."""
+    with connect(db_url) as setup:
+        placed = push(setup, "keys", [1]) + push(setup, "keys", [2], partition="b")
+    first, second = sorted((r["partition_id"] for r in placed), key=uuid.UUID)  # the push's lock order
+    outcome: dict[str, Any] = {}
+
+    def pusher() -> None:
+        items = [{"queue": "keys", "partition": name, "payload": 3} for name in ("Default", "b")]
+        try:
+            with connect(db_url) as conn:
+                outcome["results"] = call_procedure(conn, "push_items_v1", items)
+        except BaseException as exc:  # noqa: BLE001
+            outcome["error"] = exc
+
+    with psycopg.connect(db_url) as holder:  # one transaction, open until the end of the block
+        holder.execute("SET deadlock_timeout = '100ms'")
+        holder.execute(NEW_CURSOR, (second,))  # its key check: KEY SHARE on the second partition's row
+        thread = threading.Thread(target=pusher)
+        thread.start()
+        with connect(db_url) as watcher:
+            wait_until(
+                lambda: not thread.is_alive() or watcher.execute(PUSH_WAITING).fetchone() != (0,),
+                message="the push to end or to wait for a lock",
+            )
+        # a cursor on the first partition: with the push holding it FOR UPDATE and waiting for the second,
+        # this key check closed the cycle
+        holder.execute(NEW_CURSOR, (first,))
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+        assert "error" not in outcome, outcome.get("error")
+        assert [r["status"] for r in outcome["results"]] == ["queued"] * 2
+    with connect(db_url) as check:
+        assert check.execute(KEYS_STORED).fetchall() == [("Default", 2, 2), ("b", 2, 2)]
+        assert check.execute("SELECT count(*) FROM queen.partition_consumers").fetchone() == (2,)
+
+
+def test_fused_wildcard_pops_creating_cursors_beside_pushes_never_deadlock(db_url: str) -> None:
+    """The load of the test above, from the procedures the broker calls: pushes of 30 messages to random
+    partitions of 100, beside fused pops of 10 wildcard requests of a new consumer group each (every request
+    creates a cursor: one key check per partition, in the order the requests claim them). With the pushes'
+    FOR UPDATE this deadlocked within seconds (31 times in 20 s); every call must succeed."""
+    with connect(db_url) as conn:
+        call_procedure(conn, "push_items_v1", [{"queue": "mixed", "partition": f"p{n}"} for n in range(100)])
+    until = time.monotonic() + 4
+    done = {"push": 0, "pop": 0}
+    errors: list[BaseException] = []
+
+    def pusher(seed: int) -> None:
+        chooser = random.Random(seed)
+        try:
+            with connect(db_url) as conn:
+                while time.monotonic() < until:
+                    items = [{"queue": "mixed", "partition": f"p{chooser.randrange(100)}"} for _ in range(30)]
+                    assert {r["status"] for r in call_procedure(conn, "push_items_v1", items)} == {"queued"}
+                    done["push"] += 1
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    def popper(worker: int) -> None:
+        try:
+            with connect(db_url) as conn:
+                while time.monotonic() < until:
+                    group = f"g{worker}-{done['pop']}"
+                    requests = [
+                        {"index": i, "queue": "mixed", "partition": None, "consumerGroup": group, "batch": 1}
+                        for i in range(10)
+                    ]
+                    assert len(call_procedure(conn, "pop_v1", requests)) == 10
+                    done["pop"] += 1
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=pusher, args=(n,)) for n in range(4)]
+    threads += [threading.Thread(target=popper, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert done["push"] > 0 and done["pop"] > 0
 
 
 def test_one_lease_holder_per_partition_and_group(db_url: str) -> None:

@@ -125,7 +125,7 @@ class WalMark:
 BULK_LOAD = """
 WITH parts AS (
     SELECT p.id, p.last_seq FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id
-    WHERE q.name = $1 ORDER BY p.id FOR UPDATE OF p
+    WHERE q.name = $1 ORDER BY p.id FOR NO KEY UPDATE OF p
 ), inserted AS (
     INSERT INTO queen.messages (id, transaction_id, partition_id, seq, payload, created_at)
     SELECT (lpad(to_hex((extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0') || '7'

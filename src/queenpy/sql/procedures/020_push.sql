@@ -120,7 +120,11 @@ BEGIN
     -- read tells, and whether any of the queues has a maxSize (else the capacity check is skipped). After
     -- creating the missing ones, the same read runs once more (a fresh snapshot sees them).
     -- 2. lock the touched partitions in id order (no deadlock between concurrent batches), reading each one's
-    -- newest message id as the last push to it committed it. A partition deleted (partition cleanup, a queue's
+    -- newest message id as the last push to it committed it. FOR NO KEY UPDATE, the lock of an UPDATE that
+    -- changes no key: it excludes other pushes and a partition's deletion, but not the KEY SHARE lock that a
+    -- foreign-key check (a new cursor, a dead letter, a replay) takes on the row, in whatever order its
+    -- statement reaches the partitions. FOR UPDATE excluded that too, and a wildcard pop creating a group's
+    -- cursors deadlocked with pushes (tests/integration/test_guarantees.py; benchmarks/journal/2026-12.md). A partition deleted (partition cleanup, a queue's
     -- deletion) between the read and the lock is not locked: then read, create and lock again, so no message
     -- is stored for, or answered as queued in, a partition that no longer exists.
     LOOP
@@ -146,7 +150,7 @@ BEGIN
             FROM (SELECT p.id, p.last_message_id FROM queen.partitions p
                   WHERE p.id = ANY (v_partition_ids)
                   ORDER BY p.id
-                  FOR UPDATE) x
+                  FOR NO KEY UPDATE) x
             JOIN unnest(v_queue_names, v_partition_names, v_partition_ids) t(queue_name, partition_name, partition_id)
               ON t.partition_id = x.id;
             EXIT WHEN v_locked = v_wanted;

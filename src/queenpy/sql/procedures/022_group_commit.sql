@@ -85,7 +85,7 @@ BEGIN
                                                    LIMIT 1) p2
                                WHERE q.name = w.queue_name) x)
             ORDER BY p.id
-            FOR UPDATE;
+            FOR NO KEY UPDATE;
         END IF;
 
         -- 2. required leases: checked below, once their consumer rows are locked with the acks' rows

@@ -408,7 +408,7 @@ BEGIN
                                                    LIMIT 1) p2
                                WHERE q.name = w.queue_name) x)
             ORDER BY p.id
-            FOR UPDATE;
+            FOR NO KEY UPDATE;
             PERFORM 1 FROM queen.queue_capacity c JOIN queen.queues q ON q.id = c.queue_id
             WHERE q.name = ANY (v_queue_names) AND q.max_queue_size > 0
             ORDER BY c.queue_id

@@ -12,8 +12,9 @@ CREATE INDEX IF NOT EXISTS replays_message_idx ON queen.replays (message_id);
 
 -- No foreign key from consumer_stats to partitions (migration 009 made one): the stats job inserts its rows, and
 -- each insert's key check share-locked the partition row until the job's commit, in no particular order, while
--- pushes lock partition rows for update in id order: a push and the stats job deadlocked (soak run), and pushes
--- waited for the stats job. The rows of a deleted partition go by the trigger below instead of a cascade.
+-- pushes locked partition rows FOR UPDATE in id order: a push and the stats job deadlocked (soak run), and pushes
+-- waited for the stats job. (Pushes now lock them FOR NO KEY UPDATE, which a key check does not wait for:
+-- 020_push.sql.) The rows of a deleted partition go by the trigger below instead of a cascade.
 ALTER TABLE queen.consumer_stats DROP CONSTRAINT IF EXISTS consumer_stats_partition_id_fkey;
 -- Likewise partition_counters and partition_stats: PostgreSQL checks a foreign key again when a transaction
 -- updates a row it already updated (a retention step moves a floor, then its delete trigger counts), and that

@@ -630,7 +630,7 @@ BEGIN
     SELECT array_agg(id ORDER BY id) INTO v_ids FROM (
         SELECT id FROM queen.partitions
         WHERE queue_id = v_queue_id AND (p_partition IS NULL OR name = p_partition)
-        ORDER BY id FOR UPDATE) locked;
+        ORDER BY id FOR NO KEY UPDATE) locked;
     IF v_ids IS NULL AND p_partition IS NOT NULL THEN
         RETURN jsonb_build_object('success', false, 'error', 'Partition not found');
     END IF;

@@ -174,7 +174,7 @@ BEGIN
     ELSE
         -- lock in id order, and read each partition's last offset under the lock (v_bases[i] for
         -- v_partition_ids[i])
-        PERFORM 1 FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR UPDATE;
+        PERFORM 1 FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR NO KEY UPDATE;
         -- and the id each partition's new messages count up from (queen.message_id_base_v1, as push_items_v3:
         -- ids increase with the offsets of a partition, which the Streams SDK relies on)
         v_now := clock_timestamp();
