@@ -94,13 +94,20 @@ def keep_up_duty(base: float, busy_s: float, run_s: float, interval_s: float) ->
 
 class Pace:
     """A job run's steps at a duty cycle: :meth:`step` awaits one step, then rests :func:`rest_after` its
-    duration. ``busy_s`` and ``rested_s`` add up what the run spent in each (seconds)."""
+    duration. ``busy_s`` and ``rested_s`` add up what the run spent in each (seconds); a pace is made when
+    its run starts, and ``elapsed_s`` is the run's wall time since."""
 
     def __init__(self, duty: float) -> None:
         rest_after(0.0, duty)  # validates duty
         self.duty = duty
         self.busy_s = 0.0
         self.rested_s = 0.0
+        self._started = time.monotonic()
+
+    @property
+    def elapsed_s(self) -> float:
+        """Seconds since the pace was made."""
+        return time.monotonic() - self._started
 
     async def step(self, work: Awaitable[T]) -> T:
         """``await work``, then rest; an exception propagates at once (no rest)."""
@@ -159,16 +166,14 @@ class DeletingJob(Job):
         super().__init__(settings)
         self._duty = settings.duty_cycle
 
-    def _pace(self) -> tuple[Pace, float]:
-        """This run's pace, and when the run started (``time.monotonic()``) for :meth:`_paced`."""
-        return Pace(self._duty), time.monotonic()
+    def _pace(self) -> Pace:
+        """This run's pace, made as the run starts."""
+        return Pace(self._duty)
 
-    def _paced(self, pace: Pace, started: float) -> dict[str, float]:
+    def _paced(self, pace: Pace) -> dict[str, float]:
         """Set the next run's duty from this run's (:func:`keep_up_duty`); the run's ``pace`` details, with
         ``nextDuty``."""
-        self._duty = keep_up_duty(
-            self.settings.duty_cycle, pace.busy_s, time.monotonic() - started, self.interval_s
-        )
+        self._duty = keep_up_duty(self.settings.duty_cycle, pace.busy_s, pace.elapsed_s, self.interval_s)
         return {**pace.details(), "nextDuty": round(self._duty, 3)}
 
 
@@ -361,7 +366,7 @@ class RetentionJob(DeletingJob):
         at the duty :func:`keep_up_duty` set after the last run (the first: ``SERVICES_DUTY_CYCLE``); then
         the vacuum when due (:meth:`_vacuum`). Rows: the messages deleted."""
         settings = self.settings
-        pace, started = self._pace()
+        pace = self._pace()
         run_at = await database.fetchval("SELECT now()")
         details: dict[str, Any] = {}
         rows = 0
@@ -405,7 +410,7 @@ class RetentionJob(DeletingJob):
             if all(int(count) < TRIM_PER_STEP for count in step.values()):
                 break
         details["trimmed"] = {table: count for table, count in trimmed.items() if count}
-        details["pace"] = self._paced(pace, started)
+        details["pace"] = self._paced(pace)
         return RunResult(rows, details)
 
 
@@ -420,14 +425,12 @@ class EvictionJob(DeletingJob):
     async def run(self, database: Database) -> RunResult:
         """Eviction in paced steps at the duty :func:`keep_up_duty` set after the last run (the first:
         ``SERVICES_DUTY_CYCLE``). Rows: the messages evicted."""
-        pace, started = self._pace()
+        pace = self._pace()
         run_at = await database.fetchval("SELECT now()")
         part = await _delete_kind(
             database, pace, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at
         )
-        return RunResult(
-            part["deleted"], {"max_wait_time_eviction": part, "pace": self._paced(pace, started)}
-        )
+        return RunResult(part["deleted"], {"max_wait_time_eviction": part, "pace": self._paced(pace)})
 
 
 def jobs_for(settings: ServiceSettings) -> list[Job]:
