@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, wait_random
 
 from queenpy.errors import DatabaseUnavailable
 
@@ -64,6 +65,15 @@ Unavailable = (
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # the server went read-only (demoted to a standby)
     DatabaseUnavailable,
 )
+
+#: The errors after which PostgreSQL has rolled a call back whole and asks for it to be made again (its
+#: manual, "Serialization Failure Handling": SQLSTATE 40001 serialization_failure, 40P01 deadlock_detected).
+#: A call is one statement in a transaction of its own, so making it again applies it at most once.
+Transient = (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+#: Attempts of one call that meets :data:`Transient` errors, and the longest random pause before each retry
+#: (seconds; random, so the calls that met each other do not meet again in step).
+CALL_ATTEMPTS = 3
+RETRY_PAUSE_S = 0.05
 
 #: Seconds to wait for one connection attempt (all hosts of a multi-host URL together: asyncpg applies one
 #: timeout to the whole attempt): a host that died without refusing (a machine gone, not a process) must not
@@ -153,14 +163,29 @@ class Database:
         """``SELECT queen.<procedure>($1::jsonb)``: the JSONB result as text.
 
         ``procedure`` is a key of :data:`PROCEDURES` (names are never taken from users); KeyError otherwise.
+        A call rolled back by a :data:`Transient` error (a deadlock, a serialization failure) is made again,
+        :data:`CALL_ATTEMPTS` times in all, and raises that error after the last; other errors are raised at
+        once.
         """
         statement = PROCEDURES[procedure]
-        try:
-            async with self.pool.acquire() as connection:
-                result: str = await connection.fetchval(statement, payload)
-        except asyncpg.exceptions.ReadOnlySQLTransactionError:
-            await self._expire()
-            raise
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(Transient),
+            stop=stop_after_attempt(CALL_ATTEMPTS),
+            wait=wait_random(0, RETRY_PAUSE_S),
+            before_sleep=lambda state: log.warning(
+                "%s rolled back (%s), calling it again",
+                procedure,
+                state.outcome and state.outcome.exception(),
+            ),
+            reraise=True,
+        ):
+            with attempt:
+                try:
+                    async with self.pool.acquire() as connection:
+                        result: str = await connection.fetchval(statement, payload)
+                except asyncpg.exceptions.ReadOnlySQLTransactionError:
+                    await self._expire()
+                    raise
         return result
 
     async def _expire(self) -> None:
