@@ -124,9 +124,10 @@ BEGIN
     -- changes no key: it excludes other pushes and a partition's deletion, but not the KEY SHARE lock that a
     -- foreign-key check (a new cursor, a dead letter, a replay) takes on the row, in whatever order its
     -- statement reaches the partitions. FOR UPDATE excluded that too, and a wildcard pop creating a group's
-    -- cursors deadlocked with pushes (tests/integration/test_guarantees.py; benchmarks/journal/2026-12.md). A partition deleted (partition cleanup, a queue's
-    -- deletion) between the read and the lock is not locked: then read, create and lock again, so no message
-    -- is stored for, or answered as queued in, a partition that no longer exists.
+    -- cursors deadlocked with pushes (tests/integration/test_guarantees.py; benchmarks/journal/2026-12.md).
+    -- A partition deleted (partition cleanup, a queue's deletion) between the read and the lock is not
+    -- locked: then read, create and lock again, so no message is stored for, or answered as queued in, a
+    -- partition that no longer exists.
     LOOP
         SELECT array_agg(w.queue_name), array_agg(w.partition_name), array_agg(x.id),
                coalesce(bool_and(x.id IS NOT NULL), false), coalesce(bool_or(x.max_queue_size > 0), false)

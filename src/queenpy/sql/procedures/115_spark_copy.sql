@@ -202,7 +202,8 @@ BEGIN
             WHERE q.name = p_queue) x ON true;
         IF v_all_exist THEN
             SELECT count(*) INTO v_locked
-            FROM (SELECT p.id FROM queen.partitions p WHERE p.id = ANY (v_partition_ids) ORDER BY p.id FOR NO KEY UPDATE) x;
+            FROM (SELECT p.id FROM queen.partitions p WHERE p.id = ANY (v_partition_ids)
+                  ORDER BY p.id FOR NO KEY UPDATE) x;
             EXIT WHEN v_locked = cardinality(v_partition_ids);
         ELSE
             v_queue_names := array_fill(p_queue, ARRAY[cardinality(p_partitions)]);
