@@ -332,11 +332,15 @@ def test_a_push_never_waits_for_a_key_check_of_its_partitions_so_the_two_cannot_
         assert check.execute("SELECT count(*) FROM queen.partition_consumers").fetchone() == (2,)
 
 
-def test_fused_wildcard_pops_creating_cursors_beside_pushes_never_deadlock(db_url: str) -> None:
+@pytest.mark.parametrize("pop_procedure", ["pop_v1", "pop_group_v1"])
+def test_fused_wildcard_pops_creating_cursors_beside_pushes_never_deadlock(
+    db_url: str, pop_procedure: str
+) -> None:
     """The load of the test above, from the procedures the broker calls: pushes of 30 messages to random
     partitions of 100, beside fused pops of 10 wildcard requests of a new consumer group each (every request
-    creates a cursor: one key check per partition, in the order the requests claim them). With the pushes'
-    FOR UPDATE this deadlocked within seconds (31 times in 20 s); every call must succeed."""
+    creates a cursor: one key check per partition, in the order the requests claim them; pop_group_v1 is the
+    broker's fused pop, pop_v1 the SQL API's). With the pushes' FOR UPDATE this deadlocked within seconds (31
+    times in 20 s through pop_v1); every call must succeed."""
     with connect(db_url) as conn:
         call_procedure(conn, "push_items_v1", [{"queue": "mixed", "partition": f"p{n}"} for n in range(100)])
     until = time.monotonic() + 4
@@ -363,7 +367,7 @@ def test_fused_wildcard_pops_creating_cursors_beside_pushes_never_deadlock(db_ur
                         {"index": i, "queue": "mixed", "partition": None, "consumerGroup": group, "batch": 1}
                         for i in range(10)
                     ]
-                    assert len(call_procedure(conn, "pop_v1", requests)) == 10
+                    assert len(call_procedure(conn, pop_procedure, requests)) == 10
                     done["pop"] += 1
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
