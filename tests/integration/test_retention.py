@@ -271,6 +271,59 @@ def test_steps_are_bounded_and_together_delete_everything(conn: psycopg.Connecti
         assert offsets(conn, "bulk", name) == list(range(21, 26))
 
 
+#: an operator's pause: every job (true), none (false), or the jobs named (a list)
+PAUSE = (
+    "INSERT INTO queen.system_state (key, value) "
+    "VALUES ('services', jsonb_build_object('paused', %s::jsonb)) "
+    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+)
+
+
+def test_an_operator_pauses_every_job_or_the_jobs_named(conn: psycopg.Connection[Any]) -> None:
+    def paused(job: str) -> bool:
+        return bool(conn.execute("SELECT queen.services_paused_v2(%s)", (job,)).fetchone()[0])
+
+    try:
+        assert not paused("retention")  # no state: running
+        for value, expected in [
+            ("true", {"retention": True, "stats": True}),
+            ("false", {"retention": False, "stats": False}),
+            ('["retention", "eviction"]', {"retention": True, "eviction": True, "stats": False}),
+            ("[]", {"retention": False}),
+        ]:
+            conn.execute(PAUSE, (value,))
+            assert {job: paused(job) for job in expected} == expected, value
+    finally:
+        conn.execute(PAUSE, ("false",))
+
+
+@pytest.mark.parametrize("pause", ["true", '["retention"]'])
+def test_a_run_holds_between_steps_while_its_job_is_paused(
+    conn: psycopg.Connection[Any], db_url: str, pause: str
+) -> None:
+    """An operator's pause (system_state 'services': every job, or the jobs named) stops a run under way
+    before its next step, not at its end: paused before the run starts, it deletes nothing until resumed,
+    then finishes (heldMs counted)."""
+    configure(conn, "held", retentionSeconds=60)
+    push(conn, "held", 25)
+    age(conn, "held", 20)
+    conn.execute(PAUSE, (pause,))
+    done: list[RunResult] = []
+    try:
+        runner = threading.Thread(
+            target=lambda: done.append(run_job(db_url, RetentionJob, retention_batch_size=7))
+        )
+        runner.start()
+        runner.join(1.5)
+        assert runner.is_alive() and offsets(conn, "held") == list(range(1, 26))  # held: nothing deleted
+    finally:
+        conn.execute(PAUSE, ("false",))
+    runner.join(30)
+    assert not runner.is_alive()
+    assert done[0].rows == 20 and offsets(conn, "held") == list(range(21, 26))
+    assert done[0].details["pace"]["heldMs"] >= 1000
+
+
 def test_retention_vacuums_the_messages_table_after_enough_deletions(
     conn: psycopg.Connection[Any], db_url: str
 ) -> None:

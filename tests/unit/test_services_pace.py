@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from queenpy.services.jobs import Pace, keep_up_duty, rest_after
+from queenpy.services.jobs import HOLD_POLL_S, Pace, keep_up_duty, rest_after
 from queenpy.settings import Settings
 
 
@@ -83,3 +83,44 @@ def test_keep_up_duty_is_at_most_one_and_validates_the_base() -> None:
     assert keep_up_duty(0.25, busy_s=10.0, run_s=10.0, interval_s=0.0) == 1.0
     with pytest.raises(ValueError, match="positive"):
         keep_up_duty(0.0, 1.0, 1.0, 1.0)
+
+
+async def test_a_held_pace_waits_before_the_step_and_counts_the_hold() -> None:
+    looks: list[float] = []
+
+    async def held() -> bool:  # paused for the first 0.6 s
+        looks.append(time.monotonic())
+        return looks[-1] - looks[0] < 0.6
+
+    started: list[float] = []
+
+    async def step() -> str:
+        started.append(time.monotonic())
+        return "done"
+
+    pace = Pace(1.0, held=held)
+    assert await pace.step(step()) == "done"
+    assert started[0] - looks[0] >= 0.6  # the step began only once the hold ended
+    assert 0.6 <= pace.held_s < 0.6 + 2 * HOLD_POLL_S
+    assert pace.details()["heldMs"] == pytest.approx(pace.held_s * 1000, abs=0.1)
+    assert await pace.step(step()) == "done"  # no longer held: one look, no wait
+    assert pace.held_s < 0.6 + 2 * HOLD_POLL_S
+
+
+async def test_a_step_cancelled_while_held_never_starts() -> None:
+    async def held() -> bool:
+        return True
+
+    started: list[str] = []
+
+    async def step() -> None:
+        started.append("step")
+
+    work = step()
+    task = asyncio.ensure_future(Pace(0.5, held=held).step(work))
+    await asyncio.sleep(2 * HOLD_POLL_S)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert started == []
+    assert work.cr_frame is None  # closed, not left to warn "never awaited"

@@ -20,6 +20,9 @@ rests t x (1 - d) / d, so its steps take at most the share d of its wall time, h
 finds. Run flat out, retention over a million partitions and the partition cleanup each took a third or
 more of the push rate on two cores; the stats job's runs after a large retention took 20-30 s back to back
 (benchmarks/journal/2026-11.md, issue 44).
+
+A run holds before its next step while an operator has paused its job (:func:`services_paused`), so a pause
+stops a run of minutes within a step, not at its end.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import asyncio
 import datetime
 import time
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -49,6 +52,7 @@ __all__ = [
     "jobs_for",
     "keep_up_duty",
     "rest_after",
+    "services_paused",
 ]
 
 PARTITIONS_PER_STEP = 500
@@ -58,6 +62,8 @@ _DAY_S = 86_400.0
 #: a deleting job's next run gets this many times the busy share of wall time its last cycle needed
 #: (:func:`keep_up_duty`): it then clears what arrives in about half the time it arrives in
 KEEP_UP_HEADROOM = 2.0
+#: seconds between two looks at a job's pause (:class:`Pace`): while it is held, and at most this often while not
+HOLD_POLL_S = 0.25
 T = TypeVar("T")
 
 
@@ -92,16 +98,29 @@ def keep_up_duty(base: float, busy_s: float, run_s: float, interval_s: float) ->
     return min(1.0, max(base, KEEP_UP_HEADROOM * needed))
 
 
+async def services_paused(database: Database, job: str) -> bool:
+    """Whether an operator paused the job named ``job`` everywhere (``queen.services_paused_v2``):
+    ``system_state`` 'services' is ``{"paused": true}`` (every job) or ``{"paused": [names]}`` (those)."""
+    return bool(await database.fetchval("SELECT queen.services_paused_v2($1)", job))
+
+
 class Pace:
     """A job run's steps at a duty cycle: :meth:`step` awaits one step, then rests :func:`rest_after` its
     duration. ``busy_s`` and ``rested_s`` add up what the run spent in each (seconds); a pace is made when
-    its run starts, and ``elapsed_s`` is the run's wall time since."""
+    its run starts, and ``elapsed_s`` is the run's wall time since.
 
-    def __init__(self, duty: float) -> None:
+    With ``held`` (an awaitable predicate, :func:`services_paused` for the broker's jobs), a step first
+    waits while ``held()`` is true, asking every ``HOLD_POLL_S`` (and not again within ``HOLD_POLL_S`` of a
+    false answer); ``held_s`` adds up that time."""
+
+    def __init__(self, duty: float, held: Callable[[], Awaitable[bool]] | None = None) -> None:
         rest_after(0.0, duty)  # validates duty
         self.duty = duty
         self.busy_s = 0.0
         self.rested_s = 0.0
+        self.held_s = 0.0
+        self._held = held
+        self._looked: float | None = None  # when held() last answered false
         self._started = time.monotonic()
 
     @property
@@ -110,7 +129,14 @@ class Pace:
         return time.monotonic() - self._started
 
     async def step(self, work: Awaitable[T]) -> T:
-        """``await work``, then rest; an exception propagates at once (no rest)."""
+        """Hold while ``held()`` (see the class), ``await work``, then rest; an exception propagates at once
+        (no rest). ``work`` not yet started (a coroutine) is closed when the hold raises or is cancelled."""
+        try:
+            await self._hold()
+        except BaseException:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise
         clock = time.monotonic()
         result = await work
         busy = time.monotonic() - clock
@@ -121,11 +147,25 @@ class Pace:
             self.rested_s += rest
         return result
 
+    async def _hold(self) -> None:
+        """Wait while ``held()``; it is asked at most once a ``HOLD_POLL_S`` (a run of short steps would
+        otherwise ask once a step, as often as it works)."""
+        if self._held is None or (self._looked is not None and time.monotonic() - self._looked < HOLD_POLL_S):
+            return
+        clock = None
+        while await self._held():
+            clock = time.monotonic() if clock is None else clock
+            await asyncio.sleep(HOLD_POLL_S)
+        self._looked = time.monotonic()
+        if clock is not None:
+            self.held_s += self._looked - clock
+
     def details(self) -> dict[str, float]:
-        """``{"busyMs", "restedMs", "duty"}`` for the run's record."""
+        """``{"busyMs", "restedMs", "heldMs", "duty"}`` for the run's record."""
         return {
             "busyMs": round(self.busy_s * 1000, 1),
             "restedMs": round(self.rested_s * 1000, 1),
+            "heldMs": round(self.held_s * 1000, 1),
             "duty": self.duty,
         }
 
@@ -166,14 +206,15 @@ class DeletingJob(Job):
         super().__init__(settings)
         self._duty = settings.duty_cycle
 
-    def _pace(self) -> Pace:
-        """This run's pace, made as the run starts."""
-        return Pace(self._duty)
+    def _pace(self, database: Database) -> Pace:
+        """This run's pace, made as the run starts, held while the job is paused."""
+        return Pace(self._duty, held=lambda: services_paused(database, self.name))
 
     def _paced(self, pace: Pace) -> dict[str, float]:
-        """Set the next run's duty from this run's (:func:`keep_up_duty`); the run's ``pace`` details, with
-        ``nextDuty``."""
-        self._duty = keep_up_duty(self.settings.duty_cycle, pace.busy_s, pace.elapsed_s, self.interval_s)
+        """Set the next run's duty from this run's (:func:`keep_up_duty`; the time it was held does not
+        count); the run's ``pace`` details, with ``nextDuty``."""
+        run_s = pace.elapsed_s - pace.held_s
+        self._duty = keep_up_duty(self.settings.duty_cycle, pace.busy_s, run_s, self.interval_s)
         return {**pace.details(), "nextDuty": round(self._duty, 3)}
 
 
@@ -225,7 +266,7 @@ class StatsJob(Job):
             self._last_full is None
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
-        pace = Pace(self.settings.duty_cycle)
+        pace = Pace(self.settings.duty_cycle, held=lambda: services_paused(database, self.name))
         first: dict[str, Any] = {}  # the first step's answer: its reconcile fields
         last: dict[str, Any] = {}  # the last step's answer: where the sweep stands
         summed: Counter[str] = Counter()  # the steps' counts
@@ -366,7 +407,7 @@ class RetentionJob(DeletingJob):
         at the duty :func:`keep_up_duty` set after the last run (the first: ``SERVICES_DUTY_CYCLE``); then
         the vacuum when due (:meth:`_vacuum`). Rows: the messages deleted."""
         settings = self.settings
-        pace = self._pace()
+        pace = self._pace(database)
         run_at = await database.fetchval("SELECT now()")
         details: dict[str, Any] = {}
         rows = 0
@@ -425,7 +466,7 @@ class EvictionJob(DeletingJob):
     async def run(self, database: Database) -> RunResult:
         """Eviction in paced steps at the duty :func:`keep_up_duty` set after the last run (the first:
         ``SERVICES_DUTY_CYCLE``). Rows: the messages evicted."""
-        pace = self._pace()
+        pace = self._pace(database)
         run_at = await database.fetchval("SELECT now()")
         part = await _delete_kind(
             database, pace, "max_wait_time_eviction", self.settings.eviction_batch_size, run_at

@@ -4,7 +4,8 @@ Each loop tries to lead its job (:class:`~queenpy.services.leader.Leadership`) r
 interval, measured from the end of the previous attempt or run (as Queen does): the holder runs the job,
 the others only try for the lock, so among every process on one database each job runs once per interval,
 and a new holder takes over at most one interval after the old one died. A run skipped because an operator
-paused the services (``queen.services_paused_v1``) is not recorded.
+paused the job (:func:`~queenpy.services.jobs.services_paused`) is not recorded; a run under way when it is
+paused holds before its next step until it is resumed (:class:`~queenpy.services.jobs.Pace`).
 
 Each run is logged (INFO: rows and duration; WARNING with the error) and recorded in ``queen.service_status``
 and ``queen.service_runs`` (holder, start, end, rows, error, details): ``/health`` shows them.
@@ -22,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from queenpy.services.jobs import Job, RunResult, jobs_for
+from queenpy.services.jobs import Job, RunResult, jobs_for, services_paused
 from queenpy.services.leader import Leadership
 from queenpy.settings import ServiceSettings
 from queenpy.store.database import Database
@@ -116,7 +117,7 @@ class Services:
                         "SELECT queen.service_acquired_v1($1, $2)", job.name, self.holder
                     )
                 state.leader = leader
-                if leader and not await self.database.fetchval("SELECT queen.services_paused_v1()"):
+                if leader and not await services_paused(self.database, job.name):
                     await self._run(job, state)
             except asyncio.CancelledError:
                 raise

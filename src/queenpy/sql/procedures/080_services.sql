@@ -789,11 +789,26 @@ LANGUAGE sql STABLE AS $$
     SELECT coalesce(array_agg(q.id ORDER BY q.id), '{}') FROM queen.queues q WHERE q.max_queue_size > 0
 $$;
 
--- Whether an operator paused the services everywhere: system_state 'services' = {"paused": true}. A paused job
--- skips its runs (the process keeps its lock); the soak benchmark compares runs with and without them this way.
+-- Whether an operator paused the services everywhere: system_state 'services' = {"paused": true}. Kept for
+-- brokers of an earlier version during a rolling upgrade; services_paused_v2 reads a list of jobs too.
 CREATE OR REPLACE FUNCTION queen.services_paused_v1()
 RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT coalesce((SELECT (s.value->>'paused')::boolean FROM queen.system_state s WHERE s.key = 'services'),
                     false)
+$$;
+
+-- Whether an operator paused the job p_job everywhere: system_state 'services' = {"paused": true} pauses every
+-- job, {"paused": ["retention", ...]} the jobs named. A paused job skips its runs (the process keeps its lock),
+-- and a run under way holds before its next step; the soak and scale benchmarks compare the hot path with and
+-- without a job this way.
+CREATE OR REPLACE FUNCTION queen.services_paused_v2(p_job text)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    SELECT coalesce((SELECT CASE jsonb_typeof(s.value->'paused')
+                                WHEN 'boolean' THEN (s.value->>'paused')::boolean
+                                WHEN 'array' THEN (s.value->'paused') ? p_job
+                                ELSE false
+                            END
+                     FROM queen.system_state s WHERE s.key = 'services'), false)
 $$;
