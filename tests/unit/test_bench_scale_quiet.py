@@ -1,9 +1,9 @@
 """The scale kind's quiet push windows around retention, its vacuum and the cleanup
 (``scale.quiet_reference``): the push beside each is compared with the quiet windows right before and after
 it, as well as with the push at scale measured minutes earlier, since the host's speed drifts by up to 25%
-over such a stretch (journal, issue 44). The report is checked on a scale-1m result file kept in
-benchmarks/results, with quiet windows added, and as it is (the runs made before the quiet windows
-existed)."""
+over such a stretch (journal, issue 44); and, beside retention and the cleanup, with windows in which the job
+was paused, interleaved with those it ran in. The report is checked on a scale-1m result file kept in
+benchmarks/results, with quiet or paused windows added, and as it is (the runs made before they existed)."""
 
 from __future__ import annotations
 
@@ -64,3 +64,22 @@ def test_the_report_shows_the_quiet_windows_and_the_ratios_against_them() -> Non
     assert "1.12 x the quiet windows beside it" in cleanup
     quiet = next(line for line in lines if line.startswith("- quiet push windows"))
     assert "before retention 40,000 (50.0); before the cleanup 30,000 (60.0); after it 20,000 (70.0)" in quiet
+
+
+def test_the_report_shows_the_windows_the_job_was_paused_in_and_the_paired_ratio() -> None:
+    entry = copy.deepcopy(_entry())
+    figures = entry["runs"][0]["scale"]
+    figures["retention"]["paired"] = {
+        "running_msg_per_s": [30_000.0, 28_000.0, 29_000.0],
+        "paused_msg_per_s": [31_000.0, 30_000.0, 32_000.0],
+        "ratio": scale._ratio(29_000.0, 31_000.0),
+    }
+    figures["retention"]["detail"]["pace"]["heldMs"] = 36_500.0
+    lines = scale.report_lines(entry)
+    retention = next(line for line in lines if line.startswith("- retention (the retention job's run)"))
+    assert (
+        "0.935 x the windows it was paused in (running / paused, msg/s: 30,000, 28,000, 29,000 / "
+        "31,000, 30,000, 32,000; held 36.5 s)"
+    ) in retention
+    cleanup = next(line for line in lines if line.startswith("- cleanup"))
+    assert "paused in" not in cleanup  # a run without the paired windows reports as before

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
 import os
 import re
 import subprocess
@@ -197,6 +198,15 @@ class WaitSampler(SamplerThread):
             await conn.close()
 
 
+#: an operator's pause of the broker's jobs (``queen.services_paused_v2``): every job (true), none (false), or
+#: the jobs named (a list)
+PAUSE_SERVICES = (
+    "INSERT INTO queen.system_state (key, value) "
+    "VALUES ('services', jsonb_build_object('paused', $1::jsonb)) "
+    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
+)
+
+
 class Sql:
     """Synchronous access to the database for the harness (snapshots, set-up), over one asyncpg connection
     driven by a private event loop."""
@@ -218,6 +228,11 @@ class Sql:
 
     def fetch(self, query: str, *args: Any) -> list[Any]:
         return list(self._loop.run_until_complete(self._conn.fetch(query, *args)))
+
+    def pause_services(self, paused: bool | list[str]) -> None:
+        """Pause the broker's jobs everywhere (True), none (False) or the jobs named, as an operator does
+        (:data:`PAUSE_SERVICES`): a run under way holds before its next step."""
+        self.execute(PAUSE_SERVICES, json.dumps(paused))
 
     def close(self) -> None:
         self._loop.run_until_complete(self._conn.close())

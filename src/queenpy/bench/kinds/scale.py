@@ -73,7 +73,10 @@ Steps of a round:
    three (``quiet``: before retention, between retention's vacuum and the cleanup, after the cleanup), and
    ``retention_push_ratio_beside``, ``retention_vacuum_push_ratio_beside`` and ``cleanup_push_ratio_beside``
    are the push during each over the mean of the two quiet windows around it (:func:`quiet_reference`): the
-   push at scale is minutes away, and the host's speed drifts (journal, issue 44).
+   push at scale is minutes away, and the host's speed drifts (journal, issue 44). Closer still, the windows
+   beside retention and the cleanup alternate between the job running and the job paused as an operator
+   pauses it (``PAIRED_ORDER``, ABBA): ``retention_push_ratio_paired`` and ``cleanup_push_ratio_paired``
+   are the push while it ran over the push while it was held, minutes apart at most (:func:`_while_pushing`).
 
 The scenario's JSON entry carries ``push_ratio`` and ``pop_ratio`` (at scale over base) and ``route_max_ms``
 (the slowest route's max at scale) in ``scale`` of each run and of the median.
@@ -128,6 +131,13 @@ WINDOWS = 3
 #: seconds of unmeasured load before each window of the hot path (:func:`_probed_window`): the stats job's
 #: interval (``STATS_INTERVAL_MS``, 10 s) and a little
 LEAD_S = 12.0
+#: the windows beside retention and the cleanup: the retention job running (True) or paused (False) in each,
+#: in ABBA order, so that a drift of the host's speed over them weighs on both alike (:func:`_while_pushing`)
+PAIRED_ORDER = (True, False, False, True, True, False)
+#: seconds between pausing or resuming the job and the next window: the step in flight and its rest end
+#: (a cleanup step takes about 0.15 s, 0.6 s with its rest at duty 0.25) and a held run looks again
+#: (``queenpy.services.jobs.HOLD_POLL_S``)
+SWITCH_S = 1.5
 #: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n (its lead PUSH_SEED + 50 + n), the
 #: windows beside retention, its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on,
 #: the quiet windows PUSH_SEED + 400 + n (their leads + 450 + n) (:func:`push_script_for`)
@@ -852,6 +862,7 @@ def _while_pushing(
     work: Any,
     push_wal_per_msg: float | None,
     seed: int,
+    pause: str | None = None,
 ) -> dict[str, Any]:
     """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue``: the work's time,
     the push rate meanwhile, and the server's WAL bytes during the work.
@@ -864,7 +875,15 @@ def _while_pushing(
     minutes). The WAL bytes during the work include the WAL of the pushes made meanwhile (the server's WAL
     position is one for all backends): ``wal_bytes_work`` estimates the work's own as the rest, after the
     pushes counted during the work at ``push_wal_per_msg`` (the WAL bytes per message of the push window at
-    scale)."""
+    scale).
+
+    With ``pause`` (the work is a run of that broker job), the windows follow :data:`PAIRED_ORDER`: before
+    each the job is paused or resumed as an operator does (``Sql.pause_services``; a run holds before its
+    next step), ``SWITCH_S`` ahead. ``push_msg_per_s`` is then the median of the windows the job ran through,
+    and ``paired`` compares them with the windows it was paused in, interleaved with them: ``ratio`` is the
+    mean of the first over the mean of the second (``running_msg_per_s``, ``paused_msg_per_s``). A run's
+    cost is a few percent of the push, and the host's speed drifted by more than that over the minutes
+    between the push at scale and the job (journal, issue 44)."""
     result: dict[str, Any] = {}
 
     def drive() -> None:
@@ -890,20 +909,40 @@ def _while_pushing(
 
     rows = lambda: _pushed(context.sql, queue)
     thread = threading.Thread(target=drive, name=f"scale-{label}")
+    order = PAIRED_ORDER if pause is not None else (True,) * WINDOWS
     thread.start()
     windows: list[dict[str, Any]] = []
-    while len(windows) < WINDOWS and (not windows or thread.is_alive()):
-        pushed = _probed_window(
-            context,
-            run,
-            push_script_for(queue, partitions, context.workdir, seed=seed + len(windows)),
-            rows,
-            f"{label} push {len(windows) + 1}",
-        )
-        windows.append({**_window_figures(pushed), "during_work": thread.is_alive()})
+    try:
+        for running in order:
+            if windows and not thread.is_alive():
+                break
+            if pause is not None:
+                context.sql.pause_services([] if running else [pause])
+                time.sleep(SWITCH_S)
+            pushed = _probed_window(
+                context,
+                run,
+                push_script_for(queue, partitions, context.workdir, seed=seed + len(windows)),
+                rows,
+                f"{label} push {len(windows) + 1}" + ("" if running else " (paused)"),
+            )
+            windows.append({**_window_figures(pushed), "during_work": thread.is_alive(), "running": running})
+    finally:
+        if pause is not None:
+            context.sql.pause_services([])
     thread.join()
-    during = [w for w in windows if w["during_work"]] or windows[:1]
+    during = [w for w in windows if w["during_work"] and w["running"]] or windows[:1]
     median = during[_median(during)]
+    if pause is not None:
+        paused = [w["msg_per_s"] for w in windows if not w["running"]]
+        result["paired"] = {
+            "running_msg_per_s": [w["msg_per_s"] for w in during],
+            "paused_msg_per_s": paused,
+            "ratio": _ratio(statistics.fmean(w["msg_per_s"] for w in during), statistics.fmean(paused))
+            if paused
+            else None,
+        }
+        result["push_windows_running"] = [w["running"] for w in windows]
     result["push_msg_per_s"] = median["msg_per_s"]
     result["push_windows_msg_per_s"] = [w["msg_per_s"] for w in windows]
     # what tells a slow window from the work's own cost: a checkpoint in it makes the push write full-page
@@ -1093,6 +1132,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             lambda sql: _retention(sql, context.pg.url),
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
             seed=PUSH_SEED + 100,
+            pause=RetentionJob.name,
         )
         deleted = figures["retention"].get("detail", {}).get("deleted")
         figures["retention"].update(retention_seconds=keep, expected_deleted=partitions)
@@ -1127,6 +1167,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
             lambda sql: _cleanup(sql, queue_id, context.pg.url),
             figures["at_scale"]["push"].get("wal_bytes_per_msg"),
             seed=PUSH_SEED + 300,
+            pause=RetentionJob.name,
         )
         quiet.append(_quiet_window(context, result, big_queue, partitions, "quiet after the cleanup", 2))
         left = figures["cleanup"].get("detail", {}).get("idle_left")
@@ -1165,6 +1206,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         figures[f"{part}_push_ratio_beside"] = _ratio(
             figures[part].get("push_msg_per_s"), quiet_reference(figures.get("quiet", []), part)
         )
+    # the same, against the windows the job was paused in, interleaved with those it ran in (_while_pushing)
+    for part in ("retention", "cleanup"):
+        figures[f"{part}_push_ratio_paired"] = (figures[part].get("paired") or {}).get("ratio")
     for name, timing in at_scale["routes"].items():
         if timing["status"] != [200]:
             result["problems"].append(f"{name} answered {timing['status']}")
@@ -1196,6 +1240,8 @@ def summarize(measured: list[dict[str, Any]]) -> dict[str, Any]:
         "retention_push_ratio_beside",
         "retention_vacuum_push_ratio_beside",
         "cleanup_push_ratio_beside",
+        "retention_push_ratio_paired",
+        "cleanup_push_ratio_paired",
     )
     out: dict[str, Any] = {}
     for key in keys:
@@ -1322,6 +1368,15 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                     if figures.get(f"{part}_push_ratio_beside") is not None
                     else ""
                 )
+                + (  # runs before did not pause the job
+                    f", {done['paired']['ratio']} x the windows it was paused in (running / paused, msg/s: "
+                    + ", ".join(number(v) for v in done["paired"]["running_msg_per_s"])
+                    + " / "
+                    + ", ".join(number(v) for v in done["paired"]["paused_msg_per_s"])
+                    + f"; held {pace.get('heldMs', 0) / 1000:.1f} s)"
+                    if done.get("paired")
+                    else ""
+                )
                 + (  # runs before took one window beside it
                     f" (windows, msg/s: {', '.join(number(v) for v in done['push_windows_msg_per_s'])}; "
                     f"{done['push_windows_during_work']} ended before it did)"
@@ -1362,11 +1417,13 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
 
 
 def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
-    # the hot path's push and pop at each size and at the base beside, each after its lead, and at most
-    # WINDOWS beside each of the three services' runs, and the three quiet windows after their leads
-    windows = (6 * WINDOWS + 3 * WINDOWS + 3) * (options.warmup + options.seconds + 3) + (
-        6 * WINDOWS + 3
-    ) * LEAD_S
+    # the hot path's push and pop at each size and at the base beside, each after its lead, WINDOWS beside
+    # retention's vacuum and PAIRED_ORDER's beside retention and the cleanup (each after its switch), and
+    # the three quiet windows after their leads
+    paired = 2 * len(PAIRED_ORDER)
+    windows = (6 * WINDOWS + WINDOWS + paired + 3) * (options.warmup + options.seconds + 3) + (
+        (6 * WINDOWS + 3) * LEAD_S + paired * SWITCH_S
+    )
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 

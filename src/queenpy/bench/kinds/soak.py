@@ -100,11 +100,6 @@ Q_RUNS = (
     "coalesce(array_agg(DISTINCT left(error, 300)) FILTER (WHERE error IS NOT NULL), '{}') "
     "FROM queen.service_runs WHERE started_at >= now() - make_interval(secs => $1) GROUP BY job ORDER BY job"
 )
-Q_PAUSE = (
-    "INSERT INTO queen.system_state (key, value) "
-    "VALUES ('services', jsonb_build_object('paused', $1::boolean)) "
-    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value, updated_at = now()"
-)
 Q_CONFIGURE = "SELECT queen.configure_queue_v1($1::jsonb)::text"
 # the server's WAL so far (PostgreSQL 14 and later): bytes and full-page images
 Q_WAL = "SELECT wal_bytes::float8, wal_fpi::float8 FROM pg_stat_wal"
@@ -510,7 +505,7 @@ def _fresh_queue(context: Context, scenario: Scenario, round_no: int) -> _Queue:
         json.dumps({"queue": queue, "options": {"completedRetentionSeconds": COMPLETED_RETENTION_S}}),
     )
     context.precreate(queue, scenario.partitions)
-    context.sql.execute(Q_PAUSE, False)
+    context.sql.pause_services(False)
     return _Queue(context, queue)
 
 
@@ -529,7 +524,7 @@ def _slices(
     baselines: dict[str, float] | None = None
     for state, length in plan:
         if state == "on":  # resumed before its wait: retention catches up with what the pause left
-            sql.execute(Q_PAUSE, False)
+            sql.pause_services(False)
         catch_up_s, caught_up, vacuum_s = None, None, None
         if baselines is not None:  # "on": retention's backlog; "off": the consumers', services still on
             backlog = _retained if state == "on" else _unconsumed
@@ -537,7 +532,7 @@ def _slices(
             if state == "on" and caught_up:  # and the vacuum of what retention deleted
                 at, vacuum_s, caught_up = queue.vacuum_pass(origin, samples, slice_s)
         if state == "off":  # paused after its wait, which would otherwise add to retention's debt
-            sql.execute(Q_PAUSE, True)
+            sql.pause_services(True)
         begin = (time.monotonic(), queue.produced(), queue.cursor())
         wal_begin = sql.fetchrow(Q_WAL)
         end_at = at + length
@@ -626,7 +621,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         samples.append(queue.sample(window.start.at, "on"))
         context.close_window(window)
     finally:
-        context.sql.execute(Q_PAUSE, False)
+        context.sql.pause_services(False)
         finish_all()
         load.join()
     load.check(run)
