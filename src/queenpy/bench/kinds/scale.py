@@ -135,8 +135,8 @@ LEAD_S = 12.0
 #: in ABBA order, so that a drift of the host's speed over them weighs on both alike (:func:`_while_pushing`)
 PAIRED_ORDER = (True, False, False, True, True, False)
 #: seconds between pausing or resuming the job and the next window: the step in flight and its rest end
-#: (a cleanup step takes about 0.15 s, 0.6 s with its rest at duty 0.25) and a held run looks again
-#: (``queenpy.services.jobs.HOLD_POLL_S``)
+#: (a cleanup step takes about 0.15 s at 1M, 0.6 s with its rest at duty 0.25; journal, issue 44) and a held
+#: run looks again (``queenpy.services.jobs.HOLD_POLL_S``)
 SWITCH_S = 1.5
 #: the push windows' seeds: the hot path's n-th window takes PUSH_SEED + n (its lead PUSH_SEED + 50 + n), the
 #: windows beside retention, its vacuum and the cleanup the seeds from PUSH_SEED + 100, + 200 and + 300 on,
@@ -882,7 +882,7 @@ def _while_pushing(
     next step), ``SWITCH_S`` ahead. ``push_msg_per_s`` is then the median of the windows the job ran through,
     and ``paired`` compares them with the windows it was paused in, interleaved with them: ``ratio`` is the
     mean of the first over the mean of the second (``running_msg_per_s``, ``paused_msg_per_s``). A run's
-    cost is a few percent of the push, and the host's speed drifted by more than that over the minutes
+    cost is about a tenth of the push, and the host's speed drifted by more than that over the minutes
     between the push at scale and the job (journal, issue 44)."""
     result: dict[str, Any] = {}
 
