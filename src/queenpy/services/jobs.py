@@ -62,7 +62,8 @@ _DAY_S = 86_400.0
 #: a deleting job's next run gets this many times the busy share of wall time its last cycle needed
 #: (:func:`keep_up_duty`): it then clears what arrives in about half the time it arrives in
 KEEP_UP_HEADROOM = 2.0
-#: seconds between two looks at a job's pause (:class:`Pace`): while it is held, and at most this often while not
+#: seconds between two looks at a job's pause (:class:`Pace`): while it is held, and at most this often while
+#: it is not
 HOLD_POLL_S = 0.25
 T = TypeVar("T")
 
