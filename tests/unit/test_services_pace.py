@@ -103,7 +103,7 @@ async def test_a_held_pace_waits_before_the_step_and_counts_the_hold() -> None:
     assert started[0] - looks[0] >= 0.6  # the step began only once the hold ended
     assert 0.6 <= pace.held_s < 0.6 + 2 * HOLD_POLL_S
     assert pace.details()["heldMs"] == pytest.approx(pace.held_s * 1000, abs=0.1)
-    assert await pace.step(step()) == "done"  # no longer held: one look, no wait
+    assert await pace.step(step()) == "done"  # within HOLD_POLL_S of the last look: not asked, no wait
     assert pace.held_s < 0.6 + 2 * HOLD_POLL_S
 
 

@@ -198,6 +198,14 @@ class Job:
         """One run. Raises what the database raises (the runner records and logs it)."""
         raise NotImplementedError
 
+    def _duty_now(self) -> float:
+        """The duty of a run starting now: ``SERVICES_DUTY_CYCLE``."""
+        return self.settings.duty_cycle
+
+    def _pace(self, database: Database) -> Pace:
+        """This run's pace, made as the run starts: at :meth:`_duty_now`, held while the job is paused."""
+        return Pace(self._duty_now(), held=lambda: services_paused(database, self.name))
+
 
 class DeletingJob(Job):
     """A job that deletes what expires (retention, eviction): each run is paced at the duty the run before
@@ -207,9 +215,9 @@ class DeletingJob(Job):
         super().__init__(settings)
         self._duty = settings.duty_cycle
 
-    def _pace(self, database: Database) -> Pace:
-        """This run's pace, made as the run starts, held while the job is paused."""
-        return Pace(self._duty, held=lambda: services_paused(database, self.name))
+    def _duty_now(self) -> float:
+        """The duty the last run set (:meth:`_paced`)."""
+        return self._duty
 
     def _paced(self, pace: Pace) -> dict[str, float]:
         """Set the next run's duty from this run's (:func:`keep_up_duty`; the time it was held does not
@@ -267,7 +275,7 @@ class StatsJob(Job):
             self._last_full is None
             or now - self._last_full >= self.settings.stats_reconcile_interval_ms / 1000
         )
-        pace = Pace(self.settings.duty_cycle, held=lambda: services_paused(database, self.name))
+        pace = self._pace(database)
         first: dict[str, Any] = {}  # the first step's answer: its reconcile fields
         last: dict[str, Any] = {}  # the last step's answer: where the sweep stands
         summed: Counter[str] = Counter()  # the steps' counts
