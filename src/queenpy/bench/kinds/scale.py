@@ -1056,9 +1056,9 @@ VACUUM_WAIT_S = 900.0
 def _vacuum_after(sql: Sql) -> dict[str, Any]:
     """Wait until autovacuum has caught up with what the previous step left (:data:`VACUUM_DUE` is 0 at three
     polls a second apart), at most :data:`VACUUM_WAIT_S`: the tables autovacuum vacuumed meanwhile, and
-    whether it caught up. Retention's deletions and the counters it updated leave dead rows in
-    several tables, and their vacuum is part of its cost: measured on its own window, it no longer falls into
-    the next step's (journal, issue 44)."""
+    whether it caught up. Retention's deletions and the counters it updated leave dead rows in several
+    tables besides queen.messages (whose vacuum :func:`_autovacuum` measures): waited for here, with no
+    window beside it, their vacuum does not fall into the cleanup's windows (journal, issue 44)."""
     before = {row[0]: int(row[1]) for row in sql.fetch(VACUUM_COUNTS)}
     started, calm = time.monotonic(), 0
     while calm < 3 and time.monotonic() - started < VACUUM_WAIT_S:
