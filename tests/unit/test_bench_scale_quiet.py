@@ -7,7 +7,6 @@ benchmarks/results, with quiet or paused windows added, and as it is (the runs m
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,14 @@ def test_without_the_window_after_it_a_part_has_no_reference() -> None:
     assert scale.quiet_reference(QUIET[:2], "retention_vacuum") is None
 
 
-def _entry() -> dict[str, Any]:
-    return json.loads(RESULT.read_text())["scenarios"][0]
+def _entry() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The kept result's scenario entry, a copy to change, and its first run's ``scale`` figures."""
+    entry = json.loads(RESULT.read_text())["scenarios"][0]
+    return entry, entry["runs"][0]["scale"]
 
 
 def test_a_run_without_quiet_windows_reports_as_before() -> None:
-    entry = copy.deepcopy(_entry())
-    figures = entry["runs"][0]["scale"]
+    entry, figures = _entry()
     figures.pop("quiet", None)
     for part in ("retention", "retention_vacuum", "cleanup"):
         figures.pop(f"{part}_push_ratio_beside", None)
@@ -52,8 +52,7 @@ def test_a_run_without_quiet_windows_reports_as_before() -> None:
 
 
 def test_the_report_shows_the_quiet_windows_and_the_ratios_against_them() -> None:
-    entry = copy.deepcopy(_entry())
-    figures = entry["runs"][0]["scale"]
+    entry, figures = _entry()
     figures["quiet"] = [*QUIET, AFTER_CLEANUP]
     for part in ("retention", "retention_vacuum", "cleanup"):
         figures[part]["push_msg_per_s"] = 28_000.0
@@ -75,16 +74,14 @@ def test_the_report_shows_the_quiet_windows_and_the_ratios_against_them() -> Non
 
 
 def test_the_quiet_windows_of_runs_before_are_named_by_their_place() -> None:
-    entry = copy.deepcopy(_entry())
-    figures = entry["runs"][0]["scale"]
+    entry, figures = _entry()
     figures["quiet"] = [{k: v for k, v in w.items() if k != "where"} for w in QUIET]
     quiet = next(line for line in scale.report_lines(entry) if line.startswith("- quiet push windows"))
     assert "before retention 40,000 (50.0); before the cleanup 30,000 (60.0); after it 20,000 (70.0)" in quiet
 
 
 def test_the_report_shows_the_autovacuum_the_windows_beside_it_measured() -> None:
-    entry = copy.deepcopy(_entry())
-    figures = entry["runs"][0]["scale"]
+    entry, figures = _entry()
     figures["retention_vacuum"]["detail"] = {
         "vacuumed": True,
         "relation": "queen.messages",
@@ -103,8 +100,7 @@ def test_the_report_shows_the_autovacuum_the_windows_beside_it_measured() -> Non
 
 
 def test_the_report_shows_the_windows_the_job_was_paused_in_and_the_paired_ratio() -> None:
-    entry = copy.deepcopy(_entry())
-    figures = entry["runs"][0]["scale"]
+    entry, figures = _entry()
     figures["retention"]["paired"] = {
         "running_msg_per_s": [30_000.0, 28_000.0, 29_000.0],
         "paused_msg_per_s": [31_000.0, 30_000.0, 32_000.0],

@@ -1077,7 +1077,7 @@ HOLD_AUTOVACUUM = f"ALTER TABLE {VACUUMED} SET (autovacuum_enabled = off)"
 RELEASE_AUTOVACUUM = f"ALTER TABLE {VACUUMED} RESET (autovacuum_enabled)"
 #: a vacuum of :data:`VACUUMED` under way, as ``pg_stat_progress_vacuum`` shows it (no row: none)
 VACUUM_PROGRESS = f"""
-SELECT phase, heap_blks_total, heap_blks_scanned, index_vacuum_count, num_dead_tuples
+SELECT phase, heap_blks_total, index_vacuum_count, num_dead_tuples
 FROM pg_stat_progress_vacuum WHERE relid = '{VACUUMED}'::regclass
 """
 #: how often :func:`_autovacuum` reads the progress (s)
@@ -1236,8 +1236,9 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
                 seed=PUSH_SEED + 200,
                 ready=vacuum_began,
             )
-        finally:
+        except BaseException:  # _autovacuum lets autovacuum go again; a step that raised never reached it
             context.sql.execute(RELEASE_AUTOVACUUM)
+            raise
         if not figures["retention_vacuum"].get("detail", {}).get("vacuumed"):
             result["problems"].append(f"autovacuum did not vacuum {VACUUMED} after retention")
         figures["retention_vacuum"]["others"] = _vacuum_after(context.sql)  # unmeasured: the cleanup's start
@@ -1512,10 +1513,10 @@ def _planned(scenario: Scenario, options: Options) -> tuple[float, float]:
     # the hot path's push and pop at each size and at the base beside, each after its lead, WINDOWS beside
     # retention's vacuum and PAIRED_ORDER's beside retention and the cleanup (each after its switch), and
     # the four quiet windows after their leads
-    paired = 2 * len(PAIRED_ORDER)
-    windows = (6 * WINDOWS + WINDOWS + paired + len(QUIET_AROUND) + 1) * (
-        options.warmup + options.seconds + 3
-    ) + ((6 * WINDOWS + len(QUIET_AROUND) + 1) * LEAD_S + paired * SWITCH_S)
+    paired, quiet = 2 * len(PAIRED_ORDER), len(QUIET_AROUND) + 1  # each part between two quiet windows
+    windows = (6 * WINDOWS + WINDOWS + paired + quiet) * (options.warmup + options.seconds + 3) + (
+        (6 * WINDOWS + quiet) * LEAD_S + paired * SWITCH_S
+    )
     return windows + partitions_of(scenario) / 1500, partitions_of(scenario) / 1000
 
 
