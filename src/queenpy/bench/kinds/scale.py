@@ -70,7 +70,7 @@ Steps of a round:
    after it), then autovacuum itself vacuums the table (retention deleted 10% of its rows; its threshold is
    5%, migration 016), with its own throttle (migration 030), and the push windows start when the vacuum
    appears in ``pg_stat_progress_vacuum`` and are counted while it is still there. Left to itself,
-   autovacuum vacuumed the table somewhere in the six-minute retention run, in a window or between two, and
+   autovacuum vacuumed the table somewhere in the retention run, in a window or between two, and
    the window after retention that bore its name measured no vacuum of it (journal, issue 44). Then
    autovacuum is waited for until it has caught up with every table (:func:`_vacuum_after`), unmeasured.
    The broker's own retention job is held off for the run (``RETENTION_INTERVAL`` of a day): it would run
@@ -133,8 +133,7 @@ COLD_POPS = 100
 POP_BATCH = STORED - STORED // 2
 ROUTE_REQUESTS = 5
 #: measured windows of push and of wildcard pop + ack at each size; the ratios are of their medians. Five:
-#: with three, one tuned run's pop read 0.76 of the base beside it where three others read 0.91 to 1.07, one
-#: window varying by up to 30% from the next (journal, issue 44)
+#: the median of three moved with one slow window (journal, issue 44)
 WINDOWS = 5
 #: seconds of unmeasured load before each window of the hot path (:func:`_probed_window`): the stats job's
 #: interval (``STATS_INTERVAL_MS``, 10 s) and a little
