@@ -68,7 +68,7 @@ Steps of a round:
    Between the two, the vacuum retention's deletions call for is measured on its own (:func:`_autovacuum`):
    autovacuum of ``queen.messages`` is held off while retention runs (``autovacuum_enabled`` off, reset
    after it), then autovacuum itself vacuums the table (retention deleted 10% of its rows; its threshold is
-   5%, migration 016), with its own throttle (migrations 030, 031), and the push windows start when the vacuum
+   5%, migration 016), with its own throttle (migration 030), and the push windows start when the vacuum
    appears in ``pg_stat_progress_vacuum`` and are counted while it is still there. Left to itself,
    autovacuum vacuumed the table somewhere in the retention run, in a window or between two, and
    the window after retention that bore its name measured no vacuum of it (journal, issue 44). Then
@@ -1091,8 +1091,8 @@ def _autovacuum(sql: Sql, started: threading.Event) -> dict[str, Any]:
     (``waited_s``), its time (``vacuum_s``, to within a poll), the phases seen in order, the table's heap
     blocks and the most dead rows it held (``num_dead_tuples``), and the index vacuum passes.
 
-    Why not a VACUUM of our own: an autovacuum worker runs with the table's own throttle (migrations 030,
-    031) and is what a broker's server does after retention; a manual VACUUM runs unthrottled."""
+    Why not a VACUUM of our own: an autovacuum worker runs with the table's own throttle (migration 030) and
+    is what a broker's server does after retention; a manual VACUUM runs unthrottled."""
     sql.execute(RELEASE_AUTOVACUUM)
     naptime = float(sql.fetchval("SELECT setting::float8 FROM pg_settings WHERE name = 'autovacuum_naptime'"))
     asked = time.monotonic()
