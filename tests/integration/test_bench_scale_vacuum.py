@@ -1,8 +1,8 @@
 """The scale bench's measurement of retention's vacuum (``scale._autovacuum``, issue 44) against a real
 PostgreSQL: while the bench holds autovacuum of queen.messages off the table says so; let go, autovacuum
 vacuums the dead rows left meanwhile, and the step sees its vacuum start and end in
-``pg_stat_progress_vacuum``. The test server keeps PostgreSQL's ``autovacuum_naptime`` (60 s), so the test
-waits up to a minute for autovacuum to come."""
+``pg_stat_progress_vacuum`` and tells the push windows beside it which phase it is in. The test server keeps
+PostgreSQL's ``autovacuum_naptime`` (60 s), so the test waits up to a minute for autovacuum to come."""
 
 from __future__ import annotations
 
@@ -34,11 +34,28 @@ def test_the_step_follows_the_autovacuum_the_hold_kept_back(db_url: str) -> None
         before = sql.fetchrow(AUTOVACUUMS)
         assert "autovacuum_enabled=off" in sql.fetchval(OPTIONS)
 
-        started = threading.Event()
-        vacuum = scale._autovacuum(sql, started)
+        started, progress, seen = threading.Event(), {}, []
+        answer: dict[str, Any] = {}
+        step = threading.Thread(target=lambda: answer.update(scale._autovacuum(sql, started, progress)))
+        step.start()
+        while not started.wait(0.05) and step.is_alive():  # up to two naptimes and 30 s
+            pass
+        while step.is_alive():  # what a push window beside the vacuum records at its start and end
+            seen.append(dict(progress))
+            time.sleep(0.02)
+        step.join()
+        vacuum = answer
         assert started.is_set()
         assert vacuum["vacuumed"] and vacuum["relation"] == "queen.messages"
         assert vacuum["phases"][0] == "scanning heap"
+        assert [phase for phase, _ in vacuum["phase_s"]] == vacuum["phases"]
+        assert vacuum["phase_s"][0][1] == 0.0
+        assert all(a[1] <= b[1] for a, b in zip(vacuum["phase_s"], vacuum["phase_s"][1:]))
+        # from the window's first look on, the phase the vacuum was in; None once it has gone
+        assert seen[0]["phase"] == "scanning heap"
+        assert {entry["phase"] for entry in seen if entry["phase"]} <= set(vacuum["phases"])
+        assert all(entry["heap_blks_scanned"] >= 0 for entry in seen if entry["phase"])
+        assert progress == {"phase": None, "heap_blks_scanned": None}
         assert 0 < vacuum["dead_tuples"] <= 10_000 and vacuum["heap_blks_total"] > 0
         assert vacuum["vacuum_s"] > 0
         time.sleep(1.5)  # the worker's counts reach the statistics when it exits

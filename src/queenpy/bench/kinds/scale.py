@@ -871,6 +871,7 @@ def _while_pushing(
     seed: int,
     pause: str | None = None,
     ready: threading.Event | None = None,
+    state: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """``work(sql)`` in a thread on a connection of its own while wrk pushes to ``queue``: the work's time,
     the push rate meanwhile, and the server's WAL bytes during the work.
@@ -894,7 +895,9 @@ def _while_pushing(
     between the push at scale and the job (journal, issue 44).
 
     With ``ready``, the first window starts when the work sets it (or ends): the work waits for something
-    to begin, and the windows measure the push beside that, not beside the wait (:func:`_autovacuum`)."""
+    to begin, and the windows measure the push beside that, not beside the wait (:func:`_autovacuum`).
+    With ``state``, each window records what it returns right before and right after the window (its host
+    probes apart), in ``push_windows_state``: where the work was, e.g. the vacuum's phase."""
     result: dict[str, Any] = {}
 
     def drive() -> None:
@@ -933,6 +936,7 @@ def _while_pushing(
             if pause is not None:
                 context.sql.pause_services([] if running else [pause])
                 time.sleep(SWITCH_S)
+            at_start = state() if state is not None else None
             pushed = _probed_window(
                 context,
                 run,
@@ -941,6 +945,8 @@ def _while_pushing(
                 f"{label} push {len(windows) + 1}" + ("" if running else " (paused)"),
             )
             windows.append({**_window_figures(pushed), "during_work": thread.is_alive(), "running": running})
+            if state is not None:
+                windows[-1]["state"] = [at_start, state()]
     finally:
         if pause is not None:
             context.sql.pause_services([])
@@ -965,6 +971,8 @@ def _while_pushing(
     result["push_windows_checkpoints"] = [w.get("checkpoints") for w in windows]
     result["push_windows_probe_ms"] = [w["probe_ms"] for w in windows]
     result["push_windows_during_work"] = len([w for w in windows if w["during_work"]])
+    if state is not None:
+        result["push_windows_state"] = [w["state"] for w in windows]
     # where PostgreSQL's CPU went in the median window (the job's backend apart)
     cpu_keys = ("postgres_us_per_msg", "postgres_cpu_s_by_kind", "cpu_share_of_machine")
     result.update({key: median[key] for key in cpu_keys if key in median})
@@ -1076,20 +1084,25 @@ HOLD_AUTOVACUUM = f"ALTER TABLE {VACUUMED} SET (autovacuum_enabled = off)"
 RELEASE_AUTOVACUUM = f"ALTER TABLE {VACUUMED} RESET (autovacuum_enabled)"
 #: a vacuum of :data:`VACUUMED` under way, as ``pg_stat_progress_vacuum`` shows it (no row: none)
 VACUUM_PROGRESS = f"""
-SELECT phase, heap_blks_total, index_vacuum_count, num_dead_tuples
+SELECT phase, heap_blks_total, heap_blks_scanned, index_vacuum_count, num_dead_tuples
 FROM pg_stat_progress_vacuum WHERE relid = '{VACUUMED}'::regclass
 """
 #: how often :func:`_autovacuum` reads the progress (s)
 VACUUM_POLL_S = 0.1
 
 
-def _autovacuum(sql: Sql, started: threading.Event) -> dict[str, Any]:
+def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """Let autovacuum vacuum :data:`VACUUMED` again (:data:`RELEASE_AUTOVACUUM`; held off while retention ran,
     :data:`HOLD_AUTOVACUUM`) and follow its vacuum in ``pg_stat_progress_vacuum``, read every
     :data:`VACUUM_POLL_S`: ``started`` is set when it appears there, and this returns when it has gone, or
     when none began within two ``autovacuum_naptime`` and 30 s (``vacuumed`` False). Returns the wait for it
-    (``waited_s``), its time (``vacuum_s``, to within a poll), the phases seen in order, the table's heap
-    blocks and the most dead rows it held (``num_dead_tuples``), and the index vacuum passes.
+    (``waited_s``), its time (``vacuum_s``, to within a poll), the phases seen in order and the second each
+    was first seen at (``phase_s``, from the vacuum's start), the table's heap blocks and the most dead rows
+    it held (``num_dead_tuples``), and the index vacuum passes.
+
+    ``progress``, when given, holds the last poll's ``phase`` and ``heap_blks_scanned`` while the vacuum
+    runs (``phase`` None once it has gone), for the push windows beside it to record where the vacuum was
+    (:func:`_while_pushing`'s ``state``): which of its passes the push loses to (journal, issue 44).
 
     Why not a VACUUM of our own: an autovacuum worker runs with the table's own throttle (migration 030) and
     is what a broker's server does after retention; a manual VACUUM runs unthrottled."""
@@ -1103,21 +1116,26 @@ def _autovacuum(sql: Sql, started: threading.Event) -> dict[str, Any]:
     if row is None:
         return {"vacuumed": False, "waited_s": round(time.monotonic() - asked, 1)}
     began = time.monotonic()
-    started.set()
-    phases: list[str] = []
+    phases: list[list[Any]] = []  # [phase, second first seen]
     last, dead = row, 0
     while row is not None:
         last, dead = row, max(dead, int(row["num_dead_tuples"]))
-        if not phases or phases[-1] != row["phase"]:
-            phases.append(row["phase"])
+        if not phases or phases[-1][0] != row["phase"]:
+            phases.append([row["phase"], round(time.monotonic() - began, 1)])
+        if progress is not None:
+            progress.update(phase=row["phase"], heap_blks_scanned=int(row["heap_blks_scanned"]))
+        started.set()  # after the first progress: a window that starts now finds a phase
         time.sleep(VACUUM_POLL_S)
         row = sql.fetchrow(VACUUM_PROGRESS)
+    if progress is not None:
+        progress.update(phase=None, heap_blks_scanned=None)
     return {
         "vacuumed": True,
         "relation": VACUUMED,
         "waited_s": round(began - asked, 1),
         "vacuum_s": round(time.monotonic() - began, 2),
-        "phases": phases,
+        "phases": [phase for phase, _ in phases],
+        "phase_s": phases,
         "heap_blks_total": int(last["heap_blks_total"]),
         "dead_tuples": dead,
         "index_vacuum_count": int(last["index_vacuum_count"]),
@@ -1223,17 +1241,18 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
                 json={"queue": big_queue, "options": {"retentionEnabled": False, "retentionSeconds": 0}},
             ).raise_for_status()
             quiet.append(_quiet_window(context, result, big_queue, partitions, "after retention", 1))
-            vacuum_began = threading.Event()
+            vacuum_began, progress = threading.Event(), dict[str, Any]()
             figures["retention_vacuum"] = _while_pushing(
                 context,
                 result,
                 big_queue,
                 partitions,
                 "retention's vacuum",
-                lambda sql: _autovacuum(sql, vacuum_began),
+                lambda sql: _autovacuum(sql, vacuum_began, progress),
                 figures["at_scale"]["push"].get("wal_bytes_per_msg"),
                 seed=PUSH_SEED + 200,
                 ready=vacuum_began,
+                state=lambda: dict(progress) or None,
             )
         except BaseException:  # _autovacuum lets autovacuum go again; a step that raised never reached it
             context.sql.execute(RELEASE_AUTOVACUUM)
@@ -1486,6 +1505,15 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                         )
                     )
                     if "push_windows_fpi_per_msg" in done
+                    else ""
+                )
+                + (  # runs before did not record them
+                    "; the vacuum's phase at each window's start > end: "
+                    + ", ".join(
+                        " > ".join(str((end or {}).get("phase") or "over") for end in window)
+                        for window in done["push_windows_state"]
+                    )
+                    if "push_windows_state" in done
                     else ""
                 )
                 + "; WAL "
