@@ -97,6 +97,20 @@ def test_the_report_shows_the_autovacuum_the_windows_beside_it_measured() -> Non
         "(a wait of 4.2 s, then queen.messages vacuumed in 31.5 s: 1,000,000 dead rows, 400,000 heap blocks, "
         "scanning heap > vacuuming indexes > vacuuming heap)"
     ) in line
+    assert "the vacuum's phase" not in line  # runs before recorded none
+
+
+def test_the_report_shows_the_vacuum_phase_at_each_window_s_start_and_end() -> None:
+    entry, figures = _entry()
+    scanning = {"phase": "scanning heap", "heap_blks_scanned": 10}
+    indexes = {"phase": "vacuuming indexes", "heap_blks_scanned": 400_000}
+    gone = {"phase": None, "heap_blks_scanned": None}
+    figures["retention_vacuum"]["push_windows_state"] = [[scanning, indexes], [indexes, gone]]
+    line = next(line for line in scale.report_lines(entry) if line.startswith("- retention vacuum"))
+    assert (
+        "; the vacuum's phase at each window's start > end: scanning heap > vacuuming indexes, "
+        "vacuuming indexes > over; WAL "
+    ) in line
 
 
 def test_the_report_shows_the_windows_the_job_was_paused_in_and_the_paired_ratio() -> None:

@@ -1510,7 +1510,7 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 + (  # runs before did not record them
                     "; the vacuum's phase at each window's start > end: "
                     + ", ".join(
-                        " > ".join(str((end or {}).get("phase") or "over") for end in window)
+                        " > ".join((state or {}).get("phase") or "over" for state in window)
                         for window in done["push_windows_state"]
                     )
                     if "push_windows_state" in done
