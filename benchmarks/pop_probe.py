@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pop_probe.py seed URL [--partitions 1000000]
     .venv/bin/python benchmarks/pop_probe.py probe URL TAG [--push S] [--warm] [--profile] \\
-        [--wal-by-relation] [--data-dir DIR] [--queues BASE BIG] [K=V ...]
+        [--wal-by-relation] [--queues BASE BIG] [K=V ...]
 
 ``seed`` makes, with the scale kind's own bulk SQL (``queenpy.bench.kinds.scale._seed``), a queue ``base`` of
 100 partitions of 2,000 messages and a queue ``big`` of ``--partitions`` partitions of 10, ten consumer groups
@@ -17,8 +17,8 @@ runs the kind's push script (10 x 1 KB to random partitions, 50 connections) for
 push window does before its pop window (13 s there). ``--warm`` runs a 3 s window before each: its
 consumers stop with pops in flight, whose partitions stay leased for the queue's lease time (300 s), as after
 a crash. Per window it prints msg/s (cursor growth, counted by PostgreSQL),
-wrk's counters, WAL bytes a message, ``pg_stat_bgwriter``'s buffer counts and, with ``--data-dir`` (the
-server's, to find its postmaster), PostgreSQL's CPU by process kind. ``--profile`` adds a
+wrk's counters, WAL bytes a message, ``pg_stat_bgwriter``'s buffer counts and, when the server runs on this
+machine, PostgreSQL's CPU by process kind. ``--profile`` adds a
 ``perf record`` of the machine (``TAG-QUEUE.perf``) and, where the server preloads it
 (``shared_preload_libraries``; the embedded server's build has none), ``pg_stat_statements`` with
 ``track = all``; both slow the windows down. The statement table and
@@ -45,7 +45,7 @@ from typing import Any
 from queenpy.bench import procfs
 from queenpy.bench.broker import Broker
 from queenpy.bench.kinds import scale
-from queenpy.bench.postgres import Sql, postgres_process_kind
+from queenpy.bench.postgres import Sql, local_postmaster_of, postgres_process_kind
 from queenpy.bench.wrk import run_wrk
 from queenpy.server.process import migrate
 
@@ -135,7 +135,6 @@ def probe(
     push_s: int,
     profile: bool,
     wal_by_relation: bool,
-    data_dir: Path | None,
     env: dict[str, str],
     workdir: Path,
     queues: tuple[str, str] = ("base", "big"),
@@ -151,7 +150,7 @@ def probe(
         sql.execute("SELECT pg_reload_conf()")
     if wal_by_relation:
         sql.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0]) if data_dir else None
+    postmaster = local_postmaster_of(sql)
     broker = Broker(url, workdir, env=env)
     report: dict[str, Any] = {}
     try:
@@ -159,13 +158,7 @@ def probe(
         for queue in queues:
             script = scale.pop_script_for(queue, workdir)
             if push_s:
-                partitions = int(
-                    sql.fetchval(
-                        "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
-                        " WHERE q.name = $1",
-                        queue,
-                    )
-                )
+                partitions = scale.queue_partitions(sql, queue)
                 pushed = run_wrk(broker.url, scale.push_script_for(queue, partitions, workdir), 50, push_s)
                 print(queue, "push", json.dumps({k: v for k, v in pushed.result.counters.items() if v}))
             if warm:
@@ -226,7 +219,6 @@ def main() -> None:
     probing.add_argument("--push", type=int, default=0, metavar="SECONDS")
     probing.add_argument("--profile", action="store_true")
     probing.add_argument("--wal-by-relation", action="store_true")
-    probing.add_argument("--data-dir", type=Path)
     probing.add_argument("--workdir", type=Path)
     probing.add_argument(
         "--queues",
@@ -251,7 +243,6 @@ def main() -> None:
         args.push,
         args.profile,
         args.wal_by_relation,
-        args.data_dir,
         env,
         workdir,
         tuple(args.queues),

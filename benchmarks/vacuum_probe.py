@@ -1,6 +1,6 @@
 """One-off: the push beside a throttled VACUUM of queen.messages, in 5-s windows by its phase (issue 44).
 
-    .venv/bin/python benchmarks/vacuum_probe.py URL QUEUE --data-dir DIR LIMIT:START [LIMIT:START ...]
+    .venv/bin/python benchmarks/vacuum_probe.py URL QUEUE LIMIT:START [LIMIT:START ...]
 
 Against a database the scale kind left (``QUEUE`` its big queue, ``PREFIXscale-1m-r1-big``, of 1,000,000
 partitions), with ``queenpy serve`` started here as the bench does. Each trial holds autovacuum of
@@ -13,7 +13,7 @@ Pushes are the scale kind's push script (10 x 1 KB to random partitions, 50 conn
 
 Per window it prints msg/s (wrk's requests answered 2xx, times 10), wrk's p99, the vacuum's phase and
 ``heap_blks_scanned`` at the window's start and end, the WAL written, PostgreSQL's CPU by process kind
-(``--data-dir``: the server's, to find its postmaster) and the wait events of the broker's busy backends
+(the server must run on this machine) and the wait events of the broker's busy backends
 (``application_name`` queenpy), sampled every 0.1 s. The windows go to ``--out`` (JSON) too.
 
 The deletions bypass the broker (partitions' counts are not moved): use a database made for the probe.
@@ -33,7 +33,7 @@ from typing import Any
 from queenpy.bench import procfs
 from queenpy.bench.broker import Broker
 from queenpy.bench.kinds import scale
-from queenpy.bench.postgres import Sql, postgres_process_kind
+from queenpy.bench.postgres import Sql, local_postmaster_of, postgres_process_kind
 from queenpy.bench.wrk import run_wrk
 
 WINDOW_S = 5
@@ -51,17 +51,14 @@ DELETE = (
 
 
 class Probe:
-    def __init__(self, url: str, queue: str, data_dir: Path, workdir: Path) -> None:
+    def __init__(self, url: str, queue: str, workdir: Path) -> None:
         self.url, self.queue, self.workdir = url, queue, workdir
         self.sql = Sql(url)
-        self.postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
-        self.partitions = int(
-            self.sql.fetchval(
-                "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
-                " WHERE q.name = $1",
-                queue,
-            )
-        )
+        postmaster = local_postmaster_of(self.sql)
+        if postmaster is None:
+            raise SystemExit(f"the server of {url} does not run on this machine: its CPU cannot be read")
+        self.postmaster = postmaster
+        self.partitions = scale.queue_partitions(self.sql, queue)
         self.waits: collections.Counter[str] = collections.Counter()
         self.windows: list[dict[str, Any]] = []
         self.seed = scale.PUSH_SEED + 1000
@@ -139,12 +136,11 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("queue")
     parser.add_argument("trials", nargs="+", metavar="LIMIT:START")
-    parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/vacuum-probe"))
     parser.add_argument("--out", type=Path, default=Path("/tmp/vacuum-probe.json"))
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    probe = Probe(args.url, args.queue, args.data_dir, args.workdir)
+    probe = Probe(args.url, args.queue, args.workdir)
     try:
         for trial in args.trials:
             limit, start = trial.split(":")

@@ -35,6 +35,7 @@ __all__ = [
     "PgbenchRun",
     "PrivatePostgres",
     "Sql",
+    "local_postmaster_of",
     "postgres_process_kind",
     "wait_for_clients",
 ]
@@ -126,14 +127,11 @@ class ExternalPostgres:
         except (OSError, asyncpg.PostgresError) as exc:
             raise BenchError(f"cannot connect to {_redacted(url)}: {exc}") from exc
         try:
-            row = sql.fetchrow(
-                "SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8, "
-                "host(inet_server_addr()), current_setting('port'), current_database()"
-            )
-            self.pid = local_postmaster(int(row[0]), float(row[1]))  # while the backend is alive
+            self.pid = local_postmaster_of(sql)
+            row = sql.fetchrow("SELECT host(inet_server_addr()), current_setting('port'), current_database()")
         finally:
             sql.close()
-        self.origin = f"external ({row[2] or 'Unix socket'}:{row[3]}/{row[4]}; " + (
+        self.origin = f"external ({row[0] or 'Unix socket'}:{row[1]}/{row[2]}; " + (
             "its processes are on this machine)"
             if self.pid
             else "its processes are not visible here, so its CPU is not measured)"
@@ -141,6 +139,13 @@ class ExternalPostgres:
 
     def stop(self) -> None:
         """Nothing to stop: the server is the user's."""
+
+
+def local_postmaster_of(sql: Sql) -> int | None:
+    """The pid of the postmaster serving ``sql``'s connection when its processes are on this machine, else
+    None (:func:`procfs.local_postmaster`, asked while that connection's backend is alive)."""
+    row = sql.fetchrow("SELECT pg_backend_pid(), extract(epoch FROM pg_postmaster_start_time())::float8")
+    return local_postmaster(int(row[0]), float(row[1]))
 
 
 def _redacted(url: str) -> str:

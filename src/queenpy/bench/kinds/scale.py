@@ -250,6 +250,18 @@ def partitions_of(scenario: Scenario) -> int:
     return int(raw) if raw.strip() else scenario.partitions
 
 
+def queue_partitions(sql: Sql, queue: str) -> int:
+    """The number of partitions queue ``queue`` has (0 when it has none or does not exist). Also used by
+    ``benchmarks/pop_probe.py`` and ``benchmarks/vacuum_probe.py``."""
+    return int(
+        sql.fetchval(
+            "SELECT count(*) FROM queen.partitions p JOIN queen.queues q ON q.id = p.queue_id"
+            " WHERE q.name = $1",
+            queue,
+        )
+    )
+
+
 def _ms(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2) if ordered else 0.0
