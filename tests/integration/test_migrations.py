@@ -125,8 +125,7 @@ def test_an_upgrade_across_029_takes_has_lag_from_the_offset_lag_a_row_kept(
 
 def test_messages_autovacuum_is_throttled_and_starts_at_five_percent(db_url: str) -> None:
     """Migration 030 over 016: the vacuum of queen.messages sleeps 2 ms after every 1,000 cost units (016 had
-    it unthrottled), and still starts at 5% dead rows; 031: it also starts after every 100,000 inserted rows,
-    whatever the table's size; no other table carries these settings."""
+    it unthrottled), and still starts at 5% dead rows; no other table carries these settings."""
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
             "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -138,6 +137,4 @@ def test_messages_autovacuum_is_throttled_and_starts_at_five_percent(db_url: str
         "autovacuum_vacuum_cost_delay=2",
         "autovacuum_vacuum_cost_limit=1000",
         "autovacuum_vacuum_scale_factor=0.05",
-        "autovacuum_vacuum_insert_threshold=100000",
-        "autovacuum_vacuum_insert_scale_factor=0",
     }
