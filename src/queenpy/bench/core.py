@@ -187,6 +187,7 @@ class CpuMark:
     harness_s: float
     postgres_ticks: procfs.TreeTicks | None  # None: PostgreSQL's processes are not on this machine
     wal: WalMark
+    io: procfs.MachineIo | None = None  # the machine's block I/O (PostgreSQL's own when it runs here)
 
     @property
     def postgres_s(self) -> float:
@@ -328,6 +329,7 @@ class Context:
             usage.ru_utime + usage.ru_stime,
             self._postgres_ticks(),
             self._wal(),
+            procfs.machine_io(),
         )
 
     def _process_kind(self) -> Callable[[int], str]:

@@ -26,6 +26,7 @@ __all__ = [
     "PAGE_SIZE",
     "TICKS_PER_SECOND",
     "MachineCpu",
+    "MachineIo",
     "MemorySampler",
     "SamplerThread",
     "TreeTicks",
@@ -34,6 +35,7 @@ __all__ = [
     "cpu_probe_ms",
     "local_postmaster",
     "machine_cpu",
+    "machine_io",
     "tree_cpu_s",
     "tree_of",
     "tree_ticks",
@@ -154,6 +156,30 @@ def machine_cpu() -> MachineCpu:
     """The machine's busy, total and stolen CPU seconds since boot, over all cores."""
     busy, total, steal = parse_cpu_line(Path("/proc/stat").read_text())
     return MachineCpu(busy / TICKS_PER_SECOND, total / TICKS_PER_SECOND, steal / TICKS_PER_SECOND)
+
+
+@dataclass(frozen=True)
+class MachineIo:
+    """The machine's block I/O and I/O wait since boot: MB paged in from and out to block devices
+    (``/proc/vmstat`` ``pgpgin``, ``pgpgout``: KiB, reads and writes of every process, the page cache's
+    write-back included) and the CPU seconds idle with I/O outstanding, over all cores (``/proc/stat``)."""
+
+    read_mb: float
+    written_mb: float
+    iowait_s: float
+
+
+def machine_io() -> MachineIo:
+    """The machine's :class:`MachineIo` counters now."""
+    counters = dict(line.split(maxsplit=1) for line in Path("/proc/vmstat").read_text().splitlines())
+    iowait = 0
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            fields = line.split()
+            iowait = int(fields[5]) if len(fields) > 5 else 0
+            break
+    read_kib, written_kib = int(counters.get("pgpgin", 0)), int(counters.get("pgpgout", 0))
+    return MachineIo(read_kib / 1024, written_kib / 1024, iowait / TICKS_PER_SECOND)
 
 
 def _probe_work() -> int:

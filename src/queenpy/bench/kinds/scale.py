@@ -65,6 +65,10 @@ Steps of a round:
    (:class:`queenpy.services.jobs.RetentionJob`, its batch sizes and its pace, ``SERVICES_DUTY_CYCLE``),
    started here while wrk pushes to the big queue: time, WAL bytes, the job's busy and rested time, and the
    push rate during it (the median of up to ``WINDOWS`` windows the job outlasted) over the rate at scale.
+   Before retention, ``queen.messages`` is vacuumed and checkpointed, unmeasured
+   (``vacuum_before_retention``, :func:`_vacuum_pushed`): the pages the windows at scale pushed, which
+   autovacuum would have taken at its insert threshold while they were cached, are not left to the vacuum
+   after retention, held off meanwhile, to read back from disk.
    Between the two, the vacuum retention's deletions call for is measured on its own (:func:`_autovacuum`):
    autovacuum of ``queen.messages`` is held off while retention runs (``autovacuum_enabled`` off, reset
    after it), then autovacuum itself vacuums the table (retention deleted 10% of its rows; its threshold is
@@ -595,6 +599,23 @@ def _wal_split(window: Any, messages: int) -> dict[str, Any]:
     }
 
 
+def _io_split(window: Any) -> dict[str, Any]:
+    """The machine's block I/O in a measured window (:class:`queenpy.bench.procfs.MachineIo`): MB read and
+    written (the page cache's misses and write-back: PostgreSQL's when it runs on this machine, with the
+    WAL) and the share of the machine's CPU time idle with I/O outstanding. What tells a window whose push
+    waited on the disk (beside a vacuum reading back pages the page cache no longer held, journal, issue 44)
+    from one that waited on the CPU. Empty when the window did not close."""
+    start, end = window.start.io, window.end.io if window.end is not None else None
+    if start is None or end is None:
+        return {}
+    machine_s = max(1e-9, window.end.machine.total_s - window.start.machine.total_s)
+    return {
+        "host_read_mb": round(end.read_mb - start.read_mb, 1),
+        "host_written_mb": round(end.written_mb - start.written_mb, 1),
+        "iowait_share": round((end.iowait_s - start.iowait_s) / machine_s, 3),
+    }
+
+
 def push_script_for(queue: str, partitions: int, workdir: Path, seed: int = PUSH_SEED) -> Path:
     """The wrk script of the push window: 10 x 1 KB a request to random partitions of ``queue`` (partition
     names ``p0`` .. ``p<partitions - 1>``), with transaction ids. ``seed`` seeds each wrk thread's random
@@ -718,6 +739,7 @@ def _window_figures(probed: Probed) -> dict[str, Any]:
         "lead_s": probed.lead_s,
         **_cpu_split(measured.window, messages),
         **_wal_split(measured.window, messages),
+        **_io_split(measured.window),
     }
 
 
@@ -982,6 +1004,9 @@ def _while_pushing(
     result["push_windows_fpi_per_msg"] = [w.get("fpi_per_msg") for w in windows]
     result["push_windows_checkpoints"] = [w.get("checkpoints") for w in windows]
     result["push_windows_probe_ms"] = [w["probe_ms"] for w in windows]
+    result["push_windows_host_io"] = [
+        {key: w.get(key) for key in ("host_read_mb", "host_written_mb", "iowait_share")} for w in windows
+    ]
     result["push_windows_during_work"] = len([w for w in windows if w["during_work"]])
     if state is not None:
         result["push_windows_state"] = [w["state"] for w in windows]
@@ -1101,6 +1126,39 @@ FROM pg_stat_progress_vacuum WHERE relid = '{VACUUMED}'::regclass
 """
 #: how often :func:`_autovacuum` reads the progress (s)
 VACUUM_POLL_S = 0.1
+#: what autovacuum counts of :data:`VACUUMED`: rows inserted and dead since its last vacuum (its insert and
+#: dead-row thresholds compare these), its vacuums so far, and the seconds since the last
+VACUUM_DEBT = f"""
+SELECT n_ins_since_vacuum, n_dead_tup, autovacuum_count, vacuum_count,
+       round(extract(epoch FROM now() - greatest(last_autovacuum, last_vacuum))::numeric, 1)::float8
+           AS since_vacuum_s
+FROM pg_stat_user_tables WHERE relid = '{VACUUMED}'::regclass
+"""
+
+
+def _vacuum_debt(sql: Sql) -> dict[str, Any]:
+    """:data:`VACUUM_DEBT` now, as a dict."""
+    return dict(sql.fetchrow(VACUUM_DEBT))
+
+
+def _vacuum_pushed(context: Context) -> dict[str, Any]:
+    """A VACUUM of :data:`VACUUMED` and a CHECKPOINT before retention, unmeasured: what autovacuum owed the
+    table then (:data:`VACUUM_DEBT`), the vacuum's time and the checkpoint's (s).
+
+    The pushes of the windows at scale (about four million rows) leave pages no vacuum has visited;
+    autovacuum takes such pages at its insert threshold (a fifth of the table's rows by default: about
+    2.4 million here), while the page cache still holds them. Held off while retention runs, it left them
+    to the vacuum after retention, which read them back from disk beside the push windows, minutes after
+    the page cache had let them go: in a lab on the database a run left, the push ran at about 0.6 of its
+    quiet rate beside a vacuum reading such pages back, and at about its quiet rate beside one over pages
+    pushed two minutes before (journal, issue 44). Vacuumed here, the vacuum measured after retention is
+    the one retention's deletions call for, over the seed's pages and what was pushed since (retention's
+    own windows). The checkpoint writes what the vacuum dirtied before the quiet window that follows."""
+    debt = _vacuum_debt(context.sql)
+    started = time.monotonic()
+    context.sql.execute(f"VACUUM {VACUUMED}")
+    vacuum_s = time.monotonic() - started
+    return {**debt, "vacuum_s": round(vacuum_s, 1), "checkpoint_s": round(_checkpoint(context), 1)}
 
 
 def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -1110,7 +1168,8 @@ def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | N
     when none began within two ``autovacuum_naptime`` and 30 s (``vacuumed`` False). Returns the wait for it
     (``waited_s``), its time (``vacuum_s``, to within a poll), the phases seen in order and the second each
     was first seen at (``phase_s``, from the vacuum's start), the table's heap blocks and the most dead rows
-    it held (``num_dead_tuples``), and the index vacuum passes.
+    it held (``num_dead_tuples``), the index vacuum passes, and what autovacuum owed the table when it was
+    let go (``debt``, :data:`VACUUM_DEBT`).
 
     ``progress``, when given, holds the last poll's ``phase`` and ``heap_blks_scanned`` while the vacuum
     runs (``phase`` None once it has gone), for the push windows beside it to record where the vacuum was
@@ -1118,6 +1177,7 @@ def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | N
 
     Why not a VACUUM of our own: an autovacuum worker runs with the table's own throttle (migration 030) and
     is what a broker's server does after retention; a manual VACUUM runs unthrottled."""
+    debt = _vacuum_debt(sql)
     sql.execute(RELEASE_AUTOVACUUM)
     naptime = float(sql.fetchval("SELECT setting::float8 FROM pg_settings WHERE name = 'autovacuum_naptime'"))
     asked = time.monotonic()
@@ -1126,7 +1186,7 @@ def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | N
         time.sleep(VACUUM_POLL_S)
         row = sql.fetchrow(VACUUM_PROGRESS)
     if row is None:
-        return {"vacuumed": False, "waited_s": round(time.monotonic() - asked, 1)}
+        return {"vacuumed": False, "waited_s": round(time.monotonic() - asked, 1), "debt": debt}
     began = time.monotonic()
     phases: list[list[Any]] = []  # [phase, second first seen]
     last, dead = row, 0
@@ -1151,6 +1211,7 @@ def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | N
         "heap_blks_total": int(last["heap_blks_total"]),
         "dead_tuples": dead,
         "index_vacuum_count": int(last["index_vacuum_count"]),
+        "debt": debt,
     }
 
 
@@ -1220,6 +1281,7 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         )
         figures["at_scale"].update(_operators(context, big))
         queue_id = _queue_id(context, big_queue)
+        figures["vacuum_before_retention"] = _vacuum_pushed(context)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
         quiet = figures["quiet"] = [
@@ -1520,6 +1582,17 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                     else ""
                 )
                 + (  # runs before did not record them
+                    "; the machine's reads / writes, MB (I/O wait, share of the machine) a window: "
+                    + ", ".join(
+                        f"{number(io['host_read_mb'])} / {number(io['host_written_mb'])} "
+                        f"({io['iowait_share']})"
+                        for io in done["push_windows_host_io"]
+                        if io.get("host_read_mb") is not None
+                    )
+                    if "push_windows_host_io" in done
+                    else ""
+                )
+                + (  # runs before did not record them
                     "; the vacuum's phase at each window's start > end: "
                     + ", ".join(
                         " > ".join((state or {}).get("phase") or "over" for state in window)
@@ -1532,12 +1605,26 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 f"{done['wal_bytes'] / 1e9:.2f} GB"
                 + (f", of which its own about {own / 1e9:.2f} GB" if own is not None else "")
             )
+        if figures.get("vacuum_before_retention"):  # runs before left it to the vacuum after retention
+            owed = figures["vacuum_before_retention"]
+            lines.append(
+                f"- before retention (unmeasured): {VACUUMED} vacuumed in {owed['vacuum_s']} s, "
+                f"{number(owed['n_ins_since_vacuum'])} rows inserted and {number(owed['n_dead_tup'])} dead "
+                f"since its last vacuum ({owed['since_vacuum_s']} s before; autovacuum's vacuums of it "
+                f"so far: {owed['autovacuum_count']}), then a checkpoint of {owed['checkpoint_s']} s"
+            )
         if figures.get("quiet"):  # runs before had none
             lines.append(
                 "- quiet push windows at scale (no service's run beside them), msg/s (the host's probe, ms): "
                 + "; ".join(
                     f"{w.get('where') or OLD_QUIET[n]} {number(w['msg_per_s'])} ({number(w['probe_ms'], 1)})"
                     for n, w in enumerate(figures["quiet"])
+                )
+                + (  # runs before did not record them
+                    "; the machine's reads, MB: "
+                    + ", ".join(number(w["host_read_mb"]) for w in figures["quiet"])
+                    if all("host_read_mb" in w for w in figures["quiet"])
+                    else ""
                 )
                 + "; the probe beside retention, its vacuum, the cleanup: "
                 + "; ".join(
