@@ -65,10 +65,6 @@ Steps of a round:
    (:class:`queenpy.services.jobs.RetentionJob`, its batch sizes and its pace, ``SERVICES_DUTY_CYCLE``),
    started here while wrk pushes to the big queue: time, WAL bytes, the job's busy and rested time, and the
    push rate during it (the median of up to ``WINDOWS`` windows the job outlasted) over the rate at scale.
-   Before retention, ``queen.messages`` is vacuumed and checkpointed, unmeasured
-   (``vacuum_before_retention``, :func:`_vacuum_pushed`): the pages the windows at scale pushed, which
-   autovacuum would have taken at its insert threshold while they were cached, are not left to the vacuum
-   after retention, held off meanwhile, to read back from disk.
    Between the two, the vacuum retention's deletions call for is measured on its own (:func:`_autovacuum`):
    autovacuum of ``queen.messages`` is held off while retention runs (``autovacuum_enabled`` off, reset
    after it), then autovacuum itself vacuums the table (retention deleted 10% of its rows; its threshold is
@@ -1141,26 +1137,6 @@ def _vacuum_debt(sql: Sql) -> dict[str, Any]:
     return dict(sql.fetchrow(VACUUM_DEBT))
 
 
-def _vacuum_pushed(context: Context) -> dict[str, Any]:
-    """A VACUUM of :data:`VACUUMED` and a CHECKPOINT before retention, unmeasured: what autovacuum owed the
-    table then (:data:`VACUUM_DEBT`), the vacuum's time and the checkpoint's (s).
-
-    The pushes of the windows at scale (about four million rows) leave pages no vacuum has visited;
-    autovacuum takes such pages at its insert threshold (a fifth of the table's rows by default: about
-    2.4 million here), while the page cache still holds them. Held off while retention runs, it left them
-    to the vacuum after retention, which read them back from disk beside the push windows, minutes after
-    the page cache had let them go: in a lab on the database a run left, the push ran at about 0.6 of its
-    quiet rate beside a vacuum reading such pages back, and at about its quiet rate beside one over pages
-    pushed two minutes before (journal, issue 44). Vacuumed here, the vacuum measured after retention is
-    the one retention's deletions call for, over the seed's pages and what was pushed since (retention's
-    own windows). The checkpoint writes what the vacuum dirtied before the quiet window that follows."""
-    debt = _vacuum_debt(context.sql)
-    started = time.monotonic()
-    context.sql.execute(f"VACUUM {VACUUMED}")
-    vacuum_s = time.monotonic() - started
-    return {**debt, "vacuum_s": round(vacuum_s, 1), "checkpoint_s": round(_checkpoint(context), 1)}
-
-
 def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """Let autovacuum vacuum :data:`VACUUMED` again (:data:`RELEASE_AUTOVACUUM`; held off while retention ran,
     :data:`HOLD_AUTOVACUUM`) and follow its vacuum in ``pg_stat_progress_vacuum``, read every
@@ -1281,7 +1257,6 @@ def run(context: Context, scenario: Scenario, round_no: int) -> dict[str, Any]:
         )
         figures["at_scale"].update(_operators(context, big))
         queue_id = _queue_id(context, big_queue)
-        figures["vacuum_before_retention"] = _vacuum_pushed(context)
         run_at = context.sql.fetchval("SELECT now()")
         keep = retention_seconds(seeded, run_at)
         quiet = figures["quiet"] = [
@@ -1604,14 +1579,6 @@ def report_lines(entry: dict[str, Any]) -> list[str]:
                 + "; WAL "
                 f"{done['wal_bytes'] / 1e9:.2f} GB"
                 + (f", of which its own about {own / 1e9:.2f} GB" if own is not None else "")
-            )
-        if figures.get("vacuum_before_retention"):  # runs before left it to the vacuum after retention
-            owed = figures["vacuum_before_retention"]
-            lines.append(
-                f"- before retention (unmeasured): {VACUUMED} vacuumed in {owed['vacuum_s']} s, "
-                f"{number(owed['n_ins_since_vacuum'])} rows inserted and {number(owed['n_dead_tup'])} dead "
-                f"since its last vacuum ({owed['since_vacuum_s']} s before; autovacuum's vacuums of it "
-                f"so far: {owed['autovacuum_count']}), then a checkpoint of {owed['checkpoint_s']} s"
             )
         if figures.get("quiet"):  # runs before had none
             lines.append(
