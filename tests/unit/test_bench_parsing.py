@@ -9,6 +9,7 @@ import pytest
 
 from queenpy.bench.parsing import (
     median,
+    parse_cpu_iowait,
     parse_cpu_line,
     parse_duration_us,
     parse_env_assignments,
@@ -185,6 +186,7 @@ def test_cpu_line_busy_and_total() -> None:
     stolen = "cpu  100 5 50 800 40 3 2 25 0 0\n"
     assert parse_cpu_line(stolen) == (185, 1025, 25)
     assert parse_cpu_line("cpu  100 5 50 800\n") == (155, 955, 0)  # old kernels: four fields
+    assert parse_cpu_iowait(text) == 40 and parse_cpu_iowait("cpu  100 5 50 800\n") == 0
 
 
 def test_percentile_and_median() -> None:

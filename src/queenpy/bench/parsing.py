@@ -235,12 +235,24 @@ def parse_cpu_line(text: str) -> tuple[int, int, int]:
     counted twice. Steal: the time the hypervisor ran something else while a virtual CPU wanted to run (0 on
     bare metal and on kernels that do not report it).
     """
+    values = _aggregate_cpu_values(text)
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return total - idle, total, (values[7] if len(values) > 7 else 0)
+
+
+def parse_cpu_iowait(text: str) -> int:
+    """The iowait ticks (idle with I/O outstanding) of the first ``cpu`` line of ``/proc/stat``; 0 on kernels
+    that do not report it."""
+    values = _aggregate_cpu_values(text)
+    return values[4] if len(values) > 4 else 0
+
+
+def _aggregate_cpu_values(text: str) -> list[int]:
+    """The tick counts of the aggregate ``cpu`` line of ``/proc/stat``, in the kernel's order."""
     for line in text.splitlines():
         if line.startswith("cpu "):
-            values = [int(v) for v in line.split()[1:]]
-            total = sum(values[:8])  # user nice system idle iowait irq softirq steal
-            idle = values[3] + (values[4] if len(values) > 4 else 0)
-            return total - idle, total, (values[7] if len(values) > 7 else 0)
+            return [int(v) for v in line.split()[1:]]
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 

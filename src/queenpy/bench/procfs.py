@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
-from queenpy.bench.parsing import ProcStat, parse_cpu_line, parse_proc_stat
+from queenpy.bench.parsing import ProcStat, parse_cpu_iowait, parse_cpu_line, parse_proc_stat
 
 __all__ = [
     "PAGE_SIZE",
@@ -145,41 +145,36 @@ def local_postmaster(backend_pid: int, postmaster_started_s: float, tolerance_s:
 
 @dataclass(frozen=True)
 class MachineCpu:
-    """Aggregate /proc/stat counters: busy, total and stolen CPU seconds summed over all cores."""
+    """Aggregate /proc/stat counters: busy, total and stolen CPU seconds summed over all cores, and the
+    seconds idle with I/O outstanding (iowait, part of neither busy nor steal)."""
 
     busy_s: float
     total_s: float
     steal_s: float = 0.0
+    iowait_s: float = 0.0
 
 
 def machine_cpu() -> MachineCpu:
-    """The machine's busy, total and stolen CPU seconds since boot, over all cores."""
-    busy, total, steal = parse_cpu_line(Path("/proc/stat").read_text())
-    return MachineCpu(busy / TICKS_PER_SECOND, total / TICKS_PER_SECOND, steal / TICKS_PER_SECOND)
+    """The machine's busy, total, stolen and iowait CPU seconds since boot, over all cores."""
+    text = Path("/proc/stat").read_text()
+    busy, total, steal = parse_cpu_line(text)
+    ticks = (busy, total, steal, parse_cpu_iowait(text))
+    return MachineCpu(*(count / TICKS_PER_SECOND for count in ticks))
 
 
 @dataclass(frozen=True)
 class MachineIo:
-    """The machine's block I/O and I/O wait since boot: MB paged in from and out to block devices
-    (``/proc/vmstat`` ``pgpgin``, ``pgpgout``: KiB, reads and writes of every process, the page cache's
-    write-back included) and the CPU seconds idle with I/O outstanding, over all cores (``/proc/stat``)."""
+    """The machine's block I/O since boot: MB paged in from and out to block devices (``/proc/vmstat``
+    ``pgpgin``, ``pgpgout``: KiB, reads and writes of every process, the page cache's write-back included)."""
 
     read_mb: float
     written_mb: float
-    iowait_s: float
 
 
 def machine_io() -> MachineIo:
     """The machine's :class:`MachineIo` counters now."""
     counters = dict(line.split(maxsplit=1) for line in Path("/proc/vmstat").read_text().splitlines())
-    iowait = 0
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith("cpu "):
-            fields = line.split()
-            iowait = int(fields[5]) if len(fields) > 5 else 0
-            break
-    read_kib, written_kib = int(counters.get("pgpgin", 0)), int(counters.get("pgpgout", 0))
-    return MachineIo(read_kib / 1024, written_kib / 1024, iowait / TICKS_PER_SECOND)
+    return MachineIo(int(counters.get("pgpgin", 0)) / 1024, int(counters.get("pgpgout", 0)) / 1024)
 
 
 def _probe_work() -> int:

@@ -598,7 +598,8 @@ def _wal_split(window: Any, messages: int) -> dict[str, Any]:
 def _io_split(window: Any) -> dict[str, Any]:
     """The machine's block I/O in a measured window (:class:`queenpy.bench.procfs.MachineIo`): MB read and
     written (the page cache's misses and write-back: PostgreSQL's when it runs on this machine, with the
-    WAL) and the share of the machine's CPU time idle with I/O outstanding. What tells a window whose push
+    WAL) and the share of the machine's CPU time idle with I/O outstanding (the iowait of
+    :class:`queenpy.bench.procfs.MachineCpu`). What tells a window whose push
     waited on the disk (beside a vacuum reading back pages the page cache no longer held, journal, issue 44)
     from one that waited on the CPU. Empty when the window did not close."""
     start, end = window.start.io, window.end.io if window.end is not None else None
@@ -608,7 +609,7 @@ def _io_split(window: Any) -> dict[str, Any]:
     return {
         "host_read_mb": round(end.read_mb - start.read_mb, 1),
         "host_written_mb": round(end.written_mb - start.written_mb, 1),
-        "iowait_share": round((end.iowait_s - start.iowait_s) / machine_s, 3),
+        "iowait_share": round((window.end.machine.iowait_s - window.start.machine.iowait_s) / machine_s, 3),
     }
 
 
@@ -1132,11 +1133,6 @@ FROM pg_stat_user_tables WHERE relid = '{VACUUMED}'::regclass
 """
 
 
-def _vacuum_debt(sql: Sql) -> dict[str, Any]:
-    """:data:`VACUUM_DEBT` now, as a dict."""
-    return dict(sql.fetchrow(VACUUM_DEBT))
-
-
 def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | None = None) -> dict[str, Any]:
     """Let autovacuum vacuum :data:`VACUUMED` again (:data:`RELEASE_AUTOVACUUM`; held off while retention ran,
     :data:`HOLD_AUTOVACUUM`) and follow its vacuum in ``pg_stat_progress_vacuum``, read every
@@ -1153,7 +1149,7 @@ def _autovacuum(sql: Sql, started: threading.Event, progress: dict[str, Any] | N
 
     Why not a VACUUM of our own: an autovacuum worker runs with the table's own throttle (migration 030) and
     is what a broker's server does after retention; a manual VACUUM runs unthrottled."""
-    debt = _vacuum_debt(sql)
+    debt = dict(sql.fetchrow(VACUUM_DEBT))
     sql.execute(RELEASE_AUTOVACUUM)
     naptime = float(sql.fetchval("SELECT setting::float8 FROM pg_settings WHERE name = 'autovacuum_naptime'"))
     asked = time.monotonic()
